@@ -1,0 +1,5 @@
+import sys
+
+from fp16studio.cli import main
+
+sys.exit(main())

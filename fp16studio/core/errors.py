@@ -1,0 +1,30 @@
+"""Exceptions the engine raises on purpose; everything else is a bug or a pipeline failure."""
+
+
+class InputError(ValueError):
+    """Bad input from the user: unreadable spec, unknown key, missing model or dataset.
+
+    The command line prints the message as one line and exits 2; the window shows it.
+    """
+
+
+class Cancelled(Exception):
+    """A long operation stopped because its cancel token was set."""
+
+
+class CancelToken:
+    """Cooperative cancel flag, checked by long operations between steps."""
+
+    def __init__(self):
+        self._cancelled = False
+
+    def cancel(self):
+        self._cancelled = True
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def check(self):
+        if self._cancelled:
+            raise Cancelled("cancelled")

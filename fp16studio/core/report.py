@@ -1,0 +1,54 @@
+"""The result of one diagnosis, and its JSON document (CONTRACT §3, `diagnose --json`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .findings import Finding, Fix
+from .spec import PipelineSpec
+from .tree import TensorNode, summary
+
+
+@dataclass
+class Diagnosis:
+    spec: PipelineSpec
+    device: str
+    findings: list[Finding] = field(default_factory=list)
+    # The pipeline's own failure, if it failed: {"type", "message", "stage", "module"}.
+    error: dict | None = None
+    # The model's output as the forward pass returned it: {"name", "dtype", "shape"}.
+    output: dict | None = None
+    tree: TensorNode | None = None
+    # Seconds per stage ("model", "dataset", "batch", "forward", "rules").
+    timings: dict = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings) and self.error is None
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    def fix(self, fix_id: str) -> Fix:
+        for finding in self.findings:
+            for fix in finding.fixes:
+                if fix.id == fix_id:
+                    return fix
+        raise KeyError(fix_id)
+
+    def to_json(self) -> dict:
+        inventory = summary(self.tree) if self.tree is not None else {
+            "parameters": 0, "tensors": 0, "bytes": 0, "dtypes": {}, "devices": {}}
+        return {
+            "ok": self.ok,
+            "spec": self.spec.to_dict(),
+            "device": self.device,
+            "findings": [f.to_json() for f in self.findings],
+            "error": self.error,
+            "inventory": inventory,
+            "output": self.output,
+            "timings": self.timings,
+            "environment": self.environment,
+        }

@@ -1,0 +1,81 @@
+"""The tensor inventory as a pure-Python tree: modules, parameters, buffers, batch, activations.
+
+The GUI wraps it in a lazy item model; the CLI summarises it. Nodes hold plain values only
+(no tensors), so a tree can cross threads and outlive the model it describes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+KINDS = ("group", "module", "parameter", "buffer", "input", "activation")
+STATUSES = ("ok", "warning", "error")
+
+
+@dataclass
+class TensorNode:
+    name: str
+    path: str
+    kind: str
+    shape: tuple | None = None
+    dtype: str | None = None
+    device: str | None = None
+    bytes: int = 0
+    absmax: float | None = None
+    nonfinite: int = 0
+    status: str = "ok"
+    note: str = ""
+    children: list = field(default_factory=list)
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.kind not in ("group", "module")
+
+    def add(self, child: "TensorNode") -> "TensorNode":
+        self.children.append(child)
+        return child
+
+    def walk(self):
+        """Depth-first, parents before children."""
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.children))
+
+    def find(self, path: str) -> "TensorNode | None":
+        return next((node for node in self.walk() if node.path == path), None)
+
+    def total_bytes(self) -> int:
+        return sum(node.bytes for node in self.walk() if node.is_tensor)
+
+    def to_json(self) -> dict:
+        out = {"name": self.name, "path": self.path, "kind": self.kind}
+        if self.is_tensor:
+            out.update(shape=list(self.shape or ()), dtype=self.dtype, device=self.device,
+                       bytes=self.bytes, absmax=self.absmax, nonfinite=self.nonfinite)
+        out["status"] = self.status
+        if self.children:
+            out["children"] = [child.to_json() for child in self.children]
+        return out
+
+
+def summary(root: TensorNode) -> dict:
+    """CONTRACT inventory: parameter count (elements), tensor count, bytes, tensors per dtype."""
+    parameters = tensors = total = 0
+    by_dtype: dict[str, int] = {}
+    by_device: dict[str, int] = {}
+    for node in root.walk():
+        if not node.is_tensor:
+            continue
+        tensors += 1
+        total += node.bytes
+        by_dtype[node.dtype] = by_dtype.get(node.dtype, 0) + 1
+        by_device[node.device] = by_device.get(node.device, 0) + 1
+        if node.kind == "parameter":
+            count = 1
+            for dim in node.shape or ():
+                count *= dim
+            parameters += count
+    return {"parameters": parameters, "tensors": tensors, "bytes": total,
+            "dtypes": by_dtype, "devices": by_device}
