@@ -1,0 +1,201 @@
+"""Sessions: the spec plus the last findings and benchmark figures, saved and reopened.
+
+A session file is JSON: `{"fp16studio_session": 1, "version", "saved_at", "spec", "diagnosis",
+"bench"}`. `PipelineSpec.load` reads the same file and takes its spec, so every command that takes
+a SPEC also takes a session. Saving never loses the previous file: it is kept as `NAME.bak`, and
+the new text is written atomically. Recent files and the crash autosave live in the config
+folder (`config_dir()`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .. import __version__
+from .errors import InputError
+from .spec import PipelineSpec, write_text_atomic
+
+FORMAT = 1
+SUFFIX = ".fp16studio"
+# For file dialogs: sessions first, plain specs also open (without findings).
+FILE_FILTER = f"fp16studio sessions (*{SUFFIX});;Pipeline specs (*.json *.toml);;All files (*)"
+RECENT_LIMIT = 10
+_RECENT = "recent.json"
+_AUTOSAVE = "autosave" + SUFFIX
+
+
+@dataclass(frozen=True)
+class Session:
+    spec: PipelineSpec
+    # The `diagnose --json` and `bench --json` documents of the last runs (CONTRACT §3).
+    diagnosis: dict | None = None
+    bench: dict | None = None
+    # Where the session was read from or last saved to; after `restore_autosave`, the file the
+    # user had open when the autosave was written (None for an unsaved session).
+    path: Path | None = None
+    saved_at: str | None = None
+
+    def to_document(self, folder: Path) -> dict:
+        """The JSON document, with the spec's relative paths made valid from `folder`."""
+        return {
+            "fp16studio_session": FORMAT,
+            "version": __version__,
+            "saved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "spec": _rebased_spec(self.spec, folder),
+            "diagnosis": self.diagnosis,
+            "bench": self.bench,
+        }
+
+
+def save_session(session: Session, path: str | Path) -> Session:
+    """Write the session to `path` (previous file kept as .bak); returns it with `path` set."""
+    path = Path(path).expanduser().absolute()
+    document = session.to_document(path.parent)
+    _backup(path)
+    write_text_atomic(path, json.dumps(document, indent=2) + "\n")
+    add_recent(path)
+    return replace(session, path=path, saved_at=document["saved_at"])
+
+
+def open_session(path: str | Path) -> Session:
+    """Read a session file, or a plain spec file (a session without findings)."""
+    path = Path(path).expanduser().absolute()
+    session = _read(path)
+    add_recent(path)
+    return session
+
+
+# -- autosave ------------------------------------------------------------------------------------
+def autosave(session: Session) -> None:
+    """Write the crash-recovery copy of the window's session (the window calls this on edits)."""
+    folder = config_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    document = session.to_document(folder)
+    document["source"] = str(session.path) if session.path else None
+    write_text_atomic(folder / _AUTOSAVE, json.dumps(document, indent=2) + "\n")
+
+
+def restore_autosave() -> Session | None:
+    """The autosaved session, or None when there is none or it cannot be read."""
+    path = config_dir() / _AUTOSAVE
+    if not path.is_file():
+        return None
+    try:
+        session = _read(path)
+        source = json.loads(path.read_text(encoding="utf-8")).get("source")
+    except (InputError, OSError, ValueError):
+        return None
+    return replace(session, path=Path(source) if source else None)
+
+
+def clear_autosave() -> None:
+    """Drop the autosave (after a clean close or once the user declined to restore it)."""
+    (config_dir() / _AUTOSAVE).unlink(missing_ok=True)
+
+
+# -- recent files --------------------------------------------------------------------------------
+def recent_files() -> list[Path]:
+    """Recently opened or saved files, newest first, those that still exist."""
+    return [path for path in _read_recent() if path.is_file()]
+
+
+def add_recent(path: str | Path) -> None:
+    path = Path(path).expanduser().absolute()
+    entries = [path] + [p for p in _read_recent() if p != path]
+    folder = config_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        text = json.dumps([str(p) for p in entries[:RECENT_LIMIT]], indent=2) + "\n"
+        write_text_atomic(folder / _RECENT, text)
+    except (OSError, InputError):
+        pass  # a read-only config folder must not stop the user's save or open
+
+
+def _read_recent() -> list[Path]:
+    try:
+        entries = json.loads((config_dir() / _RECENT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []  # missing or damaged: start a new list rather than fail the user's action
+    if not isinstance(entries, list):
+        return []
+    return [Path(entry) for entry in entries if isinstance(entry, str)]
+
+
+def config_dir() -> Path:
+    """$FP16STUDIO_CONFIG_DIR, else the platform's per-user config folder + /fp16studio."""
+    override = os.environ.get("FP16STUDIO_CONFIG_DIR")
+    if override:
+        return Path(override).expanduser()
+    if sys.platform == "win32" and os.environ.get("APPDATA"):
+        return Path(os.environ["APPDATA"]) / "fp16studio"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "fp16studio"
+    base = os.environ.get("XDG_CONFIG_HOME") or ""
+    # The XDG spec says to ignore a relative value.
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".config") / "fp16studio"
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def _read(path: Path) -> Session:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")) if path.suffix != ".toml" else None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise InputError(f"{path}: not a session or spec file ({exc})") from None
+    if not (isinstance(data, dict) and "fp16studio_session" in data):
+        return Session(spec=PipelineSpec.load(path), path=path)
+    if data["fp16studio_session"] != FORMAT:
+        raise InputError(f"{path}: session format {data['fp16studio_session']!r} is not supported "
+                         f"by this version (it reads format {FORMAT})")
+    spec = PipelineSpec.from_dict(data.get("spec"), base_dir=path.parent)
+    return Session(spec=spec, diagnosis=_object_or_none(data, "diagnosis", path),
+                   bench=_object_or_none(data, "bench", path), path=path,
+                   saved_at=data.get("saved_at"))
+
+
+def _object_or_none(data: dict, key: str, path: Path) -> dict | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise InputError(f"{path}: {key!r} should be an object or null")
+    return value
+
+
+def _backup(path: Path) -> None:
+    """Keep the file about to be replaced as NAME.bak (itself replaced atomically)."""
+    if not path.is_file():
+        return
+    bak = path.with_name(path.name + ".bak")
+    tmp = path.with_name(f".{bak.name}.tmp")
+    try:
+        shutil.copy2(path, tmp)
+        tmp.replace(bak)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"cannot keep a backup of {path}: {exc.strerror or exc}") from None
+
+
+def _rebased_spec(spec: PipelineSpec, folder: Path) -> dict:
+    """The spec's document, with relative local paths made absolute when the file moves folders.
+
+    Relative paths resolve against the file's folder; a session saved elsewhere than the spec it
+    came from (or the autosave in the config folder) would otherwise point at nothing.
+    """
+    data = spec.to_dict()
+    if not spec.base_dir or Path(spec.base_dir).resolve() == folder.resolve():
+        return data
+    for key in ("model", "dataset"):
+        local = spec.local_path(data[key])
+        if local is not None and not Path(data[key]).expanduser().is_absolute():
+            data[key] = str(local.resolve())
+    if data["preprocess"]:
+        file, _, function = data["preprocess"].rpartition(":")
+        if not Path(file).expanduser().is_absolute():
+            data["preprocess"] = f"{spec.resolve_path(file).resolve()}:{function}"
+    return data
