@@ -1,0 +1,124 @@
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from fp16studio.core.html_report import render_report
+
+EVIL = '<script>alert("x")</script> & <img src=x onerror=1>'
+
+
+def diagnosis(**overrides):
+    doc = {
+        "ok": False,
+        "spec": {"model": f"models/{EVIL}", "dataset": "data", "model_dtype": "float16",
+                 "keep_fp32": [], "applied_fixes": [{"id": "cast-inputs", "title": EVIL}]},
+        "device": "cpu",
+        "findings": [
+            {"code": "dtype-mismatch", "severity": "error", "location": f"encoder.{EVIL}",
+             "message": f"Input was float32, weights float16. {EVIL}",
+             "evidence": {"input_dtype": "float32", EVIL: [1, 2]},
+             "fixes": [{"id": "cast-inputs", "title": f"Cast inputs {EVIL}"},
+                       {"id": "load-fp32", "title": "Load in float32"}]},
+            {"code": "half-on-cpu", "severity": "warning", "location": "model",
+             "message": "Slow.", "evidence": {}, "fixes": []},
+        ],
+        "error": {"type": "RuntimeError", "message": EVIL, "stage": "forward", "module": "encoder"},
+        "inventory": {"parameters": 1234567, "tensors": 40, "bytes": 5 * 2**20,
+                      "dtypes": {"float16": 30, "int64": 4, EVIL: 6}, "devices": {"cpu": 40}},
+        "output": {"name": "logits", "dtype": "float16", "shape": [4, 3]},
+        "timings": {"forward": 0.25},
+        "environment": {"torch": "2.13.0"},
+    }
+    doc.update(overrides)
+    return doc
+
+
+BENCH = {
+    "device": "cpu",
+    "variants": [
+        {"name": "float32", "ok": True, "samples_per_s": 100.0,
+         "latency_ms": {"p50": 40.0, "p90": 44.0, "min": 39.0}, "peak_memory_bytes": 2**20,
+         "weights_bytes": 4 * 2**20, "max_abs_diff_vs_float32": 0.0, "top1_agreement": 1.0},
+        {"name": "bfloat16", "ok": True, "samples_per_s": 150.0,
+         "latency_ms": {"p50": 26.0, "p90": 30.0, "min": 25.0}, "peak_memory_bytes": 2**19,
+         "weights_bytes": 2 * 2**20, "max_abs_diff_vs_float32": 0.01, "top1_agreement": 0.75},
+        {"name": "float16", "ok": False, "error": EVIL, "samples_per_s": None,
+         "latency_ms": None, "peak_memory_bytes": None, "weights_bytes": None,
+         "max_abs_diff_vs_float32": None, "top1_agreement": None},
+    ],
+}
+
+
+def parse(text):
+    # The report is well-formed XML on purpose: a strict parse proves every tag is closed and
+    # every piece of user text escaped (an unescaped "<" or "&" is a parse error).
+    return ET.fromstring(text.split("\n", 1)[1])
+
+
+def texts(root):
+    return "".join(root.itertext())
+
+
+def test_user_text_is_escaped_everywhere():
+    html = render_report(diagnosis(), BENCH)
+    assert "<script" not in html and "<img" not in html
+    assert "&lt;script&gt;" in html
+    root = parse(html)
+    # Escaped, not dropped: the text reads back exactly as the user wrote it.
+    assert f"models/{EVIL}" in texts(root.find("head/title"))
+    assert EVIL in texts(root)
+
+
+def test_self_contained():
+    html = render_report(diagnosis(), BENCH)
+    root = parse(html)
+    assert not root.findall(".//script") and not root.findall(".//link")
+    assert not [el for el in root.iter() if "src" in el.attrib or "href" in el.attrib]
+    assert "url(" not in html and "@import" not in html
+
+
+def test_findings_in_order_with_severity_in_words_and_fixes():
+    root = parse(render_report(diagnosis()))
+    findings = root.findall(".//div[@class='finding']")
+    assert [texts(f.find("h3/span")) for f in findings] == ["error", "warning"]
+    fixes = [texts(li) for li in findings[0].findall("ol/li")]
+    assert fixes[0].startswith("Cast inputs") and "load-fp32" in fixes[1]
+    assert "RuntimeError" in texts(root.find(".//section[@id='error']"))
+
+
+def test_inventory_bars_by_dtype_and_device():
+    root = parse(render_report(diagnosis()))
+    charts = root.find(".//section[@id='inventory']").findall("figure")
+    assert [texts(c.find("figcaption")) for c in charts] == ["Tensors by dtype", "Tensors by device"]
+    by_dtype = charts[0].find("{http://www.w3.org/2000/svg}svg")
+    widths = [float(r.get("width")) for r in by_dtype.iter("{http://www.w3.org/2000/svg}rect")]
+    assert widths == sorted(widths, reverse=True) and len(widths) == 3
+    assert widths[0] == pytest.approx(380) and widths[1] == pytest.approx(380 * 6 / 30)
+    assert "1,234,567" in texts(root) and "5.0 MiB" in texts(root)
+
+
+def test_bench_charts_and_table():
+    root = parse(render_report(diagnosis(), BENCH))
+    section = root.find(".//section[@id='bench']")
+    charts = section.findall("figure")
+    assert len(charts) == 4
+    throughput = [float(r.get("width")) for r in charts[0].iter("{http://www.w3.org/2000/svg}rect")]
+    assert throughput == pytest.approx([380 * 100 / 150, 380], abs=0.1)  # failed variant: no bar
+    rows = section.findall("table/tbody/tr")
+    cells = [[texts(td) for td in row.findall("td")] for row in rows]
+    assert cells[1][:3] == ["bfloat16", "ok", "150.0"] and cells[1][-1] == "75.0%"
+    assert cells[2][:2] == ["float16", "failed"] and cells[2][2] == "—"
+    assert EVIL in cells[3][1]  # the failure reason, escaped
+
+
+def test_no_bench_section_without_bench():
+    assert parse(render_report(diagnosis())).find(".//section[@id='bench']") is None
+
+
+def test_clean_run_and_minimal_document():
+    root = parse(render_report({"ok": True, "spec": {"model": "m", "dataset": "d"},
+                                "device": "cpu", "findings": [], "error": None,
+                                "inventory": None, "output": None}))
+    assert texts(root.find(".//h1/span")) == "ok"
+    assert "No findings." in texts(root)
+    assert root.find(".//section[@id='error']") is None
