@@ -28,3 +28,9 @@ class CancelToken:
     def check(self):
         if self._cancelled:
             raise Cancelled("cancelled")
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of an exception's message: what a one-line error report shows."""
+    lines = str(exc).strip().splitlines()
+    return lines[0][:limit] if lines else type(exc).__name__

@@ -1,0 +1,335 @@
+"""Reading the dataset and building one batch, step by step as the spec describes the pipeline.
+
+Each step does what users write themselves (a cast inside `Dataset.map`, `with_format`, a
+`DataLoader`, `.to(...)` on the batch), so their mistakes happen here too and can be diagnosed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import dtypes
+from .errors import InputError, first_line
+from .hub import resolve_dataset_source
+from .spec import PipelineSpec
+
+DATA_FILE_BUILDERS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+LABEL_NAMES = ("label", "labels", "class", "target", "category")
+TEXT_NAMES = ("text", "sentence", "sentence1", "question", "premise", "content", "document")
+PAIR_NAMES = ("text_pair", "sentence2", "context", "hypothesis", "passage")
+SYNTHETIC_TEXTS = (
+    "Half precision halves the memory of every weight.",
+    "The model expected float16 but the batch held float32.",
+    "A cast inside map is stored in Arrow and read back.",
+    "Integer token ids must never be cast to a floating type.",
+    "Autocast picks the precision of each operation for you.",
+    "Overflow turns large activations into inf and then NaN.",
+    "Bfloat16 keeps the range of float32 with fewer mantissa bits.",
+    "Move the inputs to the device where the model lives.",
+)
+
+
+class PipelineFailure(Exception):
+    """The user's pipeline itself failed at a stage (their code, their casts): a diagnosis result,
+    not bad input. Carries the original exception."""
+
+    def __init__(self, stage: str, exc: BaseException):
+        super().__init__(f"{stage}: {exc}")
+        self.stage = stage
+        self.exc = exc
+
+
+@dataclass
+class ColumnFacts:
+    """What happened to one batch entry on its way to the model."""
+
+    name: str
+    role: str | None = None          # text, text_pair, image, label; None for processor outputs
+    stored: str | None = None        # dtype of the Arrow feature (what `map` stored)
+    intended: str | None = None      # dtype a cast in `map` or the user's function asked for
+    loaded: str | None = None        # dtype out of the DataLoader, or "list"
+    final: str | None = None         # dtype fed to the model
+    device: str | None = None
+    shape: tuple | None = None
+
+
+@dataclass
+class BatchBuild:
+    batch: dict
+    columns: dict                     # role -> column name as resolved
+    facts: dict = field(default_factory=dict)   # batch key -> ColumnFacts
+
+
+def load_rows(spec: PipelineSpec, config=None, processor=None):
+    """The first `samples` rows of the split, as a `datasets.Dataset`."""
+    import datasets
+
+    if spec.dataset == "synthetic":
+        ds = synthetic_rows(spec, config, processor)
+    else:
+        ds = _read_source(spec)
+        if isinstance(ds, datasets.DatasetDict):
+            if spec.split not in ds:
+                raise InputError(f"dataset {spec.dataset!r} has no split {spec.split!r} "
+                                 f"(splits: {', '.join(ds)})")
+            ds = ds[spec.split]
+    if len(ds) == 0:
+        raise InputError(f"dataset {spec.dataset!r}: split {spec.split!r} has no rows")
+    return ds.select(range(min(spec.samples, len(ds))))
+
+
+def _read_source(spec: PipelineSpec):
+    import datasets
+
+    local = spec.local_path(spec.dataset)
+    try:
+        if local is None:
+            snapshot = resolve_dataset_source(spec.dataset)
+            if snapshot is None:  # online and not cached: let datasets fetch just the split
+                return datasets.load_dataset(spec.dataset, spec.dataset_config,
+                                             split=f"{spec.split}[:{spec.samples}]")
+            local = Path(snapshot)
+        if local.is_file():
+            builder = DATA_FILE_BUILDERS.get(local.suffix.lower())
+            if builder is None:
+                raise InputError(f"dataset {spec.dataset!r}: unsupported file type "
+                                 f"(use {', '.join(DATA_FILE_BUILDERS)})")
+            return datasets.load_dataset(builder, data_files={spec.split: str(local)},
+                                         split=spec.split)
+        if (local / "dataset_info.json").is_file() or (local / "dataset_dict.json").is_file():
+            return datasets.load_from_disk(str(local))
+        if _holds_images(local):
+            return datasets.load_dataset("imagefolder", data_dir=str(local), split=spec.split)
+        return datasets.load_dataset(str(local), spec.dataset_config, split=spec.split)
+    except InputError:
+        raise
+    except (FileNotFoundError, ValueError, OSError, KeyError) as exc:
+        raise InputError(f"dataset {spec.dataset!r} could not be read: {first_line(exc)}") from None
+
+
+def _holds_images(folder: Path) -> bool:
+    for path in folder.rglob("*"):
+        if path.suffix.lower() in IMAGE_SUFFIXES:
+            return True
+        if path.suffix.lower() in DATA_FILE_BUILDERS:
+            return False
+    return False
+
+
+def synthetic_rows(spec: PipelineSpec, config, processor):
+    """Rows made from the model config, for users with no data at hand (fixed seed)."""
+    import datasets
+    import numpy as np
+    from PIL import Image
+
+    n = spec.samples
+    num_labels = max(1, int(getattr(config, "num_labels", 2) or 2))
+    labels = [i % num_labels for i in range(n)]
+    if hasattr(processor, "tokenize") or hasattr(processor, "encode"):
+        texts = [SYNTHETIC_TEXTS[i % len(SYNTHETIC_TEXTS)] for i in range(n)]
+        return datasets.Dataset.from_dict({"text": texts, "label": labels})
+    if hasattr(processor, "size") or getattr(config, "image_size", None):
+        side = _image_side(config, processor)
+        rng = np.random.default_rng(0)
+        images = [Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8))
+                  for _ in range(n)]
+        ds = datasets.Dataset.from_dict({"image": images, "label": labels})
+        return ds.cast_column("image", datasets.Image())
+    raise InputError("dataset 'synthetic' supports text and image models; give a dataset")
+
+
+def _image_side(config, processor) -> int:
+    size = getattr(processor, "size", None) or {}
+    if isinstance(size, dict):
+        for key in ("height", "shortest_edge", "width"):
+            if size.get(key):
+                return int(size[key])
+    side = getattr(config, "image_size", None)
+    return int(side if isinstance(side, int) else 224)
+
+
+def detect_columns(ds, spec: PipelineSpec) -> dict:
+    """role -> column name: the spec's own choices first, then by feature type and name."""
+    import datasets
+
+    features = ds.features
+    names = list(features)
+    for role, column in spec.columns.items():
+        if column not in features:
+            raise InputError(f"columns.{role}: dataset has no column {column!r} "
+                             f"(columns: {', '.join(names)})")
+    roles = dict(spec.columns)
+    taken = set(roles.values())
+
+    def pick(role, test):
+        if role in roles:
+            return
+        for name in names:
+            if name not in taken and test(name, features[name]):
+                roles[role] = name
+                taken.add(name)
+                return
+
+    pick("image", lambda n, f: isinstance(f, datasets.Image))
+    pick("label", lambda n, f: isinstance(f, datasets.ClassLabel))
+    pick("label", lambda n, f: n.lower() in LABEL_NAMES and _is_int_value(f))
+    is_text = lambda f: isinstance(f, datasets.Value) and f.dtype in ("string", "large_string")  # noqa: E731
+    pick("text", lambda n, f: n.lower() in TEXT_NAMES and is_text(f))
+    pick("text_pair", lambda n, f: n.lower() in PAIR_NAMES and is_text(f))
+    pick("text", lambda n, f: is_text(f))
+    return roles
+
+
+def _is_int_value(feature) -> bool:
+    import datasets
+
+    return isinstance(feature, datasets.Value) and feature.dtype.startswith(("int", "uint", "bool"))
+
+
+def load_user_function(spec: PipelineSpec):
+    path_text, _, name = spec.preprocess.rpartition(":")
+    path = spec.resolve_path(path_text)
+    if not path.is_file():
+        raise InputError(f"preprocess: no such file {path}")
+    module_name = f"fp16studio_user_{path.stem}"
+    module_spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        sys.modules[module_name] = module  # so datasets can pickle/hash the function
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file failed to import: bad input, said plainly
+        raise InputError(f"preprocess: {path.name} failed to import: "
+                         f"{type(exc).__name__}: {first_line(exc)}") from None
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise InputError(f"preprocess: {path.name} has no function {name!r}")
+    return function
+
+
+def build_batch(spec: PipelineSpec, ds, processor, model_inputs: set, main_input: str,
+                device, cancel=None) -> BatchBuild:
+    """Run the data half of the pipeline and return the batch the model would receive."""
+    import datasets
+    import torch
+
+    roles = detect_columns(ds, spec)
+    facts: dict[str, ColumnFacts] = {}
+    try:
+        if spec.preprocess:
+            function = load_user_function(spec)
+            # Call it once directly to see what it returns before Arrow stores it.
+            for key, value in dict(function(dict(ds[0]))).items():
+                if torch.is_tensor(value) and value.is_floating_point():
+                    facts[key] = ColumnFacts(key, intended=dtypes.name_of(value.dtype))
+            ds = ds.map(function)
+            roles = {r: c for r, c in roles.items() if c in ds.column_names}
+        if cancel:
+            cancel.check()
+        if main_input not in ds.column_names:
+            ds = _apply_processor(spec, ds, processor, roles)
+            if spec.map_dtype:
+                for key, feature in ds.features.items():
+                    if _feature_dtype(feature) and dtypes.is_floating_name(_feature_dtype(feature)):
+                        facts.setdefault(key, ColumnFacts(key)).intended = spec.map_dtype
+        ds = _select_model_columns(spec, ds, roles, model_inputs)
+        for key, feature in ds.features.items():
+            facts.setdefault(key, ColumnFacts(key)).stored = _feature_dtype(feature)
+            if key == "labels":
+                facts[key].role = "label"
+        if spec.format == "torch":
+            kwargs = {"dtype": dtypes.to_torch(spec.format_dtype)} if spec.format_dtype else {}
+            ds = ds.with_format("torch", **kwargs)
+        loader = torch.utils.data.DataLoader(ds, batch_size=spec.batch_size, shuffle=False)
+        batch = dict(next(iter(loader)))
+    except (InputError, datasets.exceptions.DatasetsError) as exc:
+        raise exc if isinstance(exc, InputError) else InputError(first_line(exc)) from None
+    except Exception as exc:  # the user's own code or casts failed: that is the diagnosis
+        raise PipelineFailure("batch", exc) from exc
+    for key, value in batch.items():
+        fact = facts.setdefault(key, ColumnFacts(key))
+        fact.loaded = dtypes.name_of(value.dtype) if torch.is_tensor(value) else "list"
+    batch = prepare_inputs(spec, batch, device, facts)
+    return BatchBuild(batch=batch, columns=roles, facts=facts)
+
+
+def prepare_inputs(spec: PipelineSpec, batch: dict, device, facts: dict) -> dict:
+    """`input_dtype` / `input_cast`, then the move to `input_device`, as users write them."""
+    import torch
+
+    target = device if spec.input_device == "model" else torch.device(spec.input_device)
+    out = {}
+    try:
+        for key, value in batch.items():
+            if spec.input_dtype and (not torch.is_tensor(value) or value.is_floating_point()
+                                     or spec.input_cast == "all"):
+                # On a list this raises just what users see: 'list' object has no attribute 'to'.
+                value = value.to(dtypes.to_torch(spec.input_dtype))
+            out[key] = value.to(target)
+    except Exception as exc:
+        raise PipelineFailure("batch", exc) from exc
+    for key, value in out.items():
+        facts[key].final = dtypes.name_of(value.dtype)
+        facts[key].device = str(value.device)
+        facts[key].shape = tuple(value.shape)
+    return out
+
+
+def _apply_processor(spec: PipelineSpec, ds, processor, roles: dict):
+    import torch
+
+    map_dtype = dtypes.to_torch(spec.map_dtype) if spec.map_dtype else None
+    image, text, pair = roles.get("image"), roles.get("text"), roles.get("text_pair")
+    if image is None and text is None:
+        raise InputError(f"dataset {spec.dataset!r}: no text or image column to process "
+                         f"(columns: {', '.join(ds.column_names)}); set columns.text or columns.image")
+
+    def process(rows):
+        if image is not None and hasattr(processor, "size"):
+            out = processor(images=[img.convert("RGB") for img in rows[image]], return_tensors="pt")
+        elif text is not None:
+            args = (rows[text], rows[pair]) if pair else (rows[text],)
+            out = processor(*args, padding=True, truncation=True, return_tensors="pt")
+        else:
+            raise InputError("the processor does not match the dataset's columns")
+        out = dict(out)
+        if map_dtype is not None:
+            # What users write inside map; datasets stores it in Arrow and may give float32 back.
+            out = {k: v.to(map_dtype) if torch.is_tensor(v) and v.is_floating_point() else v
+                   for k, v in out.items()}
+        return out
+
+    # One map call over all rows, so text pads to one length and the batch collates.
+    return ds.map(process, batched=True, batch_size=None)
+
+
+def _select_model_columns(spec: PipelineSpec, ds, roles: dict, model_inputs: set):
+    label = roles.get("label")
+    if spec.with_labels:
+        if label is None:
+            raise InputError(f"with_labels is on, but dataset {spec.dataset!r} has no label column "
+                             "(set columns.label)")
+        if label != "labels":
+            if "labels" in ds.column_names:
+                ds = ds.remove_columns("labels")
+            ds = ds.rename_column(label, "labels")
+    keep = set(model_inputs) | ({"labels"} if spec.with_labels else set())
+    drop = [c for c in ds.column_names if c not in keep]
+    return ds.remove_columns(drop) if drop else ds
+
+
+def _feature_dtype(feature) -> str | None:
+    """The scalar dtype inside an Arrow feature (Value, List, Sequence, ArrayXD, ClassLabel)."""
+    import datasets
+
+    if isinstance(feature, datasets.ClassLabel):
+        return "int64"
+    if isinstance(feature, datasets.Value):
+        return feature.dtype
+    inner = getattr(feature, "feature", None)
+    if inner is not None:
+        return _feature_dtype(inner)
+    return getattr(feature, "dtype", None)

@@ -1,0 +1,187 @@
+"""The built-in demo: tiny models and datasets made from configs with fixed seeds, offline.
+
+They reproduce the seed article's situations (a float16 cast in `map` that is lost; an fp32
+model fed fp16 inputs and the reverse; PIL preprocessing that casts to half) plus a blind
+`.half()` on every tensor, a model whose fp16 activations overflow, and a healthy pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .errors import InputError
+from .spec import PipelineSpec
+
+DEMOS = {
+    "map-cast": "A float16 cast written inside Dataset.map is lost; the fp16 ResNet gets float32 pixels",
+    "fp16-inputs": "An fp32 ResNet fed float16 inputs",
+    "fp16-model": "A ResNet cast to float16 fed the image processor's float32 pixels",
+    "pil-preprocess": "Custom PIL preprocessing casts to half inside map; the fp16 model gets float32",
+    "blind-half": "Every batch tensor cast to float16, token ids and mask included (BERT)",
+    "vit-silent": "A ViT that casts its inputs itself: float16 pixels run silently in float32",
+    "overflow": "A BERT whose float16 activations overflow to inf and NaN",
+    "healthy": "A healthy pipeline: ResNet, float32, nothing to fix",
+}
+DEMO_DEFAULT = "map-cast"
+_SPECS = {
+    "map-cast": dict(model="models/tiny-resnet", dataset="data/images", model_dtype="float16",
+                     map_dtype="float16"),
+    "fp16-inputs": dict(model="models/tiny-resnet", dataset="data/images", input_dtype="float16"),
+    "fp16-model": dict(model="models/tiny-resnet", dataset="data/images", model_dtype="float16"),
+    "pil-preprocess": dict(model="models/tiny-resnet", dataset="data/images",
+                           model_dtype="float16", preprocess="preprocess.py:custom_preprocessing"),
+    "blind-half": dict(model="models/tiny-bert", dataset="data/texts.jsonl",
+                       input_dtype="float16", input_cast="all"),
+    "vit-silent": dict(model="models/tiny-vit", dataset="data/images", input_dtype="float16"),
+    "overflow": dict(model="models/overflow-bert", dataset="data/texts.jsonl",
+                     model_dtype="float16"),
+    "healthy": dict(model="models/tiny-resnet", dataset="data/images"),
+}
+# Bump when the demo content changes, so cached copies are rebuilt.
+_BUILD = "3"
+_PREPROCESS = '''\
+"""The seed article's third example: PIL preprocessing that casts to half inside Dataset.map."""
+import numpy as np
+import torch
+
+
+def custom_preprocessing(example):
+    image = example["image"].convert("RGB").resize((36, 36)).crop((2, 2, 34, 34))
+    array = np.asarray(image, dtype=np.float32) / 255.0          # like ToTensor()
+    image_tensor = torch.from_numpy(array).permute(2, 0, 1)
+    image_tensor = image_tensor.to(torch.float16)                # lost when map stores it
+    example["pixel_values"] = image_tensor
+    return example
+'''
+_WORDS = ("half precision the model expected float16 but batch held float32 a cast inside map is "
+          "stored in arrow and read back integer token ids must never be to floating type "
+          "autocast picks of each operation for you overflow turns large activations into inf "
+          "then nan bfloat16 keeps range with fewer mantissa bits move inputs device where lives")
+
+
+def demo_names() -> list[str]:
+    return list(DEMOS)
+
+
+def demo_spec(name: str) -> PipelineSpec:
+    """The built-in demo spec `name`, its files built once into the user's cache."""
+    if name not in DEMOS:
+        raise InputError(f"no demo {name!r} (demos: {', '.join(DEMOS)})")
+    root = ensure_demo_files()
+    return PipelineSpec.from_dict(dict(_SPECS[name]), base_dir=root)
+
+
+def demo_cache_dir() -> Path:
+    base = os.environ.get("FP16STUDIO_CACHE") or os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+    return Path(base).expanduser() / "fp16studio" / f"demo-{_BUILD}"
+
+
+def ensure_demo_files() -> Path:
+    root = demo_cache_dir()
+    if (root / "complete").is_file():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".demo-", dir=root.parent))
+    try:
+        write_demo(staging)
+        (staging / "complete").write_text(_BUILD)
+        try:
+            staging.rename(root)
+        except OSError:  # another process finished first; theirs is as good as ours
+            pass
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return root
+
+
+def write_demo(folder: str | Path) -> list[Path]:
+    """Write models, data, the preprocess file and one spec per demo; return the spec paths."""
+    from .loading import quiet_hf
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with quiet_hf():
+        _write_models(folder / "models")
+        _write_data(folder / "data")
+    (folder / "preprocess.py").write_text(_PREPROCESS)
+    paths = []
+    for name, spec in _SPECS.items():
+        path = folder / f"{name}.json"
+        path.write_text(json.dumps(PipelineSpec.from_dict(dict(spec)).to_dict(), indent=2) + "\n")
+        paths.append(path)
+    return paths
+
+
+def _write_models(folder: Path):
+    import torch
+    from transformers import (BertConfig, BertForSequenceClassification, ResNetConfig,
+                              ResNetForImageClassification, ViTConfig, ViTForImageClassification)
+
+    image_processor = _image_processor(32)
+    labels = {"num_labels": 3, "id2label": {0: "cat", 1: "dog", 2: "bird"},
+              "label2id": {"cat": 0, "dog": 1, "bird": 2}}
+    torch.manual_seed(0)
+    resnet = ResNetForImageClassification(ResNetConfig(
+        embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], **labels))
+    _save(resnet, image_processor, folder / "tiny-resnet")
+    torch.manual_seed(0)
+    vit = ViTForImageClassification(ViTConfig(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, **labels))
+    _save(vit, image_processor, folder / "tiny-vit")
+    tokenizer = _tokenizer()
+    bert_config = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                       num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+                       **labels)
+    torch.manual_seed(0)
+    _save(BertForSequenceClassification(BertConfig(**bert_config)), tokenizer,
+          folder / "tiny-bert")
+    torch.manual_seed(0)
+    overflow = BertForSequenceClassification(BertConfig(**bert_config))
+    with torch.no_grad():
+        # Fine in float32 and bfloat16 (range 3e38), past float16's 65504 in the first FFN.
+        overflow.bert.encoder.layer[0].intermediate.dense.weight.mul_(1e6)
+    _save(overflow, tokenizer, folder / "overflow-bert")
+
+
+def _save(model, processor, folder: Path):
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+
+
+def _image_processor(side: int):
+    from transformers import ViTImageProcessor
+
+    return ViTImageProcessor(size={"height": side, "width": side})
+
+
+def _tokenizer():
+    from transformers import BertTokenizer
+
+    words = sorted(set(_WORDS.split()))
+    pieces = [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz0123456789"]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words + list(
+        "abcdefghijklmnopqrstuvwxyz0123456789.,") + pieces
+    return BertTokenizer(vocab={token: i for i, token in enumerate(vocab)})
+
+
+def _write_data(folder: Path):
+    import datasets
+    import numpy as np
+    from PIL import Image
+
+    from .data import SYNTHETIC_TEXTS
+
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8))
+              for _ in range(16)]
+    ds = datasets.Dataset.from_dict({"image": images, "label": [i % 3 for i in range(16)]})
+    ds = ds.cast_column("image", datasets.Image())
+    ds = ds.cast_column("label", datasets.ClassLabel(names=["cat", "dog", "bird"]))
+    datasets.DatasetDict({"train": ds}).save_to_disk(str(folder / "images"))
+    rows = [{"text": text, "label": i % 3} for i, text in enumerate(SYNTHETIC_TEXTS)]
+    (folder / "texts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

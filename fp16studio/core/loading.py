@@ -1,0 +1,202 @@
+"""Loading the model and its processor exactly as the spec says (dtype always explicit)."""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import dtypes
+from .errors import InputError, first_line
+from .hub import resolve_model_source
+from .spec import PipelineSpec
+
+# Architecture-name suffix -> task family; the first match wins.
+_TASK_SUFFIXES = (
+    ("ForImageClassification", "image-classification"),
+    ("ForSequenceClassification", "sequence-classification"),
+    ("ForCausalLM", "causal-lm"),
+    ("ForConditionalGeneration", "seq2seq-lm"),
+    ("ForSeq2SeqLM", "seq2seq-lm"),
+)
+_AUTO_CLASSES = {
+    "image-classification": "AutoModelForImageClassification",
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "feature-extraction": "AutoModel",
+    "causal-lm": "AutoModelForCausalLM",
+    "seq2seq-lm": "AutoModelForSeq2SeqLM",
+}
+
+
+@dataclass
+class LoadedModel:
+    model: object
+    source: str            # the local folder it was read from
+    task: str
+    architecture: str
+    device: object         # torch.device of the first parameter (where inputs go)
+
+
+@contextlib.contextmanager
+def quiet_hf():
+    """Silence transformers/datasets chatter and progress bars while we load."""
+    import datasets
+    import transformers
+
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+
+
+def model_folder(spec: PipelineSpec) -> str:
+    local = spec.local_path(spec.model)
+    if local is not None:
+        if not local.is_dir():
+            raise InputError(f"model {spec.model!r}: expected a folder (save_pretrained layout)")
+        if not (local / "config.json").is_file():
+            raise InputError(f"model {spec.model!r}: the folder has no config.json")
+        return str(local)
+    return resolve_model_source(spec.model, spec.revision, spec.trust_remote_code)
+
+
+def load_config(folder: str, spec: PipelineSpec):
+    from transformers import AutoConfig
+
+    _refuse_remote_code(folder, spec)
+    try:
+        return AutoConfig.from_pretrained(folder, trust_remote_code=spec.trust_remote_code)
+    except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
+        raise InputError(f"model {spec.model!r}: unreadable config ({first_line(exc)})") from None
+
+
+def _refuse_remote_code(folder: str, spec: PipelineSpec):
+    config_path = Path(folder) / "config.json"
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"model {spec.model!r}: unreadable config.json ({first_line(exc)})") from None
+    if config.get("auto_map") and not spec.trust_remote_code:
+        import transformers
+
+        known = any(hasattr(transformers, arch) for arch in config.get("architectures") or ())
+        if not known:
+            raise InputError(f"model {spec.model!r} needs its own code from the repository; "
+                             "set trust_remote_code to true only if you trust its author")
+
+
+def resolve_task(config, spec: PipelineSpec) -> tuple[str, str]:
+    """(task family, architecture name) from the spec or config.architectures."""
+    architectures = list(getattr(config, "architectures", None) or [])
+    arch = architectures[0] if architectures else type(config).__name__.replace("Config", "Model")
+    if spec.task != "auto":
+        return spec.task, arch
+    for suffix, task in _TASK_SUFFIXES:
+        if arch.endswith(suffix):
+            return task, arch
+    return "feature-extraction", arch
+
+
+def resolve_device(spec: PipelineSpec):
+    """The torch.device the spec asks for, or None when that device is not on this machine."""
+    import torch
+
+    name = spec.device
+    if name == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            return None
+        index = int(name[5:]) if ":" in name else 0
+        return torch.device("cuda", index) if index < torch.cuda.device_count() else None
+    if name == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        return torch.device("mps") if mps is not None and mps.is_available() else None
+    return torch.device(name)
+
+
+def load_model(spec: PipelineSpec, device) -> LoadedModel:
+    import transformers
+
+    folder = model_folder(spec)
+    config = load_config(folder, spec)
+    task, arch = resolve_task(config, spec)
+    if spec.task == "auto" and hasattr(transformers, arch):
+        cls = getattr(transformers, arch)
+    else:
+        cls = getattr(transformers, _AUTO_CLASSES[task])
+    kwargs = {"dtype": "auto" if spec.model_dtype == "auto" else dtypes.to_torch(spec.model_dtype),
+              "trust_remote_code": spec.trust_remote_code}
+    if spec.device_map:
+        kwargs["device_map"] = spec.device_map
+    with quiet_hf():
+        try:
+            model = cls.from_pretrained(folder, **kwargs)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            if _is_oom(exc):
+                raise
+            raise InputError(f"model {spec.model!r} could not be loaded: {first_line(exc)}") from None
+    if not spec.device_map:
+        model.to(device)
+    keep_in_float32(model, spec.keep_fp32)
+    model.eval()
+    return LoadedModel(model=model, source=folder, task=task, architecture=arch,
+                       device=first_device(model))
+
+
+def keep_in_float32(model, patterns) -> list[str]:
+    """`.float()` every module whose name matches a pattern; returns the names kept."""
+    kept = []
+    for name, module in model.named_modules():
+        if name and any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            module.float()
+            kept.append(name)
+    return kept
+
+
+def first_device(model):
+    """Where inputs should go: the device of the first parameter (the embeddings under a map)."""
+    import torch
+
+    for tensor in model.parameters():
+        return tensor.device
+    return torch.device("cpu")
+
+
+def load_processor(folder: str, model, spec: PipelineSpec):
+    """The model's processor by its main input: tokenizer, image processor or feature extractor."""
+    import transformers
+
+    main = getattr(model, "main_input_name", "input_ids")
+    family = {"input_ids": "AutoTokenizer", "pixel_values": "AutoImageProcessor"}.get(
+        main, "AutoFeatureExtractor")
+    with quiet_hf():
+        try:
+            processor = getattr(transformers, family).from_pretrained(
+                folder, trust_remote_code=spec.trust_remote_code)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InputError(f"model {spec.model!r} has no usable {family[4:]} "
+                             f"({first_line(exc)})") from None
+    if family == "AutoTokenizer":
+        _check_tokenizer_fits(processor, model.config, spec)
+    return processor
+
+
+def _check_tokenizer_fits(tokenizer, config, spec):
+    # A tokenizer from another model produces ids past the embedding table: index errors later.
+    vocab = getattr(config, "vocab_size", None) or getattr(
+        getattr(config, "text_config", None), "vocab_size", None)
+    if vocab and len(tokenizer) > vocab:
+        raise InputError(f"model {spec.model!r}: its tokenizer has {len(tokenizer)} tokens but the "
+                         f"model's vocabulary only {vocab}: they do not belong together")
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return "out of memory" in str(exc).lower() or type(exc).__name__ == "OutOfMemoryError"

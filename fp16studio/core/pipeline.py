@@ -1,0 +1,155 @@
+"""The user's pipeline, run as the spec describes it: model, dataset, batch, forward pass.
+
+Steps (in this order): read `samples` rows -> user `preprocess` (Dataset.map) -> processor
+(Dataset.map, with `map_dtype` cast inside it) -> labels kept or dropped -> `format` /
+`format_dtype` -> DataLoader batch -> `input_dtype` / `input_cast` -> `input_device` -> model in
+`model_dtype` on `device` with `keep_fp32` -> forward under `torch.inference_mode()` and the
+spec's autocast, both entered in the calling thread (they are thread-local).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from dataclasses import dataclass
+
+from . import dtypes
+from .data import BatchBuild, build_batch, load_rows
+from .errors import InputError
+from .loading import LoadedModel, load_model, load_processor, quiet_hf, resolve_device
+from .spec import PipelineSpec
+
+
+class DeviceUnavailable(Exception):
+    """The spec asks for a device this machine does not have."""
+
+
+@dataclass
+class Prepared:
+    spec: PipelineSpec
+    loaded: LoadedModel
+    processor: object
+    build: BatchBuild
+
+    @property
+    def model(self):
+        return self.loaded.model
+
+    @property
+    def batch(self) -> dict:
+        return self.build.batch
+
+    @property
+    def device(self):
+        return self.loaded.device
+
+    @property
+    def task(self) -> str:
+        return self.loaded.task
+
+    @property
+    def main_input(self) -> str:
+        return getattr(self.model, "main_input_name", "input_ids")
+
+    @property
+    def columns(self) -> dict:
+        return self.build.columns
+
+
+def forward_inputs(model) -> set:
+    """Names model.forward accepts; batch columns outside them are dropped."""
+    names = set(inspect.signature(model.forward).parameters)
+    names.discard("kwargs")
+    return names
+
+
+def prepare_model(spec: PipelineSpec, progress=None):
+    """(LoadedModel, processor) for the spec; raises DeviceUnavailable or InputError."""
+    device = resolve_device(spec)
+    if device is None:
+        raise DeviceUnavailable(spec.device)
+    _progress(progress, "model", f"loading {spec.model} in {spec.model_dtype}")
+    loaded = load_model(spec, device)
+    processor = load_processor(loaded.source, loaded.model, spec)
+    return loaded, processor
+
+
+def prepare_batch(spec: PipelineSpec, loaded: LoadedModel, processor, progress=None,
+                  cancel=None) -> BatchBuild:
+    _progress(progress, "dataset", f"reading {spec.samples} rows of {spec.dataset}")
+    with quiet_hf():
+        rows = load_rows(spec, loaded.model.config, processor)
+        if cancel:
+            cancel.check()
+        _progress(progress, "batch", f"building a batch of {spec.batch_size}")
+        build = build_batch(spec, rows, processor, forward_inputs(loaded.model),
+                            getattr(loaded.model, "main_input_name", "input_ids"),
+                            loaded.device, cancel)
+    _add_decoder_inputs(loaded.model, build.batch)
+    return build
+
+
+def prepare(spec: PipelineSpec, progress=None, cancel=None) -> Prepared:
+    """Load the model and build one batch exactly as the spec describes."""
+    try:
+        loaded, processor = prepare_model(spec, progress)
+    except DeviceUnavailable:
+        raise InputError(f"device {spec.device!r} is not available on this machine") from None
+    if cancel:
+        cancel.check()
+    build = prepare_batch(spec, loaded, processor, progress, cancel)
+    return Prepared(spec=spec, loaded=loaded, processor=processor, build=build)
+
+
+def _add_decoder_inputs(model, batch: dict):
+    # Encoder-decoder models need a decoder start; users pass labels or decoder_input_ids.
+    config = model.config
+    if not getattr(config, "is_encoder_decoder", False) or "labels" in batch:
+        return
+    if "decoder_input_ids" in batch or "input_ids" not in batch:
+        return
+    import torch
+
+    start = getattr(config, "decoder_start_token_id", None) or 0
+    ids = batch["input_ids"]
+    batch["decoder_input_ids"] = torch.full((ids.shape[0], 1), start, dtype=torch.long,
+                                            device=ids.device)
+
+
+def autocast_context(spec: PipelineSpec, device):
+    import torch
+
+    if not spec.autocast:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtypes.to_torch(spec.autocast))
+
+
+def run_forward(spec: PipelineSpec, model, batch: dict, device):
+    import torch
+
+    with torch.inference_mode(), autocast_context(spec, device):
+        return model(**batch)
+
+
+def forward(prepared: Prepared):
+    """The forward pass of a prepared pipeline, in the calling thread."""
+    return run_forward(prepared.spec, prepared.model, prepared.batch, prepared.device)
+
+
+def primary_output(output):
+    """(name, tensor) of the output a user looks at: logits, else the first tensor."""
+    import torch
+
+    if torch.is_tensor(output):
+        return "output", output
+    items = output.items() if hasattr(output, "items") else enumerate(output)
+    pairs = [(str(k), v) for k, v in items if torch.is_tensor(v)]
+    for name, value in pairs:
+        if name in ("logits", "last_hidden_state"):
+            return name, value
+    return pairs[0] if pairs else (None, None)
+
+
+def _progress(progress, stage, message):
+    if progress is not None:
+        progress(stage, message)
