@@ -1,0 +1,49 @@
+"""Entry point of the desktop app: `fp16studio gui [SPEC]` calls `main([SPEC])`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="fp16studio gui", description="Open the fp16studio window.")
+    parser.add_argument("spec", nargs="?", help="a spec or session file, or demo:NAME (default: the demo)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else [a for a in argv if a is not None])
+
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    from .theme import Theme, app_icon
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("fp16studio")
+    app.setOrganizationName("fp16studio")
+    app.setDesktopFileName("fp16studio")
+    app.setWindowIcon(app_icon())
+    theme = Theme(app)
+
+    from .main_window import MainWindow
+
+    spec = args.spec
+    restored = None
+    if spec is None:
+        from fp16studio.core.session import clear_autosave, restore_autosave
+
+        restored = restore_autosave()
+        if restored is not None:
+            answer = QMessageBox.question(
+                None, "Restore session?",
+                "fp16studio did not close cleanly last time. Restore the pipeline you were working on?")
+            if answer != QMessageBox.StandardButton.Yes:
+                clear_autosave()
+                restored = None
+    window = MainWindow(restored.spec if restored else spec)
+    if restored is not None:
+        window.restore_session(restored)
+    theme.changed.connect(lambda _scheme: window.refresh_icons())
+    window.show()
+    return app.exec()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""The Findings panel: a list of findings, and the selected one in full with a button per fix."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
+from PySide6.QtWidgets import (QAbstractItemView, QFrame, QHBoxLayout, QHeaderView, QLabel,
+                               QPushButton, QSplitter, QTreeView, QVBoxLayout, QWidget)
+
+from .roles import NODE_ROLE, RAW_ROLE
+from .theme import icon
+
+SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+class FindingsModel(QAbstractTableModel):
+    COLUMNS = ("Severity", "Finding", "Location")
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._findings: list = []
+
+    def set_findings(self, findings):
+        self.beginResetModel()
+        # Errors first, then warnings, then notes; the engine's order within a severity.
+        self._findings = sorted(findings, key=lambda f: -SEVERITY_RANK[f.severity])
+        self.endResetModel()
+
+    def findings(self) -> list:
+        return list(self._findings)
+
+    def rowCount(self, parent=QModelIndex()):
+        return 0 if parent.isValid() else len(self._findings)
+
+    def columnCount(self, parent=QModelIndex()):
+        return 0 if parent.isValid() else len(self.COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self.COLUMNS[section]
+        return None
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid() or not (0 <= index.row() < len(self._findings)):
+            return None
+        finding = self._findings[index.row()]
+        column = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return (finding.severity, finding.code, finding.location)[column]
+        if role == Qt.ItemDataRole.DecorationRole and column == 0:
+            return icon(f"status-{finding.severity}")
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return finding.message
+        if role == RAW_ROLE:
+            return (SEVERITY_RANK[finding.severity], finding.code, finding.location)[column]
+        if role == NODE_ROLE:
+            return finding
+        return None
+
+
+class FindingDetail(QFrame):
+    """One finding in full: what happened, the evidence, and its fixes, best first."""
+
+    fixRequested = Signal(str)
+    revealRequested = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("findingDetail")
+        self.title = QLabel(objectName="panelTitle")
+        self.message = QLabel(wordWrap=True, textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.evidence = QLabel(wordWrap=True, textFormat=Qt.TextFormat.RichText,
+                               textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.reveal = QPushButton("Show in tensor tree")
+        self.reveal.clicked.connect(lambda: self.revealRequested.emit(self._location))
+        self.fixes_box = QVBoxLayout()
+        self.fixes_box.setSpacing(6)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 8, 10, 10)
+        layout.setSpacing(8)
+        layout.addWidget(self.title)
+        layout.addWidget(self.message)
+        layout.addWidget(self.evidence)
+        row = QHBoxLayout()
+        row.addWidget(self.reveal)
+        row.addStretch(1)
+        layout.addLayout(row)
+        self.fixes_label = QLabel("Fixes", objectName="muted")
+        layout.addWidget(self.fixes_label)
+        layout.addLayout(self.fixes_box)
+        layout.addStretch(1)
+        self._location = ""
+        self.fix_buttons: list[QPushButton] = []
+        self.show_text("Run the pipeline to see findings.")
+
+    def show_text(self, text: str, title: str = ""):
+        self._location = ""
+        self.title.setText(title)
+        self.title.setVisible(bool(title))
+        self.message.setText(text)
+        self.evidence.hide()
+        self.reveal.hide()
+        self._set_fixes(())
+
+    def show_finding(self, finding, enabled: bool = True):
+        self._location = finding.location
+        self.title.setText(f"{finding.severity.capitalize()}: {finding.code}")
+        self.title.show()
+        self.message.setText(finding.message)
+        self.evidence.setText(_evidence_html(finding.location, finding.evidence))
+        self.evidence.show()
+        self.reveal.setVisible(bool(finding.location))
+        self._set_fixes(finding.fixes, enabled)
+
+    def _set_fixes(self, fixes, enabled: bool = True):
+        for button in self.fix_buttons:
+            self.fixes_box.removeWidget(button)
+            button.deleteLater()
+        self.fix_buttons = []
+        for i, fix in enumerate(fixes):
+            button = QPushButton(icon("fix"), fix.title, objectName="fixButton")
+            button.setProperty("primary", i == 0)
+            button.setProperty("fixId", fix.id)
+            button.setToolTip(fix.explain or fix.title)
+            button.setEnabled(enabled)
+            button.clicked.connect(lambda _=False, fix_id=fix.id: self.fixRequested.emit(fix_id))
+            self.fixes_box.addWidget(button)
+            self.fix_buttons.append(button)
+        self.fixes_label.setVisible(bool(fixes))
+
+    def set_fixes_enabled(self, enabled: bool):
+        for button in self.fix_buttons:
+            button.setEnabled(enabled)
+
+
+class FindingsPanel(QWidget):
+    """`view` is the findings list (MainWindow.findingsView); `detail` the selected finding."""
+
+    fixRequested = Signal(str)
+    revealRequested = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.model = FindingsModel(self)
+        self.view = QTreeView(objectName="findingsView")
+        self.view.setModel(self.model)
+        self.view.setRootIsDecorated(False)
+        self.view.setUniformRowHeights(True)
+        self.view.setAlternatingRowColors(True)
+        self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        header = self.view.header()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.view.selectionModel().currentRowChanged.connect(self._on_current)
+        self.summary = QLabel(objectName="muted")
+        self.detail = FindingDetail(self)
+        self.detail.fixRequested.connect(self.fixRequested)
+        self.detail.revealRequested.connect(self.revealRequested)
+        self._fixes_enabled = True
+
+        title = QLabel("Findings", objectName="panelTitle")
+        head = QHBoxLayout()
+        head.setContentsMargins(8, 6, 8, 0)
+        head.addWidget(title)
+        head.addStretch(1)
+        head.addWidget(self.summary)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.view)
+        split.addWidget(self.detail)
+        split.setStretchFactor(0, 2)
+        split.setStretchFactor(1, 3)
+        split.setChildrenCollapsible(False)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(4)
+        layout.addLayout(head)
+        layout.addWidget(split, 1)
+
+    def set_findings(self, findings, ok: bool):
+        self.model.set_findings(findings)
+        counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
+        self.summary.setText(" · ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n))
+        if findings:
+            self.view.setCurrentIndex(self.model.index(0, 0))
+        elif ok:
+            self.detail.show_text("No findings: the pipeline runs and its output is finite.",
+                                  "All clear")
+
+    def show_failure(self, message: str):
+        self.model.set_findings([])
+        self.summary.setText("")
+        self.detail.show_text(message, "The pipeline could not be run")
+
+    def set_fixes_enabled(self, enabled: bool):
+        self._fixes_enabled = enabled
+        self.detail.set_fixes_enabled(enabled)
+
+    def select_code(self, code: str) -> bool:
+        for row, finding in enumerate(self.model.findings()):
+            if finding.code == code:
+                self.view.setCurrentIndex(self.model.index(row, 0))
+                return True
+        return False
+
+    def _on_current(self, current, _previous):
+        finding = current.data(NODE_ROLE) if current.isValid() else None
+        if finding is not None:
+            self.detail.show_finding(finding, self._fixes_enabled)
+            # Selecting a finding shows the module it names in the tensor tree.
+            if finding.location:
+                self.revealRequested.emit(finding.location)
+
+
+def _evidence_html(location: str, evidence: dict) -> str:
+    rows = [("location", location)] if location else []
+    rows += [(key, value if isinstance(value, str) else json.dumps(value, default=str))
+             for key, value in evidence.items()]
+    cells = "".join(
+        f"<tr><td style='padding:1px 10px 1px 0; color:#6b717b'>{html.escape(k)}</td>"
+        f"<td style='font-family:monospace'>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    return f"<table cellspacing='0'>{cells}</table>"

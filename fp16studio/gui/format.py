@@ -1,0 +1,50 @@
+"""How numbers read in the window: sizes, shapes, abs-max, counts."""
+
+from __future__ import annotations
+
+import math
+
+
+def size(nbytes: int | None) -> str:
+    if not nbytes:
+        return "" if nbytes is None else "0 B"
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def shape(dims) -> str:
+    if dims is None:
+        return ""
+    return "(" + ", ".join(str(d) for d in dims) + ")" if dims else "scalar"
+
+
+def absmax(value: float | None) -> str:
+    if value is None:
+        return ""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.4g}"
+
+
+def count(n: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return str(n)
+
+
+def value(v) -> str:
+    """A spec value as a person reads it: null as an em dash, lists comma-separated."""
+    if v is None:
+        return "—"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(value(x) if not isinstance(x, dict) else x.get("id", str(x)) for x in v) or "[]"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={x}" for k, x in v.items()) or "{}"
+    return str(v)

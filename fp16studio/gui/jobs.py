@@ -1,0 +1,52 @@
+"""The functions the worker thread runs for the window (Qt-free; they import the engine lazily).
+
+Each returns plain, immutable-enough snapshots: a Diagnosis with its tree indexed, a bench
+document, a spec. Nothing returned holds a tensor or a module.
+"""
+
+from __future__ import annotations
+
+from .tree_index import TreeIndex
+
+
+def diagnose(spec, progress, cancel):
+    """Run the engine's diagnosis; index its tree here so the GUI thread does not have to.
+
+    Returns (Diagnosis, TreeIndex or None, GPU memory in bytes or None).
+    """
+    import torch
+
+    # From the module itself: once fp16studio.core.diagnose is imported, the package attribute
+    # `fp16studio.core.diagnose` is that module, not the function.
+    from fp16studio.core.diagnose import diagnose as run
+
+    diagnosis = run(spec, progress=progress, cancel=cancel)
+    index = TreeIndex(diagnosis.tree) if diagnosis.tree is not None else None
+    gpu_memory = torch.cuda.memory_reserved() if torch.cuda.is_available() else None
+    return diagnosis, index, gpu_memory
+
+
+def benchmark(spec, on_sample, progress, cancel) -> dict:
+    from fp16studio.core import benchmark as run
+
+    return run(spec, progress=progress, cancel=cancel, on_sample=on_sample).to_json()
+
+
+def demo(name: str):
+    """A built-in demo spec (builds its tiny model and data on first use: imports torch)."""
+    from fp16studio.core.demo import demo_spec
+
+    return demo_spec(name)
+
+
+def open_source(path: str):
+    """A spec or session file -> (spec, diagnosis document or None, bench document or None)."""
+    from fp16studio.core.spec import DEMO_PREFIX, PipelineSpec
+
+    if str(path).startswith(DEMO_PREFIX):
+        return PipelineSpec.load(path), None, None
+    from fp16studio.core.session import open_session
+
+    session = open_session(path)
+    return session.spec, session.diagnosis, session.bench
+

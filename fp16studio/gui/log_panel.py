@@ -1,0 +1,67 @@
+"""The Log tab: what the window and the engine said, with time stamps.
+
+Python logging records from fp16studio (and the Hugging Face libraries' warnings) may be emitted
+on the worker thread; the handler hands them over through a queued signal.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import time
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QPlainTextEdit
+
+from .palette import SEVERITY_COLORS
+
+LEVEL_COLORS = {"error": SEVERITY_COLORS["error"], "warning": SEVERITY_COLORS["warning"]}
+WATCHED_LOGGERS = ("fp16studio", "transformers", "datasets")
+MAX_BLOCKS = 5000
+
+
+class _Bridge(QObject):
+    record = Signal(str, str)
+
+
+class _Handler(logging.Handler):
+    def __init__(self, bridge: _Bridge):
+        super().__init__(logging.INFO)
+        self._bridge = bridge
+
+    def emit(self, record):
+        level = "error" if record.levelno >= logging.ERROR else (
+            "warning" if record.levelno >= logging.WARNING else "info")
+        self._bridge.record.emit(level, f"{record.name}: {record.getMessage()}")
+
+
+class LogPanel(QPlainTextEdit):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setObjectName("logView")
+        self.setMaximumBlockCount(MAX_BLOCKS)
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self._bridge = _Bridge(self)
+        self._bridge.record.connect(self.log)
+        self._handler = _Handler(self._bridge)
+        for name in WATCHED_LOGGERS:
+            logging.getLogger(name).addHandler(self._handler)
+
+    def log(self, level: str, text: str):
+        stamp = time.strftime("%H:%M:%S")
+        color = LEVEL_COLORS.get(level)
+        body = html.escape(text).replace("\n", "<br>")
+        if color:
+            body = f"<span style='color:{color}'>{body}</span>"
+        self.appendHtml(f"<span style='color:#8d949f'>{stamp}</span>&nbsp; {body}")
+
+    def lines(self) -> list[str]:
+        return self.toPlainText().splitlines()
+
+    def detach(self):
+        """Stop listening to Python logging (the window is closing)."""
+        for name in WATCHED_LOGGERS:
+            logging.getLogger(name).removeHandler(self._handler)
+
+

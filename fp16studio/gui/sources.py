@@ -1,0 +1,151 @@
+"""Qt-free look-ups behind the model and dataset pickers; all run on the worker thread.
+
+They read local files and the Hugging Face cache, and touch the network only when the Hub is
+reachable (fp16studio.core.hub decides), so a picker never hangs a machine that is offline.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+
+from fp16studio.core import InputError
+
+HUB_SEARCH_TIMEOUT_S = 5.0
+HUB_SEARCH_LIMIT = 20
+PREVIEW_ROWS = 6
+THUMBNAIL_PX = 56
+# safetensors dtype codes -> the names the rest of the app uses.
+_ST_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64",
+              "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
+              "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+
+
+def scan_cache() -> dict:
+    """Repo ids in the local Hugging Face cache: {"models": [...], "datasets": [...]}."""
+    from huggingface_hub import scan_cache_dir
+
+    try:
+        info = scan_cache_dir()
+    except Exception:  # no cache folder yet, or one we cannot read: nothing to complete from
+        return {"models": [], "datasets": []}
+    found = {"models": [], "datasets": []}
+    for repo in info.repos:
+        if repo.repo_type in ("model", "dataset"):
+            found[repo.repo_type + "s"].append(repo.repo_id)
+    return {key: sorted(ids, key=str.lower) for key, ids in found.items()}
+
+
+def hub_search(query: str, repo_type: str = "model") -> list[str]:
+    """Hub repo ids matching `query`, or [] when offline; never waits more than a few seconds."""
+    from fp16studio.core.hub import online
+
+    if not online():
+        return []
+
+    def search():
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+        listing = (api.list_models if repo_type == "model" else api.list_datasets)(
+            search=query, limit=HUB_SEARCH_LIMIT)
+        return [item.id for item in listing]
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        return pool.submit(search).result(timeout=HUB_SEARCH_TIMEOUT_S)
+    except FutureTimeout:
+        return []
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def model_folder(spec) -> Path | None:
+    """The local folder of the spec's model: the path itself or its cached snapshot."""
+    from fp16studio.core.hub import cached_snapshot, looks_like_repo_id
+
+    local = spec.local_path(spec.model)
+    if local is not None:
+        return local if local.is_dir() else None
+    if looks_like_repo_id(spec.model):
+        snapshot = cached_snapshot(spec.model, "model", spec.revision)
+        return Path(snapshot) if snapshot else None
+    return None
+
+
+def model_info(spec) -> dict:
+    """Checkpoint size and dtypes, from the safetensors headers alone (no weights read)."""
+    folder = model_folder(spec)
+    if folder is None:
+        raise InputError(f"model {spec.model!r}: not a local folder and not in the cache")
+    files = sorted(folder.glob("*.safetensors"))
+    dtypes: dict[str, int] = {}
+    for file in files:
+        for dtype in safetensors_dtypes(file):
+            dtypes[dtype] = dtypes.get(dtype, 0) + 1
+    size = sum(f.stat().st_size for f in files) or sum(
+        f.stat().st_size for f in folder.glob("*.bin"))
+    return {"folder": str(folder), "bytes": size, "dtypes": dtypes,
+            "format": "safetensors" if files else ("bin" if size else "none")}
+
+
+def safetensors_dtypes(path: Path) -> list[str]:
+    """The dtype of each tensor in a .safetensors file, read from its JSON header."""
+    with open(path, "rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        if length > 100_000_000:
+            raise InputError(f"{path.name}: not a safetensors file (header of {length} bytes)")
+        header = json.loads(handle.read(length))
+    return [_ST_DTYPES.get(entry["dtype"], entry["dtype"].lower())
+            for name, entry in header.items() if name != "__metadata__"]
+
+
+def dataset_splits(spec) -> list[str]:
+    """Split names for the dataset chooser, where they can be known without downloading."""
+    local = spec.local_path(spec.dataset)
+    if local is not None:
+        manifest = local / "dataset_dict.json"
+        if manifest.is_file():
+            return list(json.loads(manifest.read_text(encoding="utf-8")).get("splits", []))
+        return [spec.split]
+    from fp16studio.core.hub import online
+
+    if spec.dataset == "synthetic" or not online():
+        return [spec.split]
+    import datasets
+
+    return datasets.get_dataset_split_names(spec.dataset, spec.dataset_config)
+
+
+def dataset_preview(spec) -> dict:
+    """The first rows of the split for the preview table, images as PNG thumbnails.
+
+    {"columns": [...], "roles": {role: column}, "splits": [...], "rows": [[cell, ...]]}, where a
+    cell is a short string or {"png": bytes} for an image.
+    """
+    from fp16studio.core.data import detect_columns, load_rows
+
+    if spec.dataset == "synthetic":
+        return {"columns": [], "roles": {}, "splits": [spec.split], "rows": [],
+                "note": "Synthetic inputs are made from the model's config when the pipeline runs."}
+    rows = load_rows(spec.replace(samples=min(spec.samples, PREVIEW_ROWS)))
+    columns = list(rows.features)
+    table = [[_cell(row[name]) for name in columns] for row in rows]
+    return {"columns": columns, "roles": detect_columns(rows, spec), "splits": dataset_splits(spec),
+            "features": {name: str(feature) for name, feature in rows.features.items()},
+            "rows": table}
+
+
+def _cell(value):
+    if hasattr(value, "thumbnail") and hasattr(value, "save"):  # a PIL image
+        image = value.convert("RGB")
+        image.thumbnail((THUMBNAIL_PX, THUMBNAIL_PX))
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+        return {"png": buffer.getvalue(), "size": f"{value.width}×{value.height}"}
+    text = repr(value) if not isinstance(value, str) else value
+    return text if len(text) <= 120 else text[:117] + "…"

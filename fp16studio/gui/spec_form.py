@@ -1,0 +1,314 @@
+"""The Pipeline panel: one form control per spec key, bound to the current spec.
+
+The form never holds pipeline state of its own. An edit builds `spec.replace(key=value)`; the
+spec validates it, so a bad value is marked on its field with the spec's own reason and never
+reaches the window, while a good one goes out as `specEdited(new_spec, key)` to the undo stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QLabel, QLineEdit,
+                               QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget)
+
+from fp16studio.core import InputError
+from fp16studio.core.spec import COLUMN_ROLES, TASKS
+
+from .pickers import SourcePicker
+
+DTYPES = ("float32", "float16", "bfloat16")
+# The key each label stands for is in its tooltip, with what it means (CONTRACT §1).
+HELP = {
+    "model": "model: a local folder (save_pretrained layout) or a Hub id org/name",
+    "revision": "revision: Hub revision (branch, tag or commit); empty for the default",
+    "task": "task: 'auto' reads config.architectures; else the Auto class family to load",
+    "trust_remote_code": "trust_remote_code: run the model repository's own Python code",
+    "model_dtype": "model_dtype: the dtype the model is loaded in",
+    "keep_fp32": "keep_fp32: module-name patterns (fnmatch, comma-separated) kept in float32",
+    "device": "device: auto = first CUDA device, else CPU",
+    "device_map": "device_map: passed to from_pretrained, e.g. 'auto' to spread over GPUs",
+    "dataset": "dataset: a folder, a data file, a Hub id, or 'synthetic' (made from the config)",
+    "dataset_config": "dataset_config: the dataset configuration name",
+    "split": "split: the split to read",
+    "samples": "samples: rows read from the split",
+    "batch_size": "batch_size: rows per batch",
+    "preprocess": "preprocess: 'path/to/file.py:function' applied with Dataset.map",
+    "map_dtype": "map_dtype: the cast your pipeline applies inside Dataset.map",
+    "format": "format: the dataset's output format (with_format)",
+    "format_dtype": "format_dtype: the dtype= passed to with_format('torch', ...)",
+    "with_labels": "with_labels: pass the label column as labels (loss computed)",
+    "input_dtype": "input_dtype: cast applied to the batch right before the forward pass",
+    "input_cast": "input_cast: 'all' also casts integer tensors (a blind .half())",
+    "input_device": "input_device: 'model' = the model's first device, or a device name",
+    "autocast": "autocast: run the forward pass under torch.autocast with this dtype",
+    "columns": "columns: which dataset column plays each role (auto-detected when empty)",
+    "applied_fixes": "applied_fixes: the fixes applied so far, oldest first",
+}
+
+
+@dataclass
+class Field:
+    key: str
+    widget: QWidget            # the control (or picker)
+    get: Callable[[], Any]     # the spec value the control shows
+    set: Callable[[Any], None]
+    error: QLabel
+
+
+class SpecForm(QScrollArea):
+    specEdited = Signal(object, str)       # the new spec, the key that changed
+    modelChanged = Signal(object)          # a spec whose model source is worth looking up
+    datasetChanged = Signal(object)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.spec = None
+        self.fields: dict[str, Field] = {}
+        body = QWidget(objectName="formBody")
+        layout = QVBoxLayout(body)
+        layout.setContentsMargins(8, 4, 8, 8)
+        layout.setSpacing(6)
+
+        self.model_picker = SourcePicker("Hub id (org/name) or a local folder")
+        self.dataset_picker = SourcePicker("folder, data file, Hub id or 'synthetic'",
+                                           browse_files=True, fixed=["synthetic"])
+        model = self._section(layout, "Model")
+        self._picker(model, "model", "Model", self.model_picker, self.modelChanged)
+        self._text(model, "revision", "Revision", "default branch")
+        self._combo(model, "task", "Task", TASKS)
+        self._combo(model, "model_dtype", "Load dtype", ("auto",) + DTYPES)
+        self._text(model, "keep_fp32", "Keep in float32", "e.g. *.layer_norm, classifier",
+                   parse=_patterns, show=", ".join)
+        self._combo(model, "device", "Device", ("auto", "cpu", "cuda", "cuda:0", "mps"), editable=True)
+        self._combo(model, "device_map", "Device map", (None, "auto", "balanced", "sequential"),
+                    editable=True)
+        self._check(model, "trust_remote_code", "Trust remote code")
+
+        data = self._section(layout, "Dataset")
+        self._picker(data, "dataset", "Dataset", self.dataset_picker, self.datasetChanged)
+        self._combo(data, "dataset_config", "Config", (None,), editable=True)
+        self._combo(data, "split", "Split", ("train",), editable=True)
+        self._columns(data)
+        self._spin(data, "samples", "Samples", 1, 100_000)
+        self._spin(data, "batch_size", "Batch size", 1, 4096)
+        self._text(data, "preprocess", "Preprocess", "file.py:function")
+        self._combo(data, "map_dtype", "Cast in map", (None,) + DTYPES)
+        self._combo(data, "format", "Format", ("torch", "python"))
+        self._combo(data, "format_dtype", "Format dtype", (None,) + DTYPES)
+        self._check(data, "with_labels", "Pass labels (compute loss)")
+
+        inputs = self._section(layout, "Forward pass")
+        self._combo(inputs, "input_dtype", "Cast inputs to", (None,) + DTYPES)
+        self._combo(inputs, "input_cast", "Cast which inputs", ("floating", "all"))
+        self._combo(inputs, "input_device", "Inputs on", ("model", "cpu", "cuda"), editable=True)
+        self._combo(inputs, "autocast", "Autocast", (None, "float16", "bfloat16"))
+
+        self.applied = QLabel(objectName="muted", wordWrap=True)
+        self.applied.setToolTip(HELP["applied_fixes"])
+        fixes = self._section(layout, "Applied fixes")
+        fixes.addRow(self.applied)
+        layout.addStretch(1)
+        self.setWidget(body)
+        self.setMinimumWidth(340)
+
+    # -- binding --------------------------------------------------------------------------------
+    def set_spec(self, spec):
+        """Show `spec` in every control (without echoing edits back)."""
+        self.spec = spec
+        for field in self.fields.values():
+            field.widget.blockSignals(True)
+            try:
+                field.set(getattr(spec, field.key) if field.key != "columns" else spec.columns)
+            finally:
+                field.widget.blockSignals(False)
+            self._mark(field, "")
+        names = [fix.get("title", fix.get("id")) for fix in spec.applied_fixes]
+        self.applied.setText("\n".join(f"{i}. {name}" for i, name in enumerate(names, 1))
+                             or "None yet. Fixes you apply from the Findings panel are listed here.")
+
+    def invalid_keys(self) -> dict[str, str]:
+        """key -> the reason its field is marked invalid."""
+        return {key: field.error.text() for key, field in self.fields.items() if field.error.text()}
+
+    def _commit(self, key: str):
+        if self.spec is None:
+            return
+        field = self.fields[key]
+        try:
+            value = field.get()
+            if value == getattr(self.spec, key):
+                self._mark(field, "")
+                return
+            new = self.spec.replace(**{key: value})
+        except InputError as exc:
+            self._mark(field, str(exc))
+            return
+        self._mark(field, "")
+        self.specEdited.emit(new, key)
+
+    def _check_live(self, key: str):
+        """Mark a text field while typing; the edit itself is committed when typing ends."""
+        if self.spec is None:
+            return
+        field = self.fields[key]
+        try:
+            self.spec.replace(**{key: field.get()})
+        except InputError as exc:
+            self._mark(field, str(exc))
+        else:
+            self._mark(field, "")
+
+    def _mark(self, field: Field, reason: str):
+        widgets = [field.widget] if not isinstance(field.widget, SourcePicker) else [field.widget.edit]
+        for widget in widgets:
+            if bool(widget.property("invalid")) != bool(reason):
+                widget.setProperty("invalid", bool(reason))
+                widget.style().unpolish(widget)
+                widget.style().polish(widget)
+        field.error.setText(reason)
+        field.error.setVisible(bool(reason))
+
+    # -- building -------------------------------------------------------------------------------
+    def _section(self, layout, title) -> QFormLayout:
+        box = QGroupBox(title)
+        form = QFormLayout(box)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        form.setHorizontalSpacing(10)
+        form.setVerticalSpacing(6)
+        layout.addWidget(box)
+        return form
+
+    def _add(self, form, key, label, widget, get, set_) -> Field:
+        error = QLabel(objectName="fieldError", wordWrap=True)
+        error.hide()
+        holder = QWidget()
+        column = QVBoxLayout(holder)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(2)
+        column.addWidget(widget)
+        column.addWidget(error)
+        text = QLabel(label)
+        text.setToolTip(HELP[key])
+        widget.setToolTip(HELP[key])
+        widget.setObjectName(f"field_{key}")
+        form.addRow(text, holder)
+        field = Field(key, widget, get, set_, error)
+        self.fields[key] = field
+        return field
+
+    def _picker(self, form, key, label, picker: SourcePicker, changed: Signal):
+        self._add(form, key, label, picker, picker.text, picker.set_text)
+
+        def commit(_text):
+            self._commit(key)
+            if self.spec is not None and not self.fields[key].error.text():
+                changed.emit(self.spec)
+        picker.committed.connect(commit)
+
+    def _text(self, form, key, label, placeholder, parse=None, show=None):
+        edit = QLineEdit(placeholderText=placeholder)
+        parse = parse or (lambda text: text.strip() or None)
+        show = show or (lambda value: value or "")
+        self._add(form, key, label, edit, lambda: parse(edit.text()), lambda v: edit.setText(show(v)))
+        edit.editingFinished.connect(lambda: self._commit(key))
+        edit.textEdited.connect(lambda _t: self._check_live(key))
+
+    def _combo(self, form, key, label, choices, editable=False):
+        combo = QComboBox(editable=editable)
+        combo.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        # None is stored as "" (a null item data cannot be looked up again with findData).
+        for choice in choices:
+            combo.addItem("none" if choice is None else choice, choice or "")
+
+        def get():
+            if editable:
+                text = combo.currentText().strip()
+                return None if text in ("", "none") else text
+            return combo.currentData() or None
+
+        def set_(value):
+            index = combo.findData(value or "")
+            if index < 0 and editable:
+                combo.setEditText("" if value is None else str(value))
+            else:
+                combo.setCurrentIndex(max(index, 0))
+        self._add(form, key, label, combo, get, set_)
+        if editable:
+            combo.lineEdit().editingFinished.connect(lambda: self._commit(key))
+            combo.lineEdit().textEdited.connect(lambda _t: self._check_live(key))
+            combo.activated.connect(lambda _i: self._commit(key))
+        else:
+            combo.currentIndexChanged.connect(lambda _i: self._commit(key))
+
+    def _spin(self, form, key, label, low, high):
+        spin = QSpinBox(minimum=low, maximum=high)
+        spin.setKeyboardTracking(False)  # commit the number, not every digit typed
+        self._add(form, key, label, spin, spin.value, spin.setValue)
+        spin.valueChanged.connect(lambda _v: self._commit(key))
+
+    def _check(self, form, key, label):
+        box = QCheckBox(label)
+        error = QLabel(objectName="fieldError", wordWrap=True)
+        error.hide()
+        box.setToolTip(HELP[key])
+        box.setObjectName(f"field_{key}")
+        form.addRow("", box)
+        form.addRow("", error)
+        self.fields[key] = Field(key, box, box.isChecked, box.setChecked, error)
+        box.toggled.connect(lambda _c: self._commit(key))
+
+    def _columns(self, form):
+        """Four role choosers that together edit the `columns` key; empty = auto-detect."""
+        holder = QWidget()
+        grid = QFormLayout(holder)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setVerticalSpacing(4)
+        self.role_combos: dict[str, QComboBox] = {}
+        for role in COLUMN_ROLES:
+            combo = QComboBox(editable=True)
+            combo.lineEdit().setPlaceholderText("auto")
+            combo.activated.connect(lambda _i: self._commit("columns"))
+            combo.lineEdit().editingFinished.connect(lambda: self._commit("columns"))
+            grid.addRow(role.replace("_", " "), combo)
+            self.role_combos[role] = combo
+
+        def get():
+            return {role: combo.currentText().strip() for role, combo in self.role_combos.items()
+                    if combo.currentText().strip() and combo.currentText().strip() != "auto"}
+
+        def set_(columns):
+            for role, combo in self.role_combos.items():
+                combo.blockSignals(True)
+                combo.setEditText(columns.get(role, ""))
+                combo.blockSignals(False)
+        self._add(form, "columns", "Columns", holder, get, set_)
+
+    def set_dataset_choices(self, columns, splits, detected: dict):
+        """Offer the dataset's real columns and splits; show auto-detected roles as hints."""
+        for role, combo in self.role_combos.items():
+            text = combo.currentText()
+            combo.blockSignals(True)
+            combo.clear()
+            combo.addItems([""] + list(columns))
+            combo.setEditText(text)
+            combo.lineEdit().setPlaceholderText(f"auto: {detected[role]}" if role in detected else "auto")
+            combo.blockSignals(False)
+        split = self.fields["split"].widget
+        current = split.currentText()
+        split.blockSignals(True)
+        split.clear()
+        for name in splits or [current]:
+            split.addItem(name, name)
+        split.setEditText(current)
+        split.blockSignals(False)
+
+
+def _patterns(text: str) -> list[str]:
+    """'a, b ,c' -> ['a', 'b', 'c'] for keep_fp32."""
+    return [part.strip() for part in text.split(",") if part.strip()]

@@ -1,0 +1,50 @@
+"""The status bar: device, torch/transformers/CUDA versions, and memory.
+
+Versions come from the engine's environment report (the GUI thread never imports torch); the
+process's resident memory is sampled here every few seconds with psutil, which is cheap.
+"""
+
+from __future__ import annotations
+
+import os
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QLabel, QStatusBar
+
+from . import format as fmt
+
+MEMORY_INTERVAL_MS = 2000
+
+
+class StatusInfo:
+    def __init__(self, bar: QStatusBar):
+        self.bar = bar
+        self.message = QLabel("Ready")
+        self.device = QLabel("device: —")
+        self.versions = QLabel("torch not loaded yet")
+        self.memory = QLabel("")
+        bar.addWidget(self.message, 1)
+        for label in (self.device, self.versions, self.memory):
+            bar.addPermanentWidget(label)
+        self._gpu = ""
+        import psutil
+
+        self._process = psutil.Process(os.getpid())
+        self._timer = QTimer(bar, interval=MEMORY_INTERVAL_MS, timeout=self._sample)
+        self._timer.start()
+        self._sample()
+
+    def set_environment(self, env: dict, device: str | None = None, gpu_memory: int | None = None):
+        """Show the engine's environment report (Diagnosis.environment) and the GPU's memory."""
+        if device:
+            name = env.get("gpu") if device.startswith("cuda") else None
+            self.device.setText(f"device: {device}" + (f" ({name})" if name else ""))
+        parts = [f"torch {env['torch']}" if env.get("torch") else None,
+                 f"transformers {env['transformers']}" if env.get("transformers") else None,
+                 f"CUDA {env['cuda']}" if env.get("cuda") else "no CUDA"]
+        self.versions.setText(" · ".join(p for p in parts if p))
+        self._gpu = f" · GPU {fmt.size(gpu_memory)} reserved" if gpu_memory else ""
+        self._sample()
+
+    def _sample(self):
+        self.memory.setText(f"RAM {fmt.size(self._process.memory_info().rss)}{self._gpu}")

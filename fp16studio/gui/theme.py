@@ -1,0 +1,126 @@
+"""Stylesheets, icons and the light/dark choice, all read from fp16studio/resources.
+
+The window follows the system colour scheme (QStyleHints.colorScheme) and restyles itself when
+it changes. Line icons are drawn in the theme's text colour: the SVGs say `currentColor`, which is
+replaced before rendering, so one file serves both themes.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QObject, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
+from PySide6.QtSvg import QSvgRenderer
+
+RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+ICON_SIZES = (16, 20, 24, 32, 48)
+
+# Text colours the icons are tinted with; they match light.qss / dark.qss.
+ICON_TINT = {"light": "#2b2f36", "dark": "#dfe3ea"}
+
+
+# The scheme icons are drawn for; Theme keeps it current.
+_current = {"scheme": "light"}
+
+
+def resource(*parts: str) -> Path:
+    return RESOURCES.joinpath(*parts)
+
+
+def system_scheme() -> str:
+    """'dark' or 'light' as the platform reports it; light when it does not say."""
+    scheme = QGuiApplication.styleHints().colorScheme()
+    return "dark" if scheme == Qt.ColorScheme.Dark else "light"
+
+
+def stylesheet(scheme: str) -> str:
+    return resource(f"{scheme}.qss").read_text(encoding="utf-8")
+
+
+def icon(name: str) -> QIcon:
+    """The named icon from resources/icons, tinted for the current scheme."""
+    return _icon(name, _current["scheme"])
+
+
+@lru_cache(maxsize=None)
+def _icon(name: str, scheme: str) -> QIcon:
+    svg = resource("icons", f"{name}.svg").read_text(encoding="utf-8")
+    svg = svg.replace("currentColor", ICON_TINT[scheme])
+    renderer = QSvgRenderer(QByteArray(svg.encode()))
+    result = QIcon()
+    for size in ICON_SIZES:
+        for ratio in (1, 2):
+            pixmap = QPixmap(size * ratio, size * ratio)
+            pixmap.fill(Qt.GlobalColor.transparent)
+            painter = QPainter(pixmap)
+            renderer.render(painter, QRectF(0, 0, size * ratio, size * ratio))
+            painter.end()
+            pixmap.setDevicePixelRatio(ratio)
+            result.addPixmap(pixmap)
+    return result
+
+
+def app_icon() -> QIcon:
+    result = QIcon()
+    for png in sorted(resource("app").glob("fp16studio-*.png")):
+        result.addFile(str(png))
+    return result
+
+
+class Theme(QObject):
+    """The current scheme; `changed` fires when the system switches between light and dark."""
+
+    changed = Signal(str)
+
+    def __init__(self, app, parent=None):
+        super().__init__(parent)
+        self._app = app
+        self.scheme = system_scheme()
+        self._apply()
+        app.styleHints().colorSchemeChanged.connect(self._on_system_change)
+
+    def _on_system_change(self, _scheme):
+        scheme = system_scheme()
+        if scheme != self.scheme:
+            self.scheme = scheme
+            self._apply()
+            self.changed.emit(scheme)
+
+    def _apply(self):
+        _current["scheme"] = self.scheme
+        self._app.setStyle("Fusion")
+        self._app.setPalette(_palette(self.scheme))
+        self._app.setStyleSheet(stylesheet(self.scheme))
+
+
+def _palette(scheme: str) -> QPalette:
+    # Fusion draws from the palette; the stylesheet only refines. Keep both in step.
+    colors = {
+        "light": dict(window="#f4f5f7", base="#ffffff", alt="#f7f8fa", text="#1f2329",
+                      button="#eceef1", highlight="#0072B2", mid="#c9ced6", disabled="#8a9099",
+                      tooltip="#ffffff"),
+        "dark": dict(window="#1e2126", base="#16181c", alt="#1b1e22", text="#dfe3ea",
+                     button="#2a2e35", highlight="#3a8fd6", mid="#3a3f47", disabled="#6b717b",
+                     tooltip="#2a2e35"),
+    }[scheme]
+    p = QPalette()
+    role = QPalette.ColorRole
+    p.setColor(role.Window, QColor(colors["window"]))
+    p.setColor(role.WindowText, QColor(colors["text"]))
+    p.setColor(role.Base, QColor(colors["base"]))
+    p.setColor(role.AlternateBase, QColor(colors["alt"]))
+    p.setColor(role.Text, QColor(colors["text"]))
+    p.setColor(role.Button, QColor(colors["button"]))
+    p.setColor(role.ButtonText, QColor(colors["text"]))
+    p.setColor(role.Highlight, QColor(colors["highlight"]))
+    p.setColor(role.HighlightedText, QColor("#ffffff"))
+    p.setColor(role.Mid, QColor(colors["mid"]))
+    p.setColor(role.ToolTipBase, QColor(colors["tooltip"]))
+    p.setColor(role.ToolTipText, QColor(colors["text"]))
+    p.setColor(role.PlaceholderText, QColor(colors["disabled"]))
+    p.setColor(role.Link, QColor(colors["highlight"]))
+    for r in (role.Text, role.WindowText, role.ButtonText):
+        p.setColor(QPalette.ColorGroup.Disabled, r, QColor(colors["disabled"]))
+    return p

@@ -1,0 +1,117 @@
+"""Qt-free lookups over a TensorNode tree, built once on the worker thread per diagnosis.
+
+The item model asks these questions on every paint or keystroke; answering them from
+precomputed tables keeps a 10 000-tensor tree cheap on the GUI thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STATUS_RANK = {"ok": 0, "warning": 1, "error": 2}
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """What a row shows for a module or group: totals and summaries of its subtree."""
+
+    bytes: int
+    dtype: str | None        # the one dtype of the subtree's tensors, "mixed", or None
+    device: str | None
+    status: str              # the worst status in the subtree
+    tensors: int
+
+
+class TreeIndex:
+    def __init__(self, root):
+        self.root = root
+        self.by_path: dict[str, object] = {}
+        self._parent: dict[int, object] = {}
+        self._agg: dict[int, Aggregate] = {}
+        self.dtypes: set[str] = set()
+        self.devices: set[str] = set()
+        self._build()
+
+    def _build(self):
+        order = []
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            order.append(node)
+            self.by_path.setdefault(node.path, node)
+            for child in node.children:
+                self._parent[id(child)] = node
+                stack.append(child)
+        for node in reversed(order):  # children before parents
+            if node.is_tensor:
+                if node.dtype:
+                    self.dtypes.add(node.dtype)
+                if node.device:
+                    self.devices.add(node.device)
+                own = Aggregate(node.bytes, node.dtype, node.device, node.status, 1)
+                if not node.children:
+                    self._agg[id(node)] = own
+                    continue
+                parts = [own] + [self._agg[id(c)] for c in node.children]
+            else:
+                parts = [self._agg[id(c)] for c in node.children]
+                # A module's own status counts too (the rules may flag the module itself).
+                parts.append(Aggregate(0, None, None, node.status, 0))
+            self._agg[id(node)] = _combine(parts)
+
+    def aggregate(self, node) -> Aggregate:
+        return self._agg[id(node)]
+
+    def parent(self, node):
+        return self._parent.get(id(node))
+
+    def ancestors(self, node) -> list:
+        """The chain from the root's child down to `node` (the root itself is not a row)."""
+        chain = []
+        while node is not None and node is not self.root:
+            chain.append(node)
+            node = self._parent.get(id(node))
+        return chain[::-1]
+
+    def resolve(self, location: str):
+        """The node a finding's location names, by the engine's own rule (inventory.locate)."""
+        from fp16studio.core.inventory import locate
+
+        return locate(self.root, location)
+
+    def visible(self, text: str = "", dtype: str = "", device: str = "",
+                only_problems: bool = False) -> set[int] | None:
+        """ids of the nodes a filter keeps (matches and their ancestors); None = no filter."""
+        text = text.strip().lower()
+        if not (text or dtype or device or only_problems):
+            return None
+        keep: set[int] = set()
+        for node in self.by_path.values():
+            if node is self.root:
+                continue
+            if text and text not in node.path.lower():
+                continue
+            if only_problems and node.status == "ok":
+                continue
+            if (dtype or device) and not node.is_tensor:
+                continue
+            if dtype and node.dtype != dtype:
+                continue
+            if device and node.device != device:
+                continue
+            while node is not None and id(node) not in keep:
+                keep.add(id(node))
+                node = self._parent.get(id(node))
+        return keep
+
+
+def _combine(parts) -> Aggregate:
+    dtypes = {p.dtype for p in parts if p.dtype}
+    devices = {p.device for p in parts if p.device}
+    return Aggregate(
+        bytes=sum(p.bytes for p in parts),
+        dtype=dtypes.pop() if len(dtypes) == 1 else ("mixed" if dtypes else None),
+        device=devices.pop() if len(devices) == 1 else ("mixed" if devices else None),
+        status=max((p.status for p in parts), key=STATUS_RANK.__getitem__, default="ok"),
+        tensors=sum(p.tensors for p in parts),
+    )

@@ -1,0 +1,307 @@
+"""The tensor tree as a lazy QAbstractItemModel, and the proxy that sorts and filters it.
+
+Rows are created on demand (canFetchMore/fetchMore, in chunks), so a 10 000-tensor model costs
+only what is expanded. A re-run refreshes by diff: where the structure is unchanged the rows stay
+and only their data changes, so the view keeps its expansion and selection.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from PySide6.QtCore import QAbstractItemModel, QModelIndex, QSortFilterProxyModel, Qt
+from PySide6.QtGui import QColor, QFont
+
+from . import format as fmt
+from .palette import SEVERITY_COLORS, dtype_color
+from .roles import COLOR_ROLE, NODE_ROLE, PATH_ROLE, RAW_ROLE
+from .tree_index import STATUS_RANK, TreeIndex
+
+COLUMNS = ("Name", "Kind", "Shape", "Dtype", "Device", "Size", "Abs-max", "Status")
+NAME, KIND, SHAPE, DTYPE, DEVICE, SIZE, ABSMAX, STATUS = range(len(COLUMNS))
+
+
+CHUNK = 256
+
+
+class _Item:
+    __slots__ = ("node", "parent", "row", "uid", "children")
+
+    def __init__(self, node, parent, row, uid):
+        self.node = node
+        self.parent = parent
+        self.row = row
+        self.uid = uid
+        self.children: list[_Item] = []
+
+
+class TensorTreeModel(QAbstractItemModel):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._uids = itertools.count(1)
+        self._items: dict[int, _Item] = {}
+        self._root: _Item | None = None
+        self.tree_index: TreeIndex | None = None
+        self._highlighted: set[str] = set()
+        self._bold = QFont()
+        self._bold.setBold(True)
+
+    # -- content --------------------------------------------------------------------------------
+    def set_tree(self, root, tree_index: TreeIndex | None = None):
+        """Show `root`; refresh by diff when a tree is already shown."""
+        tree_index = tree_index or (TreeIndex(root) if root is not None else None)
+        if self._root is None or root is None:
+            self.beginResetModel()
+            self._items.clear()
+            self.tree_index = tree_index
+            self._root = self._new_item(root, None, 0) if root is not None else None
+            self.endResetModel()
+            return
+        self.tree_index = tree_index
+        self._merge(self._root, root, QModelIndex())
+
+    def clear(self):
+        self.set_tree(None)
+
+    def set_highlighted(self, paths):
+        """Rows whose path a finding names are drawn bold."""
+        changed = self._highlighted ^ set(paths)
+        self._highlighted = set(paths)
+        for item in list(self._items.values()):
+            if item.node.path in changed and item.parent is not None:
+                left = self.createIndex(item.row, 0, item.uid)
+                self.dataChanged.emit(left, left.siblingAtColumn(STATUS), [Qt.ItemDataRole.FontRole])
+
+    def index_for_node(self, node) -> QModelIndex:
+        """The index of `node`, fetching the rows on its way (for "reveal this module")."""
+        if self.tree_index is None or self._root is None:
+            return QModelIndex()
+        parent_index = QModelIndex()
+        item = self._root
+        for step in self.tree_index.ancestors(node):
+            row = next(i for i, child in enumerate(item.node.children) if child is step)
+            while len(item.children) <= row:
+                self.fetchMore(parent_index)
+            item = item.children[row]
+            parent_index = self.createIndex(item.row, 0, item.uid)
+        return parent_index
+
+    # -- structure ------------------------------------------------------------------------------
+    def _new_item(self, node, parent, row) -> _Item:
+        item = _Item(node, parent, row, next(self._uids))
+        self._items[item.uid] = item
+        return item
+
+    def _item(self, index: QModelIndex) -> _Item | None:
+        if not index.isValid():
+            return self._root
+        return self._items.get(index.internalId())
+
+    def index(self, row, column, parent=QModelIndex()):
+        item = self._item(parent)
+        if item is None or not (0 <= row < len(item.children)) or not (0 <= column < len(COLUMNS)):
+            return QModelIndex()
+        return self.createIndex(row, column, item.children[row].uid)
+
+    def parent(self, index=QModelIndex()):
+        if not index.isValid():
+            return QModelIndex()
+        item = self._items.get(index.internalId())
+        if item is None or item.parent is None or item.parent is self._root:
+            return QModelIndex()
+        return self.createIndex(item.parent.row, 0, item.parent.uid)
+
+    def rowCount(self, parent=QModelIndex()):
+        if parent.column() > 0:
+            return 0
+        item = self._item(parent)
+        return len(item.children) if item is not None else 0
+
+    def columnCount(self, parent=QModelIndex()):
+        return len(COLUMNS)
+
+    def hasChildren(self, parent=QModelIndex()):
+        if parent.column() > 0:
+            return False
+        item = self._item(parent)
+        return item is not None and bool(item.node.children)
+
+    def canFetchMore(self, parent):
+        if parent.column() > 0:
+            return False
+        item = self._item(parent)
+        return item is not None and len(item.children) < len(item.node.children)
+
+    def fetchMore(self, parent):
+        item = self._item(parent)
+        if item is None:
+            return
+        start = len(item.children)
+        end = min(start + CHUNK, len(item.node.children))
+        if end <= start:
+            return
+        self.beginInsertRows(parent, start, end - 1)
+        for row in range(start, end):
+            item.children.append(self._new_item(item.node.children[row], item, row))
+        self.endInsertRows()
+
+    def _forget(self, item: _Item):
+        stack = list(item.children)
+        while stack:
+            child = stack.pop()
+            self._items.pop(child.uid, None)
+            stack.extend(child.children)
+        item.children = []
+
+    def _merge(self, item: _Item, node, index: QModelIndex):
+        item.node = node
+        old = [child.node.path for child in item.children]
+        new = [child.path for child in node.children[:len(old)]]
+        if old == new:
+            for child, child_node in zip(item.children, node.children):
+                self._merge(child, child_node, self.createIndex(child.row, 0, child.uid))
+            if item.children:
+                self.dataChanged.emit(self.index(0, 0, index),
+                                      self.index(len(item.children) - 1, len(COLUMNS) - 1, index))
+            return
+        # The structure changed here: replace these rows, keep as many fetched as before so an
+        # expanded parent stays expanded and filled.
+        fetched = len(item.children)
+        self.beginRemoveRows(index, 0, fetched - 1)
+        self._forget(item)
+        self.endRemoveRows()
+        while len(item.children) < min(fetched, len(node.children)):
+            self.fetchMore(index)
+
+    # -- data -----------------------------------------------------------------------------------
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return COLUMNS[section]
+        return None
+
+    def flags(self, index):
+        if not index.isValid():
+            return Qt.ItemFlag.NoItemFlags
+        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        item = self._items.get(index.internalId())
+        if item is None:
+            return None
+        node = item.node
+        column = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._display(node, column)
+        if role == RAW_ROLE:
+            return self._raw(node, column)
+        if role == NODE_ROLE:
+            return node
+        if role == PATH_ROLE:
+            return node.path
+        if role == COLOR_ROLE:
+            if column == DTYPE:
+                color = dtype_color(self._dtype(node))
+                return QColor(color) if color else None
+            if column == STATUS:
+                return QColor(SEVERITY_COLORS[self._status(node)])
+            return None
+        if role == Qt.ItemDataRole.FontRole and node.path in self._highlighted:
+            return self._bold
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return self._tooltip(node)
+        if role == Qt.ItemDataRole.TextAlignmentRole and column in (SIZE, ABSMAX):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    def _agg(self, node):
+        return self.tree_index.aggregate(node)
+
+    def _dtype(self, node):
+        return node.dtype if node.is_tensor and not node.children else self._agg(node).dtype
+
+    def _status(self, node):
+        return node.status if not node.children else self._agg(node).status
+
+    def _display(self, node, column):
+        if column == NAME:
+            return node.name
+        if column == KIND:
+            return node.kind
+        if column == SHAPE:
+            return fmt.shape(node.shape) if node.is_tensor else ""
+        if column == DTYPE:
+            return self._dtype(node) or ""
+        if column == DEVICE:
+            return (node.device if node.is_tensor else self._agg(node).device) or ""
+        if column == SIZE:
+            return fmt.size(node.bytes if node.is_tensor else self._agg(node).bytes)
+        if column == ABSMAX:
+            text = fmt.absmax(node.absmax)
+            return f"{text}  ({node.nonfinite} non-finite)" if node.nonfinite else text
+        return self._status(node)
+
+    def _raw(self, node, column):
+        if column == SHAPE:
+            return float(math.prod(node.shape)) if node.is_tensor and node.shape is not None else -1.0
+        if column == SIZE:
+            return float(node.bytes if node.is_tensor else self._agg(node).bytes)
+        if column == ABSMAX:
+            if node.absmax is None:
+                return -1.0
+            return math.inf if math.isnan(node.absmax) else float(node.absmax)
+        if column == STATUS:
+            return STATUS_RANK[self._status(node)]
+        return (self._display(node, column) or "").lower()
+
+    def _tooltip(self, node):
+        lines = [node.path]
+        if not node.is_tensor:
+            agg = self._agg(node)
+            lines.append(f"{agg.tensors} tensors, {fmt.size(agg.bytes)}")
+        if node.note:
+            lines.append(node.note)
+        return "\n".join(lines)
+
+
+class TensorFilterProxy(QSortFilterProxyModel):
+    """Sorts on raw values; filters by name, dtype, device and "only problems".
+
+    The filter is answered from the TreeIndex, not by walking rows, because rows that were never
+    fetched still have to count: a match deep in a collapsed module keeps its ancestors visible.
+    """
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setSortRole(RAW_ROLE)
+        self.setDynamicSortFilter(True)
+        self._visible: set[int] | None = None
+        self.criteria = dict(text="", dtype="", device="", only_problems=False)
+
+    def set_filter(self, **criteria):
+        self.criteria.update(criteria)
+        self.refilter()
+
+    def refilter(self):
+        source = self.sourceModel()
+        index = source.tree_index if source is not None else None
+        self.beginFilterChange()
+        self._visible = index.visible(**self.criteria) if index is not None else None
+        self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+
+    @property
+    def active(self) -> bool:
+        return self._visible is not None
+
+    @property
+    def kept(self) -> int | None:
+        """How many nodes the filter keeps (matches and their ancestors); None when inactive."""
+        return None if self._visible is None else len(self._visible)
+
+    def filterAcceptsRow(self, row, parent):
+        if self._visible is None:
+            return True
+        node = self.sourceModel().index(row, 0, parent).data(NODE_ROLE)
+        return node is not None and id(node) in self._visible

@@ -1,0 +1,197 @@
+"""The Tensors tab: filter bar, the lazy tensor tree, and the dtype colour legend."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QPainter, QPixmap
+from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QHBoxLayout, QHeaderView,
+                               QLabel, QLineEdit, QTreeView, QVBoxLayout, QWidget)
+
+from . import format as fmt
+from .delegates import BadgeDelegate, ChipDelegate
+from .palette import LEGEND_DTYPES, dtype_color
+from .roles import NODE_ROLE
+from .tree_model import (ABSMAX, DEVICE, DTYPE, KIND, NAME, SHAPE, SIZE, STATUS,
+                         TensorFilterProxy, TensorTreeModel)
+
+# Expanding every match of a filter is only friendly while the matches are few.
+AUTO_EXPAND_LIMIT = 200
+
+
+class TensorTreeView(QTreeView):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("tensorTree")
+        self.setUniformRowHeights(True)  # lets the view skip measuring 10 000 rows
+        self.setAlternatingRowColors(True)
+        self.setSortingEnabled(True)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.setItemDelegateForColumn(DTYPE, ChipDelegate(self))
+        self.setItemDelegateForColumn(STATUS, ChipDelegate(self))
+        self.setItemDelegateForColumn(DEVICE, BadgeDelegate(self))
+
+
+class TensorPanel(QWidget):
+    """Owns the source model and the proxy; `tree` is the view (MainWindow.tensorTree)."""
+
+    nodeSelected = Signal(object)  # TensorNode or None
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.model = TensorTreeModel(self)
+        self.proxy = TensorFilterProxy(self)
+        self.proxy.setSourceModel(self.model)
+        self.tree = TensorTreeView(self)
+        self.tree.setModel(self.proxy)
+        self.tree.sortByColumn(-1, Qt.SortOrder.AscendingOrder)  # model order until a click
+        header = self.tree.header()
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
+        for column, width in ((KIND, 84), (SHAPE, 110), (DTYPE, 104), (DEVICE, 78),
+                              (SIZE, 84), (ABSMAX, 84), (STATUS, 84)):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
+            header.resizeSection(column, width)
+        header.setMinimumSectionSize(48)
+        self.tree.selectionModel().currentRowChanged.connect(self._on_current)
+
+        self.search = QLineEdit(placeholderText="Filter by name…", clearButtonEnabled=True)
+        self.dtype_filter = QComboBox()
+        self.device_filter = QComboBox()
+        self.only_problems = QCheckBox("Only problems")
+        self.summary = QLabel(objectName="muted")
+        self._reset_choices(set(), set())
+        self._debounce = QTimer(self, singleShot=True, interval=150, timeout=self._apply_filter)
+        self.search.textChanged.connect(self._debounce.start)
+        self.dtype_filter.currentIndexChanged.connect(self._apply_filter)
+        self.device_filter.currentIndexChanged.connect(self._apply_filter)
+        self.only_problems.toggled.connect(self._apply_filter)
+
+        bar = QHBoxLayout()
+        bar.setSpacing(8)
+        bar.addWidget(self.search, 1)
+        bar.addWidget(self.dtype_filter)
+        bar.addWidget(self.device_filter)
+        bar.addWidget(self.only_problems)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 8, 6)
+        layout.setSpacing(6)
+        layout.addLayout(bar)
+        layout.addWidget(self.tree, 1)
+        footer = QHBoxLayout()
+        footer.addWidget(DtypeLegend(self))
+        footer.addStretch(1)
+        footer.addWidget(self.summary)
+        layout.addLayout(footer)
+
+    # -- content --------------------------------------------------------------------------------
+    def set_tree(self, root, tree_index=None):
+        self.model.set_tree(root, tree_index)
+        index = self.model.tree_index
+        self._reset_choices(index.dtypes if index else set(), index.devices if index else set())
+        self._apply_filter()
+        if index is not None and root is not None:
+            agg = index.aggregate(root)
+            self.summary.setText(f"{agg.tensors} tensors · {fmt.size(agg.bytes)}")
+        else:
+            self.summary.setText("")
+        if self.tree.model().rowCount() and not any(
+                self.tree.isExpanded(self.proxy.index(r, 0)) for r in range(self.proxy.rowCount())):
+            self.tree.expandToDepth(0)
+
+    def reveal(self, node) -> bool:
+        """Select and scroll to `node` (a finding's module); False when it is filtered out."""
+        source = self.model.index_for_node(node)
+        index = self.proxy.mapFromSource(source)
+        if not index.isValid() and self.proxy.active:
+            self.clear_filters()
+            index = self.proxy.mapFromSource(self.model.index_for_node(node))
+        if not index.isValid():
+            return False
+        parent = index.parent()
+        while parent.isValid():
+            self.tree.expand(parent)
+            parent = parent.parent()
+        self.tree.selectionModel().setCurrentIndex(
+            index, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
+        self.tree.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
+        return True
+
+    def clear_filters(self):
+        for widget in (self.search, self.dtype_filter, self.device_filter, self.only_problems):
+            widget.blockSignals(True)
+        self.search.clear()
+        self.dtype_filter.setCurrentIndex(0)
+        self.device_filter.setCurrentIndex(0)
+        self.only_problems.setChecked(False)
+        for widget in (self.search, self.dtype_filter, self.device_filter, self.only_problems):
+            widget.blockSignals(False)
+        self._apply_filter()
+
+    # -- filtering ------------------------------------------------------------------------------
+    def _reset_choices(self, dtypes, devices):
+        for combo, everything, values in ((self.dtype_filter, "All dtypes", dtypes),
+                                          (self.device_filter, "All devices", devices)):
+            current = combo.currentData()
+            combo.blockSignals(True)
+            combo.clear()
+            combo.addItem(everything, "")
+            for value in sorted(values):
+                combo.addItem(value, value)
+            combo.setCurrentIndex(max(0, combo.findData(current)))
+            combo.blockSignals(False)
+
+    def _apply_filter(self):
+        self.proxy.set_filter(text=self.search.text(), dtype=self.dtype_filter.currentData() or "",
+                              device=self.device_filter.currentData() or "",
+                              only_problems=self.only_problems.isChecked())
+        if self.proxy.kept is not None and self.proxy.kept <= AUTO_EXPAND_LIMIT:
+            self._expand_matches()
+
+    def _expand_matches(self):
+        # Fetch and expand down to each match; the proxy keeps only the matching branches.
+        stack = [self.proxy.index(r, 0) for r in range(self.proxy.rowCount())]
+        while stack:
+            index = stack.pop()
+            if not self.proxy.hasChildren(index):
+                continue
+            while self.proxy.canFetchMore(index):
+                self.proxy.fetchMore(index)
+            self.tree.expand(index)
+            stack.extend(self.proxy.index(r, 0, index) for r in range(self.proxy.rowCount(index)))
+
+    def _on_current(self, current, _previous):
+        self.nodeSelected.emit(current.data(NODE_ROLE) if current.isValid() else None)
+
+
+class DtypeLegend(QWidget):
+    """The colour key: chip + name for each dtype, the same chips the Dtype column draws."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(10)
+        title = QLabel("Dtype:", objectName="muted")
+        layout.addWidget(title)
+        for dtype in LEGEND_DTYPES:
+            chip = QLabel()
+            chip.setPixmap(_chip(dtype_color(dtype)))
+            label = QLabel(dtype)
+            pair = QHBoxLayout()
+            pair.setSpacing(4)
+            pair.addWidget(chip)
+            pair.addWidget(label)
+            layout.addLayout(pair)
+
+
+def _chip(color: str) -> QPixmap:
+    pixmap = QPixmap(12, 12)
+    pixmap.fill(Qt.GlobalColor.transparent)
+    painter = QPainter(pixmap)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.setBrush(QColor(color))
+    painter.drawRoundedRect(1, 1, 10, 10, 3, 3)
+    painter.end()
+    return pixmap
