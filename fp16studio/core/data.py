@@ -37,10 +37,11 @@ class PipelineFailure(Exception):
     """The user's pipeline itself failed at a stage (their code, their casts): a diagnosis result,
     not bad input. Carries the original exception."""
 
-    def __init__(self, stage: str, exc: BaseException):
+    def __init__(self, stage: str, exc: BaseException, facts: dict | None = None):
         super().__init__(f"{stage}: {exc}")
         self.stage = stage
         self.exc = exc
+        self.facts = facts or {}
 
 
 @dataclass
@@ -248,11 +249,14 @@ def build_batch(spec: PipelineSpec, ds, processor, model_inputs: set, main_input
     except (InputError, datasets.exceptions.DatasetsError) as exc:
         raise exc if isinstance(exc, InputError) else InputError(first_line(exc)) from None
     except Exception as exc:  # the user's own code or casts failed: that is the diagnosis
-        raise PipelineFailure("batch", exc) from exc
+        raise PipelineFailure("batch", exc, facts) from exc
     for key, value in batch.items():
         fact = facts.setdefault(key, ColumnFacts(key))
         fact.loaded = dtypes.name_of(value.dtype) if torch.is_tensor(value) else "list"
-    batch = prepare_inputs(spec, batch, device, facts)
+    try:
+        batch = prepare_inputs(spec, batch, device, facts)
+    except Exception as exc:
+        raise PipelineFailure("batch", exc, facts) from exc
     return BatchBuild(batch=batch, columns=roles, facts=facts)
 
 
@@ -262,15 +266,12 @@ def prepare_inputs(spec: PipelineSpec, batch: dict, device, facts: dict) -> dict
 
     target = device if spec.input_device == "model" else torch.device(spec.input_device)
     out = {}
-    try:
-        for key, value in batch.items():
-            if spec.input_dtype and (not torch.is_tensor(value) or value.is_floating_point()
-                                     or spec.input_cast == "all"):
-                # On a list this raises just what users see: 'list' object has no attribute 'to'.
-                value = value.to(dtypes.to_torch(spec.input_dtype))
-            out[key] = value.to(target)
-    except Exception as exc:
-        raise PipelineFailure("batch", exc) from exc
+    for key, value in batch.items():
+        if spec.input_dtype and (not torch.is_tensor(value) or value.is_floating_point()
+                                 or spec.input_cast == "all"):
+            # On a list this raises just what users see: 'list' object has no attribute 'to'.
+            value = value.to(dtypes.to_torch(spec.input_dtype))
+        out[key] = value.to(target)
     for key, value in out.items():
         facts[key].final = dtypes.name_of(value.dtype)
         facts[key].device = str(value.device)

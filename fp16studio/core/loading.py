@@ -21,7 +21,7 @@ _TASK_SUFFIXES = (
     ("ForConditionalGeneration", "seq2seq-lm"),
     ("ForSeq2SeqLM", "seq2seq-lm"),
 )
-_AUTO_CLASSES = {
+AUTO_CLASSES = {
     "image-classification": "AutoModelForImageClassification",
     "sequence-classification": "AutoModelForSequenceClassification",
     "feature-extraction": "AutoModel",
@@ -131,7 +131,7 @@ def load_model(spec: PipelineSpec, device) -> LoadedModel:
     if spec.task == "auto" and hasattr(transformers, arch):
         cls = getattr(transformers, arch)
     else:
-        cls = getattr(transformers, _AUTO_CLASSES[task])
+        cls = getattr(transformers, AUTO_CLASSES[task])
     kwargs = {"dtype": "auto" if spec.model_dtype == "auto" else dtypes.to_torch(spec.model_dtype),
               "trust_remote_code": spec.trust_remote_code}
     if spec.device_map:

@@ -103,7 +103,25 @@ class PipelineSpec:
 
     def save(self, path: str | Path) -> None:
         """Write the spec as JSON, atomically so an interrupted save never loses the old file."""
-        write_text_atomic(Path(path), json.dumps(self.to_dict(), indent=2) + "\n")
+        path = Path(path)
+        data = self.rebased(path.resolve().parent).to_dict()
+        write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+
+    def rebased(self, folder: str | Path) -> "PipelineSpec":
+        """The same spec read from `folder`: relative local paths made absolute if they move."""
+        folder = Path(folder)
+        if not self.base_dir or Path(self.base_dir).resolve() == folder.resolve():
+            return dataclasses.replace(self, base_dir=str(folder))
+        edits = {}
+        for key in ("model", "dataset", "preprocess"):
+            value = getattr(self, key)
+            if not value:
+                continue
+            file_part, sep, function = value.rpartition(":") if key == "preprocess" else (value, "", "")
+            local = self.local_path(file_part)
+            if local is not None and not Path(file_part).expanduser().is_absolute():
+                edits[key] = str(local.resolve()) + sep + function
+        return dataclasses.replace(self, **edits, base_dir=str(folder))
 
     def replace(self, **edits) -> "PipelineSpec":
         unknown = sorted(set(edits) - set(KEYS))

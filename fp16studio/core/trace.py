@@ -36,6 +36,7 @@ class ModuleCall:
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
     completed: bool = False
+    finished: int = -1         # order in which the call returned: inner modules before outer
     leaf: bool = False
 
     @property
@@ -61,6 +62,7 @@ class Tracer:
         self.stack: list[ModuleCall] = []
         self._handles = []
         self._pending = []  # (TensorInfo, absmax tensor, nonfinite tensor)
+        self._finished = 0
 
     def __enter__(self):
         for name, module in self.model.named_modules():
@@ -103,6 +105,8 @@ class Tracer:
             call = self.stack.pop()
             call.outputs = self._describe(output, "output")
             call.completed = True
+            call.finished = self._finished
+            self._finished += 1
         return hook
 
     def _describe(self, value, prefix) -> list[TensorInfo]:

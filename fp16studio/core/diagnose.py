@@ -1,0 +1,172 @@
+"""One diagnosis: run the pipeline with the tracer on, then read the evidence with the rules."""
+
+from __future__ import annotations
+
+import gc
+import time
+
+from . import dtypes
+from .data import PipelineFailure
+from .errors import first_line
+from .inventory import mark, pipeline_tree
+from .pipeline import DeviceUnavailable, prepare_batch, prepare_model, primary_output, run_forward
+from .report import Diagnosis
+from .rules import Evidence, device_unavailable, run_rules
+from .spec import PipelineSpec
+from .trace import Tracer
+
+STAGES = ("model", "dataset", "batch", "forward", "rules")
+
+
+def diagnose(spec: PipelineSpec, progress=None, cancel=None) -> Diagnosis:
+    """Load, build the batch, run one traced forward pass, and return findings.
+
+    Raises InputError for bad input (missing model, dataset, column...) and Cancelled when
+    `cancel` is set; a failure of the pipeline itself is part of the result, not an exception.
+    """
+    timings: dict = {}
+    clock = _Clock(timings)
+    environment = environment_info()
+    try:
+        with clock("model"):
+            loaded, processor = prepare_model(spec, progress)
+    except DeviceUnavailable:
+        finding = device_unavailable(spec, environment["devices"])
+        return Diagnosis(spec=spec, device=spec.device, findings=[finding], timings=timings,
+                         environment=environment,
+                         error={"type": "DeviceUnavailable", "stage": "model", "module": None,
+                                "message": finding.message})
+    _check(cancel)
+    model, device = loaded.model, loaded.device
+    calls, batch, facts, error, exception, output = [], None, {}, None, None, None
+    try:
+        with clock("batch"):
+            build = prepare_batch(spec, loaded, processor, progress, cancel)
+        batch, facts = build.batch, build.facts
+    except PipelineFailure as failure:  # the user's data steps failed: part of the diagnosis
+        exception, facts = failure.exc, failure.facts
+        error = _error_doc(failure.exc, "batch", None)
+    if error is None:
+        _check(cancel)
+        _progress(progress, "forward", f"forward pass on {device}")
+        tracer = Tracer(model)
+        with clock("forward"), tracer:
+            try:
+                result = run_forward(spec, model, batch, device)
+            except Exception as exc:  # the forward pass failed: that is what we diagnose
+                exception = exc
+                failed_in = tracer.failed_in
+                error = _error_doc(exc, "forward", failed_in.name if failed_in else None)
+        calls = tracer.calls
+        if exception is None:
+            output = _describe_output(result)
+    _check(cancel)
+    _progress(progress, "rules", "reading the evidence")
+    with clock("rules"):
+        evidence = Evidence(
+            spec=spec, device_type=device.type, param_dtypes=_param_dtypes(model),
+            module_param_dtypes=_module_param_dtypes(model),
+            keep_in_fp32=tuple(_keep_in_fp32_modules(model)), facts=facts, calls=calls,
+            error=error, exception=exception)
+        findings = run_rules(evidence)
+        tree = pipeline_tree(model, batch, calls)
+        mark(tree, findings)
+    del model, batch, loaded
+    _release_memory(device)
+    return Diagnosis(spec=spec, device=str(device), findings=findings, error=error,
+                     output=output, tree=tree, timings=timings, environment=environment)
+
+
+class _Clock:
+    """`with clock("stage"):` adds the seconds spent to timings[stage]."""
+
+    def __init__(self, timings: dict):
+        self.timings = timings
+        self._stage = None
+
+    def __call__(self, stage):
+        self._stage = stage
+        return self
+
+    def __enter__(self):
+        self._start = time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.timings[self._stage] = round(time.perf_counter() - self._start, 4)
+        return False
+
+
+def _error_doc(exc: BaseException, stage: str, module: str | None) -> dict:
+    return {"type": type(exc).__name__, "message": first_line(exc, 500), "stage": stage,
+            "module": module}
+
+
+def _describe_output(result) -> dict | None:
+    name, tensor = primary_output(result)
+    if tensor is None:
+        return None
+    finite = bool(tensor.isfinite().all()) if tensor.is_floating_point() else True
+    return {"name": name, "dtype": dtypes.name_of(tensor.dtype), "shape": list(tensor.shape),
+            "finite": finite}
+
+
+def _param_dtypes(model) -> dict:
+    counts: dict = {}
+    for param in model.parameters():
+        if param.is_floating_point():
+            key = dtypes.name_of(param.dtype)
+            counts[key] = counts.get(key, 0) + param.numel()
+    return counts
+
+
+def _module_param_dtypes(model) -> dict:
+    """module name -> dtype of its own floating parameters (first one)."""
+    out = {}
+    for name, module in model.named_modules():
+        for param in module.parameters(recurse=False):
+            if param.is_floating_point():
+                out[name] = dtypes.name_of(param.dtype)
+                break
+    return out
+
+
+def _keep_in_fp32_modules(model) -> list[str]:
+    names = []
+    for attr in ("_keep_in_fp32_modules", "_keep_in_fp32_modules_strict"):
+        names.extend(getattr(model, attr, None) or ())
+    return names
+
+
+def environment_info() -> dict:
+    import datasets
+    import torch
+    import transformers
+
+    cuda = torch.cuda.is_available()
+    devices = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())] if cuda else ["cpu"]
+    info = {"torch": torch.__version__, "transformers": transformers.__version__,
+            "datasets": datasets.__version__, "cuda": torch.version.cuda if cuda else None,
+            "devices": devices}
+    if cuda:
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["bf16_supported"] = torch.cuda.is_bf16_supported()
+        info["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
+    return info
+
+
+def _release_memory(device):
+    gc.collect()
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def _check(cancel):
+    if cancel is not None:
+        cancel.check()
+
+
+def _progress(progress, stage, message):
+    if progress is not None:
+        progress(stage, message)

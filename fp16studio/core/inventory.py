@@ -1,0 +1,97 @@
+"""Build the tensor tree of one run: the model's modules with their parameters and buffers,
+the batch, and the activations the tracer recorded (in call order)."""
+
+from __future__ import annotations
+
+from . import dtypes
+from .tree import TensorNode
+
+
+def tensor_node(name, path, kind, tensor) -> TensorNode:
+    dtype = dtypes.name_of(tensor.dtype)
+    return TensorNode(name=name, path=path, kind=kind, shape=tuple(tensor.shape), dtype=dtype,
+                      device=str(tensor.device), bytes=tensor.numel() * tensor.element_size())
+
+
+def model_tree(model) -> TensorNode:
+    """Modules nested by name; each holds its own parameters and buffers, then its children."""
+    root = TensorNode(name=type(model).__name__, path="model", kind="module")
+    nodes = {"": root}
+    for name, module in model.named_modules():
+        if name:
+            parent_name, _, short = name.rpartition(".")
+            node = TensorNode(name=short, path=name, kind="module", note=type(module).__name__)
+            nodes[name] = nodes[parent_name].add(node)
+        node = nodes[name]
+        prefix = f"{name}." if name else ""
+        for pname, param in module.named_parameters(recurse=False):
+            node.add(tensor_node(pname, prefix + pname, "parameter", param))
+        for bname, buf in module.named_buffers(recurse=False):
+            node.add(tensor_node(bname, prefix + bname, "buffer", buf))
+    # Modules first is how people read a model; tensors of a module before its children.
+    for node in nodes.values():
+        node.children.sort(key=lambda n: n.kind == "module")
+    return root
+
+
+def batch_tree(batch: dict) -> TensorNode:
+    import torch
+
+    root = TensorNode(name="batch", path="batch", kind="group")
+    for key, value in batch.items():
+        if torch.is_tensor(value):
+            root.add(tensor_node(key, f"batch.{key}", "input", value))
+        else:
+            root.add(TensorNode(name=key, path=f"batch.{key}", kind="input", dtype="list",
+                                device="python", status="error", note="a Python list, not a tensor"))
+    return root
+
+
+def activations_tree(calls) -> TensorNode:
+    root = TensorNode(name="activations", path="activations", kind="group")
+    for call in calls:
+        module = call.name or "model"
+        for info in call.outputs:
+            size = dtypes.BYTES_PER_ELEMENT.get(info.dtype, 4)
+            for dim in info.shape:
+                size *= dim
+            root.add(TensorNode(
+                name=f"{module} → {info.name}", path=f"activations.{call.index}.{info.name}",
+                kind="activation", shape=info.shape, dtype=info.dtype, device=info.device,
+                bytes=size, absmax=info.absmax, nonfinite=info.nonfinite,
+                status="error" if info.nonfinite else "ok", note=module))
+    return root
+
+
+def pipeline_tree(model=None, batch=None, calls=()) -> TensorNode:
+    root = TensorNode(name="pipeline", path="", kind="group")
+    if model is not None:
+        root.add(model_tree(model))
+    if batch is not None:
+        root.add(batch_tree(batch))
+    if calls:
+        root.add(activations_tree(calls))
+    return root
+
+
+def mark(root: TensorNode, findings) -> None:
+    """Set status on the nodes the findings name, so the window can highlight them."""
+    rank = {"ok": 0, "info": 0, "warning": 1, "error": 2}
+    for finding in findings:
+        node = locate(root, finding.location)
+        if node is None:
+            continue
+        severity = "warning" if finding.severity == "info" else finding.severity
+        if rank[severity] >= rank[node.status]:
+            node.status = severity
+            node.note = f"{finding.code}" if node.kind != "module" else f"{node.note} · {finding.code}"
+
+
+def locate(root: TensorNode, location: str) -> TensorNode | None:
+    """The tree node a finding's location names: a module path, a batch key, or the model."""
+    for path in (location, f"batch.{location}", "model" if location in ("", "model") else None):
+        if path is not None:
+            node = root.find(path)
+            if node is not None:
+                return node
+    return None
