@@ -1,0 +1,134 @@
+"""CompareView: live samples, the result bars and table, and its exports."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+from PySide6.QtCore import Qt
+
+from fp16studio.gui.compare import CompareView
+from fp16studio.gui.roles import RAW_ROLE
+
+DOC = {
+    "device": "cpu", "device_name": "x86_64",
+    "note": "Measured on a CPU: no speed-up is expected.",
+    "tf32": {"cuda_matmul_allow_tf32": False, "cudnn_allow_tf32": True,
+             "float32_matmul_precision": "highest"},
+    "batch": {"size": 4, "shapes": {"input_ids": [4, 16]}, "tokens": 60},
+    "variants": [
+        {"name": "float32", "ok": True, "samples_per_s": 400.0,
+         "latency_ms": {"p50": 10.0, "p90": 11.0, "min": 9.5}, "peak_memory_bytes": 600 * 2**20,
+         "weights_bytes": 90 * 2**20, "max_abs_diff_vs_float32": 0.0, "top1_agreement": None,
+         "cosine_vs_float32": 1.0, "nonfinite_outputs": 0, "memory_kind": "process-rss",
+         "tokens_per_s": 6000.0, "first_call_ms": 30.0, "error": None},
+        {"name": "float16", "ok": True, "samples_per_s": 200.0,
+         "latency_ms": {"p50": 20.0, "p90": 22.0, "min": 19.0}, "peak_memory_bytes": 550 * 2**20,
+         "weights_bytes": 45 * 2**20, "max_abs_diff_vs_float32": None, "top1_agreement": None,
+         "cosine_vs_float32": None, "nonfinite_outputs": 12, "memory_kind": "process-rss",
+         "tokens_per_s": 3000.0, "first_call_ms": 40.0, "error": None},
+        {"name": "bfloat16", "ok": False, "samples_per_s": None, "latency_ms": None,
+         "peak_memory_bytes": None, "weights_bytes": None, "max_abs_diff_vs_float32": None,
+         "top1_agreement": None, "error": "RuntimeError: no bfloat16 kernel"},
+    ],
+}
+
+
+@pytest.fixture
+def view(qtbot):
+    widget = CompareView()
+    qtbot.addWidget(widget)
+    widget.resize(1100, 900)
+    widget.show()
+    return widget
+
+
+def _cell(view, row, column, role=Qt.ItemDataRole.DisplayRole):
+    return view.model.data(view.model.index(row, column), role)
+
+
+def test_samples_are_plotted_live_on_curves_created_once(view, qtbot):
+    for i in (1, 2, 3):
+        view.add_sample({"variant": "float32", "iteration": i, "latency_ms": 10.0,
+                         "samples_per_s": 400.0 + i})
+    view.add_sample({"variant": "float16", "iteration": 1, "latency_ms": 20.0,
+                     "samples_per_s": 200.0})
+    items = view.plot.listDataItems()
+    assert [item.name() for item in items] == ["float32", "float16"]
+    qtbot.waitUntil(lambda: items[0].getData()[0] is not None
+                    and len(items[0].getData()[0]) == 3, timeout=2000)
+    assert list(items[0].getData()[1]) == [401.0, 402.0, 403.0]
+    for i in range(4, 200):  # past the buffer's first capacity
+        view.add_sample({"variant": "float32", "iteration": i, "latency_ms": 10.0,
+                         "samples_per_s": 400.0})
+    qtbot.waitUntil(lambda: len(items[0].getData()[0]) == 199, timeout=2000)
+    assert view.plot.listDataItems() == items
+    qtbot.waitUntil(lambda: not view._timer.isActive(), timeout=2000)  # idle: stops redrawing
+
+
+def test_result_fills_bars_table_and_says_cpu_gives_no_speed_up(view, qtmodeltester):
+    view.add_sample({"variant": "float32", "iteration": 1, "latency_ms": 10.0,
+                     "samples_per_s": 400.0})
+    view.set_result(DOC)
+    qtmodeltester.check(view.model)
+    assert view.model.rowCount() == 3
+    assert _cell(view, 0, 0) == "float32" and _cell(view, 0, 2) == "400.0"
+    assert _cell(view, 1, 3) == "0.50×"
+    assert _cell(view, 1, 9) == "550.0 MiB" and _cell(view, 1, 9, RAW_ROLE) == 550 * 2**20
+    assert _cell(view, 1, 11) == "" and _cell(view, 1, 14) == "12"  # drift unknown: inf/NaN
+    assert _cell(view, 2, 1) == "failed" and "no bfloat16 kernel" in _cell(view, 2, 15)
+    assert view.note.isVisibleTo(view) and "no speed-up" in view.note.text()
+    assert "bfloat16" in view.summary.text() and "resident memory" in view.summary.text()
+    # Only the variants that ran get bars.
+    assert list(view._speed_bars.opts["height"]) == [400.0, 200.0]
+    assert list(view._weight_bars.opts["height"]) == [90.0, 45.0]
+    view.table.sortByColumn(2, Qt.SortOrder.DescendingOrder)  # sorts on raw numbers
+    proxy = view.table.model()
+    assert proxy.data(proxy.index(0, 0)) == "float32"
+
+
+def test_exports_png_csv_and_json(view, tmp_path):
+    view.add_sample({"variant": "float32", "iteration": 1, "latency_ms": 10.0,
+                     "samples_per_s": 400.0})
+    view.set_result(DOC)
+    written = view.export_png(tmp_path / "charts.png")
+    assert [p.name for p in written] == ["charts.png", "charts-live.png"]
+    for path in written:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with view.export_csv(tmp_path / "figures.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["Variant"] for row in rows] == ["float32", "float16", "bfloat16"]
+    assert float(rows[0]["Samples/s"]) == 400.0 and int(rows[1]["Weights"]) == 45 * 2**20
+    assert rows[2]["Samples/s"] == "" and rows[2]["Status"] == "failed"
+    assert json.loads(view.export_json(tmp_path / "bench.json").read_text()) == DOC
+
+
+def test_clear_forgets_the_previous_run(view):
+    view.add_sample({"variant": "float32", "iteration": 1, "latency_ms": 1.0,
+                     "samples_per_s": 4.0})
+    view.set_result(DOC)
+    view.clear()
+    assert view.plot.listDataItems() == [] and view.model.rowCount() == 0
+    assert not view.note.isVisibleTo(view)
+    assert len(view._speed_bars.opts["height"]) == 0
+
+
+def test_a_real_benchmark_streams_into_the_view(view, qtbot):
+    from fp16studio.core.bench import benchmark
+    from fp16studio.core.demo import demo_spec
+
+    result = benchmark(demo_spec("healthy"), variants="float32,bfloat16",
+                       on_sample=view.add_sample, warmup=1, min_iterations=3, min_seconds=0.0)
+    view.set_result(result.to_json())
+    assert {item.name() for item in view.plot.listDataItems()} == {"float32", "bfloat16"}
+    assert all(len(item.getData()[0]) == 3 for item in view.plot.listDataItems())
+    assert view.model.rowCount() == 2 and _cell(view, 0, 1) == "ok"
+
+
+def test_compare_does_not_import_torch():
+    code = "import sys, fp16studio.gui.compare; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**__import__("os").environ,
+                                          "QT_QPA_PLATFORM": "offscreen"})
+    assert out.stdout.strip() == "False"
