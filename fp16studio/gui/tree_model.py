@@ -56,6 +56,9 @@ class TensorTreeModel(QAbstractItemModel):
             self._items.clear()
             self.tree_index = tree_index
             self._root = self._new_item(root, None, 0) if root is not None else None
+            if self._root is not None:  # the top level (model, batch, activations) is always shown
+                for row, node in enumerate(root.children[:CHUNK]):
+                    self._root.children.append(self._new_item(node, self._root, row))
             self.endResetModel()
             return
         self.tree_index = tree_index
@@ -155,6 +158,7 @@ class TensorTreeModel(QAbstractItemModel):
         item.children = []
 
     def _merge(self, item: _Item, node, index: QModelIndex):
+        was_complete = len(item.children) == len(item.node.children)
         item.node = node
         old = [child.node.path for child in item.children]
         new = [child.path for child in node.children[:len(old)]]
@@ -164,6 +168,8 @@ class TensorTreeModel(QAbstractItemModel):
             if item.children:
                 self.dataChanged.emit(self.index(0, 0, index),
                                       self.index(len(item.children) - 1, len(COLUMNS) - 1, index))
+                if was_complete:  # rows added at the end show up in an expanded parent at once
+                    self.fetchMore(index)
             return
         # The structure changed here: replace these rows, keep as many fetched as before so an
         # expanded parent stays expanded and filled.

@@ -1,0 +1,55 @@
+import pytest
+
+from fp16studio.core.tree import TensorNode
+
+
+@pytest.fixture(autouse=True)
+def _private_folders(monkeypatch, tmp_path_factory):
+    """Recent files and the crash autosave go to a per-test folder; the demo's tiny models are
+    built once per session into a shared one."""
+    monkeypatch.setenv("FP16STUDIO_CONFIG_DIR", str(tmp_path_factory.mktemp("config")))
+    monkeypatch.setenv("FP16STUDIO_CACHE", str(_demo_cache(tmp_path_factory)))
+
+
+_cache = {}
+
+
+def _demo_cache(factory):
+    if "dir" not in _cache:
+        _cache["dir"] = factory.mktemp("demo-cache")
+    return _cache["dir"]
+
+
+@pytest.fixture
+def make_tree():
+    return build_tree
+
+
+def build_tree(modules=3, params=2, wide=0, problem_at=None):
+    """A pipeline tree like the engine's: model modules with parameters, a batch, activations.
+
+    `wide` adds one module with that many parameters (for lazy fetching); `problem_at` marks the
+    named parameter path as an error.
+    """
+    root = TensorNode("pipeline", "", "group")
+    model = root.add(TensorNode("Net", "model", "module"))
+    for m in range(modules):
+        module = model.add(TensorNode(f"layer{m}", f"layer{m}", "module", note="Linear"))
+        for p in range(params):
+            path = f"layer{m}.w{p}"
+            module.add(TensorNode(f"w{p}", path, "parameter", shape=(4, 4),
+                                  dtype="float16" if p % 2 else "float32", device="cpu",
+                                  bytes=64 if p % 2 == 0 else 32,
+                                  status="error" if path == problem_at else "ok"))
+    if wide:
+        big = model.add(TensorNode("big", "big", "module"))
+        for i in range(wide):
+            big.add(TensorNode(f"p{i}", f"big.p{i}", "parameter", shape=(2,), dtype="float32",
+                               device="cpu", bytes=8))
+    batch = root.add(TensorNode("batch", "batch", "group"))
+    batch.add(TensorNode("input_ids", "batch.input_ids", "input", shape=(2, 8), dtype="int64",
+                         device="cpu", bytes=128))
+    acts = root.add(TensorNode("activations", "activations", "group"))
+    acts.add(TensorNode("layer0 → output", "activations.0.output", "activation", shape=(2, 4),
+                        dtype="float16", device="cpu", bytes=16, absmax=3.5))
+    return root

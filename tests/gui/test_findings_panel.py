@@ -1,0 +1,62 @@
+"""The findings list and the selected finding's detail with one button per fix."""
+
+from PySide6.QtCore import Qt
+
+from fp16studio.core.findings import Finding, Fix
+from fp16studio.gui.findings_panel import FindingsModel, FindingsPanel
+from fp16studio.gui.roles import NODE_ROLE
+
+FINDINGS = [
+    Finding("half-on-cpu", "warning", "model", "float16 compute on a CPU.",
+            {"device": "cpu"}, (Fix("model-bfloat16", "Load the model in bfloat16", {"model_dtype": "bfloat16"}),)),
+    Finding("dtype-mismatch", "error", "resnet.embedder", "A float32 input met float16 weights.",
+            {"input": "float32", "weights": "float16"},
+            (Fix("cast-inputs-float16", "Cast floating inputs to float16", {"input_dtype": "float16"}),
+             Fix("model-float32", "Load the model in float32", {"model_dtype": "float32"}))),
+]
+
+
+def test_model_passes_qt_model_tester(qapp, qtmodeltester):
+    model = FindingsModel()
+    model.set_findings(FINDINGS)
+    qtmodeltester.check(model)
+
+
+def test_errors_come_first(qapp):
+    model = FindingsModel()
+    model.set_findings(FINDINGS)
+    assert [model.index(r, 1).data() for r in range(model.rowCount())] == ["dtype-mismatch", "half-on-cpu"]
+    assert model.index(0, 0).data(NODE_ROLE) is FINDINGS[1]
+
+
+def test_selected_finding_offers_one_button_per_fix(qtbot):
+    panel = FindingsPanel()
+    qtbot.addWidget(panel)
+    panel.set_findings(FINDINGS, ok=False)
+    buttons = panel.detail.fix_buttons
+    assert [b.text() for b in buttons] == ["Cast floating inputs to float16", "Load the model in float32"]
+    assert buttons[0].property("primary") and not buttons[1].property("primary")
+    with qtbot.waitSignal(panel.fixRequested) as fixed:
+        qtbot.mouseClick(buttons[1], Qt.MouseButton.LeftButton)
+    assert fixed.args == ["model-float32"]
+    assert "weights" in panel.detail.evidence.text() and "float16" in panel.detail.evidence.text()
+
+
+def test_selecting_a_finding_asks_to_reveal_its_location(qtbot):
+    panel = FindingsPanel()
+    qtbot.addWidget(panel)
+    panel.set_findings(FINDINGS, ok=False)
+    with qtbot.waitSignal(panel.revealRequested) as reveal:
+        panel.view.setCurrentIndex(panel.model.index(1, 0))
+    assert reveal.args == ["model"]
+
+
+def test_disabled_fixes_cannot_be_clicked(qtbot):
+    panel = FindingsPanel()
+    qtbot.addWidget(panel)
+    panel.set_findings(FINDINGS, ok=False)
+    panel.set_fixes_enabled(False)
+    with qtbot.assertNotEmitted(panel.fixRequested):
+        qtbot.mouseClick(panel.detail.fix_buttons[0], Qt.MouseButton.LeftButton)
+    panel.view.setCurrentIndex(panel.model.index(1, 0))   # a newly shown finding stays disabled
+    assert not any(b.isEnabled() for b in panel.detail.fix_buttons)

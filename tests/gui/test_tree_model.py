@@ -1,0 +1,167 @@
+"""The tensor tree model: lazy rows, refresh by diff, filtering and sorting."""
+
+import copy
+
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
+
+from fp16studio.gui.roles import NODE_ROLE, PATH_ROLE
+from fp16studio.gui.tree_model import (CHUNK, DTYPE, SIZE, STATUS, TensorFilterProxy,
+                                       TensorTreeModel)
+from fp16studio.gui.tree_panel import TensorPanel
+
+
+def fetch_all(model, parent):
+    while model.canFetchMore(parent):
+        model.fetchMore(parent)
+
+
+def child(model, parent, name):
+    fetch_all(model, parent)
+    for row in range(model.rowCount(parent)):
+        index = model.index(row, 0, parent)
+        if index.data() == name:
+            return index
+    raise AssertionError(f"no row {name!r}")
+
+
+def test_model_passes_qt_model_tester(qtmodeltester, make_tree):
+    model = TensorTreeModel()
+    model.set_tree(make_tree(wide=300))
+    fetch_all(model, model.index(0, 0))
+    qtmodeltester.check(model)
+
+
+def test_proxy_passes_qt_model_tester(qtmodeltester, make_tree):
+    model = TensorTreeModel()
+    model.set_tree(make_tree(problem_at="layer1.w0"))
+    proxy = TensorFilterProxy()
+    proxy.setSourceModel(model)
+    fetch_all(model, model.index(0, 0))
+    proxy.set_filter(only_problems=True)
+    qtmodeltester.check(proxy)
+
+
+def test_rows_are_fetched_lazily_in_chunks(make_tree):
+    model = TensorTreeModel()
+    model.set_tree(make_tree(wide=10_000))
+    top = model.index(0, 0)                      # the model
+    assert model.hasChildren(top)
+    assert model.rowCount(top) == 0 and model.canFetchMore(top)
+    big = child(model, top, "big")
+    assert model.rowCount(big) == 0              # nothing made until expanded
+    model.fetchMore(big)
+    assert model.rowCount(big) == CHUNK
+    fetch_all(model, big)
+    assert model.rowCount(big) == 10_000
+    assert not model.canFetchMore(big)
+
+
+def test_modules_show_subtree_totals_and_worst_status(make_tree):
+    model = TensorTreeModel()
+    model.set_tree(make_tree(problem_at="layer1.w0"))
+    top = model.index(0, 0)
+    layer1 = child(model, top, "layer1")
+    assert layer1.siblingAtColumn(DTYPE).data() == "mixed"
+    assert layer1.siblingAtColumn(SIZE).data() == "96 B"
+    assert layer1.siblingAtColumn(STATUS).data() == "error"
+    assert top.siblingAtColumn(STATUS).data() == "error"
+    assert child(model, top, "layer0").siblingAtColumn(STATUS).data() == "ok"
+
+
+def test_rerun_with_same_structure_keeps_rows_and_updates_data(make_tree):
+    model = TensorTreeModel()
+    model.set_tree(make_tree())
+    top = model.index(0, 0)
+    w0 = QPersistentModelIndex(child(model, child(model, top, "layer0"), "w0"))
+    assert model.index(w0.row(), DTYPE, w0.parent()).data() == "float32"
+    again = make_tree()
+    again.find("layer0.w0").dtype = "bfloat16"
+    model.set_tree(again)
+    assert w0.isValid()                          # the same row survived the refresh
+    assert model.index(w0.row(), DTYPE, w0.parent()).data() == "bfloat16"
+    assert w0.data(NODE_ROLE) is again.find("layer0.w0")
+
+
+def test_rerun_with_rows_added_at_the_end_keeps_the_rest(make_tree):
+    model = TensorTreeModel()
+    model.set_tree(make_tree(modules=3))
+    layer0 = QPersistentModelIndex(child(model, model.index(0, 0), "layer0"))
+    model.set_tree(make_tree(modules=4))
+    top = model.index(0, 0)
+    assert [model.index(r, 0, top).data() for r in range(model.rowCount(top))] == [
+        "layer0", "layer1", "layer2", "layer3"]
+    assert layer0.isValid() and layer0.data() == "layer0"
+
+
+def test_rerun_with_changed_structure_replaces_only_that_level(make_tree):
+    model = TensorTreeModel()
+    model.set_tree(make_tree(modules=3))
+    top = QPersistentModelIndex(model.index(0, 0))
+    layer2 = QPersistentModelIndex(child(model, model.index(0, 0), "layer2"))
+    model.set_tree(make_tree(modules=2))         # a module fewer: that level changed
+    assert top.isValid()                         # the parent row stays (and stays expanded)
+    parent = model.index(0, 0)
+    assert [model.index(r, 0, parent).data() for r in range(model.rowCount(parent))] == ["layer0", "layer1"]
+    assert not layer2.isValid()
+
+
+def test_filter_reaches_rows_that_were_never_fetched(make_tree):
+    model = TensorTreeModel()
+    model.set_tree(make_tree(wide=1000, problem_at="layer2.w1"))
+    proxy = TensorFilterProxy()
+    proxy.setSourceModel(model)
+    proxy.set_filter(only_problems=True)
+    top = proxy.index(0, 0)
+    fetch_all(proxy, top)
+    names = [proxy.index(r, 0, top).data() for r in range(proxy.rowCount(top))]
+    assert names == ["layer2"]                   # the problem's ancestors only
+    layer2 = proxy.index(0, 0, top)
+    fetch_all(proxy, layer2)
+    assert [proxy.index(r, 0, layer2).data(PATH_ROLE) for r in range(proxy.rowCount(layer2))] == ["layer2.w1"]
+    proxy.set_filter(only_problems=False, dtype="int64")
+    assert [proxy.index(r, 0).data() for r in range(proxy.rowCount())] == ["batch"]
+    proxy.set_filter(dtype="", text="P99")       # a case-insensitive substring of the path
+    big = proxy.index(0, 0, proxy.index(0, 0))
+    fetch_all(proxy, big)
+    expected = ["p99"] + [f"p99{i}" for i in range(10)]
+    assert [proxy.index(r, 0, big).data() for r in range(proxy.rowCount(big))] == expected
+
+
+def test_proxy_sorts_by_raw_size_not_by_text(make_tree):
+    model = TensorTreeModel()
+    tree = make_tree()
+    sizes = {"w0": 1000, "w1": 200}             # as text "1000 B" would sort before "200 B"
+    for name, size in sizes.items():
+        tree.find(f"layer0.{name}").bytes = size
+    model.set_tree(tree)
+    proxy = TensorFilterProxy()
+    proxy.setSourceModel(model)
+    proxy.sort(SIZE, Qt.SortOrder.AscendingOrder)
+    layer0 = child(proxy, child(proxy, QModelIndex(), "Net"), "layer0")
+    fetch_all(proxy, layer0)
+    assert [proxy.index(r, 0, layer0).data() for r in range(proxy.rowCount(layer0))] == ["w1", "w0"]
+
+
+def test_panel_reveals_a_deep_node_and_keeps_expansion_across_refresh(qtbot, make_tree):
+    panel = TensorPanel()
+    qtbot.addWidget(panel)
+    tree = make_tree(wide=2000)
+    panel.set_tree(tree)
+    target = tree.find("big.p1500")              # beyond the first fetched chunks
+    assert panel.reveal(target)
+    current = panel.tree.currentIndex()
+    assert current.data(PATH_ROLE) == "big.p1500"
+    big = current.parent()
+    assert panel.tree.isExpanded(big)
+    panel.set_tree(copy.deepcopy(tree))          # a re-run with the same structure
+    assert panel.tree.isExpanded(big)
+    assert panel.tree.currentIndex().data(PATH_ROLE) == "big.p1500"
+
+
+def test_highlighted_rows_are_bold(make_tree):
+    model = TensorTreeModel()
+    model.set_tree(make_tree())
+    layer1 = child(model, model.index(0, 0), "layer1")
+    assert layer1.data(Qt.ItemDataRole.FontRole) is None
+    model.set_highlighted(["layer1"])
+    assert layer1.data(Qt.ItemDataRole.FontRole).bold()
