@@ -104,7 +104,7 @@ def _load_spec(text: str):
 
 
 def cmd_diagnose(args) -> int:
-    from .core.diagnose import diagnose
+    from .core.diagnosis import diagnose
 
     report = diagnose(_load_spec(args.spec))
     doc = report.to_json()

@@ -10,7 +10,7 @@ __all__ = ["PipelineSpec", "diagnose", "apply_fix", "fix_until_clean", "benchmar
            "Finding", "Fix"]
 
 _LAZY = {
-    "diagnose": ".diagnose",
+    "diagnose": ".diagnosis",
     "apply_fix": ".fixing",
     "fix_until_clean": ".fixing",
     "benchmark": ".bench",

@@ -121,19 +121,19 @@ def _write_models(folder: Path):
     from transformers import (BertConfig, BertForSequenceClassification, ResNetConfig,
                               ResNetForImageClassification, ViTConfig, ViTForImageClassification)
 
-    image_processor = _image_processor(32)
+    images = image_processor(32)
     labels = {"num_labels": 3, "id2label": {0: "cat", 1: "dog", 2: "bird"},
               "label2id": {"cat": 0, "dog": 1, "bird": 2}}
     torch.manual_seed(0)
     resnet = ResNetForImageClassification(ResNetConfig(
         embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], **labels))
-    _save(resnet, image_processor, folder / "tiny-resnet")
+    _save(resnet, images, folder / "tiny-resnet")
     torch.manual_seed(0)
     vit = ViTForImageClassification(ViTConfig(
         image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=64, **labels))
-    _save(vit, image_processor, folder / "tiny-vit")
-    tokenizer = _tokenizer()
+    _save(vit, images, folder / "tiny-vit")
+    tokenizer = tiny_tokenizer()
     bert_config = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
                        **labels)
@@ -153,13 +153,13 @@ def _save(model, processor, folder: Path):
     processor.save_pretrained(folder)
 
 
-def _image_processor(side: int):
+def image_processor(side: int):
     from transformers import ViTImageProcessor
 
     return ViTImageProcessor(size={"height": side, "width": side})
 
 
-def _tokenizer():
+def tiny_tokenizer():
     from transformers import BertTokenizer
 
     words = sorted(set(_WORDS.split()))

@@ -21,7 +21,7 @@ def fix_until_clean(spec: PipelineSpec, max_rounds: int = MAX_ROUNDS, progress=N
     Returns (final Diagnosis, applied: [{"round", "code", "fix"}]). A fix that leads back to a
     spec already tried is skipped for the next one, so the loop cannot cycle.
     """
-    from .diagnose import diagnose
+    from .diagnosis import diagnose
 
     report = diagnose(spec, progress, cancel)
     applied, seen = [], {_key(spec)}

@@ -120,13 +120,6 @@ def fix_autocast(dtype: str) -> Fix:
                f"float32 weights, forward pass under torch.autocast(device_type, dtype=torch.{dtype})")
 
 
-def fix_keep_fp32(ev: Evidence, module: str) -> Fix:
-    pattern = re.sub(r"\.\d+(?=\.|$)", ".*", module)
-    patterns = list(ev.spec.keep_fp32) + ([pattern] if pattern not in ev.spec.keep_fp32 else [])
-    return Fix(f"keep-fp32-{pattern}", f"Keep {pattern} in float32", {"keep_fp32": patterns},
-               f"modules matching {pattern!r} stay in float32")
-
-
 def _low_precision_for(ev: Evidence) -> str:
     """The half dtype to suggest: bfloat16 where float16 is slow or unsupported (CPU)."""
     return "bfloat16" if ev.device_type == "cpu" else "float16"
@@ -307,16 +300,16 @@ def rule_half_unsupported(ev: Evidence) -> list[Finding]:
     if not match:
         return []
     call = ev.failed_call
-    module = call.name if call else (ev.error.get("module") or "model")
-    fixes = [fix_keep_fp32(ev, module)] if call and call.name else []
-    if ev.device_type == "cpu" and ev.spec.model_dtype == "float16":
-        fixes.append(fix_model_dtype("bfloat16", ev))
-    fixes.append(fix_model_dtype("float32", ev))
+    module = (call.name if call else ev.error.get("module")) or "model"
+    half = match.group(1) or ev.half_requested() or "float16"
+    half = "bfloat16" if half.lower() == "bfloat16" else "float16"
+    # Autocast keeps half precision for the matmuls and runs ops without half kernels in fp32.
+    fixes = (fix_autocast(half), fix_model_dtype("float32", ev))
     return [Finding(
         "half-unsupported", "error", module,
-        f"An operator in {module} has no kernel for this half dtype on {ev.device_type} "
-        f"({ev.message}). Keep that module in float32, or use a dtype this device supports.",
-        {"error": ev.message, "device": ev.device_type}, tuple(fixes))]
+        f"An operator in {module} has no kernel for {half} on {ev.device_type} ({ev.message}). "
+        "Keep float32 weights and run under autocast, which computes such operators in float32.",
+        {"error": ev.message, "device": ev.device_type, "dtype": half}, fixes)]
 
 
 def rule_half_on_cpu(ev: Evidence) -> list[Finding]:
@@ -346,14 +339,13 @@ def rule_overflow(ev: Evidence) -> list[Finding]:
         biggest = max((t.absmax for t in call.inputs if t.absmax is not None), default=None)
         fixes = []
         if dtype == "float16":
-            fixes = [fix_model_dtype("bfloat16", ev), fix_keep_fp32(ev, call.name),
-                     fix_model_dtype("float32", ev)]
+            fixes = [fix_model_dtype("bfloat16", ev), fix_model_dtype("float32", ev)]
         return [Finding(
             "overflow", "error", call.name or "model",
             f"inf/NaN first appeared in the output of {call.name or 'the model'} ({call.cls}), "
             f"in {dtype}" + (f", whose range ends at {FP16_MAX:.0f}" if dtype == "float16" else "")
-            + ". Everything after it is unusable. bfloat16 has float32's range; or keep this "
-            "module in float32.",
+            + ". Everything after it is unusable. bfloat16 has float32's range at the same "
+            "size; float32 always works.",
             {"dtype": dtype, "non-finite values": call.nonfinite_out,
              "largest input abs": biggest, "float16 max": FP16_MAX},
             tuple(fixes))]
