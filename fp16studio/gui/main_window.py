@@ -31,7 +31,7 @@ from .theme import app_icon, icon
 from .tree_panel import TensorPanel
 from .worker import Job, WorkerHost
 
-# The engine's progress stages (fp16studio.core.diagnose.STAGES) as the progress bar words them;
+# The engine's progress stages (fp16studio.core.diagnosis.STAGES) as the progress bar words them;
 # kept here so showing the window never imports the engine's heavy modules.
 STAGE_LABELS = {"model": "Loading model", "dataset": "Reading dataset", "batch": "Building batch",
                 "forward": "Forward pass", "rules": "Checking findings"}
@@ -64,7 +64,9 @@ class MainWindow(QMainWindow):
         self._closing = False
 
         self.undo_stack = QUndoStack(self)
-        self.undo_stack.cleanChanged.connect(lambda _clean: self._update_title())
+        # A bound method, not a lambda: it is disconnected when the window goes, before the
+        # stack's own destruction emits cleanChanged.
+        self.undo_stack.cleanChanged.connect(self._update_title)
         self._build_panels()
         self._build_actions()
         self._build_menus()
@@ -304,7 +306,7 @@ class MainWindow(QMainWindow):
         if self.spec is not None and new != self.spec:
             self.undo_stack.push(SpecChange(self._set_spec, self.spec, new, text))
 
-    def _update_title(self):
+    def _update_title(self, *_):
         name = self.session_path.name if self.session_path else (self.spec.model if self.spec else "")
         dirty = "" if self.undo_stack.isClean() else " •"
         self.setWindowTitle(f"{name}{dirty} — fp16studio" if name else "fp16studio")

@@ -69,8 +69,9 @@ class TensorTreeModel(QAbstractItemModel):
 
     def set_highlighted(self, paths):
         """Rows whose path a finding names are drawn bold."""
-        changed = self._highlighted ^ set(paths)
-        self._highlighted = set(paths)
+        paths = set(paths)
+        changed = self._highlighted ^ paths
+        self._highlighted = paths
         for item in list(self._items.values()):
             if item.node.path in changed and item.parent is not None:
                 left = self.createIndex(item.row, 0, item.uid)

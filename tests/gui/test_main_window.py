@@ -1,0 +1,173 @@
+"""The whole loop on the built-in demo: run, see the error, click its fix, run clean, undo."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from PySide6.QtCore import QModelIndex, Qt
+
+from fp16studio.core import PipelineSpec
+from fp16studio.gui import MainWindow
+from fp16studio.gui.roles import NODE_ROLE, PATH_ROLE
+from fp16studio.gui.tree_model import STATUS
+
+RUN_TIMEOUT_MS = 120_000
+
+
+@pytest.fixture
+def window(qtbot):
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.spec is not None, timeout=RUN_TIMEOUT_MS)
+    return window
+
+
+def run(qtbot, window):
+    with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS) as finished:
+        assert window.run_diagnosis()
+    return finished.args[0]
+
+
+def findings(window):
+    model = window.findingsView.model()
+    return [model.index(r, 0).data(NODE_ROLE) for r in range(model.rowCount())]
+
+
+def test_demo_loop_run_fix_run_clean_undo(qtbot, window):
+    doc = run(qtbot, window)
+    assert not doc["ok"]
+    first = findings(window)[0]
+    assert (first.severity, first.code) == ("error", "dtype-mismatch")
+    assert {"ok", "spec", "device", "findings", "error", "inventory", "output"} <= set(doc)
+
+    # The module the finding names is in the tree, marked, and shown when the finding is chosen.
+    current = window.tensorTree.currentIndex()
+    assert current.data(PATH_ROLE) == first.location
+    assert current.siblingAtColumn(STATUS).data() == "error"
+    assert current.data(Qt.ItemDataRole.FontRole).bold()
+
+    before = window.spec
+    button = window.findings.detail.fix_buttons[0]
+    assert button.property("fixId") == first.fixes[0].id
+    with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS) as finished:
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert finished.args[0]["ok"]
+    assert not any(f.severity == "error" for f in findings(window))
+    assert window.spec.applied_fixes[-1]["id"] == first.fixes[0].id
+    assert window.spec == PipelineSpec.from_dict(finished.args[0]["spec"], base_dir=window.spec.base_dir)
+
+    # The Changes tab shows what the fix edited; Undo and Redo step through whole specs.
+    diff = window.history.diff
+    keys = {diff.item(r, 0).text() for r in range(diff.rowCount())}
+    assert "applied_fixes" in keys and keys - {"applied_fixes"}
+    window.undo_stack.undo()
+    assert window.spec == before
+    assert not window.findings.detail.fix_buttons[0].isEnabled()  # findings are for another spec
+    window.undo_stack.redo()
+    assert window.spec.applied_fixes[-1]["id"] == first.fixes[0].id
+
+
+def test_apply_fix_by_id_and_the_tree_survives_the_rerun(qtbot, window):
+    run(qtbot, window)
+    tree = window.tensorTree
+    model_row = tree.model().index(0, 0)
+    tree.expand(model_row)
+    fix_id = findings(window)[0].fixes[0].id
+    with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS):
+        assert window.apply_fix(fix_id)
+    assert tree.isExpanded(tree.model().index(0, 0))
+    assert window.apply_fix("no-such-fix") is False
+
+
+def test_invalid_form_value_is_marked_with_its_reason_and_not_applied(qtbot, window):
+    spec = window.spec
+    field = window.form.fields["device"]
+    field.widget.setEditText("gpu0")
+    field.widget.lineEdit().editingFinished.emit()
+    assert "device" in window.form.invalid_keys()
+    assert "gpu0" in window.form.invalid_keys()["device"]
+    assert field.widget.property("invalid")
+    assert window.spec == spec
+    field.widget.setEditText("cpu")
+    field.widget.lineEdit().editingFinished.emit()
+    assert window.form.invalid_keys() == {}
+    assert window.spec.device == "cpu"
+    window.undo_stack.undo()
+    assert window.spec == spec
+
+
+def test_bad_input_is_shown_not_raised(qtbot, tmp_path):
+    window = MainWindow({"model": str(tmp_path / "missing"), "dataset": "synthetic"})
+    qtbot.addWidget(window)
+    with qtbot.waitSignal(window.diagnosisFailed, timeout=RUN_TIMEOUT_MS) as failed:
+        window.run_diagnosis()
+    assert "missing" in failed.args[0]
+    assert "Traceback" not in window.findings.detail.message.text()
+    assert "missing" in window.findings.detail.message.text()
+    assert window.act_run.isEnabled()
+
+
+def test_export_script_asks_before_replacing(qtbot, window, tmp_path, monkeypatch):
+    target = tmp_path / "pipeline.py"
+    assert window.export_script(target) == target
+    assert "from_pretrained" in target.read_text()
+    target.write_text("# mine\n")
+    monkeypatch.setattr(window, "_confirm", lambda title, text: False)
+    assert window.export_script(target) is None
+    assert target.read_text() == "# mine\n"
+    monkeypatch.setattr(window, "_confirm", lambda title, text: True)
+    assert window.export_script(target) == target
+    assert "from_pretrained" in target.read_text()
+
+
+def test_session_round_trip(qtbot, window, tmp_path):
+    doc = run(qtbot, window)
+    path = tmp_path / "work.fp16studio"
+    assert window.save_session(path=str(path))
+    saved = json.loads(path.read_text())
+    assert saved["diagnosis"]["findings"] == doc["findings"]
+    other = MainWindow(str(path))
+    qtbot.addWidget(other)
+    qtbot.waitUntil(lambda: other.spec is not None, timeout=RUN_TIMEOUT_MS)
+    # Relative paths are rebased onto the session's folder; they name the same files.
+    for key in ("model", "dataset"):
+        assert other.spec.local_path(getattr(other.spec, key)).resolve() == \
+            window.spec.local_path(getattr(window.spec, key)).resolve()
+    assert other.spec.replace(model="m", dataset="d") == window.spec.replace(model="m", dataset="d")
+    assert [f.code for f in findings(other)] == [f.code for f in findings(window)]
+
+
+def test_closing_during_a_run_stops_the_worker(qtbot, window):
+    with qtbot.waitSignal(window.worker.jobStarted, timeout=RUN_TIMEOUT_MS,
+                          check_params_cb=lambda job: job.kind == "diagnose"):
+        window.run_diagnosis()
+    window.close()
+    assert window.worker.thread.isFinished()
+
+
+def test_cancel_from_the_window(qtbot, window):
+    with qtbot.waitSignal(window.worker.jobStarted, timeout=RUN_TIMEOUT_MS,
+                          check_params_cb=lambda job: job.kind == "diagnose"):
+        window.run_diagnosis()
+    assert window.act_cancel.isEnabled() and not window.act_run.isEnabled()
+    with qtbot.waitSignal(window.worker.jobDone, timeout=RUN_TIMEOUT_MS,
+                          check_params_cb=lambda job, outcome: job.kind == "diagnose") as done:
+        window.act_cancel.trigger()
+    assert done.args[1] == "cancelled"
+    assert window.act_run.isEnabled() and not window.act_cancel.isEnabled()
+
+
+def test_window_opens_without_importing_torch():
+    code = ("import sys\n"
+            "from PySide6.QtWidgets import QApplication\n"
+            "app = QApplication([])\n"
+            "from fp16studio.gui import MainWindow\n"
+            "w = MainWindow({'model': 'org/name', 'dataset': 'synthetic'})\n"
+            "w.show(); app.processEvents()\n"
+            "print('torch' in sys.modules)\n"
+            "w.close()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False"
