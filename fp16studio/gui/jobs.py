@@ -16,9 +16,7 @@ def diagnose(spec, progress, cancel):
     """
     import torch
 
-    # From the module itself: once fp16studio.core.diagnose is imported, the package attribute
-    # `fp16studio.core.diagnose` is that module, not the function.
-    from fp16studio.core.diagnose import diagnose as run
+    from fp16studio.core import diagnose as run
 
     diagnosis = run(spec, progress=progress, cancel=cancel)
     index = TreeIndex(diagnosis.tree) if diagnosis.tree is not None else None
@@ -30,6 +28,24 @@ def benchmark(spec, on_sample, progress, cancel) -> dict:
     from fp16studio.core import benchmark as run
 
     return run(spec, progress=progress, cancel=cancel, on_sample=on_sample).to_json()
+
+
+def warm_up():
+    """Import the engine's heavy libraries now, while the user is still reading the window.
+
+    Loading torch holds the GIL for long stretches (the dynamic loader, static initialisers),
+    which stalls the GUI thread whenever it happens; better once at start-up than mid-run.
+    Freezing the objects created by the imports keeps later full garbage collections (the
+    engine runs one after each diagnosis) from walking them again with the GIL held.
+    """
+    import gc
+
+    import datasets  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    gc.collect()
+    gc.freeze()
 
 
 def demo(name: str):

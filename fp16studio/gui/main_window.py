@@ -88,6 +88,7 @@ class MainWindow(QMainWindow):
         else:
             self.open_path(str(spec))
         QTimer.singleShot(0, self._scan_cache)
+        QTimer.singleShot(0, self._warm_up)
 
     # -- layout ---------------------------------------------------------------------------------
     def _build_panels(self):
@@ -470,6 +471,10 @@ class MainWindow(QMainWindow):
             self._set_busy(False)
 
     # -- pickers: look-ups on the worker --------------------------------------------------------
+    def _warm_up(self):
+        self.worker.submit(Job("warm-up", jobs.warm_up, wants_progress=False,
+                               on_error=lambda m, d: self.log.log("warning", f"Loading torch: {m}")))
+
     def _scan_cache(self):
         def done(found):
             self.form.model_picker.set_cached(found["models"])

@@ -1,0 +1,131 @@
+"""How responsive the window stays: time to a shown window, and the longest event-loop stall
+during a full session on the built-in demo (open, run, apply the first fix, run clean).
+
+A 5 ms heartbeat timer runs on the GUI thread; any gap between beats beyond that is time the
+event loop could not serve the user. Targets: window ready in under 1.5 s, no stall over 50 ms.
+Stalls are reported per phase: "startup" is while the worker loads torch and builds the demo
+after the window is shown (see gui/jobs.py warm_up), "run" is from Run to the clean result.
+
+    python benchmarks/gui_responsiveness.py [--bench] [--json]
+
+Run by hand (or on a GPU machine); this is a measurement, not a test with timed asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+START = time.perf_counter()
+
+HEARTBEAT_MS = 5
+READY_TARGET_S = 1.5
+STALL_TARGET_MS = 50.0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench", action="store_true", help="also run the benchmark (slower)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+    from PySide6.QtCore import QElapsedTimer, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication(sys.argv[:1])
+    from fp16studio.gui.theme import Theme
+
+    Theme(app)
+    from fp16studio.gui import MainWindow
+
+    window = MainWindow()
+    window.show()
+    ready = {}
+    QTimer.singleShot(0, lambda: ready.setdefault("s", time.perf_counter() - START))
+    torch_at_ready = {}
+    QTimer.singleShot(0, lambda: torch_at_ready.setdefault("loaded", "torch" in sys.modules))
+
+    gaps: list[tuple[str, float]] = []      # (phase, gap in ms)
+    phase = ["startup"]
+    clock = QElapsedTimer()
+    clock.start()
+    last = [clock.nsecsElapsed()]
+
+    def beat():
+        now = clock.nsecsElapsed()
+        gaps.append((phase[0], (now - last[0]) / 1e6))
+        last[0] = now
+
+    heartbeat = QTimer(interval=HEARTBEAT_MS, timeout=beat)
+    heartbeat.start()
+    steps: list[tuple[str, float]] = []
+    step_start = [time.perf_counter()]
+
+    def mark(name):
+        now = time.perf_counter()
+        steps.append((name, round(now - step_start[0], 3)))
+        step_start[0] = now
+
+    def after_first(doc):
+        mark("diagnose (error expected)" if not doc["ok"] else "diagnose")
+        window.diagnosisFinished.disconnect(after_first)
+        window.diagnosisFinished.connect(after_fix)
+        fix_id = doc["findings"][0]["fixes"][0]["id"]
+        window.apply_fix(fix_id)
+
+    def after_fix(doc):
+        mark("apply fix + diagnose" + (" (clean)" if doc["ok"] else " (still errors)"))
+        if args.bench:
+            window.benchmarkFinished.connect(lambda _doc: (mark("benchmark"), app.quit()))
+            window.run_benchmark()
+        else:
+            app.quit()
+
+    warm = []
+    window.worker.jobDone.connect(lambda job, outcome: job.kind == "warm-up" and warm.append(outcome))
+
+    def start_when_ready():
+        if window.spec is None or not warm:
+            return
+        starter.stop()
+        mark("startup: demo + torch loaded (worker)")
+        phase[0] = "run"
+        window.diagnosisFinished.connect(after_first)
+        window.run_diagnosis()
+
+    starter = QTimer(interval=10, timeout=start_when_ready)
+    starter.start()
+    window.diagnosisFailed.connect(lambda message: (print("run failed:", message), app.quit()))
+    app.exec()
+    heartbeat.stop()
+    window.close()
+
+    result = {
+        "window_ready_s": round(ready.get("s", float("nan")), 3),
+        "torch_imported_at_ready": torch_at_ready.get("loaded"),
+        "stalls_ms": {name: _stalls([g for p, g in gaps if p == name]) for name in ("startup", "run")},
+        "steps_s": dict(steps),
+        "targets": {"window_ready_s": READY_TARGET_S, "longest_stall_ms": STALL_TARGET_MS},
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for key, value in result.items():
+            print(f"{key:>24}: {value}")
+    return 0
+
+
+def _stalls(gaps: list[float]) -> dict:
+    stalls = sorted(max(0.0, gap - HEARTBEAT_MS) for gap in gaps)
+    if not stalls:
+        return {}
+    return {"longest": round(stalls[-1], 1), "p99": round(stalls[int(len(stalls) * 0.99)], 1),
+            "over_50ms": sum(s > STALL_TARGET_MS for s in stalls), "heartbeats": len(stalls)}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
