@@ -1,0 +1,88 @@
+"""The spec: keys, aliases, validation, files, and saving without losing anything."""
+
+import json
+
+import pytest
+
+from fp16studio.core import InputError, PipelineSpec
+from fp16studio.core.spec import KEYS
+
+
+def test_defaults_follow_the_contract():
+    spec = PipelineSpec(model="m", dataset="d")
+    assert spec.to_dict() == {
+        "model": "m", "dataset": "d", "revision": None, "task": "auto",
+        "trust_remote_code": False, "dataset_config": None, "split": "train", "columns": {},
+        "samples": 8, "batch_size": 4, "preprocess": None, "map_dtype": None, "format": "torch",
+        "format_dtype": None, "device": "auto", "device_map": None, "model_dtype": "float32",
+        "keep_fp32": [], "input_dtype": None, "input_cast": "floating", "input_device": "model",
+        "autocast": None, "with_labels": False, "applied_fixes": []}
+    assert set(KEYS) == set(spec.to_dict())
+
+
+@pytest.mark.parametrize("alias,name", [("fp16", "float16"), ("half", "float16"),
+                                        ("bf16", "bfloat16"), ("fp32", "float32"),
+                                        ("torch.float16", "float16")])
+def test_dtype_aliases_are_normalised(alias, name):
+    spec = PipelineSpec(model="m", dataset="d", model_dtype=alias, input_dtype=alias)
+    assert spec.model_dtype == name and spec.input_dtype == name
+
+
+@pytest.mark.parametrize("keys,words", [
+    ({"model_dtype": "float8"}, "model_dtype"),
+    ({"batch_size": 0}, "batch_size"),
+    ({"samples": "8"}, "samples"),
+    ({"format": "numpy"}, "format"),
+    ({"device": "tpu"}, "device"),
+    ({"input_cast": "some"}, "input_cast"),
+    ({"autocast": "float32"}, "autocast"),
+    ({"columns": {"audio": "x"}}, "columns"),
+    ({"preprocess": "file.py"}, "preprocess"),
+    ({"trust_remote_code": "yes"}, "trust_remote_code"),
+])
+def test_bad_values_name_the_key(keys, words):
+    with pytest.raises(InputError, match=words):
+        PipelineSpec.from_dict({"model": "m", "dataset": "d", **keys})
+
+
+def test_unknown_and_missing_keys():
+    with pytest.raises(InputError, match="unknown key 'colour'"):
+        PipelineSpec.from_dict({"model": "m", "dataset": "d", "colour": "blue"})
+    with pytest.raises(InputError, match="'dataset' is required"):
+        PipelineSpec.from_dict({"model": "m"})
+
+
+def test_toml_and_json_files(tmp_path):
+    (tmp_path / "a.toml").write_text('model = "m"\ndataset = "d"\nmodel_dtype = "half"\n')
+    spec = PipelineSpec.load(tmp_path / "a.toml")
+    assert spec.model_dtype == "float16" and spec.base_dir == str(tmp_path)
+    spec.save(tmp_path / "b.json")
+    assert PipelineSpec.load(tmp_path / "b.json") == spec
+
+
+def test_a_saved_session_opens_as_its_spec(tmp_path):
+    doc = {"fp16studio_session": 1, "spec": {"model": "m", "dataset": "d"}, "diagnosis": None}
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    assert PipelineSpec.load(tmp_path / "s.json").model == "m"
+
+
+def test_save_elsewhere_keeps_local_paths_reachable(tmp_path):
+    (tmp_path / "here" / "model").mkdir(parents=True)
+    (tmp_path / "here" / "pre.py").write_text("def f(x):\n    return x\n")
+    spec = PipelineSpec(model="model", dataset="org/hub-data", preprocess="pre.py:f",
+                        base_dir=str(tmp_path / "here"))
+    (tmp_path / "there").mkdir()
+    spec.save(tmp_path / "there" / "s.json")
+    moved = PipelineSpec.load(tmp_path / "there" / "s.json")
+    assert moved.local_path(moved.model) == (tmp_path / "here" / "model").resolve()
+    assert moved.preprocess == f"{(tmp_path / 'here' / 'pre.py').resolve()}:f"
+    assert moved.dataset == "org/hub-data"  # a Hub id is not a path
+
+
+def test_save_is_atomic_and_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
+    path = tmp_path / "s.json"
+    PipelineSpec(model="old", dataset="d").save(path)
+    monkeypatch.setattr("json.dumps", lambda *a, **k: (_ for _ in ()).throw(ValueError("x")))
+    with pytest.raises(ValueError):
+        PipelineSpec(model="new", dataset="d").save(path)
+    assert json.loads(path.read_text())["model"] == "old"
