@@ -21,9 +21,10 @@ from .spec import PipelineSpec
 
 VARIANTS = ("float32", "float16", "bfloat16", "autocast-float16", "autocast-bfloat16")
 
-CPU_NOTE = ("Measured on a CPU: half precision halves the weights' memory here, but no speed-up "
-            "is expected (most CPUs have no fast float16/bfloat16 matrix units and convert on "
-            "the fly). Judge speed on the GPU you deploy on.")
+CPU_NOTE = ("Measured on a CPU: in general no speed-up is expected here. float16 usually runs "
+            "slower than float32 on CPUs; bfloat16 is faster only on CPUs with bfloat16 matrix "
+            "instructions (AVX512-BF16, AMX). Half precision still halves the weights' memory. "
+            "Judge speed on the GPU you deploy on.")
 
 
 def variant_spec(spec: PipelineSpec, name: str) -> PipelineSpec:
@@ -115,9 +116,9 @@ def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_
 
     progress(stage, message) reports each variant (stage "bench") and its loading;
     on_sample(dict(variant, iteration, latency_ms, samples_per_s)) runs after each timed call;
-    cancel.check() runs between calls and raises Cancelled. Until one variant has loaded, InputError means the spec itself
-    is bad and propagates; any other failure, or a later InputError, is reported in that
-    variant and the others still run.
+    cancel.check() runs between calls and raises Cancelled. Until one variant has loaded,
+    InputError means the spec itself is bad and propagates; any other failure, or a later
+    InputError, is reported in that variant and the others still run.
     """
     names = parse_variants(variants)
     limits = Limits(warmup=warmup, min_iterations=min_iterations, min_seconds=min_seconds,
@@ -299,12 +300,13 @@ def _check(cancel):
 
 def format_table(doc: dict) -> str:
     """The bench document as a table for people (the `--json`-less CLI output)."""
-    lines = [f"device: {doc['device']}" + (f" ({doc['device_name']})" if doc.get("device_name")
-                                            else "")]
+    name = doc.get("device_name")
+    lines = [f"device: {doc['device']}" + (f" ({name})" if name else "")]
     tf32 = doc.get("tf32") or {}
     if tf32 and doc["device"].startswith("cuda"):
-        lines.append(f"float32 baseline: TF32 matmul {'on' if tf32.get('cuda_matmul_allow_tf32') else 'off'}"
-                     f", cuDNN TF32 {'on' if tf32.get('cudnn_allow_tf32') else 'off'}"
+        on = {True: "on", False: "off"}
+        lines.append(f"float32 baseline: TF32 matmul {on[bool(tf32.get('cuda_matmul_allow_tf32'))]}"
+                     f", cuDNN TF32 {on[bool(tf32.get('cudnn_allow_tf32'))]}"
                      f", float32 matmul precision {tf32.get('float32_matmul_precision')}")
     batch = doc.get("batch")
     if batch:

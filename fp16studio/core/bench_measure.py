@@ -163,27 +163,15 @@ class MemoryProbe:
 
 
 def nvml_used_bytes(device) -> int | None:
-    """The device's used memory as NVML (nvidia-smi) sees it, or None without nvidia-ml-py.
-
-    The handle is looked up by UUID, so the answer is for the same GPU as torch's index even
-    under CUDA_VISIBLE_DEVICES.
-    """
-    try:
-        import pynvml
-    except ImportError:
-        return None
+    """The device's used memory as nvidia-smi sees it (every process, CUDA contexts included),
+    through torch's NVML reading, which maps CUDA_VISIBLE_DEVICES to the right GPU. None when
+    nvidia-ml-py is not installed or the driver does not answer: it is an extra figure, never
+    a reason to fail the variant."""
     import torch
 
-    index = device.index if device.index is not None else torch.cuda.current_device()
     try:
-        pynvml.nvmlInit()
-        try:
-            uuid = str(torch.cuda.get_device_properties(index).uuid)
-            handle = pynvml.nvmlDeviceGetHandleByUUID(("GPU-" + uuid).encode())
-            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-        finally:
-            pynvml.nvmlShutdown()
-    except pynvml.NVMLError:
+        return int(torch.cuda.device_memory_used(device))
+    except Exception:  # noqa: BLE001 - no nvidia-ml-py, NVMLError, old torch: all mean unknown
         return None
 
 

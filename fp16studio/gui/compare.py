@@ -25,8 +25,6 @@ from .palette import DTYPE_COLORS, OKABE_ITO
 from .roles import RAW_ROLE
 
 REDRAW_MS = 66  # ~15 Hz: smooth enough to watch, cheap enough for the GUI thread
-CPU_NOTE = ("Measured on a CPU: no speed-up from half precision is expected here, only smaller "
-            "weights. Judge speed on the GPU you deploy on.")
 
 
 def variant_color(name: str) -> str:
@@ -271,7 +269,7 @@ class CompareView(QWidget):
             button.setEnabled(False)
 
     def add_sample(self, sample: dict):
-        """One timed call of one variant: {"variant", "iteration", "latency_ms", "samples_per_s"}."""
+        """One timed call: {"variant", "iteration", "latency_ms", "samples_per_s"}."""
         name, value = sample.get("variant"), sample.get("samples_per_s")
         if name is None or value is None:
             return
@@ -310,8 +308,7 @@ class CompareView(QWidget):
             item.getAxis("bottom").setTicks(ticks)
             item.enableAutoRange()
         self.summary.setText(self._summary_text(doc))
-        note = doc.get("note") or (CPU_NOTE if str(doc.get("device", "")).startswith("cpu")
-                                   else "")
+        note = doc.get("note") or ""  # on a CPU: no speed-up expected (core's CPU_NOTE)
         self.note.setText(note)
         self.note.setVisible(bool(note))
         for button in self._export_buttons:
