@@ -1,0 +1,64 @@
+"""What only a GPU shows: CUDA wordings, inputs left on the CPU, device maps, fp16 kernels.
+
+Skipped on machines without CUDA; run on a GPU box with `pytest tests/gpu -m gpu`.
+"""
+
+import pytest
+import torch
+
+from fp16studio.core import apply_fix, diagnose
+from fp16studio.core.demo import demo_spec
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+def codes(report):
+    return {f.code for f in report.findings}
+
+
+def test_inputs_left_on_the_cpu_are_a_device_mismatch(demo_dir):
+    spec = demo_spec("healthy").replace(device="cuda", input_device="cpu")
+    report = diagnose(spec)
+    f = next(f for f in report.findings if f.code == "device-mismatch")
+    assert f.severity == "error" and "cuda:0" in f.evidence["parameters on"]
+    assert f.evidence["inputs on"] == ["cpu"]
+    fixed = diagnose(apply_fix(spec, f.fixes[0]))
+    assert fixed.ok and fixed.device == "cuda:0"
+
+
+def test_fp16_model_on_cuda_reports_the_cuda_wording_and_fixes(demo_dir):
+    spec = demo_spec("fp16-model").replace(device="cuda")
+    report = diagnose(spec)
+    assert "torch.cuda" in report.error["message"] or "Half" in report.error["message"]
+    f = next(f for f in report.findings if f.code == "dtype-mismatch")
+    fixed = diagnose(apply_fix(spec, f.fixes[0]))
+    assert fixed.ok and fixed.output["dtype"] == "float16"
+    assert "half-on-cpu" not in codes(fixed)
+
+
+def test_device_map_auto_runs_on_the_gpu(demo_dir):
+    report = diagnose(demo_spec("healthy").replace(device_map="auto", model_dtype="float16",
+                                                   input_dtype="float16"))
+    assert report.ok and report.device.startswith("cuda")
+    devices = {n.device for n in report.tree.walk() if n.kind == "parameter"}
+    assert devices == {"cuda:0"} or all(d.startswith("cuda") for d in devices)
+
+
+def test_autocast_on_cuda_is_active(demo_dir):
+    report = diagnose(demo_spec("healthy").replace(device="cuda", autocast="float16"))
+    assert report.ok and "autocast-inactive" not in codes(report)
+
+
+def test_a_missing_gpu_index_is_device_unavailable(demo_dir):
+    spec = demo_spec("healthy").replace(device=f"cuda:{torch.cuda.device_count()}")
+    report = diagnose(spec)
+    assert [f.code for f in report.findings] == ["device-unavailable"]
+
+
+def test_overflow_on_cuda_fp16(demo_dir):
+    report = diagnose(demo_spec("overflow").replace(device="cuda"))
+    assert "overflow" in codes(report)
+    fixed = diagnose(apply_fix(report.spec, report.fix("model-bfloat16")))
+    if torch.cuda.is_bf16_supported():
+        assert fixed.ok
