@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from . import dtypes
 from .bench_measure import (Limits, MemoryProbe, drift, make_timer, output_summary,
                             reference_copy, tf32_settings, time_calls, weights_bytes)
-from .errors import Cancelled, InputError
+from .errors import Cancelled, InputError, first_line
 from .spec import PipelineSpec
 
 VARIANTS = ("float32", "float16", "bfloat16", "autocast-float16", "autocast-bfloat16")
@@ -99,9 +99,6 @@ class BenchResult:
     note: str | None = None
     # Why there is no float32 reference, when float32 was not asked for and could not run.
     reference_error: str | None = None
-
-    def variant(self, name: str) -> VariantResult:
-        return next(v for v in self.variants if v.name == name)
 
     def to_json(self) -> dict:
         out = dataclasses.asdict(self)
@@ -263,9 +260,9 @@ def describe(exc: BaseException) -> str:
     import torch
 
     if isinstance(exc, torch.cuda.OutOfMemoryError):
-        return "out of memory: " + (str(exc).splitlines() or [""])[0]
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+        return "out of memory: " + first_line(exc)
+    message = first_line(exc)
+    return message if message == type(exc).__name__ else f"{type(exc).__name__}: {message}"
 
 
 def _free(device):
