@@ -6,8 +6,8 @@ import html
 import json
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QFrame, QHBoxLayout, QHeaderView, QLabel,
-                               QPushButton, QSplitter, QTreeView, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QCommandLinkButton, QFrame, QHBoxLayout, QHeaderView, QLabel,
+                               QPushButton, QScrollArea, QSplitter, QTreeView, QVBoxLayout, QWidget)
 
 from .roles import NODE_ROLE, RAW_ROLE
 from .theme import icon
@@ -80,19 +80,20 @@ class FindingDetail(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 8, 10, 10)
         layout.setSpacing(8)
+        # What happened, then what to do about it, then the evidence: the fixes stay in view.
         layout.addWidget(self.title)
         layout.addWidget(self.message)
+        self.fixes_label = QLabel("Fixes", objectName="muted")
+        layout.addWidget(self.fixes_label)
+        layout.addLayout(self.fixes_box)
         layout.addWidget(self.evidence)
         row = QHBoxLayout()
         row.addWidget(self.reveal)
         row.addStretch(1)
         layout.addLayout(row)
-        self.fixes_label = QLabel("Fixes", objectName="muted")
-        layout.addWidget(self.fixes_label)
-        layout.addLayout(self.fixes_box)
         layout.addStretch(1)
         self._location = ""
-        self.fix_buttons: list[QPushButton] = []
+        self.fix_buttons: list[QCommandLinkButton] = []
         self.show_text("Run the pipeline to see findings.")
 
     def show_text(self, text: str, title: str = ""):
@@ -120,7 +121,11 @@ class FindingDetail(QFrame):
             button.deleteLater()
         self.fix_buttons = []
         for i, fix in enumerate(fixes):
-            button = QPushButton(icon("fix"), fix.title, objectName="fixButton")
+            # The title goes in the command link's description, which wraps, so a long title
+            # stays whole in a narrow panel; the short heading says which fix is recommended.
+            heading = "Recommended fix" if i == 0 else f"Alternative {i}"
+            button = QCommandLinkButton(heading, fix.title, objectName="fixButton")
+            button.setIcon(icon("fix"))
             button.setProperty("primary", i == 0)
             button.setProperty("fixId", fix.id)
             button.setToolTip(fix.explain or fix.title)
@@ -151,6 +156,7 @@ class FindingsPanel(QWidget):
         self.view.setAlternatingRowColors(True)
         self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         header = self.view.header()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
@@ -168,11 +174,15 @@ class FindingsPanel(QWidget):
         head.addWidget(title)
         head.addStretch(1)
         head.addWidget(self.summary)
+        # The detail scrolls rather than squeezing its fix buttons when the window is short.
+        scroller = QScrollArea()
+        scroller.setWidget(self.detail)
+        scroller.setWidgetResizable(True)
+        scroller.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.view)
-        split.addWidget(self.detail)
-        split.setStretchFactor(0, 2)
-        split.setStretchFactor(1, 3)
+        split.addWidget(scroller)
+        split.setSizes([150, 450])
         split.setChildrenCollapsible(False)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -217,9 +227,17 @@ class FindingsPanel(QWidget):
 
 def _evidence_html(location: str, evidence: dict) -> str:
     rows = [("location", location)] if location else []
-    rows += [(key, value if isinstance(value, str) else json.dumps(value, default=str))
+    rows += [(key.replace("_", " "), value if isinstance(value, str) else json.dumps(value, default=str))
              for key, value in evidence.items()]
     cells = "".join(
         f"<tr><td style='padding:1px 10px 1px 0; color:#6b717b'>{html.escape(k)}</td>"
-        f"<td style='font-family:monospace'>{html.escape(str(v))}</td></tr>" for k, v in rows)
+        f"<td style='font-family:monospace'>{_breakable(html.escape(str(v)))}</td></tr>"
+        for k, v in rows)
     return f"<table cellspacing='0'>{cells}</table>"
+
+
+def _breakable(text: str) -> str:
+    """Let dotted module paths and long messages wrap: a zero-width space after . , / and _."""
+    for mark in (".", ",", "/", "_"):
+        text = text.replace(mark, mark + "\u200b")
+    return text

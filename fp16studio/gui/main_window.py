@@ -143,7 +143,7 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(left)
         self.splitter.addWidget(middle)
         self.splitter.addWidget(self.findings)
-        self.splitter.setSizes([360, 560, 360])
+        self.splitter.setSizes([330, 620, 330])
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setChildrenCollapsible(False)
         self.setCentralWidget(self.splitter)
@@ -189,7 +189,21 @@ class MainWindow(QMainWindow):
         self.act_redo.setShortcut(QKeySequence.StandardKey.Redo)
         self.act_redo.setIcon(icon("redo"))
         self.act_redo.setProperty("iconName", "redo")
+        # Short labels in the toolbar; what would be undone is in the tooltip.
+        # (Bound methods, so the connections end with the window; see cleanChanged above.)
+        self.undo_stack.undoTextChanged.connect(self._label_undo)
+        self.undo_stack.redoTextChanged.connect(self._label_redo)
+        self._label_undo("")
+        self._label_redo("")
         self.act_about = a("&About fp16studio", self._about, "info")
+
+    def _label_undo(self, text: str):
+        self.act_undo.setText("&Undo")
+        self.act_undo.setToolTip(f"Undo: {text}" if text else "Nothing to undo")
+
+    def _label_redo(self, text: str):
+        self.act_redo.setText("&Redo")
+        self.act_redo.setToolTip(f"Redo: {text}" if text else "Nothing to redo")
 
     def _build_menus(self):
         bar = self.menuBar()
@@ -242,10 +256,11 @@ class MainWindow(QMainWindow):
         self.stage_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.progress = QProgressBar()
         self.progress.setRange(0, len(STAGE_LABELS))
-        self.progress.setFixedWidth(200)
+        self.progress.setFixedWidth(180)
         self.progress.setTextVisible(False)
         tools.addWidget(self.stage_label)
-        tools.addWidget(self.progress)
+        # A widget in a toolbar is shown and hidden through its action.
+        self._progress_action = tools.addWidget(self.progress)
         self.addToolBar(tools)
         self.toolbar = tools
 
@@ -447,6 +462,7 @@ class MainWindow(QMainWindow):
         self.act_cancel.setEnabled(busy)
         self.findings.set_fixes_enabled(not busy and (self._diagnosed_spec is None
                                                       or self.spec == self._diagnosed_spec))
+        self._progress_action.setVisible(busy)
         if not busy:
             self.progress.setValue(0)
             self.stage_label.setText("")

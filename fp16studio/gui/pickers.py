@@ -74,6 +74,7 @@ class SourcePicker(QWidget):
     def set_text(self, text: str):
         self._last = text
         self.edit.setText(text)
+        self.edit.setCursorPosition(0)  # show the start of a long path, not its tail
 
     def set_cached(self, ids):
         self._cached = list(ids)

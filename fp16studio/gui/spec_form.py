@@ -100,7 +100,7 @@ class SpecForm(QScrollArea):
         self._combo(data, "map_dtype", "Cast in map", (None,) + DTYPES)
         self._combo(data, "format", "Format", ("torch", "python"))
         self._combo(data, "format_dtype", "Format dtype", (None,) + DTYPES)
-        self._check(data, "with_labels", "Pass labels (compute loss)")
+        self._check(data, "with_labels", "Pass labels (loss)")
 
         inputs = self._section(layout, "Forward pass")
         self._combo(inputs, "input_dtype", "Cast inputs to", (None,) + DTYPES)
@@ -114,7 +114,7 @@ class SpecForm(QScrollArea):
         fixes.addRow(self.applied)
         layout.addStretch(1)
         self.setWidget(body)
-        self.setMinimumWidth(340)
+        self.setMinimumWidth(300)
 
     # -- binding --------------------------------------------------------------------------------
     def set_spec(self, spec):
@@ -221,7 +221,7 @@ class SpecForm(QScrollArea):
 
     def _combo(self, form, key, label, choices, editable=False):
         combo = QComboBox(editable=editable)
-        combo.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        _narrow(combo)
         # None is stored as "" (a null item data cannot be looked up again with findData).
         for choice in choices:
             combo.addItem("none" if choice is None else choice, choice or "")
@@ -269,13 +269,15 @@ class SpecForm(QScrollArea):
         grid = QFormLayout(holder)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setVerticalSpacing(4)
+        grid.setHorizontalSpacing(6)
         self.role_combos: dict[str, QComboBox] = {}
         for role in COLUMN_ROLES:
             combo = QComboBox(editable=True)
+            _narrow(combo)
             combo.lineEdit().setPlaceholderText("auto")
             combo.activated.connect(lambda _i: self._commit("columns"))
             combo.lineEdit().editingFinished.connect(lambda: self._commit("columns"))
-            grid.addRow(role.replace("_", " "), combo)
+            grid.addRow("pair" if role == "text_pair" else role, combo)
             self.role_combos[role] = combo
 
         def get():
@@ -312,3 +314,10 @@ class SpecForm(QScrollArea):
 def _patterns(text: str) -> list[str]:
     """'a, b ,c' -> ['a', 'b', 'c'] for keep_fp32."""
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _narrow(combo: QComboBox):
+    """Let a combo shrink with the panel instead of sizing to its longest choice."""
+    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    combo.setMinimumContentsLength(6)
+    combo.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)

@@ -36,7 +36,9 @@ def system_scheme() -> str:
 
 
 def stylesheet(scheme: str) -> str:
-    return resource(f"{scheme}.qss").read_text(encoding="utf-8")
+    # url(...) in a stylesheet needs a real path; the files say @RESOURCES@ for this folder.
+    text = resource(f"{scheme}.qss").read_text(encoding="utf-8")
+    return text.replace("@RESOURCES@", RESOURCES.as_posix())
 
 
 def icon(name: str) -> QIcon:
@@ -74,16 +76,18 @@ class Theme(QObject):
 
     changed = Signal(str)
 
-    def __init__(self, app, parent=None):
+    def __init__(self, app, scheme: str | None = None, parent=None):
+        """`scheme` "light" or "dark" pins the theme (screenshots); None follows the system."""
         super().__init__(parent)
         self._app = app
-        self.scheme = system_scheme()
+        self.pinned = scheme is not None
+        self.scheme = scheme or system_scheme()
         self._apply()
         app.styleHints().colorSchemeChanged.connect(self._on_system_change)
 
     def _on_system_change(self, _scheme):
         scheme = system_scheme()
-        if scheme != self.scheme:
+        if scheme != self.scheme and not self.pinned:
             self.scheme = scheme
             self._apply()
             self.changed.emit(scheme)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter, QPixmap
 from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QHBoxLayout, QHeaderView,
-                               QLabel, QLineEdit, QTreeView, QVBoxLayout, QWidget)
+                               QLabel, QLineEdit, QMenu, QTreeView, QVBoxLayout, QWidget)
 
 from . import format as fmt
 from .delegates import BadgeDelegate, ChipDelegate
@@ -47,12 +47,16 @@ class TensorPanel(QWidget):
         self.tree.sortByColumn(-1, Qt.SortOrder.AscendingOrder)  # model order until a click
         header = self.tree.header()
         header.setStretchLastSection(False)
-        header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
-        for column, width in ((KIND, 84), (SHAPE, 110), (DTYPE, 104), (DEVICE, 78),
-                              (SIZE, 84), (ABSMAX, 84), (STATUS, 84)):
+        header.setMinimumSectionSize(40)
+        for column, width in ((NAME, 214), (KIND, 76), (SHAPE, 96), (DTYPE, 86), (DEVICE, 56),
+                              (SIZE, 76), (ABSMAX, 64), (STATUS, 80)):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
             header.resizeSection(column, width)
-        header.setMinimumSectionSize(48)
+        # Kind is plain from the names (a module, `weight`, `batch.input_ids`); it is one
+        # right-click away on the header, which lists every column.
+        header.setSectionHidden(KIND, True)
+        header.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        header.customContextMenuRequested.connect(self._column_menu)
         self.tree.selectionModel().currentRowChanged.connect(self._on_current)
 
         self.search = QLineEdit(placeholderText="Filter by name…", clearButtonEnabled=True)
@@ -159,6 +163,16 @@ class TensorPanel(QWidget):
                 self.proxy.fetchMore(index)
             self.tree.expand(index)
             stack.extend(self.proxy.index(r, 0, index) for r in range(self.proxy.rowCount(index)))
+
+    def _column_menu(self, position):
+        header = self.tree.header()
+        menu = QMenu(self)
+        for column in range(1, self.model.columnCount()):
+            action = menu.addAction(self.model.headerData(column, Qt.Orientation.Horizontal))
+            action.setCheckable(True)
+            action.setChecked(not header.isSectionHidden(column))
+            action.toggled.connect(lambda on, c=column: header.setSectionHidden(c, not on))
+        menu.exec(header.mapToGlobal(position))
 
     def _on_current(self, current, _previous):
         self.nodeSelected.emit(current.data(NODE_ROLE) if current.isValid() else None)

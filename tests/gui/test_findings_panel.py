@@ -34,7 +34,7 @@ def test_selected_finding_offers_one_button_per_fix(qtbot):
     qtbot.addWidget(panel)
     panel.set_findings(FINDINGS, ok=False)
     buttons = panel.detail.fix_buttons
-    assert [b.text() for b in buttons] == ["Cast floating inputs to float16", "Load the model in float32"]
+    assert [b.description() for b in buttons] == ["Cast floating inputs to float16", "Load the model in float32"]
     assert buttons[0].property("primary") and not buttons[1].property("primary")
     with qtbot.waitSignal(panel.fixRequested) as fixed:
         qtbot.mouseClick(buttons[1], Qt.MouseButton.LeftButton)
