@@ -56,8 +56,9 @@ def make_timer(device):
     """A function `timer(fn) -> (milliseconds, fn())` right for the device.
 
     CUDA launches are asynchronous, so wall-clock time around a call measures the launch only:
-    time it between CUDA events on the current stream and wait for the end event. On other
-    devices the call returns when the work is done, and perf_counter is the clock.
+    time it between CUDA events on the current stream and wait for the end event. MPS is
+    asynchronous too and has no per-stream events here: synchronise, then read perf_counter.
+    On a CPU the call returns when the work is done.
     """
     import torch
 
@@ -74,9 +75,13 @@ def make_timer(device):
 
         return cuda_timer
 
+    sync = torch.mps.synchronize if device.type == "mps" else None
+
     def wall_timer(fn):
         started = time.perf_counter()
         result = fn()
+        if sync is not None:
+            sync()
         return (time.perf_counter() - started) * 1000.0, result
 
     return wall_timer

@@ -287,3 +287,21 @@ def test_format_table_of_a_cuda_document_names_tf32_and_memory_kind():
     assert "TF32 matmul on" in table and "precision high" in table
     assert "max_memory_allocated" in table and "3.0 GiB" in table
     assert "bfloat16: out of memory" in table
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_memory_comes_from_the_allocator_and_timing_from_events():
+    from fp16studio.core.demo import demo_spec
+
+    doc = bench.benchmark(demo_spec("overflow").replace(device="cuda"), **FAST).to_json()
+    assert doc["device"].startswith("cuda") and doc["note"] is None
+    for v in doc["variants"]:
+        if not v["ok"]:  # only bfloat16 may be missing, and only on pre-Ampere GPUs
+            assert "bfloat16" in v["name"] and "compute capability" in v["error"]
+            continue
+        assert v["memory_kind"] == "cuda-max-allocated"
+        assert v["peak_memory_bytes"] >= v["weights_bytes"] > 0
+        assert v["reserved_memory_bytes"] >= v["peak_memory_bytes"]
+        assert v["latency_ms"]["min"] > 0
+    assert "max_memory_allocated" in bench.format_table(doc)
