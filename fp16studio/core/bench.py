@@ -30,11 +30,13 @@ CPU_NOTE = ("Measured on a CPU: in general no speed-up is expected here. float16
 def variant_spec(spec: PipelineSpec, name: str) -> PipelineSpec:
     """The user's spec running in one precision variant.
 
-    The data-side casts (`map_dtype`, `format_dtype`) are dropped and the batch is cast right
-    before the forward pass, floating tensors only: this measures the precision, not the
-    pipeline's casting mistakes (`diagnose` finds those). `keep_fp32` stays as the user set it.
+    The data-side casts (`map_dtype`, `format_dtype`) are dropped, the batch is torch tensors
+    on the model's device, cast right before the forward pass, floating tensors only: this
+    measures the precision, not the pipeline's casting and placement mistakes (`diagnose`
+    finds those). `keep_fp32` stays as the user set it.
     """
-    common = {"map_dtype": None, "format_dtype": None, "input_cast": "floating"}
+    common = {"map_dtype": None, "format_dtype": None, "format": "torch",
+              "input_cast": "floating", "input_device": "model"}
     if name == "float32":
         return spec.replace(model_dtype="float32", input_dtype=None, autocast=None, **common)
     if name in dtypes.HALF_NAMES:
@@ -244,8 +246,9 @@ def batch_info(batch: dict) -> dict:
 
     tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
     if not tensors:
-        raise InputError("bench: the batch holds no tensors")
-    size = next(iter(tensors.values())).shape[0] if next(iter(tensors.values())).dim() else 1
+        raise ValueError("the batch holds no tensors")
+    first = next(iter(tensors.values()))
+    size = first.shape[0] if first.dim() else 1
     tokens = None
     if "attention_mask" in tensors:
         tokens = int(tensors["attention_mask"].sum())

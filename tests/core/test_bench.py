@@ -135,7 +135,7 @@ def test_variant_specs(tmp_path):
 
     spec = PipelineSpec(model=str(tmp_path), dataset="synthetic", model_dtype="float16",
                         input_dtype="float16", input_cast="all", format_dtype="float16",
-                        keep_fp32=["classifier"])
+                        format="python", input_device="cpu", keep_fp32=["classifier"])
     fp32 = bench.variant_spec(spec, "float32")
     assert (fp32.model_dtype, fp32.input_dtype, fp32.autocast) == ("float32", None, None)
     half = bench.variant_spec(spec, "bfloat16")
@@ -144,7 +144,7 @@ def test_variant_specs(tmp_path):
     amp = bench.variant_spec(spec, "autocast-float16")
     assert (amp.model_dtype, amp.input_dtype, amp.autocast) == ("float32", None, "float16")
     assert all(v.keep_fp32 == ("classifier",) and v.format_dtype is None
-               for v in (fp32, half, amp))
+               and (v.format, v.input_device) == ("torch", "model") for v in (fp32, half, amp))
     with pytest.raises(InputError):
         bench.variant_spec(spec, "float8")
 
