@@ -24,10 +24,10 @@ def diagnose(spec, progress, cancel):
     return diagnosis, index, gpu_memory
 
 
-def benchmark(spec, on_sample, progress, cancel) -> dict:
+def benchmark(spec, variants, on_sample, progress, cancel) -> dict:
     from fp16studio.core import benchmark as run
 
-    return run(spec, progress=progress, cancel=cancel, on_sample=on_sample).to_json()
+    return run(spec, variants, progress=progress, cancel=cancel, on_sample=on_sample).to_json()
 
 
 def warm_up():

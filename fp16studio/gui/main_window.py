@@ -420,15 +420,16 @@ class MainWindow(QMainWindow):
         self.status.message.setText("Findings from the saved session; Run to refresh them.")
 
     # -- benchmark ------------------------------------------------------------------------------
-    def run_benchmark(self) -> bool:
-        """Measure the precision variants on the worker; `benchmarkFinished(doc)` when done."""
+    def run_benchmark(self, variants=None) -> bool:
+        """Measure the precision variants (default: all) on the worker; `benchmarkFinished(doc)`
+        when done, with the samples streamed to the Compare tab meanwhile."""
         if self.spec is None or self._busy():
             return False
         self.compare.clear()
         self.main_tabs.setCurrentWidget(self.compare)
         self.log.log("info", "Benchmark started.")
         self.worker.submit(Job(
-            "bench", jobs.benchmark, (self.spec, self._benchSample.emit),
+            "bench", jobs.benchmark, (self.spec, variants, self._benchSample.emit),
             on_result=self._on_benchmark,
             on_error=lambda message, detail: self.log.log("error", f"Benchmark failed: {message}\n{detail}".strip()),
             on_cancel=lambda: self.log.log("warning", "Benchmark cancelled.")))

@@ -25,12 +25,12 @@ _ST_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "fl
               "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 
 
-def scan_cache() -> dict:
+def scan_cache(cache_dir: str | None = None) -> dict:
     """Repo ids in the local Hugging Face cache: {"models": [...], "datasets": [...]}."""
     from huggingface_hub import scan_cache_dir
 
     try:
-        info = scan_cache_dir()
+        info = scan_cache_dir(cache_dir)
     except Exception:  # no cache folder yet, or one we cannot read: nothing to complete from
         return {"models": [], "datasets": []}
     found = {"models": [], "datasets": []}

@@ -1,0 +1,71 @@
+"""Picker look-ups: safetensors headers, model info, the cache scan, offline Hub search."""
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from fp16studio.core import InputError, PipelineSpec
+from fp16studio.gui import sources
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    save_file({"a": np.zeros((4, 4), np.float16), "b": np.zeros(3, np.float32),
+               "c": np.zeros(2, np.int64)}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def test_dtypes_come_from_the_header_alone(checkpoint):
+    assert sorted(sources.safetensors_dtypes(checkpoint / "model.safetensors")) == [
+        "float16", "float32", "int64"]
+
+
+def test_model_info_sums_sizes_and_counts_dtypes(checkpoint):
+    info = sources.model_info(PipelineSpec(model=str(checkpoint), dataset="synthetic"))
+    assert info["dtypes"] == {"float16": 1, "float32": 1, "int64": 1}
+    assert info["bytes"] == (checkpoint / "model.safetensors").stat().st_size
+    assert info["format"] == "safetensors"
+
+
+def test_model_info_on_a_missing_model_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="not in the cache"):
+        sources.model_info(PipelineSpec(model="nobody/nothing-here", dataset="synthetic"))
+
+
+def test_a_file_that_is_not_safetensors_is_refused(tmp_path):
+    bogus = tmp_path / "x.safetensors"
+    bogus.write_bytes(b"\xff" * 16)
+    with pytest.raises(InputError, match="not a safetensors file"):
+        sources.safetensors_dtypes(bogus)
+
+
+def fake_cached_repo(cache, repo_type, repo_id):
+    """The Hugging Face cache layout for one repo with one file."""
+    folder = cache / f"{repo_type}s--{repo_id.replace('/', '--')}"
+    (folder / "blobs").mkdir(parents=True)
+    (folder / "blobs" / "f00d").write_text("{}")
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text("abc")
+    (folder / "snapshots" / "abc").mkdir(parents=True)
+    (folder / "snapshots" / "abc" / "config.json").symlink_to(folder / "blobs" / "f00d")
+
+
+def test_cache_scan_lists_models_and_datasets(tmp_path):
+    fake_cached_repo(tmp_path, "model", "org/Tiny")
+    fake_cached_repo(tmp_path, "model", "org/another")
+    fake_cached_repo(tmp_path, "dataset", "org/images")
+    assert sources.scan_cache(str(tmp_path)) == {"models": ["org/another", "org/Tiny"],
+                                                 "datasets": ["org/images"]}
+    assert sources.scan_cache(str(tmp_path / "missing")) == {"models": [], "datasets": []}
+
+
+def test_hub_search_is_empty_offline():
+    assert sources.hub_search("bert") == []          # HF_HUB_OFFLINE=1 in tests
+
+
+def test_synthetic_dataset_has_a_note_instead_of_rows():
+    preview = sources.dataset_preview(PipelineSpec(model="m", dataset="synthetic"))
+    assert preview["rows"] == [] and "config" in preview["note"]

@@ -1,0 +1,99 @@
+"""The window's other surfaces: benchmark streaming, dataset preview, status bar, pickers, app."""
+
+import re
+
+import pytest
+from PySide6.QtCore import QMimeData, QPointF, Qt, QTimer, QUrl
+from PySide6.QtGui import QDropEvent
+from PySide6.QtWidgets import QApplication
+
+from fp16studio.gui import MainWindow
+from fp16studio.gui.pickers import SourcePicker
+
+TIMEOUT_MS = 180_000
+
+
+@pytest.fixture
+def window(qtbot):
+    window = MainWindow("demo:healthy")
+    qtbot.addWidget(window)
+    qtbot.waitUntil(lambda: window.spec is not None, timeout=TIMEOUT_MS)
+    return window
+
+
+def test_benchmark_streams_samples_to_the_plot_and_emits_the_document(qtbot, window):
+    samples = []
+    window._benchSample.connect(samples.append)
+    with qtbot.waitSignal(window.benchmarkFinished, timeout=TIMEOUT_MS) as finished:
+        assert window.run_benchmark(["float32", "bfloat16"])
+    doc = finished.args[0]
+    assert [v["name"] for v in doc["variants"]] == ["float32", "bfloat16"]
+    assert samples and {s["variant"] for s in samples} <= {"float32", "bfloat16"}
+    assert window.benchPlot is window.compare.plot
+    assert window.bench_doc == doc
+    assert window.act_bench.isEnabled()
+
+
+def test_dataset_preview_and_model_info_arrive_from_the_worker(qtbot, window):
+    model = window.preview.model
+    qtbot.waitUntil(lambda: model.rowCount() > 0, timeout=TIMEOUT_MS)
+    columns = [model.headerData(c, Qt.Orientation.Horizontal) for c in range(model.columnCount())]
+    assert columns[0].startswith("image") and "(image)" in columns[0]
+    assert model.index(0, 0).data(Qt.ItemDataRole.DecorationRole) is not None   # a thumbnail
+    picker = window.form.model_picker
+    qtbot.waitUntil(lambda: "safetensors" in picker.info.text(), timeout=TIMEOUT_MS)
+    assert "float32" in picker.info.text()
+
+
+def test_preview_model_passes_qt_model_tester(qtbot, window, qtmodeltester):
+    qtbot.waitUntil(lambda: window.preview.model.rowCount() > 0, timeout=TIMEOUT_MS)
+    qtmodeltester.check(window.preview.model)
+
+
+def test_status_bar_shows_engine_versions_after_a_run(qtbot, window):
+    assert not re.search(r"torch \d", window.status.versions.text())
+    with qtbot.waitSignal(window.diagnosisFinished, timeout=TIMEOUT_MS) as finished:
+        window.run_diagnosis()
+    assert finished.args[0]["ok"]
+    assert re.search(r"torch \d", window.status.versions.text())
+    assert window.status.device.text() == f"device: {finished.args[0]['device']}"
+
+
+def test_dropping_a_folder_on_a_picker_commits_it(qtbot, tmp_path):
+    picker = SourcePicker("model")
+    qtbot.addWidget(picker)
+    data = QMimeData()
+    data.setUrls([QUrl.fromLocalFile(str(tmp_path))])
+    event = QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, data, Qt.MouseButton.NoButton,
+                       Qt.KeyboardModifier.NoModifier)
+    with qtbot.waitSignal(picker.committed) as committed:
+        picker.dropEvent(event)
+    assert committed.args == [str(tmp_path)]
+    assert picker.text() == str(tmp_path)
+
+
+def test_picker_completes_from_the_cache_list(qtbot):
+    picker = SourcePicker("dataset", fixed=["synthetic"])
+    qtbot.addWidget(picker)
+    picker.set_cached(["org/images", "org/texts"])
+    picker.add_found(["org/texts", "hub/other"])
+    words = picker.edit.completer().model().stringList()
+    assert words == ["synthetic", "org/images", "org/texts", "hub/other"]
+
+
+def test_app_main_opens_a_spec_and_exits_cleanly(qtbot, qapp):
+    from fp16studio.gui.app import main
+
+    def close_when_shown():
+        windows = [w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()]
+        if windows and windows[0].spec is not None:
+            poll.stop()
+            windows[0].close()
+            qapp.quit()
+
+    poll = QTimer(interval=20, timeout=close_when_shown)
+    poll.start()
+    try:
+        assert main(["demo:healthy"]) == 0
+    finally:
+        qapp.setStyleSheet("")
