@@ -45,6 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--variants", metavar="V,...",
                        help="comma-separated: float32,float16,bfloat16,autocast-float16,"
                             "autocast-bfloat16 (default: all)")
+    bench.add_argument("--warmup", type=int, default=3, help="untimed calls first (default 3)")
+    bench.add_argument("--min-iterations", type=int, default=10,
+                       help="timed calls per variant, at least (default 10)")
+    bench.add_argument("--min-seconds", type=float, default=1.0,
+                       help="seconds per variant, at least (default 1.0)")
     bench.add_argument("--json", action="store_true")
 
     export = sub.add_parser("export", help="write a runnable script of the pipeline")
@@ -137,16 +142,12 @@ def cmd_fix(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .core.bench import VARIANTS, benchmark, format_table
+    from .core.bench import benchmark, format_table
 
-    variants = None
-    if args.variants:
-        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-        unknown = [v for v in variants if v not in VARIANTS]
-        if unknown:
-            raise InputError(f"--variants: unknown variant {unknown[0]!r} "
-                             f"(use {', '.join(VARIANTS)})")
-    result = benchmark(_load_spec(args.spec), variants=variants)
+    if args.warmup < 0 or args.min_iterations < 1 or args.min_seconds < 0:
+        raise InputError("bench: --warmup >= 0, --min-iterations >= 1, --min-seconds >= 0")
+    result = benchmark(_load_spec(args.spec), variants=args.variants, warmup=args.warmup,
+                       min_iterations=args.min_iterations, min_seconds=args.min_seconds)
     doc = result.to_json()
     if args.json:
         _print_json(doc)
