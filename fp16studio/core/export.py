@@ -1,0 +1,508 @@
+"""Export a pipeline spec as a standalone Python script.
+
+The script reproduces the pipeline exactly as the spec describes it (mistakes included, so the
+user sees in plain code what the app ran) with every applied fix in place and named in a comment.
+It is written the way a careful engineer writes it today: `dtype=` (never `torch_dtype=`),
+`torch.autocast(device_type, dtype=...)`, `with_format("torch")`, floating-only casts,
+`torch.inference_mode()`. Choices the spec leaves open (model class, processor, columns) are
+resolved once here, the same way core/pipeline.py resolves them, and written as literals.
+
+The text is assembled from one small function per section; `_Plan` holds what they need.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from .errors import InputError
+from .spec import PipelineSpec, write_text_atomic
+
+
+@dataclass
+class _Plan:
+    """What the spec resolves to: the pipeline's own choices, as literals for the script."""
+
+    spec: PipelineSpec
+    model_ref: str                    # absolute local folder, or the Hub id
+    model_class: str                  # transformers class used for from_pretrained
+    processor_class: str | None       # None when the user's function already made the inputs
+    read_rows: str                    # the expression that reads the split
+    read_imports: tuple               # (module, name) pairs that expression needs
+    dataset_ref: str | None           # absolute local path, the Hub id, or None (synthetic)
+    process_images: bool = False      # the processor gets the image column (else the texts)
+    roles: dict = field(default_factory=dict)
+    preprocess: tuple | None = None   # (absolute file, function name)
+    synthetic: dict | None = None     # {"kind": "text"|"image", "num_labels", "side"}
+    has_labels_column: bool = False   # a "labels" column exists before the rename
+    decoder_start: int | None = None  # encoder-decoder models: the decoder start token
+
+
+def export_script(spec: PipelineSpec, path: str | Path | None = None) -> str:
+    """The script's text; also written (atomically) to `path` when given."""
+    text = render(_plan(spec))
+    compile(text, "<exported script>", "exec")  # a syntax error here is our bug, never the user's
+    if path is not None:
+        write_text_atomic(Path(path), text)
+    return text
+
+
+def render(plan: _Plan) -> str:
+    head = [_docstring(plan), _fix_list(plan.spec), _imports(plan), _constants(plan)]
+    functions = [_pick_device(), _load_model(plan), _load_preprocess(plan), _read_rows(plan),
+                 _build_batch(plan), _main_output(), _main(plan)]
+    # PEP 8 spacing: one blank line in the header, two around top-level functions.
+    return ("\n\n".join(part.strip("\n") for part in head if part) + "\n\n\n"
+            + "\n\n\n".join(part.strip("\n") for part in functions if part) + "\n")
+
+
+# -- resolving the spec (no weights read) --------------------------------------------------------
+def _plan(spec: PipelineSpec) -> _Plan:
+    import torch
+    import transformers
+
+    from . import data, loading
+
+    with loading.quiet_hf():
+        folder = loading.model_folder(spec)
+        config = loading.load_config(folder, spec)
+        task, arch = loading.resolve_task(config, spec)
+        auto = not (spec.task == "auto" and hasattr(transformers, arch))
+        model_class = loading.AUTO_CLASSES[task] if auto else arch
+        cls = getattr(transformers, model_class)
+        # A skeleton on the meta device: the real model class, its main input, no memory.
+        with torch.device("meta"):
+            skeleton = (cls.from_config(config, trust_remote_code=spec.trust_remote_code)
+                        if auto else cls(config))
+        processor = loading.load_processor(folder, skeleton, spec)
+        rows = data.load_rows(spec, config, processor)
+        roles = data.detect_columns(rows, spec)
+        preprocess = None
+        if spec.preprocess:
+            file, _, function = spec.preprocess.rpartition(":")
+            preprocess = (str(spec.resolve_path(file).resolve()), function)
+            rows = _try_preprocess(spec, rows)
+            roles = {role: column for role, column in roles.items() if column in rows.column_names}
+    main_input = getattr(skeleton, "main_input_name", "input_ids")
+    if spec.with_labels and "label" not in roles:
+        raise InputError(f"with_labels is on, but dataset {spec.dataset!r} has no label column "
+                         "(set columns.label)")
+    if main_input not in rows.column_names and not (
+            ("image" in roles and hasattr(processor, "size")) or "text" in roles):
+        raise InputError(f"dataset {spec.dataset!r}: no text or image column to process "
+                         f"(columns: {', '.join(rows.column_names)}); set columns.text or columns.image")
+    local_model = spec.local_path(spec.model)
+    read_rows, read_imports, dataset_ref, synthetic = _source(spec, config, processor)
+    return _Plan(
+        spec=spec,
+        model_ref=str(local_model.resolve()) if local_model else spec.model,
+        model_class=model_class,
+        processor_class=None if main_input in rows.column_names else _processor_family(main_input),
+        process_images="image" in roles and hasattr(processor, "size"),
+        read_rows=read_rows, read_imports=read_imports, dataset_ref=dataset_ref,
+        roles=roles,
+        preprocess=preprocess, synthetic=synthetic,
+        has_labels_column="labels" in rows.column_names and roles.get("label") != "labels",
+        decoder_start=((getattr(config, "decoder_start_token_id", None) or 0)
+                       if getattr(config, "is_encoder_decoder", False) else None),
+    )
+
+
+def _processor_family(main_input: str) -> str:
+    # The same choice as loading.load_processor makes.
+    return {"input_ids": "AutoTokenizer", "pixel_values": "AutoImageProcessor"}.get(
+        main_input, "AutoFeatureExtractor")
+
+
+def _try_preprocess(spec: PipelineSpec, rows):
+    """The rows after the user's function; unchanged if it fails (the script fails there too)."""
+    from . import data
+
+    try:
+        return rows.map(data.load_user_function(spec))
+    except InputError:
+        raise
+    except Exception:  # the user's code: the diagnosis reports it; the export still renders
+        return rows
+
+
+def _source(spec: PipelineSpec, config, processor):
+    """(expression, imports, dataset reference, synthetic facts) that read the split's rows."""
+    from . import data
+
+    if spec.dataset == "synthetic":
+        return _synthetic_source(spec, config, processor)
+    split = _q(spec.split)
+    local = spec.local_path(spec.dataset)
+    if local is None:  # a Hub id: datasets finds it in its cache or downloads it
+        return (f"load_dataset(DATASET, {_q(spec.dataset_config)}, split={split})",
+                (("datasets", "load_dataset"),), spec.dataset, None)
+    ref = str(local.resolve())
+    if local.is_file():
+        builder = data.DATA_FILE_BUILDERS[local.suffix.lower()]
+        return (f"load_dataset({_q(builder)}, data_files={{{split}: DATASET}}, split={split})",
+                (("datasets", "load_dataset"),), ref, None)
+    if (local / "dataset_dict.json").is_file():
+        return f"load_from_disk(DATASET)[{split}]", (("datasets", "load_from_disk"),), ref, None
+    if (local / "dataset_info.json").is_file():
+        return "load_from_disk(DATASET)", (("datasets", "load_from_disk"),), ref, None
+    if data._holds_images(local):
+        return (f'load_dataset("imagefolder", data_dir=DATASET, split={split})',
+                (("datasets", "load_dataset"),), ref, None)
+    return (f"load_dataset(DATASET, {_q(spec.dataset_config)}, split={split})",
+            (("datasets", "load_dataset"),), ref, None)
+
+
+def _synthetic_source(spec: PipelineSpec, config, processor):
+    from . import data
+
+    num_labels = max(1, int(getattr(config, "num_labels", 2) or 2))
+    if hasattr(processor, "tokenize") or hasattr(processor, "encode"):
+        facts = {"kind": "text", "num_labels": num_labels}
+        return "synthetic_rows()", (("datasets", "Dataset"),), None, facts
+    facts = {"kind": "image", "num_labels": num_labels,
+             "side": data._image_side(config, processor)}
+    imports = (("datasets", "Dataset"), ("datasets", "Image"), ("numpy", None),
+               ("PIL", "Image as PILImage"))
+    return "synthetic_rows()", imports, None, facts
+
+
+# -- sections ------------------------------------------------------------------------------------
+def _docstring(plan: _Plan) -> str:
+    s = plan.spec
+    precision = f"{s.model_dtype} weights"
+    if s.autocast:
+        precision += f", autocast to {s.autocast}"
+    return f'''
+"""One forward pass of a Hugging Face pipeline, as its fp16studio spec describes it.
+
+Model: {plan.model_class} ({precision}); {s.samples} rows, batches of {s.batch_size}.
+Exported by fp16studio {__version__}. Prints a summary of the output, then the same as one JSON
+line; --save-output also saves the output tensor (torch.save).
+"""'''
+
+
+def _fix_list(spec: PipelineSpec) -> str:
+    if not spec.applied_fixes:
+        return ""
+    lines = ["# Fixes applied in fp16studio, oldest first:"]
+    for i, fix in enumerate(spec.applied_fixes, 1):
+        lines.append(f"#   {i}. {_comment_text(fix['title'])} [{_comment_text(fix['id'])}]")
+        if fix.get("explain"):
+            lines.append(f"#      {_comment_text(fix['explain'])}")
+    return "\n".join(lines)
+
+
+def _imports(plan: _Plan) -> str:
+    s = plan.spec
+    stdlib = {"argparse", "inspect", "json"}
+    if plan.preprocess:
+        stdlib |= {"importlib.util", "sys"}
+    if s.keep_fp32:
+        stdlib.add("fnmatch")
+    third = {"torch": None}
+    names: dict[str, set] = {"torch.utils.data": {"DataLoader"},
+                             "transformers": {plan.model_class}}
+    if plan.processor_class:
+        names["transformers"].add(plan.processor_class)
+    for module, name in plan.read_imports:
+        if name is None:
+            third[module] = None
+        else:
+            names.setdefault(module, set()).add(name)
+    lines = [f"import {module}" for module in sorted(stdlib)] + [""]
+    lines += [f"import {module} as np" if module == "numpy" else f"import {module}"
+              for module in sorted(third)]
+    lines += [f"from {module} import {', '.join(sorted(names[module]))}" for module in sorted(names)]
+    return "\n".join(lines)
+
+
+def _constants(plan: _Plan) -> str:
+    s = plan.spec
+    lines = [f"MODEL = {_q(plan.model_ref)}"]
+    if s.revision:
+        lines.append(f"REVISION = {_q(s.revision)}")
+    if plan.dataset_ref is not None:
+        lines.append(f"DATASET = {_q(plan.dataset_ref)}")
+    lines += [f"SAMPLES = {s.samples}", f"BATCH_SIZE = {s.batch_size}"]
+    if s.keep_fp32:
+        lines.append(f"KEEP_FP32 = {_q(list(s.keep_fp32))}  # module-name patterns (fnmatch)")
+    return "\n".join(lines)
+
+
+def _pick_device() -> str:
+    return '''
+def pick_device(name):
+    """'auto' is the first CUDA device when there is one, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)'''
+
+
+def _load_model(plan: _Plan) -> str:
+    s = plan.spec
+    args = ["MODEL", "dtype=" + ('"auto"' if s.model_dtype == "auto" else _torch_dtype(s.model_dtype))]
+    args += _hub_args(s)
+    if s.device_map:
+        args.append(f"device_map={_q(s.device_map)}")
+    body = _fix_notes(s, ("model_dtype", "device_map", "device"))
+    body.append(f"model = {plan.model_class}.from_pretrained({', '.join(args)})")
+    if not s.device_map:
+        body.append("model.to(device)")
+    if s.keep_fp32:
+        body += _fix_notes(s, ("keep_fp32",))
+        body += ["# Modules kept in float32 whatever the model's dtype.",
+                 "for name, module in model.named_modules():",
+                 "    if name and any(fnmatch.fnmatchcase(name, p) for p in KEEP_FP32):",
+                 "        module.float()"]
+    body += ["model.eval()", "return model"]
+    return "def load_model(device):\n" + _indent(body)
+
+
+def _load_preprocess(plan: _Plan) -> str:
+    if not plan.preprocess:
+        return ""
+    file, function = plan.preprocess
+    return f'''
+def load_preprocess():
+    """The user's example-level function, imported from its file."""
+    module_spec = importlib.util.spec_from_file_location({_q(Path(file).stem)}, {_q(file)})
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_spec.name] = module  # datasets pickles the function to fingerprint the map
+    module_spec.loader.exec_module(module)
+    return module.{function}'''
+
+
+def _read_rows(plan: _Plan) -> str:
+    parts = []
+    if plan.synthetic:
+        parts.append(_synthetic_rows(plan))
+    parts.append(f'''
+def read_rows():
+    """The first SAMPLES rows of the split."""
+    ds = {plan.read_rows}
+    return ds.select(range(min(SAMPLES, len(ds))))''')
+    return "\n\n\n".join(part.strip("\n") for part in parts)
+
+
+def _synthetic_rows(plan: _Plan) -> str:
+    from .data import SYNTHETIC_TEXTS
+
+    facts = plan.synthetic
+    labels = f"[i % {facts['num_labels']} for i in range(SAMPLES)]"
+    if facts["kind"] == "text":
+        texts = "\n".join(f"    {_q(text)}," for text in SYNTHETIC_TEXTS)
+        return f'''
+TEXTS = [
+{texts}
+]
+
+
+def synthetic_rows():
+    """Rows made up for a model with no dataset at hand (the spec's dataset: synthetic)."""
+    texts = [TEXTS[i % len(TEXTS)] for i in range(SAMPLES)]
+    return Dataset.from_dict({{"text": texts, "label": {labels}}})'''
+    side = facts["side"]
+    return f'''
+def synthetic_rows():
+    """Random images made up for a model with no dataset at hand (dataset: synthetic)."""
+    rng = np.random.default_rng(0)
+    images = [PILImage.fromarray(rng.integers(0, 256, ({side}, {side}, 3), dtype=np.uint8))
+              for _ in range(SAMPLES)]
+    ds = Dataset.from_dict({{"image": images, "label": {labels}}})
+    return ds.cast_column("image", Image())'''
+
+
+def _build_batch(plan: _Plan) -> str:
+    s = plan.spec
+    body = ["ds = read_rows()"]
+    if plan.preprocess:
+        body += _fix_notes(s, ("preprocess",))
+        body.append("ds = ds.map(load_preprocess())")
+    if plan.processor_class:
+        body += _process(plan)
+    body += _labels(plan)
+    body += _fix_notes(s, ("format", "format_dtype"))
+    body += _format(s)
+    body += ["loader = DataLoader(ds, batch_size=BATCH_SIZE, shuffle=False)",
+             "batch = dict(next(iter(loader)))"]
+    body += _fix_notes(s, ("input_dtype", "input_cast", "input_device"))
+    body += _cast_and_move(s)
+    if plan.decoder_start is not None:
+        body += ["# An encoder-decoder model: the decoder starts from its start token.",
+                 'if "labels" not in batch and "decoder_input_ids" not in batch:',
+                 '    ids = batch["input_ids"]',
+                 f'    batch["decoder_input_ids"] = torch.full((ids.shape[0], 1), {plan.decoder_start}, '
+                 "dtype=torch.long, device=ids.device)"]
+    body.append("return batch")
+    signature = "model, processor" if plan.processor_class else "model"
+    return (f"def build_batch({signature}):\n"
+            '    """The batch the model receives, built step by step as the pipeline does."""\n'
+            + _indent(body))
+
+
+def _process(plan: _Plan) -> list[str]:
+    s, roles = plan.spec, plan.roles
+    if plan.process_images:
+        call = (f'processor(images=[image.convert("RGB") for image in rows[{_q(roles["image"])}]], '
+                'return_tensors="pt")')
+    else:
+        texts = ", ".join(f"rows[{_q(roles[r])}]" for r in ("text", "text_pair") if roles.get(r))
+        call = f'processor({texts}, padding=True, truncation=True, return_tensors="pt")'
+    inner = [f"out = {call}"]
+    if s.map_dtype:
+        inner += _fix_notes(s, ("map_dtype",))
+        inner += [f"# A cast to {s.map_dtype} inside Dataset.map (the spec's map_dtype). Arrow "
+                  "stores the values,",
+                  "# and what with_format gives back may not be that dtype.",
+                  f"return {{k: v.to({_torch_dtype(s.map_dtype)}) if v.is_floating_point() else v "
+                  "for k, v in out.items()}"]
+    else:
+        inner.append("return dict(out)")
+    return (["", "def process(rows):"] + ["    " + line for line in inner]
+            + ["", "# One map call over all rows"
+               + (" (as the pipeline does)." if plan.process_images
+                  else ", so texts pad to one length and the batch collates."),
+               "ds = ds.map(process, batched=True, batch_size=None)"])
+
+
+def _labels(plan: _Plan) -> list[str]:
+    s = plan.spec
+    lines = _fix_notes(s, ("with_labels",))
+    accepted = "set(inspect.signature(model.forward).parameters)"
+    if s.with_labels:
+        label = plan.roles["label"]
+        lines.append(f"# with_labels: the {_q(label)} column goes in as labels, so the model computes "
+                     "its loss.")
+        if label != "labels":
+            if plan.has_labels_column:
+                lines.append('ds = ds.remove_columns("labels")')
+            lines.append(f'ds = ds.rename_column({_q(label)}, "labels")')
+        accepted += ' | {"labels"}'
+    return lines + ["# Keep the columns model.forward() takes; drop the rest.",
+                    f"accepted = {accepted}",
+                    "ds = ds.remove_columns([c for c in ds.column_names if c not in accepted])"]
+
+
+def _format(s: PipelineSpec) -> list[str]:
+    if s.format == "python":
+        return ['# format: python. No with_format("torch"): rows come back as Python lists.']
+    if s.format_dtype:
+        return [f"# with_format's dtype= casts every column to {s.format_dtype}, ids and labels "
+                "included.",
+                f'ds = ds.with_format("torch", dtype={_torch_dtype(s.format_dtype)})']
+    return ['ds = ds.with_format("torch")']
+
+
+def _cast_and_move(s: PipelineSpec) -> list[str]:
+    lines = []
+    if s.input_dtype and s.input_cast == "all":
+        lines += [f"# Every tensor cast to {s.input_dtype}, integer ids and masks included "
+                  "(input_cast: all).",
+                  f"batch = {{k: v.to({_torch_dtype(s.input_dtype)}) for k, v in batch.items()}}"]
+    elif s.input_dtype:
+        lines += ["# Cast the floating tensors only: ids, masks and class labels stay integer.",
+                  f"batch = {{k: v.to({_torch_dtype(s.input_dtype)}) if v.is_floating_point() else v "
+                  "for k, v in batch.items()}"]
+    if s.input_device == "model":
+        lines += ["# Inputs go where the model's first parameter lives (its embeddings under a "
+                  "device map).",
+                  "device = next(model.parameters()).device"]
+    else:
+        lines.append(f"device = torch.device({_q(s.input_device)})")
+    return lines + ["batch = {k: v.to(device) for k, v in batch.items()}"]
+
+
+def _main_output() -> str:
+    return '''
+def main_output(outputs):
+    """(name, tensor) of the output a user looks at: logits, else the first tensor."""
+    pairs = [(str(k), v) for k, v in outputs.items() if torch.is_tensor(v)]
+    for name, value in pairs:
+        if name in ("logits", "last_hidden_state"):
+            return name, value
+    return pairs[0]'''
+
+
+def _main(plan: _Plan) -> str:
+    s = plan.spec
+    body = [
+        "parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])",
+        f'parser.add_argument("--device", default={_q(s.device)},',
+        '                    help="auto (the first GPU, else the CPU), cpu, cuda, cuda:N or mps '
+        '(default: %(default)s)")',
+        'parser.add_argument("--save-output", metavar="PATH", '
+        'help="also save the output tensor (torch.save)")',
+        "args = parser.parse_args()",
+        "",
+        "model = load_model(pick_device(args.device))",
+    ]
+    if plan.processor_class:
+        body.append(f"processor = {plan.processor_class}.from_pretrained("
+                    f"{', '.join(['MODEL'] + _hub_args(s))})")
+        body.append("batch = build_batch(model, processor)")
+    else:
+        body.append("batch = build_batch(model)")
+    body += _fix_notes(s, ("autocast",))
+    if s.autocast:
+        body += ["# Autocast for the device type the model runs on (autocast is per device type).",
+                 "device_type = next(model.parameters()).device.type",
+                 f"with torch.inference_mode(), torch.autocast(device_type, "
+                 f"dtype={_torch_dtype(s.autocast)}):"]
+    else:
+        body.append("with torch.inference_mode():")
+    body += [
+        "    outputs = model(**batch)",
+        "",
+        "name, value = main_output(outputs)",
+        'dtype = str(value.dtype).removeprefix("torch.")',
+        "finite = bool(torch.isfinite(value).all())",
+        'state = "all finite" if finite else "contains inf or NaN"',
+        'print(f"{name}: {dtype}, shape {tuple(value.shape)}, {state}")',
+        'print(json.dumps({"output": name, "dtype": dtype, "shape": list(value.shape), '
+        '"finite": finite}))',
+        "if args.save_output:",
+        "    torch.save(value.cpu(), args.save_output)",
+    ]
+    return ("def main():\n" + _indent(body)
+            + '\n\n\nif __name__ == "__main__":\n    main()')
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def _hub_args(s: PipelineSpec) -> list[str]:
+    args = ["revision=REVISION"] if s.revision else []
+    if s.trust_remote_code:
+        args.append("trust_remote_code=True")
+    return args
+
+
+def _fix_notes(spec: PipelineSpec, keys: tuple) -> list[str]:
+    """A comment naming each applied fix that edited one of `keys`, where the edit acts.
+
+    Fix entries carry their edited keys under "edits" when the engine records them; the list at
+    the top of the script names every fix either way.
+    """
+    return [f"# Fix applied: {_comment_text(fix['title'])} [{_comment_text(fix['id'])}]"
+            for fix in spec.applied_fixes
+            if set(fix.get("edits") or ()) & set(keys)]
+
+
+def _q(value) -> str:
+    """A Python literal for a string, list of strings or None, in double quotes like the rest."""
+    return "None" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _torch_dtype(name: str) -> str:
+    return f"torch.{name}"
+
+
+def _comment_text(text) -> str:
+    # User text in a comment: one line, no control characters that could end the comment.
+    return " ".join(str(text).split())
+
+
+def _indent(lines: list[str]) -> str:
+    return textwrap.indent("\n".join(lines), "    ", lambda line: bool(line.strip()))
