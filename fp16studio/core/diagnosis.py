@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 
@@ -9,6 +10,7 @@ from . import dtypes
 from .data import PipelineFailure
 from .errors import first_line
 from .inventory import mark, pipeline_tree
+from .loading import is_oom, resolve_device
 from .pipeline import DeviceUnavailable, prepare_batch, prepare_model, primary_output, run_forward
 from .report import Diagnosis
 from .rules import Evidence, device_unavailable, run_rules
@@ -25,10 +27,9 @@ def diagnose(spec: PipelineSpec, progress=None, cancel=None) -> Diagnosis:
     `cancel` is set; a failure of the pipeline itself is part of the result, not an exception.
     """
     timings: dict = {}
-    clock = _Clock(timings)
     environment = environment_info()
     try:
-        with clock("model"):
+        with _timed(timings, "model"):
             loaded, processor = prepare_model(spec, progress)
     except DeviceUnavailable:
         finding = device_unavailable(spec, environment["devices"])
@@ -36,11 +37,21 @@ def diagnose(spec: PipelineSpec, progress=None, cancel=None) -> Diagnosis:
                          environment=environment,
                          error={"type": "DeviceUnavailable", "stage": "model", "module": None,
                                 "message": finding.message})
+    except Exception as exc:  # the weights did not fit: a finding, not a crash
+        if not is_oom(exc):
+            raise
+        device = resolve_device(spec)
+        error = _error_doc(exc, "model", None)
+        evidence = Evidence(spec=spec, device_type=device.type, param_dtypes={},
+                            module_param_dtypes={}, error=error, exception=exc)
+        _release_memory(device)
+        return Diagnosis(spec=spec, device=str(device), findings=run_rules(evidence),
+                         error=error, timings=timings, environment=environment)
     _check(cancel)
     model, device = loaded.model, loaded.device
     calls, batch, facts, error, exception, output = [], None, {}, None, None, None
     try:
-        with clock("batch"):
+        with _timed(timings, "batch"):
             build = prepare_batch(spec, loaded, processor, progress, cancel)
         batch, facts = build.batch, build.facts
     except PipelineFailure as failure:  # the user's data steps failed: part of the diagnosis
@@ -50,7 +61,7 @@ def diagnose(spec: PipelineSpec, progress=None, cancel=None) -> Diagnosis:
         _check(cancel)
         _progress(progress, "forward", f"forward pass on {device}")
         tracer = Tracer(model)
-        with clock("forward"), tracer:
+        with _timed(timings, "forward"), tracer:
             try:
                 result = run_forward(spec, model, batch, device)
             except Exception as exc:  # the forward pass failed: that is what we diagnose
@@ -62,7 +73,7 @@ def diagnose(spec: PipelineSpec, progress=None, cancel=None) -> Diagnosis:
             output = _describe_output(result)
     _check(cancel)
     _progress(progress, "rules", "reading the evidence")
-    with clock("rules"):
+    with _timed(timings, "rules"):
         evidence = Evidence(
             spec=spec, device_type=device.type, param_dtypes=_param_dtypes(model),
             module_param_dtypes=_module_param_dtypes(model),
@@ -77,23 +88,13 @@ def diagnose(spec: PipelineSpec, progress=None, cancel=None) -> Diagnosis:
                      output=output, tree=tree, timings=timings, environment=environment)
 
 
-class _Clock:
-    """`with clock("stage"):` adds the seconds spent to timings[stage]."""
-
-    def __init__(self, timings: dict):
-        self.timings = timings
-        self._stage = None
-
-    def __call__(self, stage):
-        self._stage = stage
-        return self
-
-    def __enter__(self):
-        self._start = time.perf_counter()
-
-    def __exit__(self, *exc):
-        self.timings[self._stage] = round(time.perf_counter() - self._start, 4)
-        return False
+@contextlib.contextmanager
+def _timed(timings: dict, stage: str):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[stage] = round(time.perf_counter() - start, 4)
 
 
 def _error_doc(exc: BaseException, stage: str, module: str | None) -> dict:

@@ -140,7 +140,7 @@ def load_model(spec: PipelineSpec, device) -> LoadedModel:
         try:
             model = cls.from_pretrained(folder, **kwargs)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            if _is_oom(exc):
+            if is_oom(exc):
                 raise
             raise InputError(f"model {spec.model!r} could not be loaded: {first_line(exc)}") from None
     if not spec.device_map:
@@ -198,5 +198,5 @@ def _check_tokenizer_fits(tokenizer, config, spec):
                          f"model's vocabulary only {vocab}: they do not belong together")
 
 
-def _is_oom(exc: BaseException) -> bool:
+def is_oom(exc: BaseException) -> bool:
     return "out of memory" in str(exc).lower() or type(exc).__name__ == "OutOfMemoryError"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from .data import ColumnFacts
 from .dtypes import HALF_NAMES, is_floating_name
 from .findings import Finding, Fix
+from .loading import is_oom
 from .spec import PipelineSpec
 from .trace import ModuleCall
 
@@ -410,8 +411,7 @@ def rule_mixed_precision_params(ev: Evidence) -> list[Finding]:
 
 
 def rule_out_of_memory(ev: Evidence) -> list[Finding]:
-    if not ev.failed or not (type(ev.exception).__name__ == "OutOfMemoryError"
-                             or "out of memory" in ev.message.lower()):
+    if not ev.failed or not is_oom(ev.exception):
         return []
     fixes = [Fix("halve-batch", f"Use batch size {max(1, ev.spec.batch_size // 2)}",
                  {"batch_size": max(1, ev.spec.batch_size // 2)}, "a smaller batch")]

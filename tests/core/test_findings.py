@@ -287,3 +287,13 @@ def test_keep_fp32_explains_mixed_parameter_dtypes(demo_dir):
     params = {n.dtype for n in report.tree.walk() if n.kind == "parameter"}
     assert params == {"bfloat16", "float32"}
     assert "mixed-precision-params" not in codes(report)
+
+
+def test_out_of_memory_while_loading_is_a_finding_not_a_crash(demo_dir, monkeypatch):
+    def too_big(spec, progress=None):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 28.00 GiB")
+
+    monkeypatch.setattr("fp16studio.core.diagnosis.prepare_model", too_big)
+    report = diagnose(demo_spec("healthy"))
+    assert [f.code for f in report.findings] == ["out-of-memory"]
+    assert report.error["stage"] == "model" and not report.ok
