@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="With no command the desktop app opens the built-in demo. SPEC is a .json/.toml "
                "spec file or demo:NAME.")
     parser.add_argument("--version", action="version", version=f"fp16studio {__version__}")
+    parser.add_argument("--install-desktop", action="store_true",
+                        help="add fp16studio to this user's application menu, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     gui = sub.add_parser("gui", help="open the desktop app (the demo without SPEC)")
@@ -69,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.install_desktop:
+        return _install_desktop()
     if args.command in (None, "gui"):
         return _gui(getattr(args, "spec", None))
     _quiet_libraries()
@@ -86,6 +90,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fp16studio: internal error: {type(exc).__name__}: {exc} "
               "(set FP16STUDIO_DEBUG=1 for the traceback)", file=sys.stderr)
         return 3
+
+
+def _install_desktop() -> int:
+    from .desktop import install_desktop
+
+    try:
+        paths = install_desktop()
+    except (OSError, InputError) as exc:
+        print(f"fp16studio: cannot install the desktop entry: {exc}", file=sys.stderr)
+        return BAD_INPUT
+    for path in paths:
+        print(f"installed {path}")
+    return 0
 
 
 def _gui(spec: str | None) -> int:
