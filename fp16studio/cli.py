@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("spec", metavar="SPEC")
     export.add_argument("-o", "--output", required=True, metavar="SCRIPT.py")
 
+    report = sub.add_parser("report", help="diagnose (and optionally bench), write an HTML report")
+    report.add_argument("spec", metavar="SPEC")
+    report.add_argument("-o", "--output", required=True, metavar="REPORT.html")
+    report.add_argument("--bench", action="store_true", help="also measure the precision variants")
+    report.add_argument("--variants", metavar="V,...", help="with --bench: the variants to measure")
+
     insp = sub.add_parser("inspect", help="tensor inventory and memory per dtype from the config")
     insp.add_argument("model", metavar="MODEL", help="local folder, config.json or Hub id")
     insp.add_argument("--dtype", help="dtype to size the model at (float32, float16, bfloat16)")
@@ -181,6 +187,26 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    """Exit like diagnose (1 when the run has error findings); the report is written either way."""
+    from pathlib import Path
+
+    from .core.diagnosis import diagnose
+    from .core.html_report import render_report
+    from .core.spec import write_text_atomic
+
+    spec = _load_spec(args.spec)
+    report = diagnose(spec)
+    bench = None
+    if args.bench:
+        from .core.bench import benchmark
+
+        bench = benchmark(spec, variants=args.variants).to_json()
+    write_text_atomic(Path(args.output), render_report(report.to_json(), bench))
+    print(f"wrote {args.output}")
+    return 0 if report.ok else 1
+
+
 def cmd_inspect(args) -> int:
     from .core import dtypes
     from .core.inspect import inspect_model
@@ -217,7 +243,7 @@ def cmd_demo(args) -> int:
 
 
 COMMANDS = {"diagnose": cmd_diagnose, "fix": cmd_fix, "bench": cmd_bench, "export": cmd_export,
-            "inspect": cmd_inspect, "demo": cmd_demo}
+            "report": cmd_report, "inspect": cmd_inspect, "demo": cmd_demo}
 
 
 def _print_json(doc):
