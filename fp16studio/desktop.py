@@ -73,12 +73,9 @@ def install_desktop(data_home: str | Path | None = None) -> list[Path]:
 
 def app_icons() -> list[tuple[Path, str]]:
     """(file, hicolor size folder) for each app icon: PNGs by their pixel size, SVG scalable."""
-    icons = []
-    for path in sorted(ICON_DIR.glob("*.png")):
-        width, height = png_size(path)
-        icons.append((path, f"{width}x{height}"))
-    icons += [(path, "scalable") for path in sorted(ICON_DIR.glob("*.svg"))]
-    return icons
+    sized = sorted((png_size(path), path) for path in ICON_DIR.glob("*.png"))
+    icons = [(path, f"{width}x{height}") for (width, height), path in sized]
+    return icons + [(path, "scalable") for path in sorted(ICON_DIR.glob("*.svg"))]
 
 
 def png_size(path: Path) -> tuple[int, int]:

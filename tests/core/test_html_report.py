@@ -122,3 +122,18 @@ def test_clean_run_and_minimal_document():
     assert texts(root.find(".//h1/span")) == "ok"
     assert "No findings." in texts(root)
     assert root.find(".//section[@id='error']") is None
+
+
+def test_report_command_writes_the_report(demo_dir, tmp_path, capsys):
+    from fp16studio.cli import main
+
+    path = tmp_path / "report.html"
+    assert main(["report", "demo:healthy", "-o", str(path), "--bench", "--variants", "float32"]) == 0
+    root = parse(path.read_text())
+    assert root.find(".//section[@id='findings']") is not None
+    variants = root.findall(".//section[@id='bench']/table/tbody/tr")
+    assert [texts(row.find("td")) for row in variants] == ["float32"]
+    assert f"wrote {path}" in capsys.readouterr().out
+    # A run with error findings still writes its report, and exits 1 like diagnose.
+    assert main(["report", "demo:map-cast", "-o", str(path)]) == 1
+    assert "dtype-mismatch" in texts(parse(path.read_text()))
