@@ -246,9 +246,10 @@ def _load_model(plan: _Plan) -> str:
     s = plan.spec
     args = ["MODEL", "dtype=" + ('"auto"' if s.model_dtype == "auto" else _torch_dtype(s.model_dtype))]
     args += _hub_args(s)
+    body = _fix_notes(s, ("model_dtype", "device_map", "device"))
     if s.device_map:
         args.append(f"device_map={_q(s.device_map)}")
-    body = _fix_notes(s, ("model_dtype", "device_map", "device"))
+        body.append("# device_map places the model (accelerate), so --device is not used here.")
     body.append(f"model = {plan.model_class}.from_pretrained({', '.join(args)})")
     if not s.device_map:
         body.append("model.to(device)")
@@ -333,7 +334,7 @@ def _build_batch(plan: _Plan) -> str:
     body += _cast_and_move(s)
     if plan.decoder_start is not None:
         body += ["# An encoder-decoder model: the decoder starts from its start token.",
-                 'if "labels" not in batch and "decoder_input_ids" not in batch:',
+                 'if "input_ids" in batch and not {"labels", "decoder_input_ids"} & set(batch):',
                  '    ids = batch["input_ids"]',
                  f'    batch["decoder_input_ids"] = torch.full((ids.shape[0], 1), {plan.decoder_start}, '
                  "dtype=torch.long, device=ids.device)"]
@@ -347,12 +348,11 @@ def _build_batch(plan: _Plan) -> str:
 def _process(plan: _Plan) -> list[str]:
     s, roles = plan.spec, plan.roles
     if plan.process_images:
-        call = (f'processor(images=[image.convert("RGB") for image in rows[{_q(roles["image"])}]], '
-                'return_tensors="pt")')
+        inner = [f'images = [image.convert("RGB") for image in rows[{_q(roles["image"])}]]',
+                 'out = processor(images=images, return_tensors="pt")']
     else:
         texts = ", ".join(f"rows[{_q(roles[r])}]" for r in ("text", "text_pair") if roles.get(r))
-        call = f'processor({texts}, padding=True, truncation=True, return_tensors="pt")'
-    inner = [f"out = {call}"]
+        inner = [f'out = processor({texts}, padding=True, truncation=True, return_tensors="pt")']
     if s.map_dtype:
         inner += _fix_notes(s, ("map_dtype",))
         inner += [f"# A cast to {s.map_dtype} inside Dataset.map (the spec's map_dtype). Arrow "
@@ -432,8 +432,8 @@ def _main(plan: _Plan) -> str:
     body = [
         "parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])",
         f'parser.add_argument("--device", default={_q(s.device)},',
-        '                    help="auto (the first GPU, else the CPU), cpu, cuda, cuda:N or mps '
-        '(default: %(default)s)")',
+        '                    help="auto (the first GPU, else the CPU), cpu, cuda, cuda:N or mps "',
+        '                         "(default: %(default)s)")',
         'parser.add_argument("--save-output", metavar="PATH", '
         'help="also save the output tensor (torch.save)")',
         "args = parser.parse_args()",
