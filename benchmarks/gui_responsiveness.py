@@ -30,6 +30,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bench", action="store_true", help="also run the benchmark (slower)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--tree", type=int, default=20_000, metavar="N",
+                        help="also time the tensor tree on a synthetic model of N tensors")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -104,11 +106,13 @@ def main(argv=None) -> int:
     heartbeat.stop()
     window.close()
 
+    tree_ms = _tree_costs(args.tree) if args.tree else None
     result = {
         "window_ready_s": round(ready.get("s", float("nan")), 3),
         "torch_imported_at_ready": torch_at_ready.get("loaded"),
         "stalls_ms": {name: _stalls([g for p, g in gaps if p == name]) for name in ("startup", "run")},
         "steps_s": dict(steps),
+        "tree_ms": tree_ms,
         "targets": {"window_ready_s": READY_TARGET_S, "longest_stall_ms": STALL_TARGET_MS},
     }
     if args.json:
@@ -117,6 +121,52 @@ def main(argv=None) -> int:
         for key, value in result.items():
             print(f"{key:>24}: {value}")
     return 0
+
+
+def _tree_costs(tensors: int) -> dict:
+    """GUI-thread milliseconds for the tensor tree of a model with `tensors` parameters: show it,
+    expand a module, filter, and refresh it after a re-run (the index is built on the worker)."""
+    from fp16studio.core.tree import TensorNode
+    from fp16studio.gui.tree_index import TreeIndex
+    from fp16studio.gui.tree_panel import TensorPanel
+
+    def model(seed_dtype):
+        root = TensorNode("pipeline", "", "group")
+        net = root.add(TensorNode("Net", "model", "module"))
+        per_layer = 16
+        for layer in range(tensors // per_layer):
+            module = net.add(TensorNode(f"layer{layer}", f"layers.{layer}", "module"))
+            for i in range(per_layer):
+                module.add(TensorNode(f"w{i}", f"layers.{layer}.w{i}", "parameter", shape=(64, 64),
+                                      dtype=seed_dtype, device="cpu", bytes=8192,
+                                      status="error" if layer == 7 and i == 3 else "ok"))
+        return root
+
+    costs = {}
+
+    def timed(name, fn):
+        start = time.perf_counter()
+        fn()
+        QApplication.processEvents()
+        costs[name] = round((time.perf_counter() - start) * 1000, 1)
+
+    from PySide6.QtWidgets import QApplication
+
+    panel = TensorPanel()
+    panel.resize(900, 600)
+    panel.show()
+    first, second = model("float16"), model("bfloat16")
+    start = time.perf_counter()
+    first_index, second_index = TreeIndex(first), TreeIndex(second)
+    costs["index_on_worker"] = round((time.perf_counter() - start) * 500, 1)
+    timed("show", lambda: panel.set_tree(first, first_index))
+    net = panel.proxy.index(0, 0)
+    timed("expand_model", lambda: panel.tree.expand(net))
+    timed("filter_only_problems", lambda: panel.only_problems.setChecked(True))
+    timed("filter_clear", lambda: panel.only_problems.setChecked(False))
+    timed("refresh_after_rerun", lambda: panel.set_tree(second, second_index))
+    panel.close()
+    return {"tensors": tensors, **costs}
 
 
 def _stalls(gaps: list[float]) -> dict:

@@ -209,13 +209,6 @@ class FindingsPanel(QWidget):
         self._fixes_enabled = enabled
         self.detail.set_fixes_enabled(enabled)
 
-    def select_code(self, code: str) -> bool:
-        for row, finding in enumerate(self.model.findings()):
-            if finding.code == code:
-                self.view.setCurrentIndex(self.model.index(row, 0))
-                return True
-        return False
-
     def _on_current(self, current, _previous):
         finding = current.data(NODE_ROLE) if current.isValid() else None
         if finding is not None:

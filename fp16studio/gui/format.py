@@ -32,13 +32,6 @@ def absmax(value: float | None) -> str:
     return f"{value:.4g}"
 
 
-def count(n: int) -> str:
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f}{unit}"
-    return str(n)
-
-
 def value(v) -> str:
     """A spec value as a person reads it: null as an em dash, lists comma-separated."""
     if v is None:

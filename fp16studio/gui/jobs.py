@@ -42,7 +42,7 @@ def warm_up():
 
     import datasets  # noqa: F401
     import torch  # noqa: F401
-    import transformers  # noqa: F401
+    import transformers.modeling_utils  # noqa: F401  (from_pretrained's own heavy imports)
 
     gc.collect()
     gc.freeze()

@@ -56,9 +56,6 @@ class LogPanel(QPlainTextEdit):
             body = f"<span style='color:{color}'>{body}</span>"
         self.appendHtml(f"<span style='color:#8d949f'>{stamp}</span>&nbsp; {body}")
 
-    def lines(self) -> list[str]:
-        return self.toPlainText().splitlines()
-
     def detach(self):
         """Stop listening to Python logging (the window is closing)."""
         for name in WATCHED_LOGGERS:

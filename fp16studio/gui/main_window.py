@@ -46,7 +46,6 @@ class MainWindow(QMainWindow):
     diagnosisFinished = Signal(object)
     benchmarkFinished = Signal(object)
     diagnosisFailed = Signal(str)
-    specChanged = Signal(object)
     _benchSample = Signal(object)   # emitted on the worker thread, delivered queued
 
     def __init__(self, spec=None, parent=None):
@@ -316,7 +315,6 @@ class MainWindow(QMainWindow):
             self._look_up_dataset(spec)
         self._update_title()
         self._autosave()
-        self.specChanged.emit(spec)
 
     def _push_spec(self, new, text: str):
         if self.spec is not None and new != self.spec:

@@ -1,11 +1,12 @@
 """The window's other surfaces: benchmark streaming, dataset preview, status bar, pickers, app."""
 
 import re
+import subprocess
+import sys
 
 import pytest
-from PySide6.QtCore import QMimeData, QPointF, Qt, QTimer, QUrl
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
-from PySide6.QtWidgets import QApplication
 
 from fp16studio.gui import MainWindow
 from fp16studio.gui.pickers import SourcePicker
@@ -81,19 +82,22 @@ def test_picker_completes_from_the_cache_list(qtbot):
     assert words == ["synthetic", "org/images", "org/texts", "hub/other"]
 
 
-def test_app_main_opens_a_spec_and_exits_cleanly(qtbot, qapp):
-    from fp16studio.gui.app import main
-
-    def close_when_shown():
-        windows = [w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()]
-        if windows and windows[0].spec is not None:
-            poll.stop()
-            windows[0].close()
-            qapp.quit()
-
-    poll = QTimer(interval=20, timeout=close_when_shown)
-    poll.start()
-    try:
-        assert main(["demo:healthy"]) == 0
-    finally:
-        qapp.setStyleSheet("")
+def test_app_main_opens_a_spec_and_exits_cleanly():
+    # In a child process: main() runs the application's event loop to its end.
+    code = (
+        "import sys\n"
+        "from PySide6.QtCore import QTimer\n"
+        "from PySide6.QtWidgets import QApplication\n"
+        "app = QApplication([])\n"
+        "from fp16studio.gui import MainWindow, app as gui_app\n"
+        "def close_when_ready():\n"
+        "    for w in QApplication.topLevelWidgets():\n"
+        "        if isinstance(w, MainWindow) and w.isVisible() and w.spec is not None:\n"
+        "            print('opened', w.spec.model, bool(app.styleSheet()))\n"
+        "            w.close()\n"
+        "poll = QTimer(interval=20, timeout=close_when_ready)\n"
+        "poll.start()\n"
+        "sys.exit(gui_app.main(['demo:healthy']))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "opened models/tiny-resnet True" in out.stdout
