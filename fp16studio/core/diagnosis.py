@@ -156,10 +156,12 @@ def environment_info() -> dict:
 
 
 def _release_memory(device):
-    gc.collect()
+    # Only CUDA needs the memory back at once; on CPU a full collection would just hold the
+    # GIL (and stall the window) for nothing.
     if device.type == "cuda":
         import torch
 
+        gc.collect()
         torch.cuda.empty_cache()
 
 

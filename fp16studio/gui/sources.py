@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import struct
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -19,10 +18,6 @@ HUB_SEARCH_TIMEOUT_S = 5.0
 HUB_SEARCH_LIMIT = 20
 PREVIEW_ROWS = 6
 THUMBNAIL_PX = 56
-# safetensors dtype codes -> the names the rest of the app uses.
-_ST_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64",
-              "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
-              "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 
 
 def scan_cache(cache_dir: str | None = None) -> dict:
@@ -79,29 +74,17 @@ def model_folder(spec) -> Path | None:
 
 def model_info(spec) -> dict:
     """Checkpoint size and dtypes, from the safetensors headers alone (no weights read)."""
+    from fp16studio.core.inspect import checkpoint_dtypes
+
     folder = model_folder(spec)
     if folder is None:
         raise InputError(f"model {spec.model!r}: not a local folder and not in the cache")
     files = sorted(folder.glob("*.safetensors"))
-    dtypes: dict[str, int] = {}
-    for file in files:
-        for dtype in safetensors_dtypes(file):
-            dtypes[dtype] = dtypes.get(dtype, 0) + 1
+    dtypes = checkpoint_dtypes(folder) or {}
     size = sum(f.stat().st_size for f in files) or sum(
         f.stat().st_size for f in folder.glob("*.bin"))
     return {"folder": str(folder), "bytes": size, "dtypes": dtypes,
             "format": "safetensors" if files else ("bin" if size else "none")}
-
-
-def safetensors_dtypes(path: Path) -> list[str]:
-    """The dtype of each tensor in a .safetensors file, read from its JSON header."""
-    with open(path, "rb") as handle:
-        (length,) = struct.unpack("<Q", handle.read(8))
-        if length > 100_000_000:
-            raise InputError(f"{path.name}: not a safetensors file (header of {length} bytes)")
-        header = json.loads(handle.read(length))
-    return [_ST_DTYPES.get(entry["dtype"], entry["dtype"].lower())
-            for name, entry in header.items() if name != "__metadata__"]
 
 
 def dataset_splits(spec) -> list[str]:

@@ -19,7 +19,9 @@ def checkpoint(tmp_path):
 
 
 def test_dtypes_come_from_the_header_alone(checkpoint):
-    assert sorted(sources.safetensors_dtypes(checkpoint / "model.safetensors")) == [
+    from fp16studio.core.inspect import safetensors_header_dtypes
+
+    assert sorted(safetensors_header_dtypes(checkpoint / "model.safetensors")) == [
         "float16", "float32", "int64"]
 
 
@@ -38,8 +40,10 @@ def test_model_info_on_a_missing_model_is_an_input_error(tmp_path):
 def test_a_file_that_is_not_safetensors_is_refused(tmp_path):
     bogus = tmp_path / "x.safetensors"
     bogus.write_bytes(b"\xff" * 16)
-    with pytest.raises(InputError, match="not a safetensors file"):
-        sources.safetensors_dtypes(bogus)
+    from fp16studio.core.inspect import safetensors_header_dtypes
+
+    with pytest.raises(InputError, match="not a readable safetensors file"):
+        safetensors_header_dtypes(bogus)
 
 
 def fake_cached_repo(cache, repo_type, repo_id):
