@@ -103,7 +103,7 @@ def _read_source(spec: PipelineSpec):
                                          split=spec.split)
         if (local / "dataset_info.json").is_file() or (local / "dataset_dict.json").is_file():
             return datasets.load_from_disk(str(local))
-        if _holds_images(local):
+        if holds_images(local):
             return datasets.load_dataset("imagefolder", data_dir=str(local), split=spec.split)
         return datasets.load_dataset(str(local), spec.dataset_config, split=spec.split)
     except InputError:
@@ -112,7 +112,7 @@ def _read_source(spec: PipelineSpec):
         raise InputError(f"dataset {spec.dataset!r} could not be read: {first_line(exc)}") from None
 
 
-def _holds_images(folder: Path) -> bool:
+def holds_images(folder: Path) -> bool:
     for path in folder.rglob("*"):
         if path.suffix.lower() in IMAGE_SUFFIXES:
             return True
@@ -134,7 +134,7 @@ def synthetic_rows(spec: PipelineSpec, config, processor):
         texts = [SYNTHETIC_TEXTS[i % len(SYNTHETIC_TEXTS)] for i in range(n)]
         return datasets.Dataset.from_dict({"text": texts, "label": labels})
     if hasattr(processor, "size") or getattr(config, "image_size", None):
-        side = _image_side(config, processor)
+        side = image_side(config, processor)
         rng = np.random.default_rng(0)
         images = [Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8))
                   for _ in range(n)]
@@ -143,7 +143,7 @@ def synthetic_rows(spec: PipelineSpec, config, processor):
     raise InputError("dataset 'synthetic' supports text and image models; give a dataset")
 
 
-def _image_side(config, processor) -> int:
+def image_side(config, processor) -> int:
     size = getattr(processor, "size", None) or {}
     if isinstance(size, dict):
         for key in ("height", "shortest_edge", "width"):
@@ -230,6 +230,7 @@ def build_batch(spec: PipelineSpec, ds, processor, model_inputs: set, main_input
             roles = {r: c for r, c in roles.items() if c in ds.column_names}
         if cancel:
             cancel.check()
+        check_roles(spec, ds.column_names, roles, processor, main_input)
         if main_input not in ds.column_names:
             ds = _apply_processor(spec, ds, processor, roles)
             if spec.map_dtype:
@@ -279,23 +280,29 @@ def prepare_inputs(spec: PipelineSpec, batch: dict, device, facts: dict) -> dict
     return out
 
 
+def check_roles(spec: PipelineSpec, columns, roles: dict, processor, main_input: str):
+    """Bad input the processor step would trip over, said before any work is done."""
+    if spec.with_labels and "label" not in roles:
+        raise InputError(f"with_labels is on, but dataset {spec.dataset!r} has no label column "
+                         "(set columns.label)")
+    processable = ("image" in roles and hasattr(processor, "size")) or "text" in roles
+    if main_input not in columns and not processable:
+        raise InputError(f"dataset {spec.dataset!r}: no text or image column to process "
+                         f"(columns: {', '.join(columns)}); set columns.text or columns.image")
+
+
 def _apply_processor(spec: PipelineSpec, ds, processor, roles: dict):
     import torch
 
     map_dtype = dtypes.to_torch(spec.map_dtype) if spec.map_dtype else None
     image, text, pair = roles.get("image"), roles.get("text"), roles.get("text_pair")
-    if image is None and text is None:
-        raise InputError(f"dataset {spec.dataset!r}: no text or image column to process "
-                         f"(columns: {', '.join(ds.column_names)}); set columns.text or columns.image")
 
     def process(rows):
         if image is not None and hasattr(processor, "size"):
             out = processor(images=[img.convert("RGB") for img in rows[image]], return_tensors="pt")
-        elif text is not None:
+        else:
             args = (rows[text], rows[pair]) if pair else (rows[text],)
             out = processor(*args, padding=True, truncation=True, return_tensors="pt")
-        else:
-            raise InputError("the processor does not match the dataset's columns")
         out = dict(out)
         if map_dtype is not None:
             # What users write inside map; datasets stores it in Arrow and may give float32 back.
@@ -310,9 +317,6 @@ def _apply_processor(spec: PipelineSpec, ds, processor, roles: dict):
 def _select_model_columns(spec: PipelineSpec, ds, roles: dict, model_inputs: set):
     label = roles.get("label")
     if spec.with_labels:
-        if label is None:
-            raise InputError(f"with_labels is on, but dataset {spec.dataset!r} has no label column "
-                             "(set columns.label)")
         if label != "labels":
             if "labels" in ds.column_names:
                 ds = ds.remove_columns("labels")

@@ -70,8 +70,8 @@ def _plan(spec: PipelineSpec) -> _Plan:
         folder = loading.model_folder(spec)
         config = loading.load_config(folder, spec)
         task, arch = loading.resolve_task(config, spec)
-        auto = not (spec.task == "auto" and hasattr(transformers, arch))
-        model_class = loading.AUTO_CLASSES[task] if auto else arch
+        model_class = loading.model_class_name(spec, task, arch)
+        auto = model_class.startswith("Auto")
         cls = getattr(transformers, model_class)
         # A skeleton on the meta device: the real model class, its main input, no memory.
         with torch.device("meta"):
@@ -87,20 +87,14 @@ def _plan(spec: PipelineSpec) -> _Plan:
             rows = _try_preprocess(spec, rows)
             roles = {role: column for role, column in roles.items() if column in rows.column_names}
     main_input = getattr(skeleton, "main_input_name", "input_ids")
-    if spec.with_labels and "label" not in roles:
-        raise InputError(f"with_labels is on, but dataset {spec.dataset!r} has no label column "
-                         "(set columns.label)")
-    if main_input not in rows.column_names and not (
-            ("image" in roles and hasattr(processor, "size")) or "text" in roles):
-        raise InputError(f"dataset {spec.dataset!r}: no text or image column to process "
-                         f"(columns: {', '.join(rows.column_names)}); set columns.text or columns.image")
+    data.check_roles(spec, rows.column_names, roles, processor, main_input)
     local_model = spec.local_path(spec.model)
     read_rows, read_imports, dataset_ref, synthetic = _source(spec, config, processor)
     return _Plan(
         spec=spec,
         model_ref=str(local_model.resolve()) if local_model else spec.model,
         model_class=model_class,
-        processor_class=None if main_input in rows.column_names else _processor_family(main_input),
+        processor_class=None if main_input in rows.column_names else loading.processor_family(main_input),
         process_images="image" in roles and hasattr(processor, "size"),
         read_rows=read_rows, read_imports=read_imports, dataset_ref=dataset_ref,
         roles=roles,
@@ -109,12 +103,6 @@ def _plan(spec: PipelineSpec) -> _Plan:
         decoder_start=((getattr(config, "decoder_start_token_id", None) or 0)
                        if getattr(config, "is_encoder_decoder", False) else None),
     )
-
-
-def _processor_family(main_input: str) -> str:
-    # The same choice as loading.load_processor makes.
-    return {"input_ids": "AutoTokenizer", "pixel_values": "AutoImageProcessor"}.get(
-        main_input, "AutoFeatureExtractor")
 
 
 def _try_preprocess(spec: PipelineSpec, rows):
@@ -149,7 +137,7 @@ def _source(spec: PipelineSpec, config, processor):
         return f"load_from_disk(DATASET)[{split}]", (("datasets", "load_from_disk"),), ref, None
     if (local / "dataset_info.json").is_file():
         return "load_from_disk(DATASET)", (("datasets", "load_from_disk"),), ref, None
-    if data._holds_images(local):
+    if data.holds_images(local):
         return (f'load_dataset("imagefolder", data_dir=DATASET, split={split})',
                 (("datasets", "load_dataset"),), ref, None)
     return (f"load_dataset(DATASET, {_q(spec.dataset_config)}, split={split})",
@@ -164,7 +152,7 @@ def _synthetic_source(spec: PipelineSpec, config, processor):
         facts = {"kind": "text", "num_labels": num_labels}
         return "synthetic_rows()", (("datasets", "Dataset"),), None, facts
     facts = {"kind": "image", "num_labels": num_labels,
-             "side": data._image_side(config, processor)}
+             "side": data.image_side(config, processor)}
     imports = (("datasets", "Dataset"), ("datasets", "Image"), ("numpy", None),
                ("PIL", "Image as PILImage"))
     return "synthetic_rows()", imports, None, facts

@@ -9,8 +9,9 @@ MAX_ROUNDS = 5
 
 
 def apply_fix(spec: PipelineSpec, fix: Fix) -> PipelineSpec:
-    """The spec with the fix's edits made, and the fix recorded in `applied_fixes`."""
-    record = {"id": fix.id, "title": fix.title}
+    """The spec with the fix's edits made, and the fix recorded in `applied_fixes` (the export
+    comments each where it acts)."""
+    record = {"id": fix.id, "title": fix.title, "edits": dict(fix.edits), "explain": fix.explain}
     return spec.replace(**fix.edits, applied_fixes=spec.applied_fixes + (record,))
 
 

@@ -104,6 +104,13 @@ def resolve_task(config, spec: PipelineSpec) -> tuple[str, str]:
     return "feature-extraction", arch
 
 
+def model_class_name(spec: PipelineSpec, task: str, arch: str) -> str:
+    """The transformers class to load: the architecture itself, or the task's Auto class."""
+    import transformers
+
+    return arch if spec.task == "auto" and hasattr(transformers, arch) else AUTO_CLASSES[task]
+
+
 def resolve_device(spec: PipelineSpec):
     """The torch.device the spec asks for, or None when that device is not on this machine."""
     import torch
@@ -128,10 +135,7 @@ def load_model(spec: PipelineSpec, device) -> LoadedModel:
     folder = model_folder(spec)
     config = load_config(folder, spec)
     task, arch = resolve_task(config, spec)
-    if spec.task == "auto" and hasattr(transformers, arch):
-        cls = getattr(transformers, arch)
-    else:
-        cls = getattr(transformers, AUTO_CLASSES[task])
+    cls = getattr(transformers, model_class_name(spec, task, arch))
     kwargs = {"dtype": "auto" if spec.model_dtype == "auto" else dtypes.to_torch(spec.model_dtype),
               "trust_remote_code": spec.trust_remote_code}
     if spec.device_map:
@@ -174,9 +178,7 @@ def load_processor(folder: str, model, spec: PipelineSpec):
     """The model's processor by its main input: tokenizer, image processor or feature extractor."""
     import transformers
 
-    main = getattr(model, "main_input_name", "input_ids")
-    family = {"input_ids": "AutoTokenizer", "pixel_values": "AutoImageProcessor"}.get(
-        main, "AutoFeatureExtractor")
+    family = processor_family(getattr(model, "main_input_name", "input_ids"))
     with quiet_hf():
         try:
             processor = getattr(transformers, family).from_pretrained(
@@ -187,6 +189,12 @@ def load_processor(folder: str, model, spec: PipelineSpec):
     if family == "AutoTokenizer":
         _check_tokenizer_fits(processor, model.config, spec)
     return processor
+
+
+def processor_family(main_input: str) -> str:
+    """The Auto class that makes a model's main input: tokenizer, image processor, extractor."""
+    return {"input_ids": "AutoTokenizer", "pixel_values": "AutoImageProcessor"}.get(
+        main_input, "AutoFeatureExtractor")
 
 
 def _check_tokenizer_fits(tokenizer, config, spec):

@@ -13,12 +13,14 @@ def main(argv=None) -> int:
 
     from PySide6.QtWidgets import QApplication, QMessageBox
 
+    from fp16studio.desktop import APP_ID
+
     from .theme import Theme, app_icon
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("fp16studio")
     app.setOrganizationName("fp16studio")
-    app.setDesktopFileName("fp16studio")
+    app.setDesktopFileName(APP_ID)  # matches the window to its launcher
     app.setWindowIcon(app_icon())
     theme = Theme(app)
 
