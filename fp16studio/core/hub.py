@@ -69,15 +69,10 @@ def cached_snapshot(repo_id: str, repo_type: str, revision: str | None) -> str |
 
 
 def resolve_model_source(value: str, revision: str | None, trust_remote_code: bool) -> str:
-    """A local folder for `value`: the folder itself, the cached snapshot, or a fresh download."""
-    if not looks_like_repo_id(value):
-        raise InputError(f"model {value!r}: no such folder, and not a Hub id (org/name)")
-    snapshot = cached_snapshot(value, "model", revision)
+    """A local folder for `value`: the cached snapshot, or a fresh download."""
+    snapshot = _cached_or_reachable(value, "model", revision, "no such folder")
     if snapshot:
         return snapshot
-    if not online():
-        raise InputError(f"model {value!r} is not in the Hugging Face cache and the Hub cannot be "
-                         f"reached; on a connected machine run: hf download {value}")
     patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken"]
     if trust_remote_code:
         patterns.append("*.py")
@@ -86,15 +81,20 @@ def resolve_model_source(value: str, revision: str | None, trust_remote_code: bo
 
 def resolve_dataset_source(value: str, revision: str | None = None) -> str | None:
     """The cached snapshot folder of a Hub dataset, or None to let `datasets` download it."""
+    return _cached_or_reachable(value, "dataset", revision, "no such file or folder")
+
+
+def _cached_or_reachable(value, repo_type, revision, not_local) -> str | None:
+    """The cached snapshot; None when it is not cached but the Hub can be reached; else an
+    InputError that says what to download."""
     if not looks_like_repo_id(value):
-        raise InputError(f"dataset {value!r}: no such file or folder, and not a Hub id (org/name)")
-    snapshot = cached_snapshot(value, "dataset", revision)
-    if snapshot:
+        raise InputError(f"{repo_type} {value!r}: {not_local}, and not a Hub id (org/name)")
+    snapshot = cached_snapshot(value, repo_type, revision)
+    if snapshot or online():
         return snapshot
-    if not online():
-        raise InputError(f"dataset {value!r} is not in the Hugging Face cache and the Hub cannot be "
-                         f"reached; on a connected machine run: hf download {value} --repo-type dataset")
-    return None
+    flag = "" if repo_type == "model" else f" --repo-type {repo_type}"
+    raise InputError(f"{repo_type} {value!r} is not in the Hugging Face cache and the Hub cannot "
+                     f"be reached; on a connected machine run: hf download {value}{flag}")
 
 
 def _download(repo_id: str, repo_type: str, revision: str | None, patterns: list[str]) -> str:
