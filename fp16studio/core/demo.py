@@ -63,10 +63,6 @@ _WORDS = ("half precision the model expected float16 but batch held float32 a ca
           "then nan bfloat16 keeps range with fewer mantissa bits move inputs device where lives")
 
 
-def demo_names() -> list[str]:
-    return list(DEMOS)
-
-
 def demo_spec(name: str) -> PipelineSpec:
     """The built-in demo spec `name`, its files built once into the user's cache."""
     if name not in DEMOS:

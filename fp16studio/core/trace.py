@@ -37,7 +37,6 @@ class ModuleCall:
     outputs: list = field(default_factory=list)
     completed: bool = False
     finished: int = -1         # order in which the call returned: inner modules before outer
-    leaf: bool = False
 
     @property
     def param_dtype(self) -> str | None:
@@ -93,8 +92,7 @@ class Tracer:
                     key = dtypes.name_of(p.dtype)
                     params[key] = params.get(key, 0) + p.numel()
             call = ModuleCall(index=len(self.calls), name=name, cls=type(module).__name__,
-                              params=params, param_devices=tuple(sorted(devices)),
-                              leaf=not any(True for _ in module.children()))
+                              params=params, param_devices=tuple(sorted(devices)))
             call.inputs = self._describe(args, "input") + self._describe(kwargs, "")
             self.calls.append(call)
             self.stack.append(call)

@@ -8,22 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-KINDS = ("group", "module", "parameter", "buffer", "input", "activation")
-STATUSES = ("ok", "warning", "error")
-
 
 @dataclass
 class TensorNode:
     name: str
     path: str
-    kind: str
+    kind: str              # group, module, parameter, buffer, input, activation
     shape: tuple | None = None
     dtype: str | None = None
     device: str | None = None
     bytes: int = 0
     absmax: float | None = None
     nonfinite: int = 0
-    status: str = "ok"
+    status: str = "ok"     # ok, warning, error
     note: str = ""
     children: list = field(default_factory=list)
 
@@ -45,9 +42,6 @@ class TensorNode:
 
     def find(self, path: str) -> "TensorNode | None":
         return next((node for node in self.walk() if node.path == path), None)
-
-    def total_bytes(self) -> int:
-        return sum(node.bytes for node in self.walk() if node.is_tensor)
 
     def to_json(self) -> dict:
         out = {"name": self.name, "path": self.path, "kind": self.kind}

@@ -209,7 +209,7 @@ def _evidence(**overrides):
 
 def _linear(dtype_in, dtype_out, device="cpu", completed=True, params_device="cpu"):
     call = ModuleCall(index=0, name="fc", cls="Linear", params={"float32": 10},
-                      param_devices=(params_device,), completed=completed, finished=0, leaf=True)
+                      param_devices=(params_device,), completed=completed, finished=0)
     call.inputs = [TensorInfo("input", dtype_in, device, (2, 4), absmax=1.0)]
     if completed:
         call.outputs = [TensorInfo("output", dtype_out, device, (2, 4), absmax=1.0)]
