@@ -14,6 +14,7 @@ import warnings
 
 from . import __version__
 from .core.errors import InputError
+from .core.units import format_bytes
 
 BAD_INPUT = 2
 
@@ -221,11 +222,11 @@ def cmd_inspect(args) -> int:
           f"{doc['tensors']} tensors")
     for name, size in doc["memory_bytes"].items():
         mark = "  <-" if name == dtype else ""
-        print(f"  {name:>9}: {human_bytes(size)}{mark}")
+        print(f"  {name:>9}: {format_bytes(size)}{mark}")
     if doc["checkpoint_dtypes"]:
         print("  checkpoint: " + ", ".join(f"{n} {d}" for d, n in doc["checkpoint_dtypes"].items()))
     largest = doc["largest_layer"]
-    print(f"  largest layer: {largest['name']} ({human_bytes(largest['bytes'])})")
+    print(f"  largest layer: {largest['name']} ({format_bytes(largest['bytes'])})")
     if doc["keep_fp32_modules"]:
         print("  kept in float32 by the model: " + ", ".join(doc["keep_fp32_modules"]))
     return 0
@@ -251,12 +252,6 @@ def _print_json(doc):
     sys.stdout.write("\n")
 
 
-def human_bytes(size: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(size) < 1000 or unit == "TB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{size} B"
 
 
 def format_diagnosis(doc: dict) -> str:
@@ -284,5 +279,5 @@ def format_diagnosis(doc: dict) -> str:
         by_dtype = ", ".join(f"{n} {d}" for d, n in sorted(inv["dtypes"].items()))
         lines.append("")
         lines.append(f"inventory: {inv['parameters']:,} parameters, {inv['tensors']} tensors, "
-                     f"{human_bytes(inv['bytes'])} ({by_dtype})")
+                     f"{format_bytes(inv['bytes'])} ({by_dtype})")
     return "\n".join(lines)

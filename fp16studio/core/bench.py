@@ -13,10 +13,10 @@ import dataclasses
 import gc
 from dataclasses import dataclass, field
 
-from . import dtypes
+from . import dtypes, units
 from .bench_measure import (Limits, MemoryProbe, drift, make_timer, output_summary,
                             reference_copy, tf32_settings, time_calls, weights_bytes)
-from .errors import Cancelled, InputError, first_line
+from .errors import Cancelled, InputError, check_cancel, first_line, report_progress
 from .spec import PipelineSpec
 
 VARIANTS = ("float32", "float16", "bfloat16", "autocast-float16", "autocast-bfloat16")
@@ -128,7 +128,7 @@ def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_
                          note=CPU_NOTE if device.type == "cpu" else None)
     reference = None
     if "float32" not in names:
-        _report(progress, "float32 reference output")
+        report_progress(progress, "bench", "float32 reference output")
         try:
             reference = _reference(spec, progress, cancel)
         except (Cancelled, InputError):
@@ -137,8 +137,8 @@ def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_
             result.reference_error = describe(exc)
         _free(device)
     for i, name in enumerate(names):
-        _check(cancel)
-        _report(progress, f"{name} ({i + 1} of {len(names)})")
+        check_cancel(cancel)
+        report_progress(progress, "bench", f"{name} ({i + 1} of {len(names)})")
         run = _VariantRun(name, variant_spec(spec, name), device, limits, progress, cancel,
                           on_sample)
         try:
@@ -286,15 +286,6 @@ def _device_name(device) -> str:
     return platform.processor() or platform.machine()
 
 
-def _report(progress, message):
-    if progress is not None:
-        progress("bench", message)
-
-
-def _check(cancel):
-    if cancel is not None:
-        cancel.check()
-
 
 # -- human output -------------------------------------------------------------------------------
 
@@ -353,15 +344,7 @@ def format_table(doc: dict) -> str:
 
 
 def format_bytes(value) -> str:
-    if value is None:
-        return "-"
-    if abs(value) < 1024:
-        return f"{value} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if abs(value) < 1024 or unit == "TiB":
-            break
-    return f"{value:.1f} {unit}"
+    return "-" if value is None else units.format_bytes(value)
 
 
 def _num(value, fmt, nonfinite=None):

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from itertools import chain
 
+from .errors import check_cancel
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -94,23 +96,19 @@ def time_calls(fn, timer, limits: Limits, cancel=None, on_iteration=None) -> Tim
     first_ms, output = timer(fn)
     timing = Timing(first_call_ms=first_ms, output=output)
     for _ in range(limits.warmup - 1):
-        _check(cancel)
+        check_cancel(cancel)
         timer(fn)
     started = time.perf_counter()
     while len(timing.latencies_ms) < limits.max_iterations and (
             len(timing.latencies_ms) < limits.min_iterations
             or time.perf_counter() - started < limits.min_seconds):
-        _check(cancel)
+        check_cancel(cancel)
         ms, _ = timer(fn)
         timing.latencies_ms.append(ms)
         if on_iteration is not None:
             on_iteration(len(timing.latencies_ms), ms)
     return timing
 
-
-def _check(cancel):
-    if cancel is not None:
-        cancel.check()
 
 
 # -- memory -------------------------------------------------------------------------------------

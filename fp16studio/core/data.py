@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import dtypes
-from .errors import InputError, first_line
+from .errors import InputError, check_cancel, first_line
 from .hub import resolve_dataset_source
 from .spec import PipelineSpec
 
@@ -228,8 +228,7 @@ def build_batch(spec: PipelineSpec, ds, processor, model_inputs: set, main_input
                     facts[key] = ColumnFacts(key, intended=dtypes.name_of(value.dtype))
             ds = ds.map(function)
             roles = {r: c for r, c in roles.items() if c in ds.column_names}
-        if cancel:
-            cancel.check()
+        check_cancel(cancel)
         check_roles(spec, ds.column_names, roles, processor, main_input)
         if main_input not in ds.column_names:
             ds = _apply_processor(spec, ds, processor, roles)

@@ -8,7 +8,7 @@ import time
 
 from . import dtypes
 from .data import PipelineFailure
-from .errors import first_line
+from .errors import check_cancel, first_line, report_progress
 from .inventory import mark, pipeline_tree
 from .loading import is_oom, resolve_device
 from .pipeline import DeviceUnavailable, prepare_batch, prepare_model, primary_output, run_forward
@@ -47,7 +47,7 @@ def diagnose(spec: PipelineSpec, progress=None, cancel=None) -> Diagnosis:
         _release_memory(device)
         return Diagnosis(spec=spec, device=str(device), findings=run_rules(evidence),
                          error=error, timings=timings, environment=environment)
-    _check(cancel)
+    check_cancel(cancel)
     model, device = loaded.model, loaded.device
     calls, batch, facts, error, exception, output = [], None, {}, None, None, None
     try:
@@ -58,8 +58,8 @@ def diagnose(spec: PipelineSpec, progress=None, cancel=None) -> Diagnosis:
         exception, facts = failure.exc, failure.facts
         error = _error_doc(failure.exc, "batch", None)
     if error is None:
-        _check(cancel)
-        _progress(progress, "forward", f"forward pass on {device}")
+        check_cancel(cancel)
+        report_progress(progress, "forward", f"forward pass on {device}")
         tracer = Tracer(model)
         with _timed(timings, "forward"), tracer:
             try:
@@ -71,8 +71,8 @@ def diagnose(spec: PipelineSpec, progress=None, cancel=None) -> Diagnosis:
         calls = tracer.calls
         if exception is None:
             output = _describe_output(result)
-    _check(cancel)
-    _progress(progress, "rules", "reading the evidence")
+    check_cancel(cancel)
+    report_progress(progress, "rules", "reading the evidence")
     with _timed(timings, "rules"):
         evidence = Evidence(
             spec=spec, device_type=device.type, param_dtypes=_param_dtypes(model),
@@ -165,11 +165,3 @@ def _release_memory(device):
         torch.cuda.empty_cache()
 
 
-def _check(cancel):
-    if cancel is not None:
-        cancel.check()
-
-
-def _progress(progress, stage, message):
-    if progress is not None:
-        progress(stage, message)

@@ -30,6 +30,18 @@ class CancelToken:
             raise Cancelled("cancelled")
 
 
+def check_cancel(cancel: CancelToken | None):
+    """Raise Cancelled if the (optional) token is set: long operations call it between steps."""
+    if cancel is not None:
+        cancel.check()
+
+
+def report_progress(progress, stage: str, message: str):
+    """Call the (optional) progress callback of a long operation."""
+    if progress is not None:
+        progress(stage, message)
+
+
 def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first line of an exception's message: what a one-line error report shows."""
     lines = str(exc).strip().splitlines()

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from html import escape
 
 from .. import __version__
+from .units import format_bytes
 
 # Okabe–Ito, colour-blind safe; severity is always spelled out too, never colour alone.
 SEVERITY_COLOURS = {"error": "#D55E00", "warning": "#E69F00", "info": "#0072B2"}
@@ -252,15 +253,7 @@ def _num(value, pattern: str) -> str:
 
 
 def _bytes(count) -> str:
-    if not isinstance(count, (int, float)):
-        return "—"
-    if abs(count) < 1024:
-        return f"{count:,.0f} B"
-    for unit in ("KiB", "MiB", "GiB"):
-        count /= 1024
-        if abs(count) < 1024:
-            break
-    return f"{count:,.1f} {unit}"
+    return format_bytes(count) if isinstance(count, (int, float)) else "—"
 
 
 def _e(value) -> str:

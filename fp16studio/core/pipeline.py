@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from . import dtypes
 from .data import BatchBuild, build_batch, load_rows
-from .errors import InputError
+from .errors import InputError, check_cancel, report_progress
 from .loading import LoadedModel, load_model, load_processor, quiet_hf, resolve_device
 from .spec import PipelineSpec
 
@@ -68,7 +68,7 @@ def prepare_model(spec: PipelineSpec, progress=None):
     device = resolve_device(spec)
     if device is None:
         raise DeviceUnavailable(spec.device)
-    _progress(progress, "model", f"loading {spec.model} in {spec.model_dtype}")
+    report_progress(progress, "model", f"loading {spec.model} in {spec.model_dtype}")
     loaded = load_model(spec, device)
     processor = load_processor(loaded.source, loaded.model, spec)
     return loaded, processor
@@ -76,12 +76,11 @@ def prepare_model(spec: PipelineSpec, progress=None):
 
 def prepare_batch(spec: PipelineSpec, loaded: LoadedModel, processor, progress=None,
                   cancel=None) -> BatchBuild:
-    _progress(progress, "dataset", f"reading {spec.samples} rows of {spec.dataset}")
+    report_progress(progress, "dataset", f"reading {spec.samples} rows of {spec.dataset}")
     with quiet_hf():
         rows = load_rows(spec, loaded.model.config, processor)
-        if cancel:
-            cancel.check()
-        _progress(progress, "batch", f"building a batch of {spec.batch_size}")
+        check_cancel(cancel)
+        report_progress(progress, "batch", f"building a batch of {spec.batch_size}")
         build = build_batch(spec, rows, processor, forward_inputs(loaded.model),
                             getattr(loaded.model, "main_input_name", "input_ids"),
                             loaded.device, cancel)
@@ -95,8 +94,7 @@ def prepare(spec: PipelineSpec, progress=None, cancel=None) -> Prepared:
         loaded, processor = prepare_model(spec, progress)
     except DeviceUnavailable:
         raise InputError(f"device {spec.device!r} is not available on this machine") from None
-    if cancel:
-        cancel.check()
+    check_cancel(cancel)
     build = prepare_batch(spec, loaded, processor, progress, cancel)
     return Prepared(spec=spec, loaded=loaded, processor=processor, build=build)
 
@@ -149,7 +147,3 @@ def primary_output(output):
             return name, value
     return pairs[0] if pairs else (None, None)
 
-
-def _progress(progress, stage, message):
-    if progress is not None:
-        progress(stage, message)

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import math
 
+from fp16studio.core.units import format_bytes
+
 
 def size(nbytes: int | None) -> str:
-    if not nbytes:
-        return "" if nbytes is None else "0 B"
-    value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    return "" if nbytes is None else format_bytes(nbytes)
 
 
 def shape(dims) -> str:
