@@ -145,7 +145,8 @@ def environment_info() -> dict:
 
     cuda = torch.cuda.is_available()
     devices = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())] if cuda else ["cpu"]
-    info = {"torch": torch.__version__, "transformers": transformers.__version__,
+    # str(): torch's TorchVersion would make whoever unpickles this (the window) import torch.
+    info = {"torch": str(torch.__version__), "transformers": transformers.__version__,
             "datasets": datasets.__version__, "cuda": torch.version.cuda if cuda else None,
             "devices": devices}
     if cuda:
@@ -156,8 +157,8 @@ def environment_info() -> dict:
 
 
 def _release_memory(device):
-    # Only CUDA needs the memory back at once; on CPU a full collection would just hold the
-    # GIL (and stall the window) for nothing.
+    # Only CUDA needs the memory back at once; on CPU a full collection would cost time for
+    # nothing.
     if device.type == "cuda":
         import torch
 

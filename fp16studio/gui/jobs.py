@@ -1,7 +1,7 @@
-"""The functions the worker thread runs for the window (Qt-free; they import the engine lazily).
+"""The functions the engine process runs for the window (Qt-free; they import the engine lazily).
 
-Each returns plain, immutable-enough snapshots: a Diagnosis with its tree indexed, a bench
-document, a spec. Nothing returned holds a tensor or a module.
+Each returns a plain snapshot that pickles back to the window: a Diagnosis with its tree
+indexed, a bench document, a spec. Nothing returned holds a tensor or a module.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from .tree_index import TreeIndex
 
 
 def diagnose(spec, progress, cancel):
-    """Run the engine's diagnosis; index its tree here so the GUI thread does not have to.
+    """Run the engine's diagnosis; its tree index is rebuilt on arrival on the worker thread, so
+    the GUI thread does not have to.
 
     Returns (Diagnosis, TreeIndex or None, GPU memory in bytes or None).
     """
@@ -24,28 +25,26 @@ def diagnose(spec, progress, cancel):
     return diagnosis, index, gpu_memory
 
 
-def benchmark(spec, variants, on_sample, progress, cancel) -> dict:
+def benchmark(spec, variants, progress, cancel, on_sample=None) -> dict:
     from fp16studio.core import benchmark as run
 
     return run(spec, variants, progress=progress, cancel=cancel, on_sample=on_sample).to_json()
 
 
+def export(spec, path: str) -> str:
+    """Write the standalone script for `spec` (atomically; see core.export); returns the path."""
+    from fp16studio.core import export_script
+
+    export_script(spec, path)
+    return path
+
+
 def warm_up():
-    """Import the engine's heavy libraries now, while the user is still reading the window.
-
-    Loading torch holds the GIL for long stretches (the dynamic loader, static initialisers),
-    which stalls the GUI thread whenever it happens; better once at start-up than mid-run.
-    Freezing the objects created by the imports keeps later full garbage collections (the
-    engine runs one after each diagnosis) from walking them again with the GIL held.
-    """
-    import gc
-
+    """Import the engine's heavy libraries now, while the user is still reading the window, so
+    that the first Run does not wait seconds for them."""
     import datasets  # noqa: F401
     import torch  # noqa: F401
     import transformers.modeling_utils  # noqa: F401  (from_pretrained's own heavy imports)
-
-    gc.collect()
-    gc.freeze()
 
 
 def demo(name: str):

@@ -1,8 +1,8 @@
 """The main window: pipeline form, tensor tree, findings, comparison, log and history.
 
 Everything it does goes through fp16studio.core and the spec: a run diagnoses `self.spec`, a fix
-replaces it (undoably), an export renders it. Long work runs on the worker thread (worker.py);
-this class only submits jobs and shows what comes back.
+replaces it (undoably), an export renders it. Long work runs on the worker thread, in the engine
+process behind it (worker.py); this class only submits jobs and shows what comes back.
 """
 
 from __future__ import annotations
@@ -41,12 +41,13 @@ WINDOW_SIZE = QSize(1280, 800)
 class MainWindow(QMainWindow):
     """CONTRACT §5: the automation surface is `run_diagnosis`, `apply_fix`, `run_benchmark`,
     `export_script`, the `diagnosisFinished`/`benchmarkFinished` signals (the --json documents)
-    and the `tensorTree`, `findingsView` and `benchPlot` attributes."""
+    and the `tensorTree`, `findingsView` and `benchPlot` attributes. All four actions return at
+    once and finish on the worker: `diagnosisFailed(message)` and `exportFinished(path)` too."""
 
     diagnosisFinished = Signal(object)
     benchmarkFinished = Signal(object)
     diagnosisFailed = Signal(str)
-    _benchSample = Signal(object)   # emitted on the worker thread, delivered queued
+    exportFinished = Signal(str)    # the path of the written script
 
     def __init__(self, spec=None, parent=None):
         super().__init__(parent)
@@ -108,7 +109,6 @@ class MainWindow(QMainWindow):
         self.preview = PreviewPanel()
         self.compare = CompareView()
         self.benchPlot = self.compare.plot
-        self._benchSample.connect(self.compare.add_sample)
         self.findings = FindingsPanel()
         self.findingsView = self.findings.view
         self.findings.fixRequested.connect(self.apply_fix)
@@ -427,8 +427,8 @@ class MainWindow(QMainWindow):
         self.main_tabs.setCurrentWidget(self.compare)
         self.log.log("info", "Benchmark started.")
         self.worker.submit(Job(
-            "bench", jobs.benchmark, (self.spec, variants, self._benchSample.emit),
-            on_result=self._on_benchmark,
+            "bench", jobs.benchmark, (self.spec, variants),
+            on_result=self._on_benchmark, on_sample=self.compare.add_sample,
             on_error=lambda message, detail: self.log.log("error", f"Benchmark failed: {message}\n{detail}".strip()),
             on_cancel=lambda: self.log.log("warning", "Benchmark cancelled.")))
         return True
@@ -595,24 +595,28 @@ class MainWindow(QMainWindow):
         self._update_title()
         return True
 
-    def export_script(self, path, overwrite: bool = False) -> Path | None:
-        """Write the exported script; an existing file is replaced only after the user agrees
-        (or with overwrite=True from a script)."""
-        from fp16studio.core import export_script
-
+    def export_script(self, path, overwrite: bool = False) -> bool:
+        """Write the exported script (on the worker: rendering it reads the dataset);
+        `exportFinished(path)` once written. An existing file is replaced only after the user
+        agrees (or with overwrite=True from a script); False when nothing was started."""
         if self.spec is None:
-            return None
+            return False
         path = Path(path)
         if path.exists() and not overwrite and not self._confirm(
                 "Replace file?", f"{path.name} already exists. Replace it with the exported script?"):
-            return None
-        try:
-            export_script(self.spec, str(path))
-        except InputError as exc:
-            self._warn("Cannot export", str(exc))
-            return None
-        self.log.log("info", f"Exported script {path}")
-        return path
+            return False
+
+        def done(written):
+            self.log.log("info", f"Exported script {written}")
+            self.exportFinished.emit(written)
+
+        def failed(message, detail):
+            if detail:
+                self.log.log("error", detail)
+            self._warn("Cannot export", message)
+        self.worker.submit(Job("export", jobs.export, (self.spec, str(path)), wants_progress=False,
+                               on_result=done, on_error=failed))
+        return True
 
     def _export_dialog(self):
         name = Path(self.spec.model).name.replace("-", "_") if self.spec else "pipeline"

@@ -1,4 +1,4 @@
-"""Qt-free lookups over a TensorNode tree, built once on the worker thread per diagnosis.
+"""Qt-free lookups over a TensorNode tree, built once per diagnosis off the GUI thread.
 
 The item model asks these questions on every paint or keystroke; answering them from
 precomputed tables keeps a 10 000-tensor tree cheap on the GUI thread.
@@ -31,6 +31,11 @@ class TreeIndex:
         self.dtypes: set[str] = set()
         self.devices: set[str] = set()
         self._build()
+
+    def __reduce__(self):
+        # The tables are keyed by object identity, which pickling does not keep: an index that
+        # comes back from the engine process is rebuilt on arrival (on the worker thread).
+        return TreeIndex, (self.root,)
 
     def _build(self):
         order = []

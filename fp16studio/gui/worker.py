@@ -1,29 +1,35 @@
 """One long-lived worker thread for everything that may take more than a frame.
 
-The loaded model, the CUDA context and torch's thread-local state (inference mode, autocast) all
-live on that one thread, so every engine call goes through it. The GUI thread submits a `Job`
-(a plain function plus a cancel token) and gets plain snapshots back over queued signals; it
-never waits for the worker and never imports torch.
+The GUI thread submits a `Job` (a module-level function, its arguments and a cancel token) and
+gets plain snapshots back over queued signals; it never waits for the worker and never imports
+torch. The worker thread hands each job to the engine process (engine_process.py), where the
+loaded model, the CUDA context and torch's thread-local state live, relays its progress, samples
+and log lines, and unpickles its result, so the GUI thread keeps the GIL to itself.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from fp16studio.core import Cancelled, CancelToken, InputError
+from fp16studio.core import CancelToken
+
+from .engine_process import KILL_AFTER_CANCEL_S, EngineProcess, target_of
 
 
 @dataclass
 class Job:
-    """`fn(*args, progress=..., cancel=..., **kwargs)` run on the worker thread.
+    """`fn(*args, progress=..., cancel=..., on_sample=..., **kwargs)` run in the engine process.
 
-    `progress` and `cancel` are passed only when `wants_progress` is set (helpers such as a
-    cache scan take neither). Callbacks run on the GUI thread.
+    `fn` must be a module-level function (only its name travels). `progress` and `cancel` are
+    passed only when `wants_progress` is set (helpers such as a cache scan take neither),
+    `on_sample` only when the job has an `on_sample` callback (a benchmark's live samples).
+    Callbacks run on the GUI thread.
     """
 
     kind: str
@@ -34,8 +40,13 @@ class Job:
     on_result: Callable[[Any], None] | None = None
     on_error: Callable[[str, str], None] | None = None
     on_cancel: Callable[[], None] | None = None
+    on_sample: Callable[[Any], None] | None = None
     token: CancelToken = field(default_factory=CancelToken)
     id: int = field(default_factory=itertools.count(1).__next__)
+    target: str = field(init=False)
+
+    def __post_init__(self):
+        self.target = target_of(self.fn)   # refuse a lambda here, not later on the worker
 
 
 class _Worker(QObject):
@@ -43,9 +54,14 @@ class _Worker(QObject):
 
     started = Signal(object)                # job
     progress = Signal(object, str, str)     # job, stage, message
+    sample = Signal(object, object)         # job, payload
     finished = Signal(object, object)       # job, result
     failed = Signal(object, str, str)       # job, one-line message, detail (traceback or "")
     cancelled = Signal(object)              # job
+
+    def __init__(self, engine: EngineProcess):
+        super().__init__()
+        self.engine = engine
 
     @Slot(object)
     def run(self, job: Job):
@@ -53,33 +69,39 @@ class _Worker(QObject):
             self.cancelled.emit(job)
             return
         self.started.emit(job)
-        kwargs = dict(job.kwargs)
-        if job.wants_progress:
-            kwargs["progress"] = lambda stage, message="": self.progress.emit(job, stage, message)
-            kwargs["cancel"] = job.token
+
+        def relay(kind, *payload):
+            if kind == "progress":
+                self.progress.emit(job, *payload)
+            elif kind == "sample":
+                self.sample.emit(job, payload[0])
+            else:  # a log line of the engine, into this process's logging (the Log panel)
+                name, level, text = payload
+                logging.getLogger(name).log(level, "%s", text)
+
         try:
-            result = job.fn(*job.args, **kwargs)
-        except Cancelled:
+            kind, *outcome = self.engine.run(job.target, job.args, job.kwargs, job.token,
+                                             wants_progress=job.wants_progress,
+                                             streams=job.on_sample is not None, on_event=relay)
+        except Exception as exc:  # noqa: BLE001 - e.g. no process could start: say so, stay up
+            kind, outcome = "failed", [f"The engine process could not run the job: {exc}",
+                                       traceback.format_exc()]
+        if kind == "failed":
+            self.failed.emit(job, *outcome)
+        elif kind == "cancelled" or job.token.cancelled:
+            # Also a result that arrived after Cancel (from a step that cannot stop, such as a
+            # from_pretrained): discarded, as promised.
             self.cancelled.emit(job)
-        except InputError as exc:
-            # The user's input, not our bug: their message, no traceback.
-            self.failed.emit(job, str(exc), "")
-        except Exception as exc:  # noqa: BLE001 - a worker must survive anything the engine raises
-            self.failed.emit(job, f"{type(exc).__name__}: {exc}", traceback.format_exc())
         else:
-            if job.token.cancelled:
-                # Cancelled while a step that cannot stop (a from_pretrained) was running:
-                # its result is discarded, as promised.
-                self.cancelled.emit(job)
-            else:
-                self.finished.emit(job, result)
+            self.finished.emit(job, outcome[0])
 
 
 class WorkerHost(QObject):
-    """The GUI-thread side: owns the thread, submits jobs, routes results to their callbacks.
+    """The GUI-thread side: owns the thread and the engine process, submits jobs, routes
+    results to their callbacks.
 
     `busy` jobs (diagnose, benchmark) are the ones Run/Cancel care about; helper jobs (cache
-    scans, previews) run on the same thread but do not light up the progress bar.
+    scans, previews) run the same way but do not light up the progress bar.
     """
 
     jobStarted = Signal(object)
@@ -88,15 +110,17 @@ class WorkerHost(QObject):
     jobFailed = Signal(object, str, str)
     _submit = Signal(object)
 
-    def __init__(self, parent=None):
+    def __init__(self, parent=None, kill_after_cancel_s: float = KILL_AFTER_CANCEL_S):
         super().__init__(parent)
+        self.engine = EngineProcess(kill_after_cancel_s)
         self._thread = QThread()
         self._thread.setObjectName("fp16studio-worker")
-        self._worker = _Worker()
+        self._worker = _Worker(self.engine)
         self._worker.moveToThread(self._thread)
         self._submit.connect(self._worker.run)
         self._worker.started.connect(self.jobStarted)
         self._worker.progress.connect(self._on_progress)
+        self._worker.sample.connect(self._on_sample)
         self._worker.finished.connect(self._on_finished)
         self._worker.failed.connect(self._on_failed)
         self._worker.cancelled.connect(self._on_cancelled)
@@ -116,11 +140,19 @@ class WorkerHost(QObject):
         for job in self.pending(kind):
             job.token.cancel()
 
-    def shutdown(self, timeout_ms: int = 30000) -> bool:
-        """Cancel everything and stop the thread; True when it stopped in time."""
+    def shutdown(self, timeout_ms: int = 10000) -> bool:
+        """Cancel everything, end the engine process and stop the thread; True when it stopped
+        in time. A running job is not waited for: its process is ended at once, which is safe
+        because the engine holds nothing that needs saving."""
+        busy = bool(self._pending)
         self.cancel()
+        if busy:
+            self.engine.kill()
         self._thread.quit()
-        return self._thread.wait(timeout_ms)
+        stopped = self._thread.wait(timeout_ms)
+        if stopped:
+            self.engine.close()
+        return stopped
 
     @property
     def thread(self) -> QThread:
@@ -130,6 +162,10 @@ class WorkerHost(QObject):
     def _on_progress(self, job, stage, message):
         if not job.token.cancelled:
             self.jobProgress.emit(job, stage, message)
+
+    def _on_sample(self, job, payload):
+        if not job.token.cancelled and job.on_sample:
+            job.on_sample(payload)
 
     def _on_finished(self, job, result):
         self._pending.pop(job.id, None)

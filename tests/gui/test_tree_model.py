@@ -165,3 +165,20 @@ def test_highlighted_rows_are_bold(make_tree):
     assert layer1.data(Qt.ItemDataRole.FontRole) is None
     model.set_highlighted(["layer1"])
     assert layer1.data(Qt.ItemDataRole.FontRole).bold()
+
+
+def test_a_tree_and_its_index_survive_the_trip_from_the_engine_process(make_tree):
+    import pickle
+
+    from fp16studio.gui.tree_index import TreeIndex
+
+    tree = make_tree(problem_at="layer1.w0")
+    index = TreeIndex(tree)
+    arrived = pickle.loads(pickle.dumps(index))
+    assert arrived.root == tree and arrived.root is not tree
+    node = arrived.by_path["layer1.w0"]
+    # The identity-keyed tables were rebuilt for the new objects, not copied.
+    assert [n.path for n in arrived.ancestors(node)] == ["model", "layer1", "layer1.w0"]
+    assert arrived.aggregate(arrived.root) == index.aggregate(tree)
+    assert arrived.aggregate(arrived.by_path["layer1"]).status == "error"
+    assert arrived.dtypes == {"float16", "float32", "int64"}

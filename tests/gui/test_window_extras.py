@@ -22,9 +22,10 @@ def window(qtbot):
     return window
 
 
-def test_benchmark_streams_samples_to_the_plot_and_emits_the_document(qtbot, window):
+def test_benchmark_streams_samples_to_the_plot_and_emits_the_document(qtbot, window, monkeypatch):
     samples = []
-    window._benchSample.connect(samples.append)
+    plot_sample = window.compare.add_sample
+    monkeypatch.setattr(window.compare, "add_sample", lambda s: (samples.append(s), plot_sample(s)))
     with qtbot.waitSignal(window.benchmarkFinished, timeout=TIMEOUT_MS) as finished:
         assert window.run_benchmark(["float32", "bfloat16"])
     doc = finished.args[0]

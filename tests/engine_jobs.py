@@ -1,0 +1,65 @@
+"""Jobs for the worker tests: module-level, so the engine process can import them by name."""
+
+import os
+import sys
+import time
+
+from fp16studio.core import InputError
+
+
+def report(n, progress, cancel):
+    progress("model", "loading")
+    progress("forward", "")
+    return {"bytes": 2**40 + n, "pid": os.getpid()}
+
+
+def bad_input(progress, cancel):
+    raise InputError("model 'nope': no such folder")
+
+
+def boom(progress, cancel):
+    raise RuntimeError("boom")
+
+
+def wait_for_cancel(progress, cancel):
+    progress("model", "loading")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        cancel.check()           # the engine checks between steps
+        time.sleep(0.01)
+    return "not reached"
+
+
+def ignore_cancel(seconds, progress, cancel):
+    progress("model", "")
+    time.sleep(seconds)          # a step that cannot stop, e.g. from_pretrained
+    return "late"
+
+
+def crash(progress, cancel):
+    os._exit(3)
+
+
+def log_a_warning(progress, cancel):
+    import logging
+
+    logging.getLogger("fp16studio.test").warning("half of the weights are float16")
+    return "logged"
+
+
+def stream(n, progress, cancel, on_sample):
+    for i in range(n):
+        on_sample({"iteration": i})
+    return n
+
+
+def modules_loaded():
+    return sorted(name for name in sys.modules if name.split(".")[0] in ("PySide6", "torch"))
+
+
+def pid():
+    return os.getpid()
+
+
+def unpicklable(progress, cancel):
+    return lambda: None
