@@ -20,6 +20,7 @@ travels. Results are unpickled on the worker thread, never on the GUI thread.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import itertools
@@ -28,9 +29,11 @@ import multiprocessing
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 import traceback
+import types
 
 from fp16studio.core.errors import Cancelled, CancelToken, InputError
 
@@ -135,7 +138,8 @@ class EngineProcess:
         events_out, events_in = context.Pipe(duplex=False)
         self._process = context.Process(target=serve, args=(commands_out, events_in),
                                         name="fp16studio-engine", daemon=True)
-        self._process.start()
+        with _main_module_hidden():
+            self._process.start()
         commands_out.close()   # the child's ends; ours stay open
         events_in.close()
         self._commands, self._events = commands_in, events_out
@@ -162,6 +166,19 @@ class EngineProcess:
 
 
 _job_ids = itertools.count(1)
+
+
+@contextlib.contextmanager
+def _main_module_hidden():
+    """Start a process without running the window's `__main__` again in it: spawn re-imports
+    the main script in the child, and a script that drives the window (CONTRACT §5) without an
+    `if __name__ == "__main__"` guard would open a second window there and never serve."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 def _describe_exit(code) -> str:
