@@ -36,6 +36,8 @@ from .worker import Job, WorkerHost
 STAGE_LABELS = {"model": "Loading model", "dataset": "Reading dataset", "batch": "Building batch",
                 "forward": "Forward pass", "rules": "Checking findings"}
 WINDOW_SIZE = QSize(1280, 800)
+NO_MODEL = ("Choose a model first: type a Hub id or a local folder in the Model field, pick one "
+            "from your Hugging Face cache, or drop a folder on it.")
 
 
 class MainWindow(QMainWindow):
@@ -162,8 +164,10 @@ class MainWindow(QMainWindow):
 
     def _build_actions(self):
         a = self._action
-        self.act_new = a("&New Window", self._new_window, "new", QKeySequence.StandardKey.New,
-                         "Open another window on the demo pipeline")
+        self.act_new = a("&New Pipeline", self.new_pipeline, "new", QKeySequence.StandardKey.New,
+                         "Start over with a blank pipeline in this window")
+        self.act_new_window = a("New &Window", self._new_window, None, "Ctrl+Shift+N",
+                                "Open another window on the demo pipeline")
         self.act_open = a("&Open…", self._open_dialog, "open", QKeySequence.StandardKey.Open,
                           "Open a pipeline spec or a saved session")
         self.act_save = a("&Save Session", self.save_session, "save", QKeySequence.StandardKey.Save,
@@ -207,7 +211,7 @@ class MainWindow(QMainWindow):
     def _build_menus(self):
         bar = self.menuBar()
         file = bar.addMenu("&File")
-        file.addActions([self.act_new, self.act_open])
+        file.addActions([self.act_new, self.act_new_window, self.act_open])
         self.recent_menu = file.addMenu("Open &Recent")
         self.recent_menu.aboutToShow.connect(self._fill_recent)
         file.addSeparator()
@@ -289,6 +293,8 @@ class MainWindow(QMainWindow):
             self._show_saved_findings(diagnosis_doc)
         if bench_doc:
             self.compare.set_result(bench_doc)
+        else:
+            self.compare.clear()
         self._set_spec(spec)
         self.undo_stack.setClean()
         if self._run_when_ready:
@@ -308,7 +314,7 @@ class MainWindow(QMainWindow):
         self.findings.set_fixes_enabled(not stale and not self._busy())
         if stale:
             self.status.message.setText("The spec changed since the last run: Run to refresh.")
-        if old is None or old.model != spec.model or old.revision != spec.revision:
+        if spec.model and (old is None or old.model != spec.model or old.revision != spec.revision):
             self._look_up_model(spec)
         if old is None or (old.dataset, old.dataset_config, old.split) != (
                 spec.dataset, spec.dataset_config, spec.split):
@@ -334,7 +340,7 @@ class MainWindow(QMainWindow):
         if self.spec is None:
             self._run_when_ready = True
             return True
-        if self._busy():
+        if self._busy() or not self._has_model():
             return False
         spec = self.spec
         self.log.log("info", f"Run: {spec.model} on {spec.dataset}")
@@ -421,7 +427,7 @@ class MainWindow(QMainWindow):
     def run_benchmark(self, variants=None) -> bool:
         """Measure the precision variants (default: all) on the worker; `benchmarkFinished(doc)`
         when done, with the samples streamed to the Compare tab meanwhile."""
-        if self.spec is None or self._busy():
+        if self.spec is None or self._busy() or not self._has_model():
             return False
         self.compare.clear()
         self.main_tabs.setCurrentWidget(self.compare)
@@ -452,6 +458,14 @@ class MainWindow(QMainWindow):
         self.stage_label.setText("Cancelling…")
 
     # -- worker bookkeeping ---------------------------------------------------------------------
+    def _has_model(self) -> bool:
+        """A blank pipeline (File → New) cannot run yet: say what is missing instead."""
+        if self.spec.model:
+            return True
+        self.findings.show_failure(NO_MODEL)
+        self.form.model_picker.setFocus()
+        return False
+
     def _busy(self) -> bool:
         return any(job.kind in ("diagnose", "bench") for job in self.worker.pending())
 
@@ -517,7 +531,8 @@ class MainWindow(QMainWindow):
     def _look_up_dataset(self, spec):
         def done(preview):
             self.preview.set_preview(preview)
-            self.form.set_dataset_choices(preview["columns"], preview.get("splits"), preview["roles"])
+            self.form.set_dataset_choices(preview["columns"], preview.get("splits"), preview["roles"],
+                                          preview.get("configs", ()))
             self.form.dataset_picker.set_info(
                 f"{len(preview['columns'])} columns" if preview["columns"] else preview.get("note", ""))
 
@@ -547,6 +562,22 @@ class MainWindow(QMainWindow):
         self.worker.submit(Job("demo", jobs.open_source, (path,), wants_progress=False,
                                on_result=done, on_error=self._on_open_error))
 
+    def new_pipeline(self) -> bool:
+        """Start over in this window with a blank pipeline: every key at its default, the model
+        to be chosen. Unsaved changes are discarded only after the user agrees."""
+        if not self._may_discard():
+            return False
+        self.session_path = None
+        self._start_with(PipelineSpec(model="", dataset="synthetic"))
+        self.findings.detail.show_text(NO_MODEL)
+        self.form.model_picker.setFocus()
+        self.log.log("info", "New pipeline.")
+        return True
+
+    def _may_discard(self) -> bool:
+        return self.undo_stack.isClean() or self._confirm(
+            "Discard changes?", "This pipeline has changes that are not saved. Discard them?")
+
     def _on_open_error(self, message, detail):
         self.log.log("error", message + (f"\n{detail}" if detail else ""))
         self.findings.show_failure(message)
@@ -558,7 +589,7 @@ class MainWindow(QMainWindow):
         from fp16studio.core.session import FILE_FILTER
 
         path, _ = QFileDialog.getOpenFileName(self, "Open spec or session", self._dialog_dir(), FILE_FILTER)
-        if path:
+        if path and self._may_discard():
             self.open_path(path)
 
     def _fill_recent(self):
@@ -569,7 +600,7 @@ class MainWindow(QMainWindow):
         for path in files:
             action = self.recent_menu.addAction(path.name)
             action.setToolTip(str(path))
-            action.triggered.connect(lambda _c=False, p=str(path): self.open_path(p))
+            action.triggered.connect(lambda _c=False, p=str(path): self._may_discard() and self.open_path(p))
         if not files:
             self.recent_menu.addAction("No recent files").setEnabled(False)
 
@@ -599,7 +630,7 @@ class MainWindow(QMainWindow):
         """Write the exported script (on the worker: rendering it reads the dataset);
         `exportFinished(path)` once written. An existing file is replaced only after the user
         agrees (or with overwrite=True from a script); False when nothing was started."""
-        if self.spec is None:
+        if self.spec is None or not self._has_model():
             return False
         path = Path(path)
         if path.exists() and not overwrite and not self._confirm(

@@ -36,6 +36,7 @@ class SourcePicker(QWidget):
         self._cached: list[str] = []
         self._found: list[str] = []
         self.edit = QLineEdit(placeholderText=placeholder, clearButtonEnabled=True)
+        self.setFocusProxy(self.edit)
         self._words = QStringListModel(self._fixed, self)
         completer = QCompleter(self._words, self)
         completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)

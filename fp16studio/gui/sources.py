@@ -104,21 +104,57 @@ def dataset_splits(spec) -> list[str]:
     return datasets.get_dataset_split_names(spec.dataset, spec.dataset_config)
 
 
+def dataset_configs(spec) -> list[str]:
+    """Config names for the dataset chooser: from the dataset card's `configs:` metadata (a
+    local folder or the cached snapshot), else from the Hub when it is reachable."""
+    from fp16studio.core.hub import cached_snapshot, looks_like_repo_id, online
+
+    if spec.dataset == "synthetic":
+        return []
+    local = spec.local_path(spec.dataset)
+    is_repo = local is None and looks_like_repo_id(spec.dataset)
+    folder = local if local is not None else (
+        cached_snapshot(spec.dataset, "dataset", spec.revision) if is_repo else None)
+    card = Path(folder) / "README.md" if folder else None
+    if card is not None and card.is_file():
+        from huggingface_hub.repocard import metadata_load
+
+        configs = (metadata_load(card) or {}).get("configs") or []
+        names = [c["config_name"] for c in configs if isinstance(c, dict) and c.get("config_name")]
+        if names:
+            return names
+    if is_repo and online():
+        import datasets
+
+        return list(datasets.get_dataset_config_names(spec.dataset, revision=spec.revision))
+    return []
+
+
 def dataset_preview(spec) -> dict:
     """The first rows of the split for the preview table, images as PNG thumbnails.
 
-    {"columns": [...], "roles": {role: column}, "splits": [...], "rows": [[cell, ...]]}, where a
-    cell is a short string or {"png": bytes} for an image.
+    {"columns": [...], "roles": {role: column}, "configs": [...], "splits": [...],
+    "rows": [[cell, ...]]}, where a cell is a short string or {"png": bytes} for an image. When
+    the rows cannot be read (often: the dataset needs a config), "note" says why and the
+    configs are still offered.
     """
     from fp16studio.core.data import detect_columns, load_rows
 
+    configs = dataset_configs(spec)
     if spec.dataset == "synthetic":
-        return {"columns": [], "roles": {}, "splits": [spec.split], "rows": [],
+        return {"columns": [], "roles": {}, "configs": [], "splits": [spec.split], "rows": [],
                 "note": "Synthetic inputs are made from the model's config when the pipeline runs."}
-    rows = load_rows(spec.replace(samples=min(spec.samples, PREVIEW_ROWS)))
+    try:
+        rows = load_rows(spec.replace(samples=min(spec.samples, PREVIEW_ROWS)))
+    except InputError as exc:
+        if not configs:
+            raise
+        return {"columns": [], "roles": {}, "configs": configs, "splits": [spec.split], "rows": [],
+                "note": str(exc)}
     columns = list(rows.features)
     table = [[_cell(row[name]) for name in columns] for row in rows]
-    return {"columns": columns, "roles": detect_columns(rows, spec), "splits": dataset_splits(spec),
+    return {"columns": columns, "roles": detect_columns(rows, spec), "configs": configs,
+            "splits": dataset_splits(spec),
             "features": {name: str(feature) for name, feature in rows.features.items()},
             "rows": table}
 

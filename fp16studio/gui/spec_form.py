@@ -127,6 +127,8 @@ class SpecForm(QScrollArea):
             finally:
                 field.widget.blockSignals(False)
             self._mark(field, "")
+        if not spec.model:  # a blank pipeline (File → New): say what it needs first
+            self._mark(self.fields["model"], "required: a Hub id, a local folder, or one from your cache")
         names = [fix.get("title", fix.get("id")) for fix in spec.applied_fixes]
         self.applied.setText("\n".join(f"{i}. {name}" for i, name in enumerate(names, 1))
                              or "None yet. Fixes you apply from the Findings panel are listed here.")
@@ -291,24 +293,28 @@ class SpecForm(QScrollArea):
                 combo.blockSignals(False)
         self._add(form, "columns", "Columns", holder, get, set_)
 
-    def set_dataset_choices(self, columns, splits, detected: dict):
-        """Offer the dataset's real columns and splits; show auto-detected roles as hints."""
+    def set_dataset_choices(self, columns, splits, detected: dict, configs=()):
+        """Offer the dataset's real columns, configs and splits; show auto-detected roles as
+        hints. The current texts stay as they are."""
         for role, combo in self.role_combos.items():
-            text = combo.currentText()
-            combo.blockSignals(True)
-            combo.clear()
-            combo.addItems([""] + list(columns))
-            combo.setEditText(text)
+            _offer(combo, [""] + list(columns))
             combo.lineEdit().setPlaceholderText(f"auto: {detected[role]}" if role in detected else "auto")
-            combo.blockSignals(False)
+        config = self.fields["dataset_config"].widget
+        _offer(config, ["none", *configs])
+        config.lineEdit().setPlaceholderText(f"none (one of {len(configs)})" if configs else "none")
         split = self.fields["split"].widget
-        current = split.currentText()
-        split.blockSignals(True)
-        split.clear()
-        for name in splits or [current]:
-            split.addItem(name, name)
-        split.setEditText(current)
-        split.blockSignals(False)
+        _offer(split, list(splits or [split.currentText()]))
+
+
+def _offer(combo: QComboBox, names: list):
+    """Replace an editable combo's items, keeping what it shows (and emitting nothing)."""
+    text = combo.currentText()
+    combo.blockSignals(True)
+    combo.clear()
+    for name in names:
+        combo.addItem(name, name)
+    combo.setEditText(text)
+    combo.blockSignals(False)
 
 
 def _patterns(text: str) -> list[str]:

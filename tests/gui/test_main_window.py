@@ -109,6 +109,28 @@ def test_bad_input_is_shown_not_raised(qtbot, tmp_path):
     assert window.act_run.isEnabled()
 
 
+def test_new_pipeline_starts_blank_and_asks_before_discarding(qtbot, window, monkeypatch):
+    demo_model = window.spec.local_path(window.spec.model)
+    window._push_spec(window.spec.replace(samples=3), "Edit samples")
+    asked = []
+    monkeypatch.setattr(window, "_confirm", lambda title, text: asked.append(title) or False)
+    assert not window.new_pipeline()
+    assert window.spec.samples == 3 and asked == ["Discard changes?"]
+
+    monkeypatch.setattr(window, "_confirm", lambda title, text: True)
+    assert window.new_pipeline()
+    assert window.spec == PipelineSpec(model="", dataset="synthetic")
+    assert window.undo_stack.isClean() and window.session_path is None
+    assert "required" in window.form.invalid_keys()["model"]
+    assert not window.run_diagnosis() and not window.run_benchmark()
+    assert "Choose a model first" in window.findings.detail.message.text()
+
+    window._push_spec(window.spec.replace(model=str(demo_model)), "Edit model")
+    assert "model" not in window.form.invalid_keys()
+    doc = run(qtbot, window)
+    assert doc["ok"], doc["findings"]
+
+
 def test_export_script_asks_before_replacing(qtbot, window, tmp_path, monkeypatch):
     target = tmp_path / "pipeline.py"
 
@@ -165,9 +187,10 @@ def test_cancel_from_the_window(qtbot, window):
     assert window.act_run.isEnabled() and not window.act_cancel.isEnabled()
 
 
-def test_the_window_process_never_imports_torch_even_after_a_run():
+def test_the_window_process_never_imports_torch_even_after_a_run(tmp_path):
     """torch lives in the engine process only: not at start-up, and not while the demo loop
-    runs (a torch object in a result would import it on arrival)."""
+    runs (a torch object in a result would import it on arrival). The script has no
+    `if __name__ == "__main__"` guard: the engine process must not run it again."""
     code = ("import sys\n"
             "from PySide6.QtWidgets import QApplication\n"
             "app = QApplication([])\n"
@@ -188,6 +211,8 @@ def test_the_window_process_never_imports_torch_even_after_a_run():
             "app.exec()\n"
             "print(done, 'torch' in sys.modules)\n"
             "w.close()\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    script = tmp_path / "drive_the_window.py"
+    script.write_text(code)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-2:] == ["False", "[False, True] False"]

@@ -73,3 +73,33 @@ def test_hub_search_is_empty_offline():
 def test_synthetic_dataset_has_a_note_instead_of_rows():
     preview = sources.dataset_preview(PipelineSpec(model="m", dataset="synthetic"))
     assert preview["rows"] == [] and "config" in preview["note"]
+
+
+CARD = """---
+configs:
+- config_name: small
+  data_files: small.csv
+- config_name: large
+  data_files: large.csv
+---
+# Two configs
+"""
+
+
+def test_configs_come_from_the_dataset_card(tmp_path):
+    (tmp_path / "README.md").write_text(CARD)
+    spec = PipelineSpec(model="m", dataset=str(tmp_path))
+    assert sources.dataset_configs(spec) == ["small", "large"]
+
+
+def test_a_card_without_configs_offers_none(tmp_path):
+    (tmp_path / "README.md").write_text("# no metadata\n")
+    assert sources.dataset_configs(PipelineSpec(model="m", dataset=str(tmp_path))) == []
+    assert sources.dataset_configs(PipelineSpec(model="m", dataset="synthetic")) == []
+
+
+def test_preview_offers_the_configs_when_the_rows_cannot_be_read(tmp_path):
+    (tmp_path / "README.md").write_text(CARD)   # and no data files at all
+    preview = sources.dataset_preview(PipelineSpec(model="m", dataset=str(tmp_path)))
+    assert preview["configs"] == ["small", "large"] and preview["rows"] == []
+    assert preview["note"]
