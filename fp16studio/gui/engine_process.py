@@ -39,6 +39,7 @@ from fp16studio.core.errors import Cancelled, CancelToken, InputError
 
 POLL_S = 0.05              # how often a waiting worker looks at its job's cancel token
 KILL_AFTER_CANCEL_S = 5.0  # a job that ignores Cancel this long ends with its process
+QUIT_GRACE_S = 10.0        # an engine asked to quit is ended if it has not after this long
 FORWARDED_LOGGERS = ("fp16studio", "transformers", "datasets")
 ENDINGS = ("result", "failed", "cancelled")
 
@@ -110,20 +111,22 @@ class EngineProcess:
         except ValueError:  # the worker closed it meanwhile: already gone
             pass
 
-    def close(self, timeout_s: float = 2.0):
-        """Ask the process to quit, end it if it does not, and release the pipes. Call only
-        when no job is running (after the worker thread has stopped)."""
-        if self._process is None:
+    def close(self, grace_s: float = QUIT_GRACE_S):
+        """Ask the process to quit and let it go without waiting: an interpreter that loaded
+        torch takes about a second to exit, which the window should not spend frozen. A reaper
+        thread ends it if it is still there after `grace_s`. Call only when no job is running
+        (after the worker thread has stopped)."""
+        process = self._process
+        if process is None:
             return
         try:
             self._commands.send(None)
         except (OSError, ValueError):
             pass
-        self._process.join(timeout_s)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join(timeout_s)
+        self._process = None       # forget it first: _release must not close it under the reaper
         self._release()
+        threading.Thread(target=_reap, args=(process, grace_s), name="fp16studio-engine-reaper",
+                         daemon=True).start()
 
     @property
     def pid(self) -> int | None:
@@ -166,6 +169,13 @@ class EngineProcess:
 
 
 _job_ids = itertools.count(1)
+
+
+def _reap(process, grace_s: float):
+    process.join(grace_s)
+    if process.is_alive():
+        process.kill()
+        process.join()
 
 
 @contextlib.contextmanager
