@@ -63,3 +63,7 @@ def pid():
 
 def unpicklable(progress, cancel):
     return lambda: None
+
+
+def niceness():
+    return os.nice(0)

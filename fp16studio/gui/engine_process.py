@@ -39,7 +39,9 @@ from fp16studio.core.errors import Cancelled, CancelToken, InputError
 
 POLL_S = 0.05              # how often a waiting worker looks at its job's cancel token
 KILL_AFTER_CANCEL_S = 5.0  # a job that ignores Cancel this long ends with its process
+SAMPLE_BATCH_S = 0.05      # benchmark samples reach the window at most this often
 QUIT_GRACE_S = 10.0        # an engine asked to quit is ended if it has not after this long
+ENGINE_NICENESS = 10       # scheduling priority below the window's (POSIX)
 FORWARDED_LOGGERS = ("fp16studio", "transformers", "datasets")
 ENDINGS = ("result", "failed", "cancelled")
 
@@ -64,24 +66,31 @@ class EngineProcess:
 
     def run(self, target: str, args, kwargs, token: CancelToken, *, wants_progress: bool,
             streams: bool, on_event) -> tuple:
-        """Run `target` there and wait, passing ("progress"|"sample"|"log", *payload) events to
-        `on_event` as they come. Returns ("result", value), ("failed", message, detail) or
-        ("cancelled",)."""
+        """Run `target` there and wait, passing ("progress", stage, message), ("log", logger,
+        level, text) and ("samples", [payload, ...]) events to `on_event` as they come. Returns
+        ("result", value), ("failed", message, detail) or ("cancelled",)."""
         self._ensure_started()
         job_id = next(_job_ids)
         self._commands.send(("run", job_id, target, args, kwargs, wants_progress, streams))
         cancel_sent_at = None
+        samples = _SampleBatch(on_event)
         while True:
             if self._events.poll(POLL_S):
                 try:
                     kind, _, *payload = self._receive()
                 except (EOFError, OSError):
                     return self._ended(token)
+                if kind == "sample":
+                    samples.add(payload[0])
+                    continue
+                samples.flush()
                 if kind in ENDINGS:
                     return (kind, *payload)
                 on_event(kind, *payload)
-            elif not self._process.is_alive():
-                return self._ended(token)
+            else:
+                samples.flush()
+                if not self._process.is_alive():
+                    return self._ended(token)
             if token.cancelled:
                 if cancel_sent_at is None:
                     self._commands.send(("cancel", job_id))
@@ -171,6 +180,27 @@ class EngineProcess:
 _job_ids = itertools.count(1)
 
 
+class _SampleBatch:
+    """Benchmark samples handed on in batches, at most every SAMPLE_BATCH_S: a tiny model makes
+    thousands a second, and one queued signal each would crowd the GUI thread's event queue."""
+
+    def __init__(self, on_event):
+        self._on_event = on_event
+        self._pending: list = []
+        self._since = time.monotonic()
+
+    def add(self, payload):
+        self._pending.append(payload)
+        if time.monotonic() - self._since >= SAMPLE_BATCH_S:
+            self.flush()
+
+    def flush(self):
+        if self._pending:
+            self._on_event("samples", self._pending)
+            self._pending = []
+        self._since = time.monotonic()
+
+
 def _reap(process, grace_s: float):
     process.join(grace_s)
     if process.is_alive():
@@ -232,6 +262,10 @@ class _ForwardLogs(logging.Handler):
 def serve(commands, events):
     """The engine process's main loop: one job at a time, in the order they arrive."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl+C in the terminal is for the window
+    if hasattr(os, "nice"):
+        # Below the window: when torch keeps every core busy (a CPU benchmark), the GUI thread
+        # still gets the CPU at once. An otherwise idle machine gives the engine the same time.
+        os.nice(ENGINE_NICENESS)
     outbox = _Outbox(events)
     current = [0]        # the running job's id, for log lines
     tokens: dict[int, CancelToken] = {}

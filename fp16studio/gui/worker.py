@@ -54,7 +54,7 @@ class _Worker(QObject):
 
     started = Signal(object)                # job
     progress = Signal(object, str, str)     # job, stage, message
-    sample = Signal(object, object)         # job, payload
+    samples = Signal(object, object)        # job, [payload, ...]
     finished = Signal(object, object)       # job, result
     failed = Signal(object, str, str)       # job, one-line message, detail (traceback or "")
     cancelled = Signal(object)              # job
@@ -73,8 +73,8 @@ class _Worker(QObject):
         def relay(kind, *payload):
             if kind == "progress":
                 self.progress.emit(job, *payload)
-            elif kind == "sample":
-                self.sample.emit(job, payload[0])
+            elif kind == "samples":
+                self.samples.emit(job, payload[0])
             else:  # a log line of the engine, into this process's logging (the Log panel)
                 name, level, text = payload
                 logging.getLogger(name).log(level, "%s", text)
@@ -120,7 +120,7 @@ class WorkerHost(QObject):
         self._submit.connect(self._worker.run)
         self._worker.started.connect(self.jobStarted)
         self._worker.progress.connect(self._on_progress)
-        self._worker.sample.connect(self._on_sample)
+        self._worker.samples.connect(self._on_samples)
         self._worker.finished.connect(self._on_finished)
         self._worker.failed.connect(self._on_failed)
         self._worker.cancelled.connect(self._on_cancelled)
@@ -163,9 +163,10 @@ class WorkerHost(QObject):
         if not job.token.cancelled:
             self.jobProgress.emit(job, stage, message)
 
-    def _on_sample(self, job, payload):
+    def _on_samples(self, job, payloads):
         if not job.token.cancelled and job.on_sample:
-            job.on_sample(payload)
+            for payload in payloads:
+                job.on_sample(payload)
 
     def _on_finished(self, job, result):
         self._pending.pop(job.id, None)

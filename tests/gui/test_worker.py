@@ -7,6 +7,7 @@ import os
 import engine_jobs as work
 import pytest
 
+from fp16studio.gui.engine_process import ENGINE_NICENESS
 from fp16studio.gui.worker import Job, WorkerHost
 
 TIMEOUT_MS = 60_000
@@ -44,6 +45,14 @@ def test_the_engine_process_imports_neither_qt_nor_torch_by_itself(qtbot, host):
     assert run(qtbot, host, Job("cache", work.modules_loaded, wants_progress=False,
                                 on_result=loaded.append)) == "finished"
     assert loaded == [[]]
+
+
+@pytest.mark.skipif(not hasattr(os, "nice"), reason="POSIX scheduling priority")
+def test_the_engine_yields_the_cpu_to_the_window(qtbot, host):
+    seen = []
+    assert run(qtbot, host, Job("cache", work.niceness, wants_progress=False,
+                                on_result=seen.append)) == "finished"
+    assert seen == [min(19, os.nice(0) + ENGINE_NICENESS)]
 
 
 def test_input_error_is_a_message_without_traceback(qtbot, host):
