@@ -139,7 +139,12 @@ class EngineProcess:
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        """The running engine's process id, or None (safe from any thread)."""
+        process = self._process
+        try:
+            return process.pid if process is not None else None
+        except ValueError:  # closed by the worker thread meanwhile
+            return None
 
     def _ensure_started(self):
         if self._process is not None and self._process.is_alive():

@@ -79,6 +79,7 @@ class MainWindow(QMainWindow):
         self.worker.jobStarted.connect(self._on_job_started)
         self.worker.jobProgress.connect(self._on_progress)
         self.worker.jobDone.connect(self._on_job_done)
+        self.status.watch_engine(lambda: self.worker.engine.pid)
         self._set_busy(False)
 
         if spec is None:

@@ -1,7 +1,8 @@
 """The status bar: device, torch/transformers/CUDA versions, and memory.
 
 Versions come from the engine's environment report (the GUI thread never imports torch); the
-process's resident memory is sampled here every few seconds with psutil, which is cheap.
+resident memory of the window and of the engine process (where the model lives) is sampled
+here every few seconds with psutil, which is cheap.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ class StatusInfo:
         for label in (self.device, self.versions, self.memory):
             bar.addPermanentWidget(label)
         self._gpu = ""
+        self._engine_pid = lambda: None
         import psutil
 
+        self._psutil = psutil
         self._process = psutil.Process(os.getpid())
         self._timer = QTimer(bar, interval=MEMORY_INTERVAL_MS, timeout=self._sample)
         self._timer.start()
@@ -46,5 +49,23 @@ class StatusInfo:
         self._gpu = f" · GPU {fmt.size(gpu_memory)} reserved" if gpu_memory else ""
         self._sample()
 
+    def watch_engine(self, pid):
+        """`pid()`: the engine process's id or None; its memory is shown beside the window's."""
+        self._engine_pid = pid
+        self._sample()
+
     def _sample(self):
-        self.memory.setText(f"RAM {fmt.size(self._process.memory_info().rss)}{self._gpu}")
+        window = self._process.memory_info().rss
+        engine = self._engine_rss()
+        text = f"RAM {fmt.size(window)}" if engine is None else (
+            f"RAM engine {fmt.size(engine)} · window {fmt.size(window)}")
+        self.memory.setText(text + self._gpu)
+
+    def _engine_rss(self) -> int | None:
+        pid = self._engine_pid()
+        if pid is None:
+            return None
+        try:
+            return self._psutil.Process(pid).memory_info().rss
+        except self._psutil.Error:  # ended or restarting between the two calls
+            return None

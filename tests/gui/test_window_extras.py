@@ -59,6 +59,8 @@ def test_status_bar_shows_engine_versions_after_a_run(qtbot, window):
     assert finished.args[0]["ok"]
     assert re.search(r"torch \d", window.status.versions.text())
     assert window.status.device.text() == f"device: {finished.args[0]['device']}"
+    assert re.fullmatch(r"RAM engine [\d.]+ [KMG]iB · window [\d.]+ [KMG]iB",
+                        window.status.memory.text())
 
 
 def test_dropping_a_folder_on_a_picker_commits_it(qtbot, tmp_path):
