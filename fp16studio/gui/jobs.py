@@ -6,21 +6,18 @@ indexed, a bench document, a spec. Nothing returned holds a tensor or a module.
 
 from __future__ import annotations
 
-from .tree_index import TreeIndex
+from .tree_index import IndexOnArrival
 
 
 def diagnose(spec, progress, cancel):
-    """Run the engine's diagnosis; its tree index is rebuilt on arrival on the worker thread, so
-    the GUI thread does not have to.
-
-    Returns (Diagnosis, TreeIndex or None, GPU memory in bytes or None).
-    """
+    """Run the engine's diagnosis. Returns (Diagnosis, TreeIndex or None, GPU memory in bytes
+    or None) as the window receives it: the index is built on its worker thread, on arrival."""
     import torch
 
     from fp16studio.core import diagnose as run
 
     diagnosis = run(spec, progress=progress, cancel=cancel)
-    index = TreeIndex(diagnosis.tree) if diagnosis.tree is not None else None
+    index = IndexOnArrival(diagnosis.tree) if diagnosis.tree is not None else None
     gpu_memory = torch.cuda.memory_reserved() if torch.cuda.is_available() else None
     return diagnosis, index, gpu_memory
 

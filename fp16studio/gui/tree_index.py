@@ -33,8 +33,8 @@ class TreeIndex:
         self._build()
 
     def __reduce__(self):
-        # The tables are keyed by object identity, which pickling does not keep: an index that
-        # comes back from the engine process is rebuilt on arrival (on the worker thread).
+        # The tables are keyed by object identity, which pickling does not keep: a pickled
+        # index is rebuilt where it is loaded.
         return TreeIndex, (self.root,)
 
     def _build(self):
@@ -108,6 +108,18 @@ class TreeIndex:
                 keep.add(id(node))
                 node = self._parent.get(id(node))
         return keep
+
+
+class IndexOnArrival:
+    """Stands for `TreeIndex(root)` in a result the engine process sends: it pickles as that
+    call, so the index is built once, where the result is unpickled (the window's worker
+    thread), rather than in the engine as well."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def __reduce__(self):
+        return TreeIndex, (self.root,)
 
 
 def _combine(parts) -> Aggregate:

@@ -170,7 +170,7 @@ def test_highlighted_rows_are_bold(make_tree):
 def test_a_tree_and_its_index_survive_the_trip_from_the_engine_process(make_tree):
     import pickle
 
-    from fp16studio.gui.tree_index import TreeIndex
+    from fp16studio.gui.tree_index import IndexOnArrival, TreeIndex
 
     tree = make_tree(problem_at="layer1.w0")
     index = TreeIndex(tree)
@@ -182,3 +182,6 @@ def test_a_tree_and_its_index_survive_the_trip_from_the_engine_process(make_tree
     assert arrived.aggregate(arrived.root) == index.aggregate(tree)
     assert arrived.aggregate(arrived.by_path["layer1"]).status == "error"
     assert arrived.dtypes == {"float16", "float32", "int64"}
+    # What the engine sends instead: no index built there, the same one built on arrival.
+    sent = pickle.loads(pickle.dumps(IndexOnArrival(tree)))
+    assert isinstance(sent, TreeIndex) and sent.aggregate(sent.root) == index.aggregate(tree)
