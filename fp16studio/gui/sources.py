@@ -59,17 +59,22 @@ def hub_search(query: str, repo_type: str = "model") -> list[str]:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def model_folder(spec) -> Path | None:
-    """The local folder of the spec's model: the path itself or its cached snapshot."""
+def source_folder(spec, value: str, repo_type: str, revision: str | None = None) -> Path | None:
+    """The local folder of a model or dataset: the path itself, or the cached snapshot of a Hub
+    id (never downloaded); None for a file, or a repo that is not cached."""
     from fp16studio.core.hub import cached_snapshot, looks_like_repo_id
 
-    local = spec.local_path(spec.model)
+    local = spec.local_path(value)
     if local is not None:
         return local if local.is_dir() else None
-    if looks_like_repo_id(spec.model):
-        snapshot = cached_snapshot(spec.model, "model", spec.revision)
+    if looks_like_repo_id(value):
+        snapshot = cached_snapshot(value, repo_type, revision)
         return Path(snapshot) if snapshot else None
     return None
+
+
+def model_folder(spec) -> Path | None:
+    return source_folder(spec, spec.model, "model", spec.revision)
 
 
 def model_info(spec) -> dict:
@@ -106,16 +111,14 @@ def dataset_splits(spec) -> list[str]:
 
 def dataset_configs(spec) -> list[str]:
     """Config names for the dataset chooser: from the dataset card's `configs:` metadata (a
-    local folder or the cached snapshot), else from the Hub when it is reachable."""
-    from fp16studio.core.hub import cached_snapshot, looks_like_repo_id, online
+    local folder or the cached snapshot), else from the Hub when it is reachable. (`revision`
+    is the model's: datasets are read at their default revision.)"""
+    from fp16studio.core.hub import looks_like_repo_id, online
 
     if spec.dataset == "synthetic":
         return []
-    local = spec.local_path(spec.dataset)
-    is_repo = local is None and looks_like_repo_id(spec.dataset)
-    folder = local if local is not None else (
-        cached_snapshot(spec.dataset, "dataset", spec.revision) if is_repo else None)
-    card = Path(folder) / "README.md" if folder else None
+    folder = source_folder(spec, spec.dataset, "dataset")
+    card = folder / "README.md" if folder else None
     if card is not None and card.is_file():
         from huggingface_hub.repocard import metadata_load
 
@@ -123,10 +126,10 @@ def dataset_configs(spec) -> list[str]:
         names = [c["config_name"] for c in configs if isinstance(c, dict) and c.get("config_name")]
         if names:
             return names
-    if is_repo and online():
+    if spec.local_path(spec.dataset) is None and looks_like_repo_id(spec.dataset) and online():
         import datasets
 
-        return list(datasets.get_dataset_config_names(spec.dataset, revision=spec.revision))
+        return list(datasets.get_dataset_config_names(spec.dataset))
     return []
 
 
@@ -140,10 +143,10 @@ def dataset_preview(spec) -> dict:
     """
     from fp16studio.core.data import detect_columns, load_rows
 
-    configs = dataset_configs(spec)
     if spec.dataset == "synthetic":
         return {"columns": [], "roles": {}, "configs": [], "splits": [spec.split], "rows": [],
                 "note": "Synthetic inputs are made from the model's config when the pipeline runs."}
+    configs = dataset_configs(spec)
     try:
         rows = load_rows(spec.replace(samples=min(spec.samples, PREVIEW_ROWS)))
     except InputError as exc:
