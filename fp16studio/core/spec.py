@@ -7,6 +7,7 @@ is an edit that returns a new spec (`PipelineSpec.replace`), which makes undo a 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,9 @@ from .errors import InputError
 
 TASKS = ("auto", "image-classification", "sequence-classification", "feature-extraction",
          "causal-lm", "seq2seq-lm")
-COLUMN_ROLES = ("text", "text_pair", "image", "label")
+COLUMN_ROLES = ("text", "text_pair", "image", "audio", "label")
+LABEL_DTYPES = ("int64", "float32")
+DEVICE_TYPES = ("cpu", "cuda", "mps")
 DEMO_PREFIX = "demo:"
 
 
@@ -46,6 +49,16 @@ class PipelineSpec:
     input_device: str = "model"
     autocast: str | None = None
     with_labels: bool = False
+    # The user's `model.half()` / `model.to(dtype)` after loading: casts everything, the
+    # library's own float32 modules included (unlike `model_dtype`, which is `dtype=` at load).
+    model_cast: str | None = None
+    # Module patterns that run in float32 inside a half model (weights float32, inputs cast up,
+    # outputs cast back): the fix that keeps the rest of the model half.
+    run_in_float32: tuple = ()
+    label_dtype: str | None = None
+    # The device_type the user's torch.autocast(...) names; None: the model's own device type.
+    autocast_device: str | None = None
+    sampling_rate: int | None = None
     # Fixes applied so far, oldest first: [{"id", "title"}]. The export names each in a comment.
     applied_fixes: tuple = ()
     # Folder that relative paths (model, dataset, preprocess) are read from; not part of the
@@ -65,7 +78,7 @@ class PipelineSpec:
             raise InputError("spec: expected an object of spec keys")
         unknown = sorted(set(data) - set(KEYS))
         if unknown:
-            raise InputError(f"spec: unknown key {unknown[0]!r} (known keys: {', '.join(KEYS)})")
+            raise InputError(_unknown_key_message(unknown[0]))
         for required in ("model", "dataset"):
             if not data.get(required):
                 raise InputError(f"spec: {required!r} is required")
@@ -94,11 +107,7 @@ class PipelineSpec:
         out = {}
         for key in KEYS:
             value = getattr(self, key)
-            if isinstance(value, tuple):
-                value = [dict(v) if isinstance(v, dict) else v for v in value]
-            elif isinstance(value, dict):
-                value = dict(value)
-            out[key] = value
+            out[key] = _thawed(value)
         return out
 
     def save(self, path: str | Path) -> None:
@@ -126,7 +135,7 @@ class PipelineSpec:
     def replace(self, **edits) -> "PipelineSpec":
         unknown = sorted(set(edits) - set(KEYS))
         if unknown:
-            raise InputError(f"spec: unknown key {unknown[0]!r}")
+            raise InputError(_unknown_key_message(unknown[0]))
         return dataclasses.replace(self, **edits)
 
     # -- paths ----------------------------------------------------------------------------------
@@ -144,6 +153,46 @@ class PipelineSpec:
 
 
 KEYS = tuple(f.name for f in dataclasses.fields(PipelineSpec) if f.name != "base_dir")
+
+
+class FrozenDict(dict):
+    """A dict that cannot change and hashes by content: keeps a frozen spec really frozen (and
+    hashable) while it still serialises and reads like the dict it was given as."""
+
+    def _immutable(self, *args, **kwargs):
+        raise TypeError("a spec's mappings cannot change: use PipelineSpec.replace")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _immutable
+    __ior__ = _immutable
+
+    def __hash__(self):
+        return hash(frozenset(self.items()))
+
+    def __reduce__(self):  # pickle without __setitem__ (the engine process receives specs)
+        return (FrozenDict, (dict(self),))
+
+
+def _frozen(value):
+    if isinstance(value, dict):
+        return FrozenDict((k, _frozen(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def _thawed(value):
+    """The JSON-ready form of a frozen value: plain dicts and lists."""
+    if isinstance(value, dict):
+        return {k: _thawed(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_thawed(v) for v in value]
+    return value
+
+
+def _unknown_key_message(key) -> str:
+    near = difflib.get_close_matches(str(key), KEYS, n=1)
+    hint = f"did you mean {near[0]!r}?" if near else f"known keys: {', '.join(KEYS)}"
+    return f"spec: unknown key {key!r} ({hint})"
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -213,9 +262,10 @@ def _validated(spec: PipelineSpec) -> dict[str, Any]:
     for role, column in s.columns.items():
         _one_of("columns role", role, COLUMN_ROLES)
         _check_type(f"columns.{role}", column, str, "a column name")
-    _check_type("keep_fp32", s.keep_fp32, (list, tuple), "a list of module-name patterns")
-    for pattern in s.keep_fp32:
-        _check_type("keep_fp32", pattern, str, "module-name patterns (strings)")
+    for key in ("keep_fp32", "run_in_float32"):
+        _check_type(key, getattr(s, key), (list, tuple), "a list of module-name patterns")
+        for pattern in getattr(s, key):
+            _check_type(key, pattern, str, "module-name patterns (strings)")
     _check_type("applied_fixes", s.applied_fixes, (list, tuple), "a list")
     for item in s.applied_fixes:
         if not isinstance(item, dict) or not {"id", "title"} <= set(item):
@@ -223,6 +273,21 @@ def _validated(spec: PipelineSpec) -> dict[str, Any]:
     autocast = dtypes.normalize(s.autocast, "autocast")
     if autocast == "float32":
         raise InputError("autocast: use float16 or bfloat16 (or null for no autocast)")
+    label_dtype = s.label_dtype
+    if label_dtype is not None:
+        _check_type("label_dtype", label_dtype, str, "a dtype name or null")
+        label_dtype = dtypes.normalize(label_dtype, "label_dtype") \
+            if label_dtype.strip().lower() not in ("int64", "long") else "int64"
+        _one_of("label_dtype", label_dtype, LABEL_DTYPES)
+    autocast_device = s.autocast_device
+    if autocast_device is not None:
+        _check_type("autocast_device", autocast_device, str, "a device type or null")
+        autocast_device = autocast_device.strip().lower()
+        _one_of("autocast_device", autocast_device, DEVICE_TYPES)
+    if s.sampling_rate is not None:
+        _check_type("sampling_rate", s.sampling_rate, int, "a whole number of Hz or null")
+        if s.sampling_rate < 1:
+            raise InputError(f"sampling_rate: must be at least 1 Hz, got {s.sampling_rate}")
     return {
         "device": device,
         "input_device": input_device,
@@ -231,9 +296,13 @@ def _validated(spec: PipelineSpec) -> dict[str, Any]:
         "format_dtype": dtypes.normalize(s.format_dtype, "format_dtype"),
         "input_dtype": dtypes.normalize(s.input_dtype, "input_dtype"),
         "autocast": autocast,
+        "model_cast": dtypes.normalize(s.model_cast, "model_cast"),
+        "label_dtype": label_dtype,
+        "autocast_device": autocast_device,
         "keep_fp32": tuple(s.keep_fp32),
-        "applied_fixes": tuple(dict(item) for item in s.applied_fixes),
-        "columns": dict(s.columns),
+        "run_in_float32": tuple(s.run_in_float32),
+        "applied_fixes": _frozen(s.applied_fixes),
+        "columns": _frozen(s.columns),
     }
 
 

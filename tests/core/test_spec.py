@@ -16,7 +16,9 @@ def test_defaults_follow_the_contract():
         "samples": 8, "batch_size": 4, "preprocess": None, "map_dtype": None, "format": "torch",
         "format_dtype": None, "device": "auto", "device_map": None, "model_dtype": "float32",
         "keep_fp32": [], "input_dtype": None, "input_cast": "floating", "input_device": "model",
-        "autocast": None, "with_labels": False, "applied_fixes": []}
+        "autocast": None, "with_labels": False, "model_cast": None, "run_in_float32": [],
+        "label_dtype": None, "autocast_device": None, "sampling_rate": None,
+        "applied_fixes": []}
     assert set(KEYS) == set(spec.to_dict())
 
 
@@ -36,7 +38,13 @@ def test_dtype_aliases_are_normalised(alias, name):
     ({"device": "tpu"}, "device"),
     ({"input_cast": "some"}, "input_cast"),
     ({"autocast": "float32"}, "autocast"),
-    ({"columns": {"audio": "x"}}, "columns"),
+    ({"columns": {"video": "x"}}, "columns"),
+    ({"model_cast": "int8"}, "model_cast"),
+    ({"run_in_float32": "encoder.*"}, "run_in_float32"),
+    ({"label_dtype": "float16"}, "label_dtype"),
+    ({"autocast_device": "tpu"}, "autocast_device"),
+    ({"sampling_rate": 0}, "sampling_rate"),
+    ({"sampling_rate": 16000.5}, "sampling_rate"),
     ({"preprocess": "file.py"}, "preprocess"),
     ({"trust_remote_code": "yes"}, "trust_remote_code"),
 ])
@@ -86,3 +94,30 @@ def test_save_is_atomic_and_keeps_the_old_file_on_failure(tmp_path, monkeypatch)
     with pytest.raises(ValueError):
         PipelineSpec(model="new", dataset="d").save(path)
     assert json.loads(path.read_text())["model"] == "old"
+
+
+def test_new_keys_are_normalised():
+    spec = PipelineSpec(model="m", dataset="d", model_cast="half", label_dtype="long",
+                        autocast_device=" CUDA ", run_in_float32=["*.wo"], sampling_rate=16000,
+                        columns={"audio": "clip"})
+    assert (spec.model_cast, spec.label_dtype, spec.autocast_device) == ("float16", "int64", "cuda")
+    assert spec.run_in_float32 == ("*.wo",) and spec.columns == {"audio": "clip"}
+
+
+def test_a_spec_is_frozen_all_the_way_down_and_hashable():
+    import pickle
+
+    spec = PipelineSpec(model="m", dataset="d", columns={"text": "t"},
+                        applied_fixes=[{"id": "a", "title": "A", "edits": {"keep_fp32": ["x"]}}])
+    with pytest.raises(TypeError):
+        spec.columns["label"] = "y"
+    with pytest.raises(TypeError):
+        spec.applied_fixes[0]["edits"]["keep_fp32"] = []
+    assert hash(spec) == hash(PipelineSpec.from_dict(spec.to_dict()))
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    assert json.loads(json.dumps(spec.to_dict())) == spec.to_dict()
+
+
+def test_an_unknown_key_suggests_the_near_one():
+    with pytest.raises(InputError, match="did you mean 'model_dtype'"):
+        PipelineSpec.from_dict({"model": "m", "dataset": "d", "modle_dtype": "fp16"})
