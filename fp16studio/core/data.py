@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import dtypes
+from . import audio, dtypes
 from .errors import InputError, check_cancel, first_line
 from .hub import resolve_dataset_source
 from .spec import PipelineSpec
@@ -105,6 +105,8 @@ def _read_source(spec: PipelineSpec):
             return datasets.load_from_disk(str(local))
         if holds_images(local):
             return datasets.load_dataset("imagefolder", data_dir=str(local), split=spec.split)
+        if holds_audio(local):
+            return audio.folder_rows(local)
         return datasets.load_dataset(str(local), spec.dataset_config, split=spec.split)
     except InputError:
         raise
@@ -113,9 +115,20 @@ def _read_source(spec: PipelineSpec):
 
 
 def holds_images(folder: Path) -> bool:
+    return _holds(folder, IMAGE_SUFFIXES)
+
+
+def holds_audio(folder: Path) -> bool:
+    return _holds(folder, audio.AUDIO_SUFFIXES)
+
+
+def _holds(folder: Path, suffixes) -> bool:
+    """The folder's first media or data file is one of `suffixes`."""
     for path in folder.rglob("*"):
-        if path.suffix.lower() in IMAGE_SUFFIXES:
+        if path.suffix.lower() in suffixes:
             return True
+        if path.suffix.lower() in (IMAGE_SUFFIXES | audio.AUDIO_SUFFIXES) - set(suffixes):
+            return False
         if path.suffix.lower() in DATA_FILE_BUILDERS:
             return False
     return False
@@ -176,6 +189,7 @@ def detect_columns(ds, spec: PipelineSpec) -> dict:
                 return
 
     pick("image", lambda n, f: isinstance(f, datasets.Image))
+    pick("audio", lambda n, f: isinstance(f, datasets.Audio))
     pick("label", lambda n, f: isinstance(f, datasets.ClassLabel))
     pick("label", lambda n, f: n.lower() in LABEL_NAMES and _is_int_value(f))
     is_text = lambda f: isinstance(f, datasets.Value) and f.dtype in ("string", "large_string")  # noqa: E731
@@ -217,17 +231,19 @@ def build_batch(spec: PipelineSpec, ds, processor, model_inputs: set, main_input
     import datasets
     import torch
 
-    roles = detect_columns(ds, spec)
     facts: dict[str, ColumnFacts] = {}
+    for column in ds.column_names:
+        ds = audio.undecoded(ds, column)
     try:
         if spec.preprocess:
             function = load_user_function(spec)
-            # Call it once directly to see what it returns before Arrow stores it.
+            # Call it once directly to see the half casts it makes before Arrow stores them.
             for key, value in dict(function(dict(ds[0]))).items():
-                if torch.is_tensor(value) and value.is_floating_point():
+                if torch.is_tensor(value) and dtypes.name_of(value.dtype) in dtypes.HALF_NAMES:
                     facts[key] = ColumnFacts(key, intended=dtypes.name_of(value.dtype))
             ds = ds.map(function)
-            roles = {r: c for r, c in roles.items() if c in ds.column_names}
+        # After the preprocess: the columns it makes (labels = input_ids, a rename) count too.
+        roles = detect_columns(ds, spec)
         check_cancel(cancel)
         check_roles(spec, ds.column_names, roles, processor, main_input)
         if main_input not in ds.column_names:
@@ -272,6 +288,9 @@ def prepare_inputs(spec: PipelineSpec, batch: dict, device, facts: dict) -> dict
             # On a list this raises just what users see: 'list' object has no attribute 'to'.
             value = value.to(dtypes.to_torch(spec.input_dtype))
         out[key] = value.to(target)
+    if spec.label_dtype and torch.is_tensor(out.get("labels")):
+        # The user's labels.long() / labels.float() before the loss.
+        out["labels"] = out["labels"].to(dtypes.to_torch(spec.label_dtype))
     for key, value in out.items():
         facts[key].final = dtypes.name_of(value.dtype)
         facts[key].device = str(value.device)
@@ -284,10 +303,26 @@ def check_roles(spec: PipelineSpec, columns, roles: dict, processor, main_input:
     if spec.with_labels and "label" not in roles:
         raise InputError(f"with_labels is on, but dataset {spec.dataset!r} has no label column "
                          "(set columns.label)")
-    processable = ("image" in roles and hasattr(processor, "size")) or "text" in roles
-    if main_input not in columns and not processable:
-        raise InputError(f"dataset {spec.dataset!r}: no text or image column to process "
-                         f"(columns: {', '.join(columns)}); set columns.text or columns.image")
+    wants = processor_input(processor)
+    if main_input in columns or wants in roles:
+        return
+    media = [role for role in ("text", "image", "audio") if role in roles]
+    if media:
+        raise InputError(f"model {spec.model!r} takes {wants} (its processor is "
+                         f"{type(processor).__name__}), but dataset {spec.dataset!r} has "
+                         f"{' and '.join(media)}, no {wants} column: pick a {wants} dataset or "
+                         f"a model for {media[0]}")
+    raise InputError(f"dataset {spec.dataset!r}: no {wants} column to process "
+                     f"(columns: {', '.join(columns)}); set columns.{wants}")
+
+
+def processor_input(processor) -> str:
+    """The role a processor makes the model's main input from: text, image or audio."""
+    if hasattr(processor, "sampling_rate") and hasattr(processor, "feature_size"):
+        return "audio"
+    if hasattr(processor, "tokenize") or hasattr(processor, "encode"):
+        return "text"
+    return "image"
 
 
 def _apply_processor(spec: PipelineSpec, ds, processor, roles: dict):
@@ -295,9 +330,15 @@ def _apply_processor(spec: PipelineSpec, ds, processor, roles: dict):
 
     map_dtype = dtypes.to_torch(spec.map_dtype) if spec.map_dtype else None
     image, text, pair = roles.get("image"), roles.get("text"), roles.get("text_pair")
+    wants = processor_input(processor)
+    rate = spec.sampling_rate or getattr(processor, "sampling_rate", None)
 
     def process(rows):
-        if image is not None and hasattr(processor, "size"):
+        if wants == "audio":
+            arrays = [audio.decode(value, rate) for value in rows[roles["audio"]]]
+            out = processor(arrays, sampling_rate=rate, return_tensors="pt",
+                            **audio.extractor_kwargs(processor))
+        elif image is not None and wants == "image":
             out = processor(images=[img.convert("RGB") for img in rows[image]], return_tensors="pt")
         else:
             args = (rows[text], rows[pair]) if pair else (rows[text],)

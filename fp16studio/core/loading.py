@@ -149,10 +149,35 @@ def load_model(spec: PipelineSpec, device) -> LoadedModel:
             raise InputError(f"model {spec.model!r} could not be loaded: {first_line(exc)}") from None
     if not spec.device_map:
         model.to(device)
+    if spec.model_cast:
+        # The user's model.half() / model.to(dtype): the library's float32 modules cast too.
+        model.to(dtypes.to_torch(spec.model_cast))
     keep_in_float32(model, spec.keep_fp32)
     model.eval()
     return LoadedModel(model=model, source=folder, task=task, architecture=arch,
                        device=first_device(model))
+
+
+def auto_dtype(folder: str | Path) -> tuple[str | None, str]:
+    """(dtype, where it was read) that `model_dtype: "auto"` resolves to for a local checkpoint:
+    transformers 5 takes the config's `dtype` (or the older `torch_dtype`), else the weights'
+    own dtype. (None, reason) when neither says. Reads two small files, no torch."""
+    from .inspect import checkpoint_dtypes
+
+    folder = Path(folder)
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        config = {}
+    for key in ("dtype", "torch_dtype"):
+        value = str(config.get(key) or "").removeprefix("torch.")
+        if value in dtypes.FLOAT_NAMES:
+            return value, f"config.json {key}"
+    counts = {d: n for d, n in (checkpoint_dtypes(folder) or {}).items()
+              if dtypes.is_floating_name(d)}
+    if counts:
+        return max(counts, key=counts.get), "the safetensors weights"
+    return None, "no dtype in config.json and no safetensors weights"
 
 
 def keep_in_float32(model, patterns) -> list[str]:

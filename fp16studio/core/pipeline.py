@@ -101,17 +101,19 @@ def prepare(spec: PipelineSpec, progress=None, cancel=None) -> Prepared:
 
 def _add_decoder_inputs(model, batch: dict):
     # Encoder-decoder models need a decoder start; users pass labels or decoder_input_ids.
+    # Keyed on the main input, so Whisper (input_features) and vision encoder-decoders
+    # (pixel_values) get one too.
     config = model.config
     if not getattr(config, "is_encoder_decoder", False) or "labels" in batch:
         return
-    if "decoder_input_ids" in batch or "input_ids" not in batch:
+    main = batch.get(getattr(model, "main_input_name", "input_ids"))
+    if "decoder_input_ids" in batch or main is None or not hasattr(main, "shape"):
         return
     import torch
 
     start = getattr(config, "decoder_start_token_id", None) or 0
-    ids = batch["input_ids"]
-    batch["decoder_input_ids"] = torch.full((ids.shape[0], 1), start, dtype=torch.long,
-                                            device=ids.device)
+    batch["decoder_input_ids"] = torch.full((main.shape[0], 1), start, dtype=torch.long,
+                                            device=main.device)
 
 
 def autocast_context(spec: PipelineSpec, device):
@@ -119,7 +121,8 @@ def autocast_context(spec: PipelineSpec, device):
 
     if not spec.autocast:
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtypes.to_torch(spec.autocast))
+    # The device type the user's autocast names; on another device it only warns and does nothing.
+    return torch.autocast(spec.autocast_device or device.type, dtype=dtypes.to_torch(spec.autocast))
 
 
 def run_forward(spec: PipelineSpec, model, batch: dict, device):
