@@ -1,7 +1,9 @@
 """Tiny models and datasets for tests, built from configs with fixed seeds (kilobytes, fast).
 
 The demo's own models (ResNet, ViT, BERT, an overflowing BERT) come from fp16studio.core.demo;
-this adds ConvNeXt, CLIP vision, a T5 encoder and FNet (an FFT without a CPU half kernel).
+this adds ConvNeXt, CLIP vision, a T5 encoder, FNet (an FFT without a CPU half kernel), a Llama,
+and for audio a Whisper (input_features) and a Wav2Vec2 classifier (input_values), plus folders
+of sine-wave clips written with soundfile.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ LABELS = {"num_labels": 3, "id2label": {0: "cat", 1: "dog", 2: "bird"},
 def build_zoo(root: Path) -> dict[str, Path]:
     import torch
     from transformers import (CLIPVisionConfig, CLIPVisionModel, ConvNextConfig,
-                              ConvNextForImageClassification, FNetConfig, FNetModel, T5Config,
-                              T5EncoderModel)
+                              ConvNextForImageClassification, FNetConfig, FNetModel, LlamaConfig,
+                              LlamaForCausalLM, T5Config, T5EncoderModel, Wav2Vec2Config,
+                              Wav2Vec2FeatureExtractor, Wav2Vec2ForSequenceClassification,
+                              WhisperConfig, WhisperFeatureExtractor,
+                              WhisperForConditionalGeneration)
 
     from fp16studio.core.demo import image_processor, tiny_tokenizer
 
@@ -34,6 +39,24 @@ def build_zoo(root: Path) -> dict[str, Path]:
         "fnet": (lambda: FNetModel(FNetConfig(
             vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, intermediate_size=64,
             max_position_embeddings=64, use_tpu_fourier_optimizations=False)), tokenizer),
+        "llama": (lambda: LlamaForCausalLM(LlamaConfig(
+            vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+            num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+            pad_token_id=0)), tokenizer),
+        # chunk_length=1: a 1-second window (100 frames), so max_source_positions is 50.
+        "whisper": (lambda: WhisperForConditionalGeneration(WhisperConfig(
+            vocab_size=64, num_mel_bins=16, d_model=32, encoder_layers=1, decoder_layers=1,
+            encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+            decoder_ffn_dim=64, max_source_positions=50, max_target_positions=32,
+            decoder_start_token_id=1, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+            WhisperFeatureExtractor(feature_size=16, sampling_rate=16000, chunk_length=1)),
+        "wav2vec2": (lambda: Wav2Vec2ForSequenceClassification(Wav2Vec2Config(
+            vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+            intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 8),
+            num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2, classifier_proj_size=16,
+            num_labels=2)),
+            Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=16000, padding_value=0.0,
+                                     do_normalize=True, return_attention_mask=True)),
     }
     paths = {}
     for name, (make, processor) in builds.items():
@@ -43,3 +66,17 @@ def build_zoo(root: Path) -> dict[str, Path]:
         processor.save_pretrained(path)
         paths[name] = path
     return paths
+
+
+def write_clips(folder: Path, suffixes=("wav", "flac"), rate: int = 8000) -> Path:
+    """Sine-wave clips of different lengths in two class folders, yes/ and no/, at `rate`."""
+    import numpy as np
+    import soundfile
+
+    for i in range(4):
+        label = ("yes", "no")[i % 2]
+        (folder / label).mkdir(parents=True, exist_ok=True)
+        n = rate + rate // 10 * i
+        wave = 0.5 * np.sin(2 * np.pi * 220 * (i + 1) * np.arange(n) / rate).astype(np.float32)
+        soundfile.write(folder / label / f"clip{i}.{suffixes[i % len(suffixes)]}", wave, rate)
+    return folder

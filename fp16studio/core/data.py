@@ -192,6 +192,9 @@ def detect_columns(ds, spec: PipelineSpec) -> dict:
     pick("audio", lambda n, f: isinstance(f, datasets.Audio))
     pick("label", lambda n, f: isinstance(f, datasets.ClassLabel))
     pick("label", lambda n, f: n.lower() in LABEL_NAMES and _is_int_value(f))
+    # Class ids a CSV gives back as floats (0.0/1.0) are still the user's labels.
+    pick("label", lambda n, f: n.lower() in LABEL_NAMES and isinstance(f, datasets.Value)
+         and f.dtype.startswith("float"))
     is_text = lambda f: isinstance(f, datasets.Value) and f.dtype in ("string", "large_string")  # noqa: E731
     pick("text", lambda n, f: n.lower() in TEXT_NAMES and is_text(f))
     pick("text_pair", lambda n, f: n.lower() in PAIR_NAMES and is_text(f))
@@ -304,6 +307,11 @@ def check_roles(spec: PipelineSpec, columns, roles: dict, processor, main_input:
         raise InputError(f"with_labels is on, but dataset {spec.dataset!r} has no label column "
                          "(set columns.label)")
     wants = processor_input(processor)
+    rate = getattr(processor, "sampling_rate", None)
+    if wants == "audio" and spec.sampling_rate and rate and spec.sampling_rate != rate:
+        # The extractor would refuse it with a multi-line message; say it in one.
+        raise InputError(f"sampling_rate is {spec.sampling_rate} but the model's feature "
+                         f"extractor takes {rate} Hz audio: set sampling_rate to {rate} (or null)")
     if main_input in columns or wants in roles:
         return
     media = [role for role in ("text", "image", "audio") if role in roles]

@@ -39,6 +39,8 @@ class _Plan:
     synthetic: dict | None = None     # {"kind": "text"|"image", "num_labels", "side"}
     has_labels_column: bool = False   # a "labels" column exists before the rename
     decoder_start: int | None = None  # encoder-decoder models: the decoder start token
+    main_input: str = "input_ids"     # the batch key the decoder start takes its size from
+    audio: dict | None = None         # {"column", "rate", "kwargs", "undecode"}: audio processed
 
 
 def export_script(spec: PipelineSpec, path: str | Path | None = None) -> str:
@@ -64,7 +66,7 @@ def _plan(spec: PipelineSpec) -> _Plan:
     import torch
     import transformers
 
-    from . import data, loading
+    from . import audio, data, loading
 
     with loading.quiet_hf():
         folder = loading.model_folder(spec)
@@ -79,13 +81,15 @@ def _plan(spec: PipelineSpec) -> _Plan:
                         if auto else cls(config))
         processor = loading.load_processor(folder, skeleton, spec)
         rows = data.load_rows(spec, config, processor)
-        roles = data.detect_columns(rows, spec)
+        audio_columns = [c for c in rows.column_names if _decoded_audio(rows, c)]
+        for column in audio_columns:
+            rows = audio.undecoded(rows, column)
         preprocess = None
         if spec.preprocess:
             file, _, function = spec.preprocess.rpartition(":")
             preprocess = (str(spec.resolve_path(file).resolve()), function)
             rows = _try_preprocess(spec, rows)
-            roles = {role: column for role, column in roles.items() if column in rows.column_names}
+        roles = data.detect_columns(rows, spec)
     main_input = getattr(skeleton, "main_input_name", "input_ids")
     data.check_roles(spec, rows.column_names, roles, processor, main_input)
     local_model = spec.local_path(spec.model)
@@ -102,7 +106,19 @@ def _plan(spec: PipelineSpec) -> _Plan:
         has_labels_column="labels" in rows.column_names and roles.get("label") != "labels",
         decoder_start=((getattr(config, "decoder_start_token_id", None) or 0)
                        if getattr(config, "is_encoder_decoder", False) else None),
+        main_input=main_input,
+        audio=({"column": roles["audio"], "kwargs": audio.extractor_kwargs(processor),
+                "rate": spec.sampling_rate or processor.sampling_rate,
+                "undecode": audio_columns}
+               if data.processor_input(processor) == "audio" and "audio" in roles else None),
     )
+
+
+def _decoded_audio(rows, column: str) -> bool:
+    import datasets
+
+    feature = rows.features[column]
+    return isinstance(feature, datasets.Audio) and feature.decode
 
 
 def _try_preprocess(spec: PipelineSpec, rows):
@@ -140,6 +156,8 @@ def _source(spec: PipelineSpec, config, processor):
     if data.holds_images(local):
         return (f'load_dataset("imagefolder", data_dir=DATASET, split={split})',
                 (("datasets", "load_dataset"),), ref, None)
+    if data.holds_audio(local):  # audiofolder needs torchcodec: see core/audio.py
+        return "folder_rows(Path(DATASET))", (("pathlib", "Path"),), ref, None
     return (f"load_dataset(DATASET, {_q(spec.dataset_config)}, split={split})",
             (("datasets", "load_dataset"),), ref, None)
 
@@ -196,6 +214,8 @@ def _imports(plan: _Plan) -> str:
                              "transformers": {plan.model_class}}
     if plan.processor_class:
         names["transformers"].add(plan.processor_class)
+    if plan.audio and plan.audio["undecode"]:
+        names.setdefault("datasets", set()).add("Audio")
     for module, name in plan.read_imports:
         if name is None:
             third[module] = None
@@ -241,6 +261,11 @@ def _load_model(plan: _Plan) -> str:
     body.append(f"model = {plan.model_class}.from_pretrained({', '.join(args)})")
     if not s.device_map:
         body.append("model.to(device)")
+    if s.model_cast:
+        body += _fix_notes(s, ("model_cast",))
+        body += [f"# The whole model cast after loading (model_cast: {s.model_cast}): every "
+                 "floating parameter and buffer,",
+                 "# the library's own float32 modules included.", _model_cast(s.model_cast)]
     if s.keep_fp32:
         body += _fix_notes(s, ("keep_fp32",))
         body += ["# Modules kept in float32 whatever the model's dtype.",
@@ -249,6 +274,11 @@ def _load_model(plan: _Plan) -> str:
                  "        module.float()"]
     body += ["model.eval()", "return model"]
     return "def load_model(device):\n" + _indent(body)
+
+
+def _model_cast(dtype: str) -> str:
+    short = {"float16": "half", "float32": "float"}.get(dtype)
+    return f"model.{short}()" if short else f"model.to({_torch_dtype(dtype)})"
 
 
 def _load_preprocess(plan: _Plan) -> str:
@@ -266,9 +296,19 @@ def load_preprocess():
 
 
 def _read_rows(plan: _Plan) -> str:
+    import inspect
+
+    from . import audio
+
     parts = []
     if plan.synthetic:
         parts.append(_synthetic_rows(plan))
+    # The app's own audio helpers, verbatim: the script reads and decodes audio as the app does.
+    if plan.read_rows.startswith("folder_rows("):
+        parts.append(inspect.getsource(audio.folder_rows))
+        parts.append(f"AUDIO_SUFFIXES = {sorted(audio.AUDIO_SUFFIXES)!r}")
+    if plan.audio:
+        parts.append(inspect.getsource(audio.decode))
     parts.append(f'''
 def read_rows():
     """The first SAMPLES rows of the split."""
@@ -308,6 +348,10 @@ def synthetic_rows():
 def _build_batch(plan: _Plan) -> str:
     s = plan.spec
     body = ["ds = read_rows()"]
+    if plan.audio and plan.audio["undecode"]:
+        body.append("# datasets decodes Audio with torchcodec (needs FFmpeg): keep the files, "
+                    "decode with soundfile.")
+        body += [f"ds = ds.cast_column({_q(c)}, Audio(decode=False))" for c in plan.audio["undecode"]]
     if plan.preprocess:
         body += _fix_notes(s, ("preprocess",))
         body.append("ds = ds.map(load_preprocess())")
@@ -318,12 +362,12 @@ def _build_batch(plan: _Plan) -> str:
     body += _format(s)
     body += ["loader = DataLoader(ds, batch_size=BATCH_SIZE, shuffle=False)",
              "batch = dict(next(iter(loader)))"]
-    body += _fix_notes(s, ("input_dtype", "input_cast", "input_device"))
+    body += _fix_notes(s, ("input_dtype", "input_cast", "input_device", "label_dtype"))
     body += _cast_and_move(s)
     if plan.decoder_start is not None:
         body += ["# An encoder-decoder model: the decoder starts from its start token.",
-                 'if "input_ids" in batch and not {"labels", "decoder_input_ids"} & set(batch):',
-                 '    ids = batch["input_ids"]',
+                 f'if {_q(plan.main_input)} in batch and not {{"labels", "decoder_input_ids"}} & set(batch):',
+                 f'    ids = batch[{_q(plan.main_input)}]',
                  f'    batch["decoder_input_ids"] = torch.full((ids.shape[0], 1), {plan.decoder_start}, '
                  "dtype=torch.long, device=ids.device)"]
     body.append("return batch")
@@ -335,7 +379,12 @@ def _build_batch(plan: _Plan) -> str:
 
 def _process(plan: _Plan) -> list[str]:
     s, roles = plan.spec, plan.roles
-    if plan.process_images:
+    if plan.audio:
+        a = plan.audio
+        kwargs = "".join(f", {k}={v!r}" for k, v in a["kwargs"].items())
+        inner = [f"arrays = [decode(value, {a['rate']}) for value in rows[{_q(a['column'])}]]",
+                 f'out = processor(arrays, sampling_rate={a["rate"]}, return_tensors="pt"{kwargs})']
+    elif plan.process_images:
         inner = [f'images = [image.convert("RGB") for image in rows[{_q(roles["image"])}]]',
                  'out = processor(images=images, return_tensors="pt")']
     else:
@@ -395,6 +444,10 @@ def _cast_and_move(s: PipelineSpec) -> list[str]:
         lines += ["# Cast the floating tensors only: ids, masks and class labels stay integer.",
                   f"batch = {{k: v.to({_torch_dtype(s.input_dtype)}) if v.is_floating_point() else v "
                   "for k, v in batch.items()}"]
+    if s.label_dtype:
+        method = {"int64": "long", "float32": "float"}[s.label_dtype]
+        lines += [f"# The labels as the loss gets them (label_dtype: {s.label_dtype}).",
+                  f'batch["labels"] = batch["labels"].{method}()']
     if s.input_device == "model":
         lines += ["# Inputs go where the model's first parameter lives (its embeddings under a "
                   "device map).",
@@ -434,12 +487,17 @@ def _main(plan: _Plan) -> str:
         body.append("batch = build_batch(model, processor)")
     else:
         body.append("batch = build_batch(model)")
-    body += _fix_notes(s, ("autocast",))
-    if s.autocast:
+    body += _fix_notes(s, ("autocast", "autocast_device"))
+    if s.autocast and s.autocast_device:
+        body += [f"# Autocast for device type {s.autocast_device!r}, as the pipeline names it: on "
+                 "another device it does nothing.",
+                 f"device_type = {_q(s.autocast_device)}"]
+    elif s.autocast:
         body += ["# Autocast for the device type the model runs on (autocast is per device type).",
-                 "device_type = next(model.parameters()).device.type",
-                 f"with torch.inference_mode(), torch.autocast(device_type, "
-                 f"dtype={_torch_dtype(s.autocast)}):"]
+                 "device_type = next(model.parameters()).device.type"]
+    if s.autocast:
+        body.append(f"with torch.inference_mode(), torch.autocast(device_type, "
+                    f"dtype={_torch_dtype(s.autocast)}):")
     else:
         body.append("with torch.inference_mode():")
     body += [

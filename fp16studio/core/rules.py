@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from .data import ColumnFacts
 from .dtypes import HALF_NAMES, is_floating_name
 from .findings import Finding, Fix
-from .loading import is_oom
+from .loading import is_oom, resolve_device
 from .spec import PipelineSpec
 from .trace import ModuleCall
 
@@ -83,7 +83,8 @@ class Evidence:
     def half_requested(self) -> str | None:
         """The half dtype the pipeline asks for anywhere, if any."""
         s = self.spec
-        for value in (s.model_dtype, s.input_dtype, s.format_dtype, s.autocast, s.map_dtype):
+        for value in (s.model_dtype, s.model_cast, s.input_dtype, s.format_dtype, s.autocast,
+                      s.map_dtype):
             if value in HALF_NAMES:
                 return value
         for fact in self.facts.values():
@@ -105,6 +106,8 @@ def fix_cast_inputs(ev: Evidence, dtype: str) -> Fix:
 
 def fix_model_dtype(dtype: str, ev: Evidence) -> Fix:
     edits = {"model_dtype": dtype}
+    if ev.spec.model_cast and ev.spec.model_cast != dtype:
+        edits["model_cast"] = None  # a cast after loading would undo the load dtype
     if ev.spec.input_dtype and ev.spec.input_dtype != dtype:
         edits["input_dtype"] = dtype if dtype != "float32" else None
     if ev.spec.autocast and dtype != "float32":
@@ -116,9 +119,17 @@ def fix_model_dtype(dtype: str, ev: Evidence) -> Fix:
 
 def fix_autocast(dtype: str) -> Fix:
     return Fix(f"autocast-{dtype}", f"Keep float32 weights and run under autocast({dtype})",
-               {"model_dtype": "float32", "input_dtype": None, "format_dtype": None,
-                "map_dtype": None, "autocast": dtype},
+               {"model_dtype": "float32", "model_cast": None, "input_dtype": None,
+                "format_dtype": None, "map_dtype": None, "autocast": dtype},
                f"float32 weights, forward pass under torch.autocast(device_type, dtype=torch.{dtype})")
+
+
+def _fix_load_instead_of_cast(ev: Evidence) -> Fix:
+    dtype = ev.spec.model_cast
+    return Fix(f"load-{dtype}-not-cast", f"Load in {dtype} with dtype= instead of model.half()",
+               {"model_cast": None, "model_dtype": dtype},
+               f"from_pretrained(..., dtype=torch.{dtype}) keeps the modules the library runs in "
+               f"float32 ({', '.join(ev.keep_in_fp32)}); model.half() casts them too")
 
 
 def _low_precision_for(ev: Evidence) -> str:
@@ -129,7 +140,8 @@ def _low_precision_for(ev: Evidence) -> str:
 # -- rules ------------------------------------------------------------------------------------
 
 def rule_list_batch(ev: Evidence) -> list[Finding]:
-    lists = [k for k, f in ev.facts.items() if f.loaded == "list"]
+    # String labels come back as lists whatever the format: label-dtype's story.
+    lists = [k for k, f in ev.facts.items() if f.loaded == "list" and not _strings(f)]
     if not lists:
         return []
     broke = ev.failed and (_LIST_ERRORS.search(ev.message) or ev.error["stage"] == "batch")
@@ -146,8 +158,9 @@ def rule_list_batch(ev: Evidence) -> list[Finding]:
 def rule_map_cast_lost(ev: Evidence) -> list[Finding]:
     out = []
     for key, fact in ev.facts.items():
-        if not fact.intended or fact.loaded in (None, "list") or fact.loaded == fact.intended:
-            continue
+        if fact.intended not in HALF_NAMES or fact.loaded in (None, "list") \
+                or fact.loaded == fact.intended:
+            continue  # the finding is about half casts that Arrow storage undid
         by_user = not ev.spec.map_dtype
         where = "your preprocess function" if by_user else "Dataset.map"
         useless = ev.spec.input_dtype == fact.intended
@@ -170,7 +183,8 @@ def rule_integer_cast(ev: Evidence) -> list[Finding]:
     if not cast:
         return []
     broke = ev.failed and bool(_INTEGER_ERRORS.search(ev.message))
-    location = next((k for k in cast if k in ev.message), cast[0])
+    location = _received_by_failed_call(ev, cast) or next(
+        (k for k in cast if k in ev.message), cast[0])
     dtype = ev.facts[location].final
     s = ev.spec
     fixes = []
@@ -193,6 +207,22 @@ def rule_integer_cast(ev: Evidence) -> list[Finding]:
         "switch classifiers to a different loss).",
         {"columns": {k: {"stored": ev.facts[k].stored, "fed": ev.facts[k].final} for k in cast}},
         tuple(fixes))]
+
+
+def _received_by_failed_call(ev: Evidence, keys: list) -> str | None:
+    """The batch key whose tensor the failing module received (matched by shape and dtype)."""
+    call = ev.failed_call
+    if call is None:
+        return None
+    seen = {(t.shape, t.dtype) for t in call.inputs}
+    matches = [k for k in keys if (ev.facts[k].shape, ev.facts[k].final) in seen]
+    # A mask and the ids share shape and dtype; an embedding's input is the ids.
+    matches.sort(key=lambda k: not (call.cls.endswith("Embedding") and k.endswith("input_ids")))
+    return matches[0] if matches else None
+
+
+def _strings(fact: ColumnFacts) -> bool:
+    return fact.stored in ("string", "large_string")
 
 
 def _integer(fact: ColumnFacts) -> bool:
@@ -239,6 +269,9 @@ def rule_dtype_mismatch(ev: Evidence) -> list[Finding]:
             # An embedding's input is indices: a floating one is integer-cast's story.
             continue
         if call is failed:
+            producer = _kept_fp32_producer(ev, call, wrong[0].dtype)
+            if producer is not None:
+                return [_kept_fp32_finding(ev, producer, call, param)]
             return [_dtype_finding(ev, call, wrong[0].dtype, param, "error")]
         if not call.completed or autocast:
             continue
@@ -255,6 +288,47 @@ def rule_dtype_mismatch(ev: Evidence) -> list[Finding]:
         call, got, param = silent[0]
         return [_dtype_finding(ev, call, got, param, "warning", others=len(silent) - 1)]
     return []
+
+
+def _kept_fp32_producer(ev: Evidence, consumer: ModuleCall, got: str) -> ModuleCall | None:
+    """The module the user keeps in float32 whose float32 output the failing module received."""
+    if got != "float32" or not ev.spec.keep_fp32:
+        return None
+    before = [c for c in ev.calls if c.completed and c.index < consumer.index
+              and not consumer.name.startswith(c.name)]
+    for call in sorted(before, key=lambda c: c.finished, reverse=True):
+        if any(o.dtype == got for o in call.outputs) and call.param_dtype == "float32":
+            return call if _user_kept(ev.spec, call.name) else None
+    return None
+
+
+def _user_kept(spec: PipelineSpec, module: str) -> list[str]:
+    return [p for p in spec.keep_fp32 if fnmatch.fnmatchcase(module, p)]
+
+
+def _kept_fp32_finding(ev: Evidence, producer: ModuleCall, consumer: ModuleCall,
+                       param: str) -> Finding:
+    s = ev.spec
+    patterns = _user_kept(s, producer.name)
+    rest = [p for p in s.keep_fp32 if p not in patterns]
+    fixes = (
+        Fix("run-in-float32", f"Run {', '.join(patterns)} in float32, outputs cast back to {param}",
+            {"keep_fp32": rest, "run_in_float32": list(s.run_in_float32) + patterns},
+            f"the modules stay float32 inside, their outputs go back to {param} for the next one"),
+        Fix("drop-keep-fp32", f"Stop keeping {', '.join(patterns)} in float32",
+            {"keep_fp32": rest}, f"the modules run in {param} like the rest of the model"),
+    )
+    return Finding(
+        "dtype-mismatch", "error", producer.name,
+        f"{producer.name} ({producer.cls}) is kept in float32 by keep_fp32 ({', '.join(patterns)}), "
+        f"so its output is float32, and the next module, {consumer.name} ({consumer.cls}), has "
+        f"{param} weights. keep_fp32 keeps the weights, not the dtype between modules: run these "
+        f"modules in float32 with their outputs cast back to {param}. Casting the batch changes "
+        "nothing here.",
+        {"input dtype": "float32", "parameter dtype": param, "produced by": producer.name,
+         "module class": consumer.cls, "consumer": consumer.name,
+         **({"error": ev.message} if ev.message else {})},
+        fixes)
 
 
 def _nearest_param_dtype(ev: Evidence, module: str) -> str | None:
@@ -341,6 +415,8 @@ def rule_overflow(ev: Evidence) -> list[Finding]:
         fixes = []
         if dtype == "float16":
             fixes = [fix_model_dtype("bfloat16", ev), fix_model_dtype("float32", ev)]
+            if ev.spec.model_cast == "float16" and ev.keep_in_fp32:
+                fixes.insert(0, _fix_load_instead_of_cast(ev))
         return [Finding(
             "overflow", "error", call.name or "model",
             f"inf/NaN first appeared in the output of {call.name or 'the model'} ({call.cls}), "
@@ -359,7 +435,7 @@ def rule_silent_upcast(ev: Evidence) -> list[Finding]:
         return []
     # A cast asked for only inside map/preprocess and lost is map-cast-lost's story.
     s = ev.spec
-    if half not in (s.model_dtype, s.input_dtype, s.format_dtype):
+    if half not in (s.model_dtype, s.model_cast, s.input_dtype, s.format_dtype):
         return []
     compute = ev.compute_dtypes()
     if not compute or compute.get("float32", 0) <= sum(compute.values()) / 2:
@@ -380,6 +456,19 @@ def rule_autocast_inactive(ev: Evidence) -> list[Finding]:
     dtype = ev.spec.autocast
     if not dtype or ev.failed:
         return []
+    named = ev.spec.autocast_device
+    if named and named != ev.device_type:
+        return [Finding(
+            "autocast-inactive", "warning", "model",
+            f"autocast({named!r}, {dtype}) does nothing here: the model runs on {ev.device_type}, "
+            f"and autocast only changes operations on the device type it names "
+            "(torch.cuda.amp.autocast() is autocast('cuda')). Name the model's device type.",
+            {"autocast device": named, "model device": ev.device_type, "autocast": dtype,
+             "compute dtypes": ev.compute_dtypes()},
+            (Fix(f"autocast-device-{ev.device_type}",
+                 f"Autocast on {ev.device_type}, where the model runs",
+                 {"autocast_device": ev.device_type},
+                 f"torch.autocast({ev.device_type!r}, dtype=torch.{dtype})"),))]
     compute = ev.compute_dtypes()
     if not compute or compute.get(dtype, 0):
         return []
@@ -424,7 +513,48 @@ def rule_out_of_memory(ev: Evidence) -> list[Finding]:
         {"error": ev.message, "batch_size": ev.spec.batch_size}, tuple(fixes))]
 
 
-RULES = (rule_out_of_memory, rule_device_mismatch, rule_list_batch, rule_integer_cast,
+def rule_label_dtype(ev: Evidence) -> list[Finding]:
+    fact = ev.facts.get("labels")
+    if not ev.spec.with_labels or fact is None:
+        return []
+    column = ev.spec.columns.get("label", "labels")
+    if _strings(fact):
+        return [Finding(
+            "label-dtype", "error" if ev.failed else "warning", "labels",
+            f"The labels ({column!r}) are strings, but the loss needs integer class ids: map each "
+            "name to its id (model.config.label2id) in your preprocess, or run without labels.",
+            {"stored": fact.stored, "after DataLoader": fact.loaded},
+            (Fix("no-labels", "Run without labels (no loss)", {"with_labels": False},
+                 "the label column is not passed to the model; no loss is computed"),))]
+    broke = ev.failed and _INTEGER_ERRORS.search(ev.message)
+    if not (broke and fact.final and is_floating_name(fact.final)):
+        return []
+    why = (f"stored as {fact.stored} (class ids read as floats, from a CSV's 0.0/1.0)"
+           if fact.stored and is_floating_name(fact.stored) else f"cast to {fact.final}")
+    return [Finding(
+        "label-dtype", "error", "labels",
+        f"The labels reach the loss as {fact.final}, {why}: with floating labels a classifier "
+        "picks multi-label BCE (a target-size error), or cross-entropy refuses them. Class ids "
+        "must be int64: cast the labels with labels.long() before the loss.",
+        {"stored": fact.stored, "fed": fact.final, "error": ev.message},
+        (Fix("labels-int64", "Cast the labels to int64 (class ids)", {"label_dtype": "int64"},
+             "labels.long() before the loss; the rest of the batch is unchanged"),))]
+
+
+def rule_input_device_unavailable(ev: Evidence) -> list[Finding]:
+    name = ev.spec.input_device
+    if name == "model" or resolve_device(ev.spec.replace(device=name)) is not None:
+        return []
+    return [Finding(
+        "device-unavailable", "error", "input_device",
+        f"The batch is moved to {name!r} (input_device), a device this machine does not have. "
+        "Move the inputs to the model's device.",
+        {"requested": name, "model device": ev.device_type},
+        (Fix("inputs-to-model-device", "Move the inputs to the model's device",
+             {"input_device": "model"}, "move every batch tensor to the model's (first) device"),))]
+
+
+RULES = (rule_out_of_memory, rule_input_device_unavailable, rule_label_dtype, rule_device_mismatch, rule_list_batch, rule_integer_cast,
          rule_half_unsupported, rule_dtype_mismatch, rule_overflow, rule_map_cast_lost,
          rule_silent_upcast, rule_autocast_inactive, rule_mixed_precision_params,
          rule_half_on_cpu)
