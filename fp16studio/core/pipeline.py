@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import warnings
 from dataclasses import dataclass
 
 from . import dtypes
@@ -121,8 +122,12 @@ def autocast_context(spec: PipelineSpec, device):
 
     if not spec.autocast:
         return contextlib.nullcontext()
-    # The device type the user's autocast names; on another device it only warns and does nothing.
-    return torch.autocast(spec.autocast_device or device.type, dtype=dtypes.to_torch(spec.autocast))
+    # The device type the user's autocast names. Named for a device this machine lacks it only
+    # warns and does nothing: that is autocast-inactive's finding, so the warning is not repeated.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.autocast(spec.autocast_device or device.type,
+                              dtype=dtypes.to_torch(spec.autocast))
 
 
 def run_forward(spec: PipelineSpec, model, batch: dict, device):
