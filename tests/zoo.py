@@ -16,7 +16,7 @@ LABELS = {"num_labels": 3, "id2label": {0: "cat", 1: "dog", 2: "bird"},
 
 def build_zoo(root: Path) -> dict[str, Path]:
     import torch
-    from transformers import (CLIPVisionConfig, CLIPVisionModel, ConvNextConfig,
+    from transformers import (CLIPConfig, CLIPModel, CLIPVisionConfig, CLIPVisionModel, ConvNextConfig,
                               ConvNextForImageClassification, FNetConfig, FNetModel, LlamaConfig,
                               LlamaForCausalLM, T5Config, T5EncoderModel, Wav2Vec2Config,
                               Wav2Vec2FeatureExtractor, Wav2Vec2ForSequenceClassification,
@@ -58,6 +58,13 @@ def build_zoo(root: Path) -> dict[str, Path]:
             Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=16000, padding_value=0.0,
                                      do_normalize=True, return_attention_mask=True)),
     }
+    builds["clip"] = (lambda: CLIPModel(CLIPConfig(
+        text_config=dict(vocab_size=74, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=64, bos_token_id=0,
+                         eos_token_id=1, pad_token_id=1),
+        vision_config=dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=1, num_attention_heads=2),
+        projection_dim=16)), clip_processor(root))
     paths = {}
     for name, (make, processor) in builds.items():
         torch.manual_seed(0)
@@ -66,6 +73,27 @@ def build_zoo(root: Path) -> dict[str, Path]:
         processor.save_pretrained(path)
         paths[name] = path
     return paths
+
+
+def clip_processor(root: Path):
+    """A CLIPProcessor (BPE tokenizer over single characters, 32-pixel images): the processor
+    users load with AutoProcessor for a model that takes text and images together."""
+    import json
+    import string
+
+    from transformers import CLIPImageProcessor, CLIPProcessor, CLIPTokenizer
+
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for char in string.ascii_lowercase + string.digits:
+        vocab[char] = len(vocab)
+        vocab[char + "</w>"] = len(vocab)
+    folder = root / "clip-tokenizer"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    tokenizer = CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
+    images = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    return CLIPProcessor(image_processor=images, tokenizer=tokenizer)
 
 
 def write_clips(folder: Path, suffixes=("wav", "flac"), rate: int = 8000) -> Path:

@@ -306,6 +306,13 @@ def check_roles(spec: PipelineSpec, columns, roles: dict, processor, main_input:
     if spec.with_labels and "label" not in roles:
         raise InputError(f"with_labels is on, but dataset {spec.dataset!r} has no label column "
                          "(set columns.label)")
+    if processor_roles(processor)[1:]:
+        missing = [r for r in processor_roles(processor) if r not in roles]
+        if missing and main_input not in columns:
+            raise InputError(f"model {spec.model!r} takes {' and '.join(processor_roles(processor))}"
+                             f" together, but dataset {spec.dataset!r} has no {missing[0]} column "
+                             f"(columns: {', '.join(columns)}); set columns.{missing[0]}")
+        return
     wants = processor_input(processor)
     rate = getattr(processor, "sampling_rate", None)
     if wants == "audio" and spec.sampling_rate and rate and spec.sampling_rate != rate:
@@ -324,6 +331,17 @@ def check_roles(spec: PipelineSpec, columns, roles: dict, processor, main_input:
                      f"(columns: {', '.join(columns)}); set columns.{wants}")
 
 
+def processor_roles(processor) -> tuple:
+    """The roles a processor takes: ("text", "image") or ("text", "audio") for a multimodal
+    processor (a tokenizer beside an image processor or feature extractor), else one."""
+    if getattr(processor, "tokenizer", None) is not None:
+        if getattr(processor, "image_processor", None) is not None:
+            return ("text", "image")
+        if getattr(processor, "feature_extractor", None) is not None:
+            return ("text", "audio")
+    return (processor_input(processor),)
+
+
 def processor_input(processor) -> str:
     """The role a processor makes the model's main input from: text, image or audio."""
     if hasattr(processor, "sampling_rate") and hasattr(processor, "feature_size"):
@@ -339,10 +357,15 @@ def _apply_processor(spec: PipelineSpec, ds, processor, roles: dict):
     map_dtype = dtypes.to_torch(spec.map_dtype) if spec.map_dtype else None
     image, text, pair = roles.get("image"), roles.get("text"), roles.get("text_pair")
     wants = processor_input(processor)
-    rate = spec.sampling_rate or getattr(processor, "sampling_rate", None)
+    rate = spec.sampling_rate or getattr(
+        getattr(processor, "feature_extractor", processor), "sampling_rate", None)
 
     def process(rows):
-        if wants == "audio":
+        if processor_roles(processor)[1:]:
+            # A multimodal processor gets every medium at once, as users call it.
+            out = processor(text=rows[text], padding=True, truncation=True, return_tensors="pt",
+                            **_media_kwargs(processor, rows, roles, rate))
+        elif wants == "audio":
             arrays = [audio.decode(value, rate) for value in rows[roles["audio"]]]
             out = processor(arrays, sampling_rate=rate, return_tensors="pt",
                             **audio.extractor_kwargs(processor))
@@ -360,6 +383,13 @@ def _apply_processor(spec: PipelineSpec, ds, processor, roles: dict):
 
     # One map call over all rows, so text pads to one length and the batch collates.
     return ds.map(process, batched=True, batch_size=None)
+
+
+def _media_kwargs(processor, rows, roles: dict, rate) -> dict:
+    if processor_roles(processor)[1] == "image":
+        return {"images": [img.convert("RGB") for img in rows[roles["image"]]]}
+    return {"audio": [audio.decode(value, rate) for value in rows[roles["audio"]]],
+            "sampling_rate": rate}
 
 
 def _select_model_columns(spec: PipelineSpec, ds, roles: dict, model_inputs: set):

@@ -40,6 +40,7 @@ class _Plan:
     has_labels_column: bool = False   # a "labels" column exists before the rename
     decoder_start: int | None = None  # encoder-decoder models: the decoder start token
     main_input: str = "input_ids"     # the batch key the decoder start takes its size from
+    multimodal: tuple = ()            # ("image",) or ("audio",): the processor also gets that
     audio: dict | None = None         # {"column", "rate", "kwargs", "undecode"}: audio processed
 
 
@@ -92,13 +93,17 @@ def _plan(spec: PipelineSpec) -> _Plan:
         roles = data.detect_columns(rows, spec)
     main_input = getattr(skeleton, "main_input_name", "input_ids")
     data.check_roles(spec, rows.column_names, roles, processor, main_input)
+    if data.processor_roles(processor)[1:] == ("audio",):
+        raise InputError("export: a processor that takes text and audio together (CLAP-like) "
+                         "cannot be exported yet; diagnose runs it")
     local_model = spec.local_path(spec.model)
     read_rows, read_imports, dataset_ref, synthetic = _source(spec, config, processor)
     return _Plan(
         spec=spec,
         model_ref=str(local_model.resolve()) if local_model else spec.model,
         model_class=model_class,
-        processor_class=None if main_input in rows.column_names else loading.processor_family(main_input),
+        processor_class=None if main_input in rows.column_names else loading.processor_class(skeleton),
+        multimodal=data.processor_roles(processor)[1:],
         process_images="image" in roles and hasattr(processor, "size"),
         read_rows=read_rows, read_imports=read_imports, dataset_ref=dataset_ref,
         roles=roles,
@@ -379,7 +384,12 @@ def _build_batch(plan: _Plan) -> str:
 
 def _process(plan: _Plan) -> list[str]:
     s, roles = plan.spec, plan.roles
-    if plan.audio:
+    if plan.multimodal == ("image",):
+        inner = [f'images = [image.convert("RGB") for image in rows[{_q(roles["image"])}]]',
+                 "# The processor gets the texts and the images at once, as users call it.",
+                 f"out = processor(text=rows[{_q(roles['text'])}], images=images, padding=True, "
+                 'truncation=True, return_tensors="pt")']
+    elif plan.audio:
         a = plan.audio
         kwargs = "".join(f", {k}={v!r}" for k, v in a["kwargs"].items())
         inner = [f"arrays = [decode(value, {a['rate']}) for value in rows[{_q(a['column'])}]]",

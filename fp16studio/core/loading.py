@@ -203,7 +203,7 @@ def load_processor(folder: str, model, spec: PipelineSpec):
     """The model's processor by its main input: tokenizer, image processor or feature extractor."""
     import transformers
 
-    family = processor_family(getattr(model, "main_input_name", "input_ids"))
+    family = processor_class(model)
     with quiet_hf():
         try:
             processor = getattr(transformers, family).from_pretrained(
@@ -214,6 +214,20 @@ def load_processor(folder: str, model, spec: PipelineSpec):
     if family == "AutoTokenizer":
         _check_tokenizer_fits(processor, model.config, spec)
     return processor
+
+
+def processor_class(model) -> str:
+    """The Auto class users load for this model: AutoProcessor when it takes text and another
+    medium (CLIPModel, BLIP: the processor makes both), else by its main input."""
+    import inspect
+
+    taken = set(inspect.signature(model.forward).parameters) & set(_MEDIA_INPUTS)
+    if "input_ids" in taken and len(taken) > 1:
+        return "AutoProcessor"
+    return processor_family(getattr(model, "main_input_name", "input_ids"))
+
+
+_MEDIA_INPUTS = ("input_ids", "pixel_values", "input_features", "input_values")
 
 
 def processor_family(main_input: str) -> str:

@@ -85,8 +85,27 @@ def prepare_batch(spec: PipelineSpec, loaded: LoadedModel, processor, progress=N
         build = build_batch(spec, rows, processor, forward_inputs(loaded.model),
                             getattr(loaded.model, "main_input_name", "input_ids"),
                             loaded.device, cancel)
+    _check_positions(spec, loaded.model.config, processor, build.batch)
     _add_decoder_inputs(loaded.model, build.batch)
     return build
+
+
+def _check_positions(spec: PipelineSpec, config, processor, batch: dict):
+    # truncation=True cuts at the tokenizer's model_max_length; a tokenizer saved without one
+    # lets texts run past a learned position table, which fails deep in the embeddings with
+    # "The size of tensor a (221) must match the size of tensor b (64)". Say it plainly.
+    ids = batch.get("input_ids")
+    limit = getattr(config, "max_position_embeddings", None)
+    learned = not any(getattr(config, key, None) for key in
+                      ("rope_theta", "rope_scaling", "rope_parameters"))
+    if ids is None or not limit or not learned or ids.shape[-1] <= limit:
+        return
+    if getattr(processor, "model_max_length", 0) <= limit:
+        return
+    raise InputError(f"dataset {spec.dataset!r}: texts are {ids.shape[-1]} tokens but model "
+                     f"{spec.model!r} takes at most {limit} positions, and its tokenizer does not "
+                     f"truncate (no model_max_length): set \"model_max_length\": {limit} in the "
+                     "model's tokenizer_config.json, as the model's own tokenizer would")
 
 
 def prepare(spec: PipelineSpec, progress=None, cancel=None) -> Prepared:

@@ -183,7 +183,8 @@ def test_missing_model_is_an_input_error(tmp_path):
 # -- issue 10: audio, model_cast, label_dtype, autocast_device -----------------------------------
 
 PIPELINE_CASES = ("whisper-audio-folder", "wav2vec2-bfloat16-fixed", "t5-model-cast",
-                  "csv-float-labels-fixed", "autocast-names-cuda", "saved-audio-column")
+                  "csv-float-labels-fixed", "autocast-names-cuda", "saved-audio-column",
+                  "clip-text-and-images")
 
 
 @pytest.fixture(scope="module")
@@ -201,6 +202,9 @@ def pipeline_runs(demo_dir, zoo, tmp_path_factory):
         "speech", datasets.Audio()).save_to_disk(str(folder / "saved"))
     datasets.Dataset.from_dict({"text": ["half precision", "token ids", "a cast", "inf"],
                                 "label": [0.0, 1.0, 2.0, 0.0]}).to_csv(str(folder / "rows.csv"))
+    images = datasets.load_from_disk(str(demo_dir / "data/images"))["train"].select(range(4))
+    images.add_column("caption", ["a cat", "a dog", "a bird", "two cats"]).save_to_disk(
+        str(folder / "captions"))
     bf16 = PipelineSpec.from_dict({"model": str(zoo["wav2vec2"]), "dataset": str(clips),
                                    "model_dtype": "bfloat16"})
     labels = PipelineSpec.from_dict({"model": str(demo_dir / "models/tiny-bert"),
@@ -218,6 +222,9 @@ def pipeline_runs(demo_dir, zoo, tmp_path_factory):
         "saved-audio-column": PipelineSpec.from_dict(
             {"model": str(zoo["wav2vec2"]), "dataset": str(folder / "saved"),
              "columns": {"audio": "speech"}}),
+        "clip-text-and-images": PipelineSpec.from_dict(
+            {"model": str(zoo["clip"]), "dataset": str(folder / "captions"),
+             "columns": {"text": "caption"}, "model_dtype": "bfloat16"}),
     }
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     results = {}
@@ -249,3 +256,5 @@ def test_scripts_write_the_pipeline_the_way_the_user_did(pipeline_runs):
     assert 'device_type = "cuda"' in text["autocast-names-cuda"]
     assert "import soundfile" in text["whisper-audio-folder"]
     assert 'Audio(decode=False)' in text["saved-audio-column"]
+    assert "processor(text=rows[" in text["clip-text-and-images"]
+    assert "AutoProcessor.from_pretrained" in text["clip-text-and-images"]

@@ -208,3 +208,41 @@ def test_keep_fp32_norms_name_the_float32_module_and_fix_it(zoo, demo_dir):
 def test_a_text_model_given_an_image_dataset_says_so(demo_dir):
     with pytest.raises(InputError, match="takes text .* has image"):
         prepare(spec_for(demo_dir / "models/tiny-bert", demo_dir / "data/images"))
+
+
+def test_texts_longer_than_the_position_table_say_so_and_how_to_truncate(demo_dir, tmp_path):
+    import json
+
+    long = " ".join(["half precision halves the memory of every weight"] * 30)
+    (tmp_path / "long.jsonl").write_text(json.dumps({"text": long, "label": 0}) + "\n")
+    spec = spec_for(demo_dir / "models/tiny-bert", tmp_path / "long.jsonl")
+    with pytest.raises(InputError, match="takes at most 64 positions.*model_max_length"):
+        diagnose(spec)
+
+
+# -- multimodal processors -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def captioned_images(tmp_path_factory):
+    import datasets
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)) for _ in range(4)]
+    ds = datasets.Dataset.from_dict({"image": images, "caption": ["a cat", "a dog", "a bird",
+                                                                  "two cats"]})
+    folder = tmp_path_factory.mktemp("captions") / "saved"
+    ds.cast_column("image", datasets.Image()).save_to_disk(str(folder))
+    return folder
+
+
+def test_a_text_and_image_model_gets_both_from_its_processor(zoo, captioned_images, demo_dir):
+    spec = spec_for(zoo["clip"], captioned_images, columns={"text": "caption"})
+    prepared = prepare(spec)
+    assert {"input_ids", "attention_mask", "pixel_values"} <= set(prepared.batch)
+    report = diagnose(spec)
+    assert report.ok and report.output["name"] == "logits_per_image"
+    # Missing one of the two media is said plainly.
+    with pytest.raises(InputError, match="takes text and image together"):
+        prepare(spec_for(zoo["clip"], demo_dir / "data/images"))
