@@ -180,6 +180,27 @@ def auto_dtype(folder: str | Path) -> tuple[str | None, str]:
     return None, "no dtype in config.json and no safetensors weights"
 
 
+def auto_dtype_note(spec: PipelineSpec) -> str:
+    """One line for the window: what `model_dtype: "auto"` does, and the dtype it resolves to
+    for this model when its files are at hand (a local folder or the Hub cache; never the
+    network, so it can run while the user types)."""
+    from .hub import cached_snapshot, looks_like_repo_id
+
+    what = "auto: the checkpoint's own dtype (transformers 5's default when no dtype= is given)"
+    local = spec.local_path(spec.model) if spec.model else None
+    if local is not None:
+        folder = str(local) if (local / "config.json").is_file() else None
+    else:
+        folder = (cached_snapshot(spec.model, "model", spec.revision)
+                  if spec.model and looks_like_repo_id(spec.model) else None)
+    if folder is None:
+        return f"{what}; resolved when the model is loaded"
+    dtype, source = auto_dtype(folder)
+    if dtype is None:
+        return f"{what}; this checkpoint names none ({source}), so float32"
+    return f"{what}: {dtype}, from {source}"
+
+
 def keep_in_float32(model, patterns) -> list[str]:
     """`.float()` every module whose name matches a pattern; returns the names kept."""
     kept = []

@@ -353,6 +353,9 @@ def _dtype_finding(ev, call, got, param, severity, others=0) -> Finding:
         story = f"The model runs in {param} but its input is {got}."
     else:
         story = "The input's dtype and the weights' dtype differ."
+    if ev.spec.model_dtype == "auto" and param in HALF_NAMES:
+        story += (f" model_dtype auto loaded the checkpoint in its own dtype, {param}: "
+                  "transformers 5 does that when from_pretrained gets no dtype=.")
     where = f"Module {call.name or 'model'} ({call.cls})"
     more = f" ({others} more modules alike)" if others else ""
     return Finding(

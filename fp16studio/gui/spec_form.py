@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QLa
                                QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget)
 
 from fp16studio.core import InputError
-from fp16studio.core.spec import COLUMN_ROLES, TASKS
+from fp16studio.core.spec import COLUMN_ROLES, DEVICE_TYPES, LABEL_DTYPES, TASKS
 
 from .pickers import SourcePicker
 
@@ -26,8 +26,13 @@ HELP = {
     "revision": "revision: Hub revision (branch, tag or commit); empty for the default",
     "task": "task: 'auto' reads config.architectures; else the Auto class family to load",
     "trust_remote_code": "trust_remote_code: run the model repository's own Python code",
-    "model_dtype": "model_dtype: the dtype the model is loaded in",
+    "model_dtype": "model_dtype: the dtype the model is loaded in (from_pretrained's dtype=); "
+                   "auto = the checkpoint's own dtype, what transformers 5 does without dtype=",
+    "model_cast": "model_cast: model.half() / model.to(dtype) after loading: casts everything, "
+                  "the library's own float32 modules included",
     "keep_fp32": "keep_fp32: module-name patterns (fnmatch, comma-separated) kept in float32",
+    "run_in_float32": "run_in_float32: module-name patterns (comma-separated) that run in float32 "
+                      "inside a half model, outputs cast back",
     "device": "device: auto = first CUDA device, else CPU",
     "device_map": "device_map: passed to from_pretrained, e.g. 'auto' to spread over GPUs",
     "dataset": "dataset: a folder, a data file, a Hub id, or 'synthetic' (made from the config)",
@@ -40,10 +45,15 @@ HELP = {
     "format": "format: the dataset's output format (with_format)",
     "format_dtype": "format_dtype: the dtype= passed to with_format('torch', ...)",
     "with_labels": "with_labels: pass the label column as labels (loss computed)",
+    "label_dtype": "label_dtype: labels.long() / .float() before the loss; none keeps the stored dtype",
+    "sampling_rate": "sampling_rate: audio is resampled to this rate (Hz) before the feature "
+                     "extractor; empty = the extractor's own rate",
     "input_dtype": "input_dtype: cast applied to the batch right before the forward pass",
     "input_cast": "input_cast: 'all' also casts integer tensors (a blind .half())",
     "input_device": "input_device: 'model' = the model's first device, or a device name",
     "autocast": "autocast: run the forward pass under torch.autocast with this dtype",
+    "autocast_device": "autocast_device: the device type your torch.autocast(...) names "
+                       "(torch.cuda.amp.autocast is cuda); none = the model's own",
     "columns": "columns: which dataset column plays each role (auto-detected when empty)",
     "applied_fixes": "applied_fixes: the fixes applied so far, oldest first",
 }
@@ -82,7 +92,14 @@ class SpecForm(QScrollArea):
         self._text(model, "revision", "Revision", "default branch")
         self._combo(model, "task", "Task", TASKS)
         self._combo(model, "model_dtype", "Load dtype", ("auto",) + DTYPES)
+        # What auto does, and what it turned out to be for this checkpoint (shown for auto only).
+        self.auto_dtype = QLabel(objectName="muted", wordWrap=True)
+        self.auto_dtype.hide()
+        model.addRow("", self.auto_dtype)
+        self._combo(model, "model_cast", "Cast after loading", (None,) + DTYPES)
         self._text(model, "keep_fp32", "Keep in float32", "e.g. *.layer_norm, classifier",
+                   parse=_patterns, show=", ".join)
+        self._text(model, "run_in_float32", "Run in float32", "e.g. *.wo, *norm*",
                    parse=_patterns, show=", ".join)
         self._combo(model, "device", "Device", ("auto", "cpu", "cuda", "cuda:0", "mps"), editable=True)
         self._combo(model, "device_map", "Device map", (None, "auto", "balanced", "sequential"),
@@ -101,12 +118,16 @@ class SpecForm(QScrollArea):
         self._combo(data, "format", "Format", ("torch", "python"))
         self._combo(data, "format_dtype", "Format dtype", (None,) + DTYPES)
         self._check(data, "with_labels", "Pass labels (loss)")
+        self._combo(data, "label_dtype", "Label dtype", (None,) + LABEL_DTYPES)
+        self._text(data, "sampling_rate", "Sampling rate", "the extractor's own",
+                   parse=_rate, show=lambda v: "" if v is None else str(v))
 
         inputs = self._section(layout, "Forward pass")
         self._combo(inputs, "input_dtype", "Cast inputs to", (None,) + DTYPES)
         self._combo(inputs, "input_cast", "Cast which inputs", ("floating", "all"))
         self._combo(inputs, "input_device", "Inputs on", ("model", "cpu", "cuda"), editable=True)
         self._combo(inputs, "autocast", "Autocast", (None, "float16", "bfloat16"))
+        self._combo(inputs, "autocast_device", "Autocast device", (None,) + DEVICE_TYPES)
 
         self.applied = QLabel(objectName="muted", wordWrap=True)
         self.applied.setToolTip(HELP["applied_fixes"])
@@ -129,9 +150,18 @@ class SpecForm(QScrollArea):
             self._mark(field, "")
         if not spec.model:  # a blank pipeline (File → New): say what it needs first
             self._mark(self.fields["model"], "required: a Hub id, a local folder, or one from your cache")
+        self._show_auto_dtype(spec)
         names = [fix.get("title", fix.get("id")) for fix in spec.applied_fixes]
         self.applied.setText("\n".join(f"{i}. {name}" for i, name in enumerate(names, 1))
                              or "None yet. Fixes you apply from the Findings panel are listed here.")
+
+    def _show_auto_dtype(self, spec):
+        from fp16studio.core.loading import auto_dtype_note
+
+        auto = spec.model_dtype == "auto" and bool(spec.model)
+        self.auto_dtype.setVisible(auto)
+        if auto:  # two small local files at most (config.json, a safetensors header)
+            self.auto_dtype.setText(auto_dtype_note(spec))
 
     def invalid_keys(self) -> dict[str, str]:
         """key -> the reason its field is marked invalid."""
@@ -320,6 +350,13 @@ def _offer(combo: QComboBox, names: list):
 def _patterns(text: str) -> list[str]:
     """'a, b ,c' -> ['a', 'b', 'c'] for keep_fp32."""
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _rate(text: str):
+    """'16000' -> 16000 for sampling_rate; empty -> None; anything else goes to the spec to
+    refuse with its own reason."""
+    text = text.strip()
+    return int(text) if text.isdigit() else (text or None)
 
 
 def _narrow(combo: QComboBox):

@@ -246,3 +246,47 @@ def test_a_text_and_image_model_gets_both_from_its_processor(zoo, captioned_imag
     # Missing one of the two media is said plainly.
     with pytest.raises(InputError, match="takes text and image together"):
         prepare(spec_for(zoo["clip"], demo_dir / "data/images"))
+
+
+# -- model_dtype: auto -----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bf16_checkpoint(demo_dir, tmp_path_factory):
+    """The demo ResNet saved in bfloat16, as many checkpoints on the Hub are."""
+    from transformers import AutoImageProcessor, ResNetForImageClassification
+
+    folder = tmp_path_factory.mktemp("bf16") / "resnet-bf16"
+    source = demo_dir / "models/tiny-resnet"
+    ResNetForImageClassification.from_pretrained(source, dtype=torch.bfloat16).save_pretrained(folder)
+    AutoImageProcessor.from_pretrained(source).save_pretrained(folder)
+    return folder
+
+
+def test_auto_dtype_is_read_from_the_config_else_the_weights(bf16_checkpoint, tmp_path):
+    import json
+    import shutil
+
+    from fp16studio.core.loading import auto_dtype, auto_dtype_note
+
+    assert auto_dtype(bf16_checkpoint) == ("bfloat16", "config.json dtype")
+    bare = tmp_path / "bare"
+    shutil.copytree(bf16_checkpoint, bare)
+    config = json.loads((bare / "config.json").read_text())
+    config.pop("dtype", None)
+    (bare / "config.json").write_text(json.dumps(config))
+    assert auto_dtype(bare) == ("bfloat16", "the safetensors weights")
+    note = auto_dtype_note(PipelineSpec(model=str(bare), dataset="synthetic", model_dtype="auto"))
+    assert note.endswith("bfloat16, from the safetensors weights")
+    missing = PipelineSpec(model=str(tmp_path / "nowhere"), dataset="synthetic")
+    assert auto_dtype_note(missing).endswith("resolved when the model is loaded")
+
+
+def test_auto_loads_a_bf16_checkpoint_that_float32_inputs_then_clash_with(bf16_checkpoint,
+                                                                          demo_dir):
+    spec = spec_for(bf16_checkpoint, demo_dir / "data/images", model_dtype="auto")
+    report = diagnose(spec)
+    f = finding(report, "dtype-mismatch")
+    assert f.evidence["parameter dtype"] == "bfloat16" and "model_dtype auto" in f.message
+    assert f.fixes[0].id == "cast-inputs-bfloat16"
+    fixed = diagnose(apply_fix(spec, f.fixes[0]))
+    assert fixed.ok and fixed.output["dtype"] == "bfloat16"
