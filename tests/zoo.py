@@ -16,12 +16,12 @@ LABELS = {"num_labels": 3, "id2label": {0: "cat", 1: "dog", 2: "bird"},
 
 def build_zoo(root: Path) -> dict[str, Path]:
     import torch
-    from transformers import (CLIPConfig, CLIPModel, CLIPVisionConfig, CLIPVisionModel, ConvNextConfig,
-                              ConvNextForImageClassification, FNetConfig, FNetModel, LlamaConfig,
-                              LlamaForCausalLM, T5Config, T5EncoderModel, Wav2Vec2Config,
-                              Wav2Vec2FeatureExtractor, Wav2Vec2ForSequenceClassification,
-                              WhisperConfig, WhisperFeatureExtractor,
-                              WhisperForConditionalGeneration)
+    from transformers import (CLIPConfig, CLIPModel, CLIPVisionConfig, CLIPVisionModel,
+                              ConvNextConfig, ConvNextForImageClassification, FNetConfig,
+                              FNetModel, LlamaConfig, LlamaForCausalLM, T5Config, T5EncoderModel,
+                              Wav2Vec2Config, Wav2Vec2FeatureExtractor,
+                              Wav2Vec2ForSequenceClassification, WhisperConfig,
+                              WhisperFeatureExtractor, WhisperForConditionalGeneration)
 
     from fp16studio.core.demo import image_processor, tiny_tokenizer
 

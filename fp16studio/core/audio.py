@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .errors import InputError, first_line
+
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".mp3"}
 
 
@@ -55,8 +57,12 @@ def decode(value, rate: int):
 
         path = value.get("path") if isinstance(value, dict) else value
         data = value.get("bytes") if isinstance(value, dict) else None
-        array, source = soundfile.read(io.BytesIO(data) if data else path, dtype="float32",
-                                       always_2d=True)
+        try:
+            array, source = soundfile.read(io.BytesIO(data) if data else path, dtype="float32",
+                                           always_2d=True)
+        except (soundfile.LibsndfileError, OSError, TypeError) as exc:
+            raise InputError(f"audio {Path(str(path)).name if path else '(bytes)'}: cannot be "
+                             f"decoded ({first_line(exc)})") from None
         array = array.mean(axis=1)
     if array.ndim > 1:
         array = array.mean(axis=0)

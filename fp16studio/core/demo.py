@@ -2,7 +2,9 @@
 
 They reproduce the seed article's situations (a float16 cast in `map` that is lost; an fp32
 model fed fp16 inputs and the reverse; PIL preprocessing that casts to half) plus a blind
-`.half()` on every tensor, a model whose fp16 activations overflow, and a healthy pipeline.
+`.half()` on every tensor, a model whose fp16 activations overflow, and a healthy pipeline; and
+the pipelines users write beyond those: an audio folder, a whole-model `.half()`, float labels
+from a CSV, autocast naming the wrong device, a bfloat16 checkpoint loaded with dtype "auto".
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ DEMOS = {
     "vit-silent": "A ViT that casts its inputs itself: float16 pixels run silently in float32",
     "overflow": "A BERT whose float16 activations overflow to inf and NaN",
     "healthy": "A healthy pipeline: ResNet, float32, nothing to fix",
+    "audio-fp16": "A Wav2Vec2 in float16 fed the feature extractor's float32 audio (a folder of wav/flac)",
+    "half-t5": "model.half() on a T5 also casts the wo layers it keeps in float32: they overflow",
+    "csv-labels": "Class ids read from a CSV as floats: the loss picks multi-label and fails",
+    "autocast-cuda": "torch.cuda.amp.autocast() around a model on the CPU: it does nothing",
+    "auto-bf16": "A bfloat16 checkpoint loaded with dtype auto, fed the processor's float32 pixels",
 }
 DEMO_DEFAULT = "map-cast"
 _SPECS = {
@@ -40,9 +47,15 @@ _SPECS = {
     "overflow": dict(model="models/overflow-bert", dataset="data/texts.jsonl",
                      model_dtype="float16"),
     "healthy": dict(model="models/tiny-resnet", dataset="data/images"),
+    "audio-fp16": dict(model="models/tiny-wav2vec2", dataset="data/clips", model_dtype="float16"),
+    "half-t5": dict(model="models/overflow-t5", dataset="data/texts.jsonl", model_cast="float16"),
+    "csv-labels": dict(model="models/tiny-bert", dataset="data/labels.csv", with_labels=True),
+    "autocast-cuda": dict(model="models/tiny-resnet", dataset="data/images", device="cpu",
+                          autocast="bfloat16", autocast_device="cuda"),
+    "auto-bf16": dict(model="models/resnet-bf16", dataset="data/images", model_dtype="auto"),
 }
 # Bump when the demo content changes, so cached copies are rebuilt.
-_BUILD = "3"
+_BUILD = "4"
 _PREPROCESS = '''\
 """The seed article's third example: PIL preprocessing that casts to half inside Dataset.map."""
 import numpy as np
@@ -115,7 +128,9 @@ def write_demo(folder: str | Path) -> list[Path]:
 def _write_models(folder: Path):
     import torch
     from transformers import (BertConfig, BertForSequenceClassification, ResNetConfig,
-                              ResNetForImageClassification, ViTConfig, ViTForImageClassification)
+                              ResNetForImageClassification, T5Config, T5EncoderModel, ViTConfig,
+                              ViTForImageClassification, Wav2Vec2Config, Wav2Vec2FeatureExtractor,
+                              Wav2Vec2ForSequenceClassification)
 
     images = image_processor(32)
     labels = {"num_labels": 3, "id2label": {0: "cat", 1: "dog", 2: "bird"},
@@ -124,6 +139,7 @@ def _write_models(folder: Path):
     resnet = ResNetForImageClassification(ResNetConfig(
         embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], **labels))
     _save(resnet, images, folder / "tiny-resnet")
+    _save(resnet.to(torch.bfloat16), images, folder / "resnet-bf16")  # config dtype: bfloat16
     torch.manual_seed(0)
     vit = ViTForImageClassification(ViTConfig(
         image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -142,6 +158,23 @@ def _write_models(folder: Path):
         # Fine in float32 and bfloat16 (range 3e38), past float16's 65504 in the first FFN.
         overflow.bert.encoder.layer[0].intermediate.dense.weight.mul_(1e6)
     _save(overflow, tokenizer, folder / "overflow-bert")
+    torch.manual_seed(0)
+    t5 = T5EncoderModel(T5Config(vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=64,
+                                 num_layers=2, num_heads=2))
+    with torch.no_grad():
+        for block in t5.encoder.block:
+            # Fine where T5 keeps `wo` in float32 (dtype= at load); past 65504 once .half()-ed.
+            block.layer[1].DenseReluDense.wo.weight.mul_(3e4)
+    _save(t5, tokenizer, folder / "overflow-t5")
+    torch.manual_seed(0)
+    wav2vec2 = Wav2Vec2ForSequenceClassification(Wav2Vec2Config(
+        vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 8),
+        num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2, classifier_proj_size=16,
+        num_labels=2, id2label={0: "no", 1: "yes"}, label2id={"no": 0, "yes": 1}))
+    _save(wav2vec2, Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=16000,
+                                             return_attention_mask=True),
+          folder / "tiny-wav2vec2")
 
 
 def _save(model, processor, folder: Path):
@@ -181,3 +214,20 @@ def _write_data(folder: Path):
     datasets.DatasetDict({"train": ds}).save_to_disk(str(folder / "images"))
     rows = [{"text": text, "label": i % 3} for i, text in enumerate(SYNTHETIC_TEXTS)]
     (folder / "texts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # The class ids as a spreadsheet writes them: 0.0, 1.0, 2.0.
+    (folder / "labels.csv").write_text("text,label\n" + "".join(
+        f"{r['text']},{float(r['label'])}\n" for r in rows))
+    _write_clips(folder / "clips")
+
+
+def _write_clips(folder: Path):
+    """Sine-wave clips at 8 kHz (resampled to the extractor's 16 kHz), in class folders."""
+    import numpy as np
+    import soundfile
+
+    for i in range(8):
+        label = ("no", "yes")[i % 2]
+        (folder / label).mkdir(parents=True, exist_ok=True)
+        n = 8000 + 800 * i
+        wave = 0.5 * np.sin(2 * np.pi * 220 * (i + 1) * np.arange(n) / 8000).astype(np.float32)
+        soundfile.write(folder / label / f"clip{i}.{('wav', 'flac')[i % 2]}", wave, 8000)

@@ -80,3 +80,12 @@ def test_a_text_model_given_audio_says_so(demo_dir, clips):
 def test_an_audio_model_given_text_says_so(demo_dir, zoo):
     with pytest.raises(InputError, match="takes audio .* has text"):
         prepare(spec_for(zoo["wav2vec2"], demo_dir / "data/texts.jsonl"))
+
+
+def test_a_file_that_is_not_audio_is_bad_input(zoo, clips, tmp_path):
+    import shutil
+
+    shutil.copytree(clips, tmp_path / "clips")
+    (tmp_path / "clips" / "yes" / "broken.wav").write_bytes(b"not a wave file")
+    with pytest.raises(InputError, match="broken.wav: cannot be decoded"):
+        prepare(spec_for(zoo["wav2vec2"], tmp_path / "clips"))
