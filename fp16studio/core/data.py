@@ -190,6 +190,9 @@ def detect_columns(ds, spec: PipelineSpec) -> dict:
 
     pick("image", lambda n, f: isinstance(f, datasets.Image))
     pick("audio", lambda n, f: isinstance(f, datasets.Audio))
+    # A column named labels is what the model takes as such (a causal LM's labels = input_ids,
+    # made by the preprocess), before any other label-like column.
+    pick("label", lambda n, f: n == "labels" and (_feature_dtype(f) or "").startswith("int"))
     pick("label", lambda n, f: isinstance(f, datasets.ClassLabel))
     pick("label", lambda n, f: n.lower() in LABEL_NAMES and _is_int_value(f))
     # Class ids a CSV gives back as floats (0.0/1.0) are still the user's labels.

@@ -290,3 +290,16 @@ def test_auto_loads_a_bf16_checkpoint_that_float32_inputs_then_clash_with(bf16_c
     assert f.fixes[0].id == "cast-inputs-bfloat16"
     fixed = diagnose(apply_fix(spec, f.fixes[0]))
     assert fixed.ok and fixed.output["dtype"] == "bfloat16"
+
+
+def test_a_causal_lm_gets_the_labels_its_preprocess_made_from_input_ids(zoo, demo_dir, tmp_path):
+    (tmp_path / "prep.py").write_text(
+        "def tokenize(example):\n"
+        "    ids = [2] + [5 + (ord(c) % 40) for c in example['text'][:12]] + [3]\n"
+        "    return {'input_ids': ids, 'labels': list(ids)}\n")
+    spec = spec_for(zoo["llama"], demo_dir / "data/texts.jsonl", with_labels=True,
+                    preprocess=str(tmp_path / "prep.py") + ":tokenize")
+    prepared = prepare(spec)
+    assert torch.equal(prepared.batch["labels"], prepared.batch["input_ids"])
+    report = diagnose(spec)
+    assert report.ok and report.output["name"] == "logits"
