@@ -116,7 +116,7 @@ def _traced_forward(spec, model, batch, device):
         tracer = Tracer(model, count_nonfinite=count)
         with tracer:
             try:
-                result = run_forward(spec, model, batch, device)
+                result = run_forward(spec, model, batch, device, inference=False)
             except Exception as exc:  # noqa: BLE001 - reported as the diagnosis's error
                 exception = exception or exc
                 result = None
