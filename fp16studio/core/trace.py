@@ -125,7 +125,11 @@ class Tracer:
         known = self._params.get(module)
         if known is None:
             params, devices = {}, set()
-            for p in module.parameters(recurse=False):
+            # _parameters: the module's own, without parameters()'s generator machinery, which
+            # costs more than the rest of the hook on models of many small modules.
+            for p in module._parameters.values():
+                if p is None:
+                    continue
                 devices.add(str(p.device))
                 if p.is_floating_point():
                     key = dtypes.name_of(p.dtype)
