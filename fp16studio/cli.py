@@ -49,10 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="comma-separated: float32,float16,bfloat16,autocast-float16,"
                             "autocast-bfloat16 (default: all)")
     bench.add_argument("--warmup", type=int, default=3, help="untimed calls first (default 3)")
-    bench.add_argument("--min-iterations", type=int, default=10,
-                       help="timed calls per variant, at least (default 10)")
+    bench.add_argument("--min-iterations", type=int, default=20,
+                       help="timed calls per variant, at least (default 20)")
     bench.add_argument("--min-seconds", type=float, default=1.0,
                        help="seconds per variant, at least (default 1.0)")
+    bench.add_argument("--min-rounds", type=int, default=5,
+                       help="interleaved rounds of all variants, at least (default 5)")
     bench.add_argument("--json", action="store_true")
 
     export = sub.add_parser("export", help="write a runnable script of the pipeline")
@@ -168,10 +170,13 @@ def cmd_fix(args) -> int:
 def cmd_bench(args) -> int:
     from .core.bench import benchmark, format_table
 
-    if args.warmup < 0 or args.min_iterations < 1 or args.min_seconds < 0:
-        raise InputError("bench: --warmup >= 0, --min-iterations >= 1, --min-seconds >= 0")
+    if (args.warmup < 0 or args.min_iterations < 1 or args.min_seconds < 0
+            or args.min_rounds < 1):
+        raise InputError("bench: --warmup >= 0, --min-iterations >= 1, --min-seconds >= 0, "
+                         "--min-rounds >= 1")
     result = benchmark(_load_spec(args.spec), variants=args.variants, warmup=args.warmup,
-                       min_iterations=args.min_iterations, min_seconds=args.min_seconds)
+                       min_iterations=args.min_iterations, min_seconds=args.min_seconds,
+                       min_rounds=args.min_rounds)
     doc = result.to_json()
     if args.json:
         _print_json(doc)

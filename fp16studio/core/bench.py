@@ -1,21 +1,27 @@
 """Precision comparison (`fp16studio bench`, the Compare tab): each precision variant of the
 user's pipeline on the same batch — throughput, latency, memory, and drift from float32.
 
-Variants run one after another in the calling thread (autocast and inference mode are
-thread-local, and the GUI calls this on its worker). Each variant is loaded through the same
-`prepare()` a diagnosis uses, so transformers keeps its own fp32 modules, and is freed before
-the next one loads. A variant that cannot run here is reported with its error; the others run.
+All variants are loaded first (through the same loading and batch building a diagnosis uses,
+so transformers keeps its own fp32 modules; the autocast variants share the float32 weights),
+then timed in interleaved rounds (A B C A B C ...) in the calling thread (autocast and
+inference mode are thread-local, and the GUI calls this on its worker), so a burst of other
+load hits them alike, and the spread across rounds says whether it did. A variant that cannot
+run here is reported with its error (decided before loading where the device says so); the
+others run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 from dataclasses import dataclass, field
 
 from . import dtypes, units
-from .bench_measure import (Limits, MemoryProbe, drift, make_timer, output_summary,
-                            reference_copy, tf32_settings, time_calls, weights_bytes)
+from .bench_device import peak_tflops, variant_support
+from .bench_measure import (STABLE_SPREAD, Limits, MemoryProbe, count_flops, drift, make_timer,
+                            output_summary, reference_copy, tf32_settings, time_interleaved,
+                            weights_bytes)
 from .errors import Cancelled, InputError, check_cancel, first_line, report_progress
 from .spec import PipelineSpec
 
@@ -74,9 +80,17 @@ class VariantResult:
     max_abs_diff_vs_float32: float | None = None
     top1_agreement: float | None = None
     error: str | None = None
+    stable: bool = False
+    spread: float | None = None
+    support: str | None = None
+    support_note: str | None = None
+    flops_per_sample: int | None = None
+    tflops: float | None = None
+    peak_fraction: float | None = None
     tokens_per_s: float | None = None
     first_call_ms: float | None = None
     iterations: int = 0
+    rounds: int = 0
     memory_kind: str | None = None
     reserved_memory_bytes: int | None = None
     nvml_used_bytes: int | None = None
@@ -109,11 +123,11 @@ class BenchResult:
 
 
 def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_sample=None,
-              *, warmup: int = 3, min_iterations: int = 10, min_seconds: float = 1.0,
-              max_iterations: int = 10_000) -> BenchResult:
+              *, warmup: int = 3, min_iterations: int = 20, min_seconds: float = 1.0,
+              max_iterations: int = 10_000, min_rounds: int = 5) -> BenchResult:
     """Measure each variant (default: all of VARIANTS) of `spec` on the same batch.
 
-    progress(stage, message) reports each variant (stage "bench") and its loading;
+    progress(stage, message) reports loading and each round (stage "bench");
     on_sample(dict(variant, iteration, latency_ms, samples_per_s)) runs after each timed call;
     cancel.check() runs between calls and raises Cancelled. Until one variant has loaded,
     InputError means the spec itself is bad and propagates; any other failure, or a later
@@ -121,101 +135,147 @@ def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_
     """
     names = parse_variants(variants)
     limits = Limits(warmup=warmup, min_iterations=min_iterations, min_seconds=min_seconds,
-                    max_iterations=max_iterations)
+                    max_iterations=max_iterations, min_rounds=min_rounds)
     device = _device(spec)
     result = BenchResult(device=str(device), device_name=_device_name(device),
                          tf32=tf32_settings(), limits=dataclasses.asdict(limits),
                          note=CPU_NOTE if device.type == "cpu" else None)
-    reference = None
-    if "float32" not in names:
-        report_progress(progress, "bench", "float32 reference output")
-        try:
-            reference = _reference(spec, progress, cancel)
-        except (Cancelled, InputError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - any failure of the pipeline is reported
-            result.reference_error = describe(exc)
-        _free(device)
-    for i, name in enumerate(names):
-        check_cancel(cancel)
-        report_progress(progress, "bench", f"{name} ({i + 1} of {len(names)})")
-        run = _VariantRun(name, variant_spec(spec, name), device, limits, progress, cancel,
-                          on_sample)
-        try:
-            variant = run.measure(reference)
-        except Cancelled:
-            raise
-        except Exception as exc:  # noqa: BLE001 - isolate the variant; the others still run
-            spec_proven = reference is not None or result.batch is not None
-            if isinstance(exc, InputError) and not spec_proven:
+    loader = _Loader(progress, cancel)
+    try:
+        reference = None
+        if "float32" not in names:
+            report_progress(progress, "bench", "float32 reference output")
+            try:
+                reference = _reference(loader, variant_spec(spec, "float32"), names)
+            except (Cancelled, InputError):
                 raise
-            variant = VariantResult(name=name, error=describe(exc))
-        if name == "float32" and variant.ok:
-            reference = run.reference
-        if result.batch is None:
-            result.batch = run.batch_info
-        del run
+            except Exception as exc:  # noqa: BLE001 - any failure of the pipeline is reported
+                result.reference_error = describe(exc)
+        runs, out = {}, {}
+        for i, name in enumerate(names):
+            check_cancel(cancel)
+            report_progress(progress, "bench", f"loading {name} ({i + 1} of {len(names)})")
+            support, note = variant_support(name, device)
+            out[name] = VariantResult(name=name, support=support, support_note=note)
+            if support == "unsupported":
+                out[name].error = note
+                continue
+            try:
+                runs[name] = loader.prepare(variant_spec(spec, name))
+            except Cancelled:
+                raise
+            except Exception as exc:  # isolate the variant; the others still run
+                if isinstance(exc, InputError) and reference is None and not runs:
+                    raise
+                out[name].error = describe(exc)
+                continue
+            if result.batch is None:
+                result.batch = batch_info(runs[name].batch)
+        _measure(runs, out, reference, device, result.device_name, limits, progress, cancel,
+                 on_sample)
+    finally:
+        loader.clear()
         _free(device)
-        result.variants.append(variant)
+    result.variants = [out[name] for name in names]
     return result
 
 
-class _VariantRun:
-    """One variant: load, time, measure, compare. Holds nothing heavy once `measure` returns."""
+class _Loader:
+    """Loads each variant's model once per set of loading keys (float32 and the autocast
+    variants share one), and builds each variant's batch."""
 
-    def __init__(self, name, spec, device, limits, progress, cancel, on_sample):
-        self.name, self.spec, self.device, self.limits = name, spec, device, limits
-        self.progress, self.cancel, self.on_sample = progress, cancel, on_sample
-        # Set as the run goes: the float32 output copy, and the batch once prepare() succeeded.
-        self.reference = None
-        self.batch_info = None
+    def __init__(self, progress, cancel):
+        self.progress, self.cancel = progress, cancel
+        self.models: dict = {}
 
-    def measure(self, reference) -> VariantResult:
-        from .pipeline import forward, prepare
+    def prepare(self, spec):
+        from .pipeline import DeviceUnavailable, Prepared, prepare_batch, prepare_model
+        from .warm import loading_key
 
-        unsupported = unsupported_reason(self.name, self.device)
-        if unsupported:
-            return VariantResult(name=self.name, error=unsupported)
-        prepared = prepare(self.spec, self.progress, self.cancel)
-        self.batch_info = batch_info(prepared.batch)
-        size = self.batch_info["size"]
-        probe = MemoryProbe(prepared.device)
-        probe.start()
+        key = loading_key(spec)
+        if key not in self.models:
+            try:
+                self.models[key] = prepare_model(spec, self.progress)
+            except DeviceUnavailable:
+                raise InputError(f"device {spec.device!r} is not available on this machine") \
+                    from None
+        loaded, processor = self.models[key]
+        check_cancel(self.cancel)
+        build = prepare_batch(spec, loaded, processor, self.progress, self.cancel)
+        return Prepared(spec=spec, loaded=loaded, processor=processor, build=build)
 
-        def on_iteration(iteration, ms):
-            probe.sample()
-            if self.on_sample is not None:
-                self.on_sample({"variant": self.name, "iteration": iteration, "latency_ms": ms,
-                                "samples_per_s": size * 1000.0 / ms if ms > 0 else None})
-
-        timing = time_calls(lambda: forward(prepared), make_timer(prepared.device), self.limits,
-                            self.cancel, on_iteration)
-        probe.sample()
-        own = reference_copy(timing.output)
-        if self.name == "float32":
-            self.reference = reference = own
-        calls = len(timing.latencies_ms)
-        tokens = self.batch_info["tokens"]
-        return VariantResult(
-            name=self.name, ok=True,
-            samples_per_s=size * calls / timing.total_s,
-            latency_ms=timing.summary(),
-            weights_bytes=weights_bytes(prepared.model),
-            tokens_per_s=tokens * calls / timing.total_s if tokens else None,
-            first_call_ms=timing.first_call_ms,
-            iterations=calls,
-            output=output_summary(timing.output),
-            **probe.result(),
-            **drift(reference, own),
-        )
+    def clear(self):
+        self.models.clear()
 
 
-def _reference(spec, progress, cancel):
-    """float32's primary output on the batch, for runs that do not time float32 itself."""
-    from .pipeline import forward, prepare
+def _reference(loader, spec, names):
+    """float32's primary output on the batch, for runs that do not time float32 itself; its
+    model stays loaded only when an autocast variant shares it."""
+    from .pipeline import forward
 
-    prepared = prepare(variant_spec(spec, "float32"), progress, cancel)
-    return reference_copy(forward(prepared))
+    prepared = loader.prepare(spec)
+    output = reference_copy(forward(prepared))
+    if not any(name.startswith("autocast-") for name in names):
+        del prepared
+        loader.clear()
+    return output
+
+
+def _measure(runs, out, reference, device, device_name, limits, progress, cancel, on_sample):
+    """Time the prepared variants in interleaved rounds and fill their results in `out`."""
+    from . import pipeline
+
+    if not runs:
+        return
+    probes = {name: MemoryProbe(device) for name in runs}
+    sizes = {name: batch_info(run.batch)["size"] for name, run in runs.items()}
+
+    def on_iteration(name, iteration, ms):
+        probes[name].sample()
+        if on_sample is not None:
+            on_sample({"variant": name, "iteration": iteration, "latency_ms": ms,
+                       "samples_per_s": sizes[name] * 1000.0 / ms if ms > 0 else None})
+
+    def on_block(name, started):
+        if started:
+            report_progress(progress, "bench", f"timing {name}")
+            probes[name].start()
+        else:
+            probes[name].stop()
+
+    fns = {name: functools.partial(pipeline.forward, run) for name, run in runs.items()}
+    timings, errors = time_interleaved(fns, make_timer(device), limits, cancel, on_iteration,
+                                       on_block)
+    for name, exc in errors.items():
+        out[name].error = describe(exc)
+    if "float32" in timings:
+        reference = reference_copy(timings["float32"].output)
+    flops = None
+    for name, timing in timings.items():
+        run, variant = runs[name], out[name]
+        if flops is None:  # the same work in every variant: count it once
+            flops = count_flops(fns[name])
+        size, tokens = sizes[name], batch_info(run.batch)["tokens"]
+        latency = timing.summary()
+        per_s = 1000.0 / latency["p50"] if latency["p50"] > 0 else None
+        variant.ok = True
+        variant.samples_per_s = size * per_s if per_s else None
+        variant.tokens_per_s = tokens * per_s if per_s and tokens else None
+        variant.latency_ms = latency
+        variant.first_call_ms = timing.first_call_ms
+        variant.iterations = len(timing.latencies_ms)
+        variant.rounds = sum(1 for block in timing.rounds if block)
+        variant.spread, variant.stable = timing.spread, timing.stable
+        variant.weights_bytes = weights_bytes(run.model)
+        variant.output = output_summary(timing.output)
+        for key, value in {**probes[name].result(variant.weights_bytes),
+                           **drift(reference, reference_copy(timing.output))}.items():
+            setattr(variant, key, value)
+        if flops and per_s:
+            variant.flops_per_sample = flops // size
+            variant.tflops = flops * per_s / 1e12
+            peak = peak_tflops(device, device_name, name)
+            variant.peak_fraction = variant.tflops / peak if peak else None
 
 
 def _device(spec: PipelineSpec):
@@ -225,19 +285,6 @@ def _device(spec: PipelineSpec):
     if device is None:
         raise InputError(f"device {spec.device!r} is not available on this machine")
     return device
-
-
-def unsupported_reason(name: str, device) -> str | None:
-    """Why a variant cannot run on this device, known before loading anything."""
-    import torch
-
-    if "bfloat16" in name and device.type == "cuda" and torch.cuda.is_available():
-        with torch.cuda.device(device):
-            if not torch.cuda.is_bf16_supported(including_emulation=False):
-                major, minor = torch.cuda.get_device_capability(device)
-                return (f"bfloat16 is not supported by {torch.cuda.get_device_name(device)} "
-                        f"(compute capability {major}.{minor}; bfloat16 needs 8.0 or newer)")
-    return None
 
 
 def batch_info(batch: dict) -> dict:
@@ -305,8 +352,8 @@ def format_table(doc: dict) -> str:
                      + (f", {batch['tokens']} tokens" if batch.get("tokens") else ""))
     base = next((v["samples_per_s"] for v in doc["variants"]
                  if v["name"] == "float32" and v["ok"]), None)
-    header = ("variant", "samples/s", "vs fp32", "p50 ms", "p90 ms", "min ms", "peak mem",
-              "weights", "max |diff|", "cosine", "top-1")
+    header = ("variant", "samples/s", "vs fp32", "p50 ms", "p90 ms", "min ms", "spread",
+              "TFLOP/s", "peak mem", "weights", "max |diff|", "cosine", "top-1")
     rows = [header]
     failures = []
     for v in doc["variants"]:
@@ -318,6 +365,7 @@ def format_table(doc: dict) -> str:
         rows.append((v["name"], f"{v['samples_per_s']:.1f}",
                      f"{v['samples_per_s'] / base:.2f}x" if base else "-",
                      f"{lat['p50']:.2f}", f"{lat['p90']:.2f}", f"{lat['min']:.2f}",
+                     _spread(v), _tflops(v),
                      format_bytes(v["peak_memory_bytes"]), format_bytes(v["weights_bytes"]),
                      _num(v["max_abs_diff_vs_float32"], "{:.3g}", v.get("nonfinite_outputs")),
                      _num(v.get("cosine_vs_float32"), "{:.6f}"),
@@ -333,6 +381,16 @@ def format_table(doc: dict) -> str:
     elif "cuda-max-allocated" in memory_kinds:
         lines.append("peak mem: torch.cuda.max_memory_allocated (tensors); the JSON also has "
                      "reserved and NVML device-wide figures")
+    unstable = [v["name"] for v in doc["variants"] if v["ok"] and not v.get("stable", True)]
+    if unstable:
+        lines.append(f"UNSTABLE ({', '.join(unstable)}): these figures moved more than "
+                     f"{STABLE_SPREAD:.0%} between rounds; other load on this machine changed "
+                     "them: do not trust them, measure again on a quiet machine")
+    notes = [f"  {v['name']}: {v['support']}, {v['support_note']}" for v in doc["variants"]
+             if v.get("support_note")]
+    if notes:
+        lines.append("support:")
+        lines.extend(notes)
     if failures:
         lines.append("failed:")
         lines.extend(failures)
@@ -345,6 +403,20 @@ def format_table(doc: dict) -> str:
 
 def format_bytes(value) -> str:
     return "-" if value is None else units.format_bytes(value)
+
+
+def _spread(v) -> str:
+    """The spread across rounds, and a mark on a figure not to be trusted."""
+    if v.get("spread") is None:
+        return "-"
+    return f"{v['spread']:.1%}" + ("" if v.get("stable") else " !")
+
+
+def _tflops(v) -> str:
+    if v.get("tflops") is None:
+        return "-"
+    text = f"{v['tflops']:.3g}"
+    return text + (f" ({v['peak_fraction']:.0%})" if v.get("peak_fraction") is not None else "")
 
 
 def _num(value, fmt, nonfinite=None):

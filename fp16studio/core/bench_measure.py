@@ -11,31 +11,57 @@ import time
 from dataclasses import dataclass, field
 from itertools import chain
 
-from .errors import check_cancel
+from .errors import Cancelled, check_cancel
 
 
 @dataclass(frozen=True)
 class Limits:
-    """When the timed loop stops: after both `min_iterations` calls and `min_seconds` have passed
-    (as pytest-benchmark and torch.utils.benchmark do), never after more than `max_iterations`."""
+    """How long each variant is timed: at least `min_iterations` calls and `min_seconds`, spread
+    over at least `min_rounds` interleaved rounds (A B C A B C ...; fewer only when fewer calls
+    are asked for), never more than `max_iterations` calls. `warmup` untimed calls first (0: the
+    first call is timed too)."""
 
     warmup: int = 3
-    min_iterations: int = 10
+    min_iterations: int = 20
     min_seconds: float = 1.0
     max_iterations: int = 10_000
+    min_rounds: int = 5
 
     def __post_init__(self):
-        if self.warmup < 1 or self.min_iterations < 1 or self.max_iterations < self.min_iterations:
-            raise ValueError(f"bench limits: need warmup >= 1 and 1 <= min_iterations <= "
-                             f"max_iterations, got {self}")
+        if (self.warmup < 0 or self.min_iterations < 1 or self.min_rounds < 1
+                or self.max_iterations < self.min_iterations or self.min_seconds < 0):
+            raise ValueError(f"bench limits: need warmup >= 0, min_rounds >= 1, min_seconds >= 0 "
+                             f"and 1 <= min_iterations <= max_iterations, got {self}")
+
+    @property
+    def rounds(self) -> int:
+        return min(self.min_rounds, self.min_iterations)
+
+    @property
+    def block_calls(self) -> int:
+        """Calls per variant per round, at least."""
+        return -(-self.min_iterations // self.rounds)
+
+    @property
+    def block_seconds(self) -> float:
+        return self.min_seconds / self.rounds
+
+
+# Above this spread across rounds a figure is flagged unstable: other load moved it.
+STABLE_SPREAD = 0.05
 
 
 @dataclass
 class Timing:
     first_call_ms: float
-    latencies_ms: list = field(default_factory=list)
+    # Timed calls, one list per round.
+    rounds: list = field(default_factory=list)
     # The result of the first call, kept for the accuracy comparison.
     output: object = None
+
+    @property
+    def latencies_ms(self) -> list:
+        return [ms for block in self.rounds for ms in block]
 
     @property
     def total_s(self) -> float:
@@ -44,6 +70,19 @@ class Timing:
     def summary(self) -> dict:
         lat = sorted(self.latencies_ms)
         return {"p50": percentile(lat, 50), "p90": percentile(lat, 90), "min": lat[0]}
+
+    @property
+    def spread(self) -> float | None:
+        """(slowest - fastest) / median of the rounds' median latencies: how much the figure
+        moved while the variants took turns. None with fewer than two rounds."""
+        medians = sorted(percentile(sorted(block), 50) for block in self.rounds if block)
+        if len(medians) < 2:
+            return None
+        return (medians[-1] - medians[0]) / percentile(medians, 50)
+
+    @property
+    def stable(self) -> bool:
+        return self.spread is not None and self.spread <= STABLE_SPREAD
 
 
 def percentile(sorted_values: list, q: float) -> float:
@@ -89,26 +128,70 @@ def make_timer(device):
     return wall_timer
 
 
-def time_calls(fn, timer, limits: Limits, cancel=None, on_iteration=None) -> Timing:
-    """Warm up (the first call is reported apart: it pays for lazy init, autotuning, caches),
-    then call `fn` until the limits are met. `on_iteration(i, ms)` is called after each timed
-    call, outside the timed region; `cancel.check()` runs between calls."""
-    first_ms, output = timer(fn)
-    timing = Timing(first_call_ms=first_ms, output=output)
-    for _ in range(limits.warmup - 1):
-        check_cancel(cancel)
-        timer(fn)
-    started = time.perf_counter()
-    while len(timing.latencies_ms) < limits.max_iterations and (
-            len(timing.latencies_ms) < limits.min_iterations
-            or time.perf_counter() - started < limits.min_seconds):
-        check_cancel(cancel)
-        ms, _ = timer(fn)
-        timing.latencies_ms.append(ms)
-        if on_iteration is not None:
-            on_iteration(len(timing.latencies_ms), ms)
-    return timing
+def time_interleaved(fns: dict, timer, limits: Limits, cancel=None, on_iteration=None,
+                     on_block=None):
+    """Time several callables in turns, so that a burst of other load hits them alike.
 
+    Each is warmed up (its first call reported apart: lazy init, autotuning, caches; its result
+    kept), then the rounds run each in turn for a block of at least `limits.block_calls` calls
+    and `limits.block_seconds`, until every one has its minimum calls, time and rounds.
+    `on_iteration(name, i, ms)` runs after each timed call and `on_block(name, started)` around
+    each block, both outside the timed region; `cancel.check()` runs between calls. A callable
+    that raises is dropped. Returns ({name: Timing}, {name: exception}).
+    """
+    timings, errors = {}, {}
+    for name, fn in fns.items():
+        check_cancel(cancel)
+        try:
+            first_ms, output = timer(fn)
+            for _ in range(limits.warmup - 1):
+                check_cancel(cancel)
+                timer(fn)
+        except Cancelled:
+            raise
+        except Exception as exc:  # noqa: BLE001 - this variant fails, the others still run
+            errors[name] = exc
+            continue
+        timings[name] = Timing(first_call_ms=first_ms, output=output)
+        if limits.warmup == 0:  # nothing was untimed: the first call counts
+            timings[name].rounds.append([first_ms])
+    round_no = 0
+    while True:
+        round_no += 1
+        active = [name for name, timing in timings.items() if name not in errors
+                  and _wants_more(timing, limits)]
+        if not active:
+            return {n: t for n, t in timings.items() if n not in errors}, errors
+        for name in active:
+            timing = timings[name]
+            if len(timing.rounds) < round_no:
+                timing.rounds.append([])
+            block, started = timing.rounds[-1], time.perf_counter()
+            if on_block is not None:
+                on_block(name, True)
+            try:
+                while len(block) < limits.block_calls or (
+                        time.perf_counter() - started < limits.block_seconds
+                        and len(timing.latencies_ms) < limits.max_iterations):
+                    check_cancel(cancel)
+                    ms, _ = timer(fns[name])
+                    block.append(ms)
+                    if on_iteration is not None:
+                        on_iteration(name, len(timing.latencies_ms), ms)
+            except Cancelled:
+                raise
+            except Exception as exc:  # noqa: BLE001 - e.g. out of memory later on
+                errors[name] = exc
+            if on_block is not None:
+                on_block(name, False)
+
+
+def _wants_more(timing: Timing, limits: Limits) -> bool:
+    calls = len(timing.latencies_ms)
+    if calls >= limits.max_iterations:
+        return False
+    return (calls < limits.min_iterations or timing.total_s < limits.min_seconds
+            or sum(1 for block in timing.rounds if block) < limits.rounds)
 
 
 # -- memory -------------------------------------------------------------------------------------
@@ -120,19 +203,24 @@ def weights_bytes(model) -> int:
 
 
 class MemoryProbe:
-    """Peak memory while one variant runs.
+    """Peak memory of one variant, whose calls run in blocks between other variants'.
 
-    CUDA: the caching allocator's peaks since `start()`: `max_memory_allocated` (live tensors) is
-    the figure; `max_memory_reserved` (allocator cache) and NVML's device-wide used memory (every
-    process, CUDA context included) are reported beside it, labelled, because users confuse them.
-    CPU: the process's resident set, sampled between iterations (activations freed inside a
-    forward pass are not seen; the process's own baseline is included).
+    CUDA: the variant's weights plus the most its calls added to the caching allocator's live
+    tensors (`max_memory_allocated` over each block, less what was allocated when the block
+    began: the other variants' weights stay loaded meanwhile); `max_memory_reserved` (allocator
+    cache) and NVML's device-wide used memory (every process, CUDA context included) are
+    reported beside it, labelled, because users confuse them.
+    CPU: the process's resident set, sampled between calls (activations freed inside a forward
+    pass are not seen; the process itself and every loaded variant are included).
     """
 
     def __init__(self, device):
         self.device = device
         self.cuda = device.type == "cuda"
         self.peak_rss = 0
+        self.peak_added = 0
+        self.peak_reserved = 0
+        self._baseline = 0
 
     @property
     def kind(self) -> str:
@@ -143,7 +231,20 @@ class MemoryProbe:
 
         if self.cuda:
             torch.cuda.synchronize(self.device)
+            self._baseline = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            self.sample()
+
+    def stop(self):
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            self.peak_added = max(self.peak_added,
+                                  torch.cuda.max_memory_allocated(self.device) - self._baseline)
+            self.peak_reserved = max(self.peak_reserved,
+                                     torch.cuda.max_memory_reserved(self.device))
         else:
             self.sample()
 
@@ -153,15 +254,12 @@ class MemoryProbe:
 
             self.peak_rss = max(self.peak_rss, psutil.Process().memory_info().rss)
 
-    def result(self) -> dict:
-        import torch
-
+    def result(self, weights: int = 0) -> dict:
         if not self.cuda:
             return {"peak_memory_bytes": self.peak_rss, "memory_kind": self.kind,
                     "reserved_memory_bytes": None, "nvml_used_bytes": None}
-        return {"peak_memory_bytes": torch.cuda.max_memory_allocated(self.device),
-                "memory_kind": self.kind,
-                "reserved_memory_bytes": torch.cuda.max_memory_reserved(self.device),
+        return {"peak_memory_bytes": weights + self.peak_added, "memory_kind": self.kind,
+                "reserved_memory_bytes": self.peak_reserved,
                 "nvml_used_bytes": nvml_used_bytes(self.device)}
 
 
@@ -248,3 +346,18 @@ def drift(reference, copy) -> dict:
             "cosine_vs_float32": float(cosine.mean()),
             "top1_agreement": top1,
             "nonfinite_outputs": 0}
+
+
+# -- work ---------------------------------------------------------------------------------------
+
+def count_flops(fn) -> int | None:
+    """Floating-point operations of one call of `fn`, as torch.utils.flop_counter counts them
+    (matmuls, convolutions, attention: the work that dominates). None when it cannot count."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    try:
+        with FlopCounterMode(display=False) as counter:
+            fn()
+    except Exception:  # noqa: BLE001 - an extra figure, never a reason to fail the variant
+        return None
+    return int(counter.get_total_flops()) or None

@@ -20,11 +20,22 @@ def fix_until_clean(spec: PipelineSpec, max_rounds: int = MAX_ROUNDS, progress=N
     """Apply the first fix of the first error finding and re-run, until no error remains.
 
     Returns (final Diagnosis, applied: [{"round", "code", "fix"}]). A fix that leads back to a
-    spec already tried is skipped for the next one, so the loop cannot cycle.
+    spec already tried is skipped for the next one, so the loop cannot cycle. The model stays
+    loaded between rounds whose fix does not change what is loaded.
     """
+    from .warm import WarmModel
+
+    warm = WarmModel()
+    try:
+        return _fix_loop(spec, max_rounds, progress, cancel, warm)
+    finally:
+        warm.clear()
+
+
+def _fix_loop(spec, max_rounds, progress, cancel, warm):
     from .diagnosis import diagnose
 
-    report = diagnose(spec, progress, cancel)
+    report = diagnose(spec, progress, cancel, warm)
     applied, seen = [], {_key(spec)}
     for round_no in range(1, max_rounds + 1):
         if report.ok:
@@ -35,7 +46,7 @@ def fix_until_clean(spec: PipelineSpec, max_rounds: int = MAX_ROUNDS, progress=N
         finding, fix, new_spec = step
         seen.add(_key(new_spec))
         applied.append({"round": round_no, "code": finding.code, "fix": fix.id})
-        report = diagnose(new_spec, progress, cancel)
+        report = diagnose(new_spec, progress, cancel, warm)
     return report, applied
 
 

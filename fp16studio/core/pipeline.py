@@ -149,10 +149,14 @@ def autocast_context(spec: PipelineSpec, device):
                               dtype=dtypes.to_torch(spec.autocast))
 
 
-def run_forward(spec: PipelineSpec, model, batch: dict, device):
+def run_forward(spec: PipelineSpec, model, batch: dict, device, inference: bool = True):
+    """The forward pass under the spec's autocast, without autograd: in inference mode, or with
+    `inference=False` under no_grad, whose tensors keep version counters (the tracer uses them
+    to measure a tensor seen again, unchanged, once)."""
     import torch
 
-    with torch.inference_mode(), autocast_context(spec, device):
+    with torch.inference_mode() if inference else torch.no_grad(), \
+            autocast_context(spec, device):
         return model(**batch)
 
 

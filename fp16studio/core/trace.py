@@ -7,6 +7,8 @@ on the device as 0-d tensors during the pass and are read back once at the end (
 
 from __future__ import annotations
 
+import math
+import weakref
 from dataclasses import dataclass, field
 
 from . import dtypes
@@ -53,14 +55,29 @@ class ModuleCall:
 
 
 class Tracer:
-    """Context manager: hooks on every module while active, removed on exit even on error."""
+    """Context manager: hooks on every module while active, removed on exit even on error.
 
-    def __init__(self, model):
+    Per floating tensor one `torch.aminmax` (the abs-max comes from its two ends, and inf/NaN
+    show in them); the values are read back in one sync per device on exit. Counting inf/NaN
+    needs a full pass over a tensor that is usually freed by then, so it is done only with
+    `count_nonfinite=True`; otherwise a non-finite abs-max gives `nonfinite = 1` ("at least one")
+    and `counted` is False: a caller that shows counts runs the pass again with counting on.
+    A tensor seen again unchanged (a module's output that is its parent's output or the next
+    module's input) is measured once; unchanged is known from its version counter, so tensors
+    made under `torch.inference_mode()` (which have none) are measured every time.
+    """
+
+    def __init__(self, model, count_nonfinite: bool = False):
         self.model = model
+        self.count_nonfinite = count_nonfinite
         self.calls: list[ModuleCall] = []
         self.stack: list[ModuleCall] = []
+        self.counted = True
         self._handles = []
-        self._pending = []  # (TensorInfo, absmax tensor, nonfinite tensor)
+        self._params: dict = {}     # module -> (params, param_devices): fixed during a pass
+        self._stats: list = []      # per measured tensor: (min, max[, nonfinite count]) 0-d
+        self._infos: list = []      # (TensorInfo, index into _stats)
+        self._seen: dict = {}       # id(tensor) -> (weakref, version, index into _stats)
         self._finished = 0
 
     def __enter__(self):
@@ -75,6 +92,8 @@ class Tracer:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        self._seen.clear()
+        self._params.clear()
         self._materialize()
         return False
 
@@ -85,14 +104,9 @@ class Tracer:
 
     def _pre_hook(self, name):
         def hook(module, args, kwargs):
-            params, devices = {}, set()
-            for p in module.parameters(recurse=False):
-                devices.add(str(p.device))
-                if p.is_floating_point():
-                    key = dtypes.name_of(p.dtype)
-                    params[key] = params.get(key, 0) + p.numel()
+            params, devices = self._module_params(module)
             call = ModuleCall(index=len(self.calls), name=name, cls=type(module).__name__,
-                              params=params, param_devices=tuple(sorted(devices)))
+                              params=params, param_devices=devices)
             call.inputs = self._describe(args, "input") + self._describe(kwargs, "")
             self.calls.append(call)
             self.stack.append(call)
@@ -107,9 +121,23 @@ class Tracer:
             self._finished += 1
         return hook
 
-    def _describe(self, value, prefix) -> list[TensorInfo]:
-        import torch
+    def _module_params(self, module):
+        known = self._params.get(module)
+        if known is None:
+            params, devices = {}, set()
+            # _parameters: the module's own, without parameters()'s generator machinery, which
+            # costs more than the rest of the hook on models of many small modules.
+            for p in module._parameters.values():
+                if p is None:
+                    continue
+                devices.add(str(p.device))
+                if p.is_floating_point():
+                    key = dtypes.name_of(p.dtype)
+                    params[key] = params.get(key, 0) + p.numel()
+            known = self._params[module] = (params, tuple(sorted(devices)))
+        return dict(known[0]), known[1]
 
+    def _describe(self, value, prefix) -> list[TensorInfo]:
         found = []
         _flatten(value, prefix, found)
         infos = []
@@ -117,26 +145,54 @@ class Tracer:
             info = TensorInfo(name or "input", dtypes.name_of(tensor.dtype), str(tensor.device),
                               tuple(tensor.shape))
             if tensor.is_floating_point() and tensor.numel() and tensor.device.type != "meta":
-                detached = tensor.detach()
-                self._pending.append((info, detached.abs().max(),
-                                      (~torch.isfinite(detached)).sum()))
+                self._infos.append((info, self._measure(tensor)))
             infos.append(info)
         return infos
+
+    def _measure(self, tensor) -> int:
+        """Index of the tensor's statistics, taken now unless it was seen unchanged before."""
+        import torch
+
+        version = None if tensor.is_inference() else tensor._version
+        seen = self._seen.get(id(tensor))
+        if seen is not None and version is not None and seen[1] == version \
+                and seen[0]() is tensor:
+            return seen[2]
+        detached = tensor.detach()
+        stats = tuple(torch.aminmax(detached))
+        if self.count_nonfinite:
+            stats += ((~torch.isfinite(detached)).sum(),)
+        self._stats.append(stats)
+        index = len(self._stats) - 1
+        if version is not None:
+            self._seen[id(tensor)] = (weakref.ref(tensor), version, index)
+        return index
 
     def _materialize(self):
         import torch
 
-        if not self._pending:
-            return
-        by_device: dict = {}
-        for item in self._pending:
-            by_device.setdefault(item[1].device, []).append(item)
-        for items in by_device.values():
-            maxes = torch.stack([m.float() for _, m, _ in items]).tolist()
-            counts = torch.stack([c for _, _, c in items]).tolist()
-            for (info, _, _), absmax, count in zip(items, maxes, counts):
-                info.absmax, info.nonfinite = absmax, int(count)
-        self._pending.clear()
+        groups: dict = {}  # stacked per device and dtype, read back once per device
+        for index, stats in enumerate(self._stats):
+            groups.setdefault(stats[0].device, {}).setdefault(stats[0].dtype, []).append(index)
+        values: dict = {}
+        for by_dtype in groups.values():
+            order, absmax, counts = [], [], []
+            for indices in by_dtype.values():
+                order += indices
+                ends = [torch.stack([self._stats[i][end] for i in indices]) for end in (0, 1)]
+                absmax.append(torch.maximum(ends[0].abs(), ends[1].abs()).float())  # NaN wins
+                if self.count_nonfinite:
+                    counts.append(torch.stack([self._stats[i][2] for i in indices]))
+            absmax = torch.cat(absmax).tolist()
+            counts = torch.cat(counts).tolist() if counts else [None] * len(order)
+            values.update(zip(order, zip(absmax, counts)))
+        for info, index in self._infos:
+            info.absmax, count = values[index]
+            if count is None and not math.isfinite(info.absmax):
+                count, self.counted = 1, False
+            info.nonfinite = count or 0
+        self._stats.clear()
+        self._infos.clear()
 
 
 def _flatten(value, prefix, out, depth=0):

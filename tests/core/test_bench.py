@@ -10,9 +10,9 @@ import torch
 
 from fp16studio.core import bench, bench_measure
 from fp16studio.core.bench_measure import Limits
-from fp16studio.core.errors import CancelToken, Cancelled, InputError
+from fp16studio.core.errors import Cancelled, CancelToken, InputError
 
-FAST = {"warmup": 1, "min_iterations": 2, "min_seconds": 0.0}
+FAST = {"warmup": 1, "min_iterations": 2, "min_seconds": 0.0, "min_rounds": 2}
 
 
 class Counter:
@@ -24,48 +24,86 @@ class Counter:
         return self.calls
 
 
-def test_time_calls_warms_up_then_meets_both_minimums():
-    fn, seen = Counter(), []
-    timing = bench_measure.time_calls(fn, bench_measure.make_timer(torch.device("cpu")),
-                                      Limits(warmup=3, min_iterations=4, min_seconds=0.0),
-                                      on_iteration=lambda i, ms: seen.append(i))
-    assert fn.calls == 3 + 4
-    assert timing.output == 1  # the first call's result is kept for the accuracy check
-    assert seen == [1, 2, 3, 4]
-    assert len(timing.latencies_ms) == 4 and timing.first_call_ms >= 0
-    summary = timing.summary()
+CPU_TIMER = bench_measure.make_timer(torch.device("cpu"))
+
+
+def test_variants_take_turns_after_warming_up_until_every_minimum_is_met():
+    a, b, order = Counter(), Counter(), []
+    limits = Limits(warmup=3, min_iterations=6, min_seconds=0.0, min_rounds=3)
+    timings, errors = bench_measure.time_interleaved(
+        {"a": a, "b": b}, CPU_TIMER, limits, on_iteration=lambda name, i, ms: order.append(name))
+    assert not errors and a.calls == b.calls == 3 + 6
+    assert order == ["a", "a", "b", "b"] * 3  # A B A B A B: rounds of 2 calls each
+    assert timings["a"].output == 1  # the first call's result is kept for the accuracy check
+    assert [len(block) for block in timings["a"].rounds] == [2, 2, 2]
+    summary = timings["b"].summary()
     assert summary["min"] <= summary["p50"] <= summary["p90"]
 
 
-def test_time_calls_runs_until_min_seconds_but_not_past_max_iterations():
-    fn = Counter()
-    limits = Limits(warmup=1, min_iterations=1, min_seconds=0.05, max_iterations=10_000)
-    timing = bench_measure.time_calls(lambda: torch.ones(64, 64) @ torch.ones(64, 64),
-                                      bench_measure.make_timer(torch.device("cpu")), limits)
-    assert timing.total_s > 0 and len(timing.latencies_ms) > 1
+def test_rounds_run_until_min_seconds_but_not_past_max_iterations():
+    limits = Limits(warmup=1, min_iterations=2, min_seconds=0.05, max_iterations=10_000,
+                    min_rounds=2)
+    timings, _ = bench_measure.time_interleaved(
+        {"mm": lambda: torch.ones(64, 64) @ torch.ones(64, 64)}, CPU_TIMER, limits)
+    assert timings["mm"].total_s >= 0.05 and len(timings["mm"].rounds) >= 2
     capped = Limits(warmup=1, min_iterations=1, min_seconds=60.0, max_iterations=3)
-    assert len(bench_measure.time_calls(fn, bench_measure.make_timer(torch.device("cpu")),
-                                        capped).latencies_ms) == 3
+    timings, _ = bench_measure.time_interleaved({"c": Counter()}, CPU_TIMER, capped)
+    assert len(timings["c"].latencies_ms) == 3
 
 
-def test_time_calls_stops_when_cancelled():
+def test_without_warmup_the_first_call_is_timed():
+    fn = Counter()
+    timings, _ = bench_measure.time_interleaved(
+        {"f": fn}, CPU_TIMER, Limits(warmup=0, min_iterations=4, min_seconds=0.0, min_rounds=2))
+    assert fn.calls == 4 and len(timings["f"].latencies_ms) == 4
+    assert timings["f"].latencies_ms[0] == timings["f"].first_call_ms
+
+
+def test_a_callable_that_fails_is_dropped_and_the_others_go_on():
+    def broken():
+        raise RuntimeError("no kernel")
+
+    timings, errors = bench_measure.time_interleaved(
+        {"ok": Counter(), "broken": broken}, CPU_TIMER, Limits(warmup=1, min_iterations=2,
+                                                               min_seconds=0.0, min_rounds=2))
+    assert set(timings) == {"ok"} and str(errors["broken"]) == "no kernel"
+
+
+def test_time_interleaved_stops_when_cancelled():
     token = CancelToken()
 
-    def on_iteration(i, ms):
+    def on_iteration(name, i, ms):
         if i == 2:
             token.cancel()
 
     with pytest.raises(Cancelled):
-        bench_measure.time_calls(Counter(), bench_measure.make_timer(torch.device("cpu")),
-                                 Limits(warmup=1, min_iterations=100, min_seconds=0.0),
-                                 cancel=token, on_iteration=on_iteration)
+        bench_measure.time_interleaved({"c": Counter()}, CPU_TIMER,
+                                       Limits(warmup=1, min_iterations=100, min_seconds=0.0),
+                                       cancel=token, on_iteration=on_iteration)
+
+
+def test_spread_across_rounds_decides_stable():
+    steady = bench_measure.Timing(first_call_ms=1.0, rounds=[[10.0, 10.1], [10.2], [9.9, 10.0]])
+    assert steady.spread == pytest.approx((10.2 - 9.95) / 10.05) and steady.stable
+    busy = bench_measure.Timing(first_call_ms=1.0, rounds=[[10.0], [14.0], [10.1]])
+    assert busy.spread == pytest.approx(4.0 / 10.1) and not busy.stable
+    assert bench_measure.Timing(first_call_ms=1.0, rounds=[[10.0]]).stable is False
 
 
 def test_limits_reject_nonsense():
     with pytest.raises(ValueError):
         Limits(min_iterations=10, max_iterations=5)
     with pytest.raises(ValueError):
-        Limits(warmup=0)
+        Limits(warmup=-1)
+    with pytest.raises(ValueError):
+        Limits(min_rounds=0)
+    assert Limits(warmup=0).warmup == 0
+
+
+def test_flops_of_a_matmul_are_counted():
+    a, b = torch.ones(8, 16), torch.ones(16, 4)
+    assert bench_measure.count_flops(lambda: a @ b) == 2 * 8 * 16 * 4
+    assert bench_measure.count_flops(lambda: a + 1) is None  # no counted work
 
 
 def test_percentile_matches_linear_interpolation():
@@ -170,7 +208,8 @@ def test_every_variant_runs_on_a_tiny_resnet_and_streams_samples():
 
     samples, stages = [], []
     result = bench.benchmark(demo_spec("healthy"), on_sample=samples.append,
-                             progress=lambda stage, message: stages.append(stage), **FAST)
+                             progress=lambda stage, message: stages.append(stage),
+                             **{**FAST, "min_iterations": 3, "min_rounds": 3})
     doc = json.loads(json.dumps(result.to_json(), allow_nan=False))  # strict JSON
     assert doc["device"] == "cpu" and "no speed-up is expected" in doc["note"]
     assert set(doc["tf32"]) == {"cuda_matmul_allow_tf32", "cudnn_allow_tf32",
@@ -180,7 +219,13 @@ def test_every_variant_runs_on_a_tiny_resnet_and_streams_samples():
         assert CONTRACT_KEYS <= set(v), v["name"]
         assert v["ok"], v["error"]
         assert set(v["latency_ms"]) == {"p50", "p90", "min"}
-        assert v["samples_per_s"] > 0 and v["iterations"] == 2
+        assert v["samples_per_s"] > 0 and v["iterations"] == 3 and v["rounds"] == 3
+        # samples/s from the median latency and the batch size
+        assert v["samples_per_s"] == pytest.approx(doc["batch"]["size"] * 1000
+                                                   / v["latency_ms"]["p50"])
+        assert isinstance(v["stable"], bool) and v["spread"] >= 0
+        assert v["support"] in ("native", "emulated")
+        assert v["flops_per_sample"] > 0 and v["tflops"] > 0 and v["peak_fraction"] is None
         assert v["memory_kind"] == "process-rss" and v["peak_memory_bytes"] > 0
         assert 0.99 < v["cosine_vs_float32"] <= 1.0 + 1e-9
         assert v["top1_agreement"] is not None  # logits of a classifier
@@ -190,8 +235,10 @@ def test_every_variant_runs_on_a_tiny_resnet_and_streams_samples():
     assert by_name["autocast-float16"]["weights_bytes"] == by_name["float32"]["weights_bytes"]
     assert by_name["float16"]["output"]["dtype"] == "float16"
     assert by_name["float16"]["max_abs_diff_vs_float32"] > 0
+    assert by_name["float16"]["support"] == "emulated"  # float16 on a CPU: named slow
+    assert by_name["float16"]["flops_per_sample"] == by_name["float32"]["flops_per_sample"]
     assert {s["variant"] for s in samples} == set(bench.VARIANTS)
-    assert [s["iteration"] for s in samples if s["variant"] == "float32"] == [1, 2]
+    assert [s["iteration"] for s in samples if s["variant"] == "float32"] == [1, 2, 3]
     assert all(s["latency_ms"] > 0 and s["samples_per_s"] > 0 for s in samples)
     assert "bench" in stages and "model" in stages  # prepare()'s own stages pass through
     table = bench.format_table(doc)
@@ -257,19 +304,67 @@ def test_cancel_stops_the_run():
                         on_sample=lambda sample: token.cancel(), **FAST)
 
 
-def test_bfloat16_on_a_gpu_without_it_is_reported_before_loading(monkeypatch):
+def fake_gpu(monkeypatch, name, capability, bf16_emulated=False):
     import contextlib
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
-    gpu = torch.device("cuda", 0)
-    reason = bench.unsupported_reason("autocast-bfloat16", gpu)
-    assert "Tesla T4" in reason and "7.5" in reason
-    assert bench.unsupported_reason("float16", gpu) is None
-    assert bench.unsupported_reason("bfloat16", torch.device("cpu")) is None
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                        lambda including_emulation=True: including_emulation and bf16_emulated)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    return torch.device("cuda", 0)
+
+
+def test_support_is_decided_from_the_device_before_running(monkeypatch):
+    from fp16studio.core.bench_device import variant_support
+
+    t4 = fake_gpu(monkeypatch, "Tesla T4", (7, 5))
+    support, why = variant_support("autocast-bfloat16", t4)
+    assert support == "unsupported" and "Tesla T4" in why and "7.5" in why
+    assert variant_support("float16", t4) == ("native", None)
+    fake_gpu(monkeypatch, "Tesla V100", (7, 0), bf16_emulated=True)
+    assert variant_support("bfloat16", t4)[0] == "emulated"
+    fake_gpu(monkeypatch, "Tesla P40", (6, 1))
+    assert variant_support("float16", t4)[0] == "emulated"
+    fake_gpu(monkeypatch, "NVIDIA A100", (8, 0))
+    assert variant_support("bfloat16", t4) == ("native", None)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    assert "TF32" in variant_support("float32", t4)[1]
+    cpu = torch.device("cpu")
+    assert variant_support("float16", cpu)[0] == "emulated"
+    assert variant_support("float32", cpu) == ("native", None)
+
+
+def test_unsupported_variant_is_reported_without_loading(monkeypatch):
+    from fp16studio.core import bench_device
+    from fp16studio.core.demo import demo_spec
+
+    monkeypatch.setattr(bench, "variant_support", lambda name, device: (
+        ("unsupported", "no bfloat16 here") if "bfloat16" in name else ("native", None)))
+    loads = []
+    monkeypatch.setattr(bench._Loader, "prepare",
+                        lambda self, spec, real=bench._Loader.prepare: loads.append(
+                            spec.model_dtype) or real(self, spec))
+    doc = bench.benchmark(demo_spec("healthy"), variants="float32,bfloat16", **FAST).to_json()
+    fp32, bf16 = doc["variants"]
+    assert fp32["ok"] and not bf16["ok"] and bf16["error"] == "no bfloat16 here"
+    assert bf16["support"] == "unsupported" and loads == ["float32"]
+    assert bench_device.compute_dtype("autocast-float16") == "float16"
+
+
+def test_peak_fraction_only_on_a_known_gpu(monkeypatch):
+    from fp16studio.core.bench_device import peak_tflops
+
+    gpu = fake_gpu(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0))
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "highest")
+    assert peak_tflops(gpu, "NVIDIA H100 80GB HBM3", "float32") == 67.0
+    assert peak_tflops(gpu, "NVIDIA H200", "autocast-bfloat16") == 989.0
+    assert peak_tflops(gpu, "NVIDIA H100 PCIe", "float16") == 756.0
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    assert peak_tflops(gpu, "NVIDIA H100 80GB HBM3", "float32") == 495.0
+    assert peak_tflops(gpu, "NVIDIA L4", "float16") is None
+    assert peak_tflops(torch.device("cpu"), "x86_64", "float32") is None
 
 
 def test_format_table_of_a_cuda_document_names_tf32_and_memory_kind():
@@ -305,3 +400,41 @@ def test_on_cuda_memory_comes_from_the_allocator_and_timing_from_events():
         assert v["reserved_memory_bytes"] >= v["peak_memory_bytes"]
         assert v["latency_ms"]["min"] > 0
     assert "max_memory_allocated" in bench.format_table(doc)
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+QUICK = ["--min-iterations", "2", "--min-seconds", "0", "--min-rounds", "2"]
+
+
+def test_cli_bench_without_warmup_runs(demo_dir, capsys):
+    from fp16studio import cli
+
+    assert cli.main(["bench", "demo:healthy", "--variants", "float32,bfloat16", "--warmup", "0",
+                     "--min-iterations", "2", "--min-seconds", "0", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["limits"]["warmup"] == 0
+    for v in doc["variants"]:
+        assert v["ok"] and v["iterations"] == 2 and v["rounds"] == 2  # no more rounds than calls
+        assert {"stable", "spread", "support", "flops_per_sample", "tflops"} <= set(v)
+
+
+def test_cli_bench_table_shows_the_spread_and_flags_unstable_figures(demo_dir, capsys):
+    from fp16studio import cli
+
+    assert cli.main(["bench", "demo:healthy", "--variants", "float32,float16", *QUICK]) == 0
+    out = capsys.readouterr().out
+    assert "spread" in out and "TFLOP/s" in out and "float16: emulated" in out
+    doc = {"device": "cpu", "variants": [
+        {"name": "float32", "ok": True, "samples_per_s": 10.0, "stable": False, "spread": 0.4,
+         "latency_ms": {"p50": 400.0, "p90": 500.0, "min": 300.0}, "peak_memory_bytes": None,
+         "weights_bytes": None, "max_abs_diff_vs_float32": 0.0, "top1_agreement": None}]}
+    table = bench.format_table(doc)
+    assert "40.0% !" in table and "UNSTABLE (float32)" in table
+
+
+def test_cli_bench_rejects_nonsense_limits_with_exit_2(demo_dir, capsys):
+    from fp16studio import cli
+
+    assert cli.main(["bench", "demo:healthy", "--min-rounds", "0"]) == 2
+    assert "--min-rounds >= 1" in capsys.readouterr().err

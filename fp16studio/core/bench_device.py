@@ -1,0 +1,82 @@
+"""What a device can do for each precision variant, known before anything runs: whether the
+dtype has native compute there, and the peak throughput a figure is a fraction of."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+# Dense peak TFLOP/s by GPU name (NVIDIA's data sheets, without sparsity): fp32, tf32, 16-bit.
+# The first name contained in the device's name wins.
+GPU_PEAKS = (
+    ("H100 PCIe", {"float32": 51.0, "tf32": 378.0, "half": 756.0}),
+    ("H100", {"float32": 67.0, "tf32": 495.0, "half": 989.0}),
+    ("H200", {"float32": 67.0, "tf32": 495.0, "half": 989.0}),
+)
+
+
+def compute_dtype(variant: str) -> str:
+    """The dtype a variant's matmuls run in: float32, float16 or bfloat16."""
+    return variant.removeprefix("autocast-")
+
+
+def tf32_active(device) -> bool:
+    """Whether float32 matmuls run as TF32 here (Ampere and newer, when torch allows it)."""
+    import torch
+
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 0):
+        return False
+    return bool(torch.backends.cuda.matmul.allow_tf32
+                or torch.get_float32_matmul_precision() != "highest")
+
+
+def variant_support(variant: str, device) -> tuple[str, str | None]:
+    """("native" | "emulated" | "unsupported", why) for the variant on this device."""
+    import torch
+
+    dtype = compute_dtype(variant)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        major, minor = torch.cuda.get_device_capability(device)
+        if dtype == "bfloat16" and (major, minor) < (8, 0):
+            with torch.cuda.device(device):
+                if torch.cuda.is_bf16_supported(including_emulation=True):
+                    return "emulated", (f"{name} (compute capability {major}.{minor}) has no "
+                                        "bfloat16 units (8.0 or newer): emulated, slow")
+            return "unsupported", (f"bfloat16 is not supported by {name} (compute capability "
+                                   f"{major}.{minor}; bfloat16 needs 8.0 or newer)")
+        if dtype == "float16" and (major, minor) < (7, 0) and (major, minor) not in ((6, 0),
+                                                                                      (6, 2)):
+            return "emulated", (f"{name} (compute capability {major}.{minor}) has no fast "
+                                "float16: expect no speed-up")
+        if dtype == "float32" and tf32_active(device):
+            return "native", "float32 matmuls run as TF32 (torch allows it on this GPU)"
+        return "native", None
+    if device.type == "cpu":
+        if dtype == "float16":
+            return "emulated", "float16 on a CPU: no fast path in most builds, usually slower"
+        if dtype == "bfloat16" and not _cpu_has_bf16():
+            return "emulated", "this CPU has no bfloat16 instructions (AVX512-BF16, AMX): slow"
+    return "native", None
+
+
+def peak_tflops(device, device_name: str, variant: str) -> float | None:
+    """The GPU's dense peak for the variant's compute dtype, or None for an unknown device."""
+    if device.type != "cuda":
+        return None
+    peaks = next((p for name, p in GPU_PEAKS if name in device_name), None)
+    if peaks is None:
+        return None
+    dtype = compute_dtype(variant)
+    if dtype == "float32":
+        return peaks["tf32"] if tf32_active(device) else peaks["float32"]
+    return peaks["half"]
+
+
+@functools.cache
+def _cpu_has_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False  # not Linux: unknown, say emulated rather than promise speed
+    return "avx512_bf16" in flags or "amx_bf16" in flags

@@ -1,0 +1,99 @@
+"""The tracer's statistics: one aminmax per tensor, inf/NaN counted when asked, a tensor seen
+again unchanged measured once; and what diagnose does with them (exact counts, memory back)."""
+
+import weakref
+
+import pytest
+import torch
+
+from fp16studio.core import diagnose, diagnosis
+from fp16studio.core.demo import demo_spec
+from fp16studio.core.trace import Tracer
+
+
+class Blowup(torch.nn.Module):
+    """Multiplies by a huge factor: float16 overflows to inf in some elements."""
+
+    def forward(self, x):
+        return x * 1e5
+
+
+def outputs(tracer, name):
+    return next(c for c in tracer.calls if c.name == name).outputs[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_abs_max_is_the_largest_magnitude_of_either_sign(dtype):
+    model = torch.nn.Sequential(torch.nn.Identity())
+    x = torch.tensor([[0.5, -7.0, 3.0]], dtype=dtype)
+    with torch.inference_mode(), Tracer(model) as tracer:
+        model(x)
+    assert outputs(tracer, "0").absmax == 7.0 and tracer.counted
+
+
+def test_nonfinite_is_at_least_one_without_counting_and_exact_with_it():
+    model = torch.nn.Sequential(Blowup(), torch.nn.Identity())
+    x = torch.tensor([[1.0, 0.1, 2.0, 0.0]], dtype=torch.float16)  # 1e5 and 2e5 overflow
+    with torch.inference_mode(), Tracer(model) as fast:
+        model(x)
+    assert outputs(fast, "0").absmax == float("inf") and outputs(fast, "0").nonfinite == 1
+    assert not fast.counted
+    with torch.inference_mode(), Tracer(model, count_nonfinite=True) as exact:
+        model(x)
+    assert outputs(exact, "0").nonfinite == 2 and exact.counted
+    nan = torch.tensor([[float("nan"), 1.0]])
+    with torch.inference_mode(), Tracer(model) as tracer:
+        model(nan)
+    assert outputs(tracer, "0").absmax != outputs(tracer, "0").absmax  # NaN
+
+
+def test_a_tensor_seen_again_unchanged_is_measured_once(monkeypatch):
+    measured = []
+    aminmax = torch.aminmax
+    monkeypatch.setattr(torch, "aminmax", lambda t: measured.append(t.shape) or aminmax(t))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Identity())
+    with torch.no_grad(), Tracer(model) as tracer:
+        model(torch.randn(2, 4))
+    # input, Linear's output = Identity's input = Identity's output = the model's output.
+    assert len(measured) == 2
+    assert outputs(tracer, "").absmax == outputs(tracer, "0").absmax
+    with torch.inference_mode(), Tracer(model):  # no version counter: measured every time
+        model(torch.randn(2, 4))
+    assert len(measured) == 2 + 6
+
+
+def test_a_tensor_changed_in_place_is_measured_again():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(inplace=True))
+    torch.nn.init.constant_(model[0].weight, -1.0)
+    torch.nn.init.constant_(model[0].bias, 0.0)
+    with torch.no_grad(), Tracer(model) as tracer:
+        model(torch.ones(1, 4))
+    relu = next(c for c in tracer.calls if c.name == "1")
+    assert relu.inputs[0].absmax == 4.0 and relu.outputs[0].absmax == 0.0
+
+
+def test_diagnose_counts_every_nonfinite_value_of_an_overflow(demo_dir):
+    report = diagnose(demo_spec("overflow"))
+    f = next(f for f in report.findings if f.code == "overflow")
+    assert f.evidence["non-finite values"] > 1
+    assert max(n.nonfinite for n in report.tree.walk()) > 1  # the activations' nodes
+
+
+@pytest.mark.parametrize("name", ["healthy", "fp16-model"])  # fp16-model: the forward raises
+def test_nothing_holds_the_model_when_diagnose_gives_memory_back(demo_dir, monkeypatch, name):
+    refs, alive_at_release = [], []
+    prepare_model = diagnosis.prepare_model
+
+    def spy_prepare(spec, progress=None):
+        loaded, processor = prepare_model(spec, progress)
+        refs.append(weakref.ref(loaded.model))
+        return loaded, processor
+
+    def spy_release(device):  # no gc.collect(): freed by reference counting alone
+        alive_at_release.append(refs[0]() is not None)
+
+    monkeypatch.setattr(diagnosis, "prepare_model", spy_prepare)
+    monkeypatch.setattr(diagnosis, "_release_memory", spy_release)
+    report = diagnose(demo_spec(name))
+    assert report.ok == (name == "healthy")
+    assert alive_at_release == [False]
