@@ -8,6 +8,7 @@ CODES = (
     "dtype-mismatch", "device-mismatch", "integer-cast", "map-cast-lost", "list-batch",
     "half-unsupported", "half-on-cpu", "overflow", "silent-upcast", "autocast-inactive",
     "mixed-precision-params", "out-of-memory", "device-unavailable",
+    "overflow-risk", "precision-drift",
 )
 SEVERITIES = ("error", "warning", "info")
 
