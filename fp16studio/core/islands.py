@@ -23,6 +23,9 @@ from .spec import PipelineSpec
 BOUNDARY_LIMIT = 65504.0 / 2
 FP16_TINY = 2.0 ** -14          # float16's smallest normal value
 DRIFT_CANDIDATES = 8            # diverged modules considered, in the order they returned
+# Islands holding more than half the parameters are no longer "the rest stays half": the
+# model-wide fixes say that better.
+MIN_HALF_SHARE = 0.5
 
 
 @dataclass
@@ -93,15 +96,18 @@ def candidates(reference_calls: list, dtype: str, diverged=()) -> list[str]:
         if name is None or name in chosen or any(name.startswith(c + ".") for c in chosen):
             continue
         chosen = [c for c in chosen if not c.startswith(name + ".")] + [name]
-    # Where the drift started, unless an island already holds it (or it holds an island).
+    # Where the drift started, inner modules first: the error may come in with a module's
+    # input, so the modules around it follow (the search keeps the outermost it needs).
+    magnitude = tuple(chosen)
     for name in [enclosing(n) for n in diverged if n][:DRIFT_CANDIDATES]:
-        if name and not any(_nested(name, c) for c in chosen):
+        if name and name not in chosen and not any(name.startswith(c + ".") for c in magnitude):
             chosen.append(name)
     return chosen
 
 
-def _nested(a: str, b: str) -> bool:
-    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+def outermost(names) -> list[str]:
+    """`names` without those inside another one."""
+    return [n for n in names if not any(n.startswith(o + ".") for o in names)]
 
 
 # -- the search ---------------------------------------------------------------------------------
@@ -146,14 +152,17 @@ def search_islands(spec: PipelineSpec, half_model, half_batch, float32_model, re
     while low < high:
         mid = (low + high + 1) // 2
         low, high = (mid, high) if works(names[mid:end]) else (low, mid - 1)
-    chosen = names[low:end]
-    output = tried[tuple(chosen)]
+    chosen = outermost(names[low:end])
+    share = half_share(half_model, chosen)
+    if share < MIN_HALF_SHARE:
+        return None
+    output = tried[tuple(names[low:end])]
     if verify:
         passes += 1
         output = _verify(spec, chosen, half_batch, reference_output)
         if output is None:
             return None
-    return IslandSearch(modules=chosen, half_share=half_share(half_model, chosen), passes=passes,
+    return IslandSearch(modules=chosen, half_share=share, passes=passes,
                         candidates=len(names), output=output, dtype=dtype_name)
 
 
@@ -178,7 +187,7 @@ def _try(spec, model, batch, float32_model, names, dtype, device, run_forward):
     finally:
         for handle in handles:
             handle.remove()
-        for tensor, data in saved:
+        for tensor, data in reversed(saved):  # an island inside another was saved last
             tensor.data = data
 
 

@@ -183,7 +183,8 @@ def apply_run_in_float32(model, spec: PipelineSpec) -> list[str]:
     if half is not None:
         library = library_float32_modules(model, half)
         cast_outside_islands(model, dtypes.to_torch(half), spec.run_in_float32, library)
-    dtype = model_half_dtype(model)
+    # Decided before the islands turn float32 (they may hold most of the parameters).
+    dtype = dtypes.to_torch(half) if half else model_half_dtype(model)
     if dtype is None:
         return []
     return [name for name, _ in float32_islands(model, spec.run_in_float32, dtype)]
