@@ -141,22 +141,14 @@ def search_islands(spec: PipelineSpec, half_model, half_batch, float32_model, re
             tried[key] = drift if drift is not None and within_tolerance(drift) else None
         return tried[key] is not None
 
-    if not names or not works(names):
+    found = bisect(names, works)
+    if found is None:
         return None
-    low, high = 1, len(names)          # the shortest prefix that works
-    while low < high:
-        mid = (low + high) // 2
-        low, high = (low, mid) if works(names[:mid]) else (mid + 1, high)
-    end = high
-    low, high = 0, end - 1             # then the shortest tail of it that works
-    while low < high:
-        mid = (low + high + 1) // 2
-        low, high = (mid, high) if works(names[mid:end]) else (low, mid - 1)
-    chosen = outermost(names[low:end])
+    chosen = outermost(found)
     share = half_share(half_model, chosen)
     if share < MIN_HALF_SHARE:
         return None
-    output = tried[tuple(names[low:end])]
+    output = tried[tuple(found)]
     if verify:
         passes += 1
         output = _verify(spec, chosen, half_batch, reference_output)
@@ -164,6 +156,23 @@ def search_islands(spec: PipelineSpec, half_model, half_batch, float32_model, re
             return None
     return IslandSearch(modules=chosen, half_share=share, passes=passes,
                         candidates=len(names), output=output, dtype=dtype_name)
+
+
+def bisect(names: list, works) -> list | None:
+    """The shortest prefix of `names` that works, then the shortest tail of that prefix:
+    1 + 2*ceil(log2 N) calls of `works` at most; None when all of `names` does not work."""
+    if not names or not works(names):
+        return None
+    low, high = 1, len(names)
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if works(names[:mid]) else (mid + 1, high)
+    end = high
+    low, high = 0, end - 1
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if works(names[mid:end]) else (low, mid - 1)
+    return names[low:end]
 
 
 def _try(spec, model, batch, float32_model, names, dtype, device, run_forward):
