@@ -69,24 +69,29 @@ class DriftResult:
 
 
 class Recorder:
-    """Forward hooks on every module for one pass: per call, the abs-max of the floating inputs
-    and of the primary output; with `keep`, the primary output itself (the float32 pass); with
-    `against` (what a float32 Recorder kept), the comparison with it (the variant pass)."""
+    """Forward hooks on every module for one pass: per call, the abs-max of the primary output
+    (and, with `keep`, of the floating inputs, and the output itself: the float32 pass); with
+    `against` (what a float32 Recorder kept), the comparison with it (the variant pass).
+
+    One `aminmax` per tensor, recorded once even when it is one module's output and the next
+    one's input; non-finite values are counted only where a statistic shows them.
+    """
 
     def __init__(self, model, keep: bool = False, against: dict | None = None):
         self.model, self.keep, self.against = model, keep, against
         self.kept: dict = {}          # (name, call) -> float32 output tensor
-        self.calls: list = []         # [name, cls, call, finished, stats...] in call order
+        self.calls: list = []         # {name, cls, call, finished, stats...} in call order
         self._counts: dict = {}
-        self._pending: list = []      # (row, 0-d tensors) read back at exit
+        self._pending: list = []      # (row, {stat: 0-d tensor}, variant output) read at exit
+        self._seen: dict = {}         # id(tensor) -> (weak reference, its 0-d abs-max)
         self._handles = []
+        self._stack = []
         self._finished = 0
 
     def __enter__(self):
         for name, module in self.model.named_modules():
             self._handles.append(module.register_forward_pre_hook(self._pre(name)))
             self._handles.append(module.register_forward_hook(self._post(), with_kwargs=True))
-        self._stack = []
         return self
 
     def __exit__(self, *exc):
@@ -112,56 +117,85 @@ class Recorder:
             row = self._stack.pop()
             row["finished"] = self._finished
             self._finished += 1
-            inputs = [t for t in _tensors((args, kwargs)) if t.is_floating_point() and t.numel()]
             out = next((t for t in _tensors(output) if t.is_floating_point() and t.numel()), None)
-            stats = {}
-            if inputs:
-                stats["in_absmax"] = torch.stack([_finite_absmax(t) for t in inputs]).max()
+            stats, held = {}, None
+            if self.keep:
+                inputs = [self._absmax(t) for t in _tensors((args, kwargs))
+                          if t.is_floating_point() and t.numel()]
+                if inputs:
+                    stats["in_absmax"] = torch.stack(inputs).max()
             if out is not None:
-                stats["out_absmax"] = _finite_absmax(out)
+                stats["out_absmax"] = self._absmax(out)
                 key = (row["name"], row["call"])
                 if self.keep:
                     self.kept[key] = out.detach().float()
                 if self.against is not None and key in self.against:
-                    stats.update(compare(self.against.pop(key), out.detach()))
-            self._pending.append((row, stats))
+                    held = out.detach()
+                    stats.update(compare(self.against.pop(key), held))
+            self._pending.append((row, stats, held))
         return hook
+
+    def _absmax(self, tensor):
+        import weakref
+
+        import torch
+
+        seen = self._seen.get(id(tensor))
+        if seen is not None and seen[0]() is tensor:
+            return seen[1]
+        low, high = torch.aminmax(tensor.detach())
+        value = torch.maximum(-low, high).float()
+        self._seen[id(tensor)] = (weakref.ref(tensor), value)
+        return value
 
     def _materialize(self):
         import torch
 
-        names = [(row, key) for row, stats in self._pending for key in stats]
-        if names:
-            values = torch.stack([stats[key].detach().double().cpu() for row, stats in
+        keys = [(row, key) for row, stats, _ in self._pending for key in stats]
+        if keys:
+            values = torch.stack([stats[key].detach().double().cpu() for _, stats, _ in
                                   self._pending for key in stats]).tolist()
-            for (row, key), value in zip(names, values):
+            for (row, key), value in zip(keys, values):
                 row[key] = value
+        for row, _, held in self._pending:
+            if held is not None:
+                finish_comparison(row, held)
         self._pending.clear()
+        self._seen.clear()
 
 
 def compare(reference, variant) -> dict:
-    """0-d tensors: max |diff|, cosine, SQNR (dB), the variant's non-finite count, its abs-max."""
+    """0-d tensors from which `finish_comparison` makes max |diff|, cosine and SQNR."""
     import torch
 
     if reference.shape != variant.shape:
         return {}
     out = variant.float()
-    finite = torch.isfinite(out)
-    diff = (out - reference).where(finite, torch.zeros((), device=out.device))
-    ref64, diff64, out64 = reference.double(), diff.double(), out.where(finite, 0).double()
-    signal, noise = (ref64 * ref64).sum(), (diff64 * diff64).sum()
-    norms = ref64.norm() * out64.norm()
-    return {"max_abs_diff": diff.abs().max(),
-            "cosine": (ref64 * out64).sum() / norms.clamp_min(1e-300),
-            "sqnr_db": 10 * torch.log10(signal.clamp_min(1e-300) / noise.clamp_min(1e-300)),
-            "nonfinite": (~finite).sum(), "identical": noise == 0}
+    diff = out - reference
+    low, high = torch.aminmax(diff)
+    return {"max_abs_diff": torch.maximum(-low, high), "noise": (diff * diff).sum(),
+            "signal": (reference * reference).sum(), "dot": (reference * out).sum(),
+            "power": (out * out).sum()}
 
 
-def _finite_absmax(tensor):
+def finish_comparison(row: dict, variant) -> None:
+    """cosine, sqnr_db, identical and nonfinite from the read-back sums; where they are not
+    finite, count the variant's inf/NaN and take its abs-max over the finite values."""
     import torch
 
-    detached = tensor.detach()
-    return detached.abs().where(torch.isfinite(detached), 0).max().float()
+    if "noise" not in row:
+        return
+    row["nonfinite"] = 0
+    if not all(math.isfinite(row[k]) for k in ("noise", "dot", "power", "out_absmax")):
+        finite = torch.isfinite(variant)
+        row["nonfinite"] = int((~finite).sum())
+        row["out_absmax"] = float(variant.abs().where(finite, 0).max()) if finite.any() else None
+        return
+    row["identical"] = row["noise"] == 0
+    norms = math.sqrt(row["signal"] * row["power"])
+    row["cosine"] = row["dot"] / norms if norms else (1.0 if row["identical"] else 0.0)
+    row["sqnr_db"] = (SQNR_CEILING_DB if row["identical"] else
+                      10 * math.log10(max(row["signal"], 1e-300) / row["noise"]))
 
 
 def _tensors(value):
@@ -177,16 +211,15 @@ def module_drifts(reference: Recorder, variant: Recorder) -> list[ModuleDrift]:
     absmax32 = {(r["name"], r["call"]): r.get("out_absmax") for r in reference.calls}
     rows = []
     for row in variant.calls:
-        if "sqnr_db" not in row:
+        if "nonfinite" not in row:
             continue
-        nonfinite = int(row["nonfinite"])
+        nonfinite = row["nonfinite"]
         finite = nonfinite == 0
-        sqnr = SQNR_CEILING_DB if row["identical"] else min(row["sqnr_db"], SQNR_CEILING_DB)
         rows.append(ModuleDrift(
             name=row["name"], cls=row["cls"], call=row["call"],
             max_abs_diff=row["max_abs_diff"] if finite else None,
-            cosine=_clean(row["cosine"]) if finite else None,
-            sqnr_db=_clean(sqnr) if finite else None,
+            cosine=row["cosine"] if finite else None,
+            sqnr_db=min(row["sqnr_db"], SQNR_CEILING_DB) if finite else None,
             abs_max_float32=absmax32.get((row["name"], row["call"])),
             abs_max_variant=row.get("out_absmax"), nonfinite=nonfinite))
     return rows
@@ -201,10 +234,6 @@ def diverged_modules(modules: list[ModuleDrift], variant: Recorder) -> list[str]
     return list(dict.fromkeys(m.name for m in diverged))
 
 
-def _clean(value):
-    return None if value is None or math.isnan(value) else float(value)
-
-
 def output_drift(reference_output, variant_output) -> dict:
     """The primary output compared: CONTRACT keys, plus SQNR, the non-finite count, finite."""
     from .bench_measure import drift, reference_copy
@@ -216,10 +245,11 @@ def output_drift(reference_output, variant_output) -> dict:
            "cosine": stats["cosine_vs_float32"], "top1_agreement": stats["top1_agreement"],
            "nonfinite": stats["nonfinite_outputs"], "sqnr_db": None}
     if ref is not None and var is not None and ref[1].shape == var[1].shape:
-        values = compare(ref[1], var[1])
-        if not int(values["nonfinite"]):
-            out["sqnr_db"] = (SQNR_CEILING_DB if bool(values["identical"])
-                              else min(float(values["sqnr_db"]), SQNR_CEILING_DB))
+        row = {key: float(value) for key, value in compare(ref[1], var[1]).items()}
+        row["out_absmax"] = float(var[1].abs().max())
+        finish_comparison(row, var[1])
+        if not row["nonfinite"]:
+            out["sqnr_db"] = min(row["sqnr_db"], SQNR_CEILING_DB)
     out["finite"] = not out["nonfinite"]
     return out
 
