@@ -69,16 +69,18 @@ class DriftResult:
 
 
 class Recorder:
-    """Forward hooks on every module for one pass: per call, the abs-max of the primary output
-    (and, with `keep`, of the floating inputs, and the output itself: the float32 pass); with
-    `against` (what a float32 Recorder kept), the comparison with it (the variant pass).
+    """Forward hooks on every module for one pass: per call, the abs-max of the primary output;
+    with `inputs`, of the floating inputs too (the float32 pass, for island candidates); with
+    `keep`, the output itself (the float32 pass); with `against` (what a float32 Recorder
+    kept), the comparison with it (the variant pass).
 
     One `aminmax` per tensor, recorded once even when it is one module's output and the next
     one's input; non-finite values are counted only where a statistic shows them.
     """
 
-    def __init__(self, model, keep: bool = False, against: dict | None = None):
-        self.model, self.keep, self.against = model, keep, against
+    def __init__(self, model, keep: bool = False, against: dict | None = None,
+                 inputs: bool = False):
+        self.model, self.keep, self.against, self.inputs = model, keep, against, inputs
         self.kept: dict = {}          # (name, call) -> float32 output tensor
         self.calls: list = []         # {name, cls, call, finished, stats...} in call order
         self._counts: dict = {}
@@ -119,7 +121,7 @@ class Recorder:
             self._finished += 1
             out = next((t for t in _tensors(output) if t.is_floating_point() and t.numel()), None)
             stats, held = {}, None
-            if self.keep:
+            if self.inputs:
                 inputs = [self._absmax(t) for t in _tensors((args, kwargs))
                           if t.is_floating_point() and t.numel()]
                 if inputs:
@@ -314,7 +316,7 @@ def drift(spec: PipelineSpec, variant: str | None = None, progress=None, cancel=
     build = prepare_batch(ref_spec, ref_loaded, processor, progress, cancel)
     timings["float32 load"] = round(time.perf_counter() - start, 4)
     report_progress(progress, "forward", "float32 forward pass")
-    with Recorder(ref_loaded.model, keep=True) as reference:
+    with Recorder(ref_loaded.model, keep=True, inputs=islands) as reference:
         ref_output = run_forward(ref_spec, ref_loaded.model, build.batch, device)
     check_cancel(cancel)
     start = time.perf_counter()

@@ -89,8 +89,10 @@ def candidates(reference_calls: list, dtype: str, diverged=()) -> list[str]:
             name = name.rpartition(".")[0]
         return None  # only the whole model holds it: that is no island
 
-    hot = sorted((n for n in outputs if n and badness(outputs[n]) > 1),
-                 key=lambda n: -badness(outputs[n]))
+    # Hot: a module whose output, or input, float16 cannot hold (an input made by functional
+    # code, `act(gate(x)) * up(x)`, shows only there).
+    heat = {n: max(badness(outputs[n]), badness(inputs[n])) for n in outputs if n}
+    hot = sorted((n for n in heat if heat[n] > 1), key=lambda n: -heat[n])
     chosen: list[str] = []
     for name in [enclosing(n) for n in hot]:
         if name is None or name in chosen or any(name.startswith(c + ".") for c in chosen):
@@ -260,7 +262,7 @@ def islands_for(spec: PipelineSpec, model, batch, cancel=None):
     reference_spec = spec.replace(model_dtype="float32", model_cast=None, run_in_float32=[],
                                   autocast=None)
     loaded, _ = prepare_model(reference_spec)
-    with Recorder(loaded.model) as reference:
+    with Recorder(loaded.model, inputs=True) as reference:
         output = run_forward(reference_spec, loaded.model, cast_batch(batch, "float32"),
                              loaded.device)
     return search_islands(spec, model, batch, loaded.model, reference.calls, output,
