@@ -157,3 +157,20 @@ def test_no_overflow_risk_in_range_or_in_a_float16_run(demo_dir):
     islands = demo_spec("overflow").replace(run_in_float32=["bert.encoder.layer.0"])
     report = diagnose(islands)
     assert report.output["finite"] and "overflow-risk" not in codes(report.findings)
+
+
+# -- what the tree's "colour by headroom / drift" reads -----------------------------------------
+
+def test_headroom_and_drift_per_module_roll_up_to_the_parents(demo_dir):
+    from fp16studio.core.inventory import drift_by_module, headroom_by_module, rolled_up
+
+    report = diagnose(demo_spec("overflow").replace(model_dtype="float32"))
+    used = rolled_up(headroom_by_module(report.tree, against="float16"))
+    assert used["bert.encoder.layer.0.intermediate.dense"] > 1          # past float16's range
+    assert used["bert.encoder.layer.0"] == used["model"] > 1            # the parents show it
+    assert used["bert.embeddings"] < 1e-3 and used["bert.encoder.layer.1"] < 1e-3
+    own = headroom_by_module(report.tree)                               # against float32
+    assert own["bert.encoder.layer.0.intermediate.dense"] < 1e-30
+    sqnr = rolled_up(drift_by_module(drift(demo_spec("overflow"), islands=False).modules), min)
+    assert sqnr["bert.encoder.layer.0.intermediate.dense"] == float("-inf") == sqnr["model"]
+    assert sqnr["bert.embeddings"] > 40
