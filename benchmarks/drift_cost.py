@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 
-def timed(call) -> float:
+def timed(call, *args) -> float:
     start = time.perf_counter()
-    call()
+    call(*args)
     return time.perf_counter() - start
 
 
@@ -55,8 +55,8 @@ def main():
         drift(spec, variant)  # warm-up: imports, first calls
         base, cost = [], []
         for _ in range(args.rounds):
-            base.append(timed(lambda: diagnose(spec)))
-            cost.append(timed(lambda: drift(spec, variant)))
+            base.append(timed(diagnose, spec))
+            cost.append(timed(drift, spec, variant))
         ratio = statistics.median(cost) / statistics.median(base)
         print(f"  {variant:9} diagnose median {statistics.median(base):.3f} s, drift median "
               f"{statistics.median(cost):.3f} s: ratio {ratio:.2f}x (target <= 2.5x)")

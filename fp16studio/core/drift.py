@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from .errors import InputError, check_cancel, first_line, report_progress
+from .errors import Cancelled, InputError, check_cancel, first_line, report_progress
 from .findings import Finding
 from .spec import PipelineSpec
 
@@ -347,10 +347,15 @@ def drift(spec: PipelineSpec, variant: str | None = None, progress=None, cancel=
             check_cancel(cancel)
             report_progress(progress, "islands", "searching float32 islands")
             start = time.perf_counter()
-            search = search_islands(
-                var_spec, var_loaded.model, var_batch, ref_loaded.model,
-                reference_calls=reference.calls, reference_output=ref_output,
-                diverged=diverged, cancel=cancel)
+            try:
+                search = search_islands(
+                    var_spec, var_loaded.model, var_batch, ref_loaded.model,
+                    reference_calls=reference.calls, reference_output=ref_output,
+                    diverged=diverged, cancel=cancel)
+            except Cancelled:
+                raise
+            except Exception:  # noqa: BLE001 - the search is an extra: the comparison stands
+                search = None
             timings["islands"] = round(time.perf_counter() - start, 4)
         tensor = primary_output(var_output)[1]
         dtype = str(tensor.dtype).replace("torch.", "") if tensor is not None else variant

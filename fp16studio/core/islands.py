@@ -242,7 +242,14 @@ def with_island_fix(findings: list, spec: PipelineSpec, model, batch, cancel=Non
 
     if model_half_dtype(model) is None:
         return findings
-    search = islands_for(spec, model, batch, cancel)
+    from .errors import Cancelled
+
+    try:
+        search = islands_for(spec, model, batch, cancel)
+    except Cancelled:
+        raise
+    except Exception:  # noqa: BLE001 - the search is an extra: the diagnosis stands without it
+        return findings
     if search is None:
         return findings
     from dataclasses import replace
