@@ -34,7 +34,7 @@ class ModuleDrift:
     sqnr_db: float | None
     abs_max_float32: float | None
     abs_max_variant: float | None      # over the variant's finite values
-    nonfinite: int                     # inf/NaN in the variant's output where float32 had none
+    nonfinite: int                     # inf/NaN values in the variant's output
 
     @property
     def diverged(self) -> bool:
@@ -299,8 +299,8 @@ def drift(spec: PipelineSpec, variant: str | None = None, progress=None, cancel=
     """
     import time
 
-    from .pipeline import (DeviceUnavailable, prepare_batch, prepare_model, primary_output,
-                           run_forward)
+    from .data import PipelineFailure
+    from .pipeline import DeviceUnavailable, prepare_batch, prepare_model, primary_output
 
     variant = (variant or default_variant(spec)).strip().lower()
     ref_spec, var_spec = variant_specs(spec, variant)
@@ -313,27 +313,31 @@ def drift(spec: PipelineSpec, variant: str | None = None, progress=None, cancel=
     device = ref_loaded.device
     result = DriftResult(variant=variant, device=str(device), timings=timings)
     check_cancel(cancel)
-    build = prepare_batch(ref_spec, ref_loaded, processor, progress, cancel)
+    try:
+        build = prepare_batch(ref_spec, ref_loaded, processor, progress, cancel)
+    except PipelineFailure as failure:  # the user's data steps failed: nothing to compare
+        result.error = _error(failure.exc, "batch")
+        return result
     timings["float32 load"] = round(time.perf_counter() - start, 4)
     report_progress(progress, "forward", "float32 forward pass")
-    with Recorder(ref_loaded.model, keep=True, inputs=islands) as reference:
-        ref_output = run_forward(ref_spec, ref_loaded.model, build.batch, device)
+    reference = Recorder(ref_loaded.model, keep=True, inputs=islands)
+    ref_output, result.error = _traced_forward(ref_spec, ref_loaded, build.batch, reference,
+                                               "float32 forward")
+    if result.error:
+        return result
     check_cancel(cancel)
     start = time.perf_counter()
     report_progress(progress, "model", f"loading {spec.model} for {variant}")
     var_loaded, _ = prepare_model(var_spec, progress)
     var_batch = cast_batch(build.batch, var_spec.input_dtype)
     report_progress(progress, "forward", f"{variant} forward pass")
-    try:
-        with Recorder(var_loaded.model, against=reference.kept) as compared:
-            var_output = run_forward(var_spec, var_loaded.model, var_batch, device)
-    except Exception as exc:  # noqa: BLE001 - the variant cannot run: say why, no comparison
-        result.error = {"type": type(exc).__name__, "message": first_line(exc, 500),
-                        "stage": "forward"}
+    compared = Recorder(var_loaded.model, against=reference.kept)
+    var_output, result.error = _traced_forward(var_spec, var_loaded, var_batch, compared,
+                                               f"{variant} forward")
+    reference.kept.clear()
+    timings[variant] = round(time.perf_counter() - start, 4)
+    if result.error:
         return result
-    finally:
-        reference.kept.clear()
-        timings[variant] = round(time.perf_counter() - start, 4)
     result.modules = module_drifts(reference, compared)
     diverged = diverged_modules(result.modules, compared)
     result.first_divergent = (diverged[0] or "model") if diverged else None
@@ -361,6 +365,21 @@ def drift(spec: PipelineSpec, variant: str | None = None, progress=None, cancel=
         dtype = str(tensor.dtype).replace("torch.", "") if tensor is not None else variant
         result.findings = [drift_finding(spec, result, dtype, search)]
     return result
+
+
+def _traced_forward(spec, loaded, batch, recorder, stage):
+    """(output, None), or (None, error document) when the pipeline's forward pass fails."""
+    from .pipeline import run_forward
+
+    try:
+        with recorder:
+            return run_forward(spec, loaded.model, batch, loaded.device), None
+    except Exception as exc:  # noqa: BLE001 - the run failed: say why, no comparison
+        return None, _error(exc, stage)
+
+
+def _error(exc, stage) -> dict:
+    return {"type": type(exc).__name__, "message": first_line(exc, 500), "stage": stage}
 
 
 def cast_batch(batch: dict, dtype: str | None) -> dict:

@@ -174,3 +174,15 @@ def test_headroom_and_drift_per_module_roll_up_to_the_parents(demo_dir):
     sqnr = rolled_up(drift_by_module(drift(demo_spec("overflow"), islands=False).modules), min)
     assert sqnr["bert.encoder.layer.0.intermediate.dense"] == float("-inf") == sqnr["model"]
     assert sqnr["bert.embeddings"] > 40
+
+
+def test_a_variant_that_cannot_run_is_reported_not_raised(demo_dir, zoo, capsys, tmp_path):
+    # FNet's FFT has no float16 kernel on this CPU: the variant fails, float32 ran.
+    spec = PipelineSpec.from_dict({"model": str(zoo["fnet"]), "dataset": "data/texts.jsonl",
+                                   "device": "cpu"}, base_dir=demo_dir)
+    result = drift(spec, "float16")
+    assert not result.ok and result.error["stage"] == "float16 forward"
+    assert not result.modules and not result.findings
+    spec.save(tmp_path / "fnet.json")
+    assert main(["drift", str(tmp_path / "fnet.json")]) == 1
+    assert "the float16 run failed" in capsys.readouterr().out
