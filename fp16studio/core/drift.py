@@ -153,11 +153,13 @@ class Recorder:
     def _materialize(self):
         import torch
 
-        keys = [(row, key) for row, stats, _ in self._pending for key in stats]
-        if keys:
-            values = torch.stack([stats[key].detach().double().cpu() for _, stats, _ in
-                                  self._pending for key in stats]).tolist()
-            for (row, key), value in zip(keys, values):
+        by_device: dict = {}  # one read-back (one sync) per device
+        for row, stats, _ in self._pending:
+            for key, value in stats.items():
+                by_device.setdefault(value.device, []).append((row, key, value))
+        for items in by_device.values():
+            values = torch.stack([value.detach().double() for _, _, value in items]).tolist()
+            for (row, key, _), value in zip(items, values):
                 row[key] = value
         for row, _, held in self._pending:
             if held is not None:

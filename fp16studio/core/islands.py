@@ -115,12 +115,11 @@ def outermost(names) -> list[str]:
 # -- the search ---------------------------------------------------------------------------------
 
 def search_islands(spec: PipelineSpec, half_model, half_batch, float32_model, reference_calls,
-                   reference_output, diverged=(), cancel=None, verify=True):
+                   reference_output, diverged=(), cancel=None):
     """The smallest island set found, verified; None when no set of candidates works."""
     from .drift import output_drift, within_tolerance
     from .errors import check_cancel
     from .loading import model_half_dtype
-    from .pipeline import run_forward
 
     dtype = model_half_dtype(half_model)
     if dtype is None:
@@ -137,11 +136,10 @@ def search_islands(spec: PipelineSpec, half_model, half_batch, float32_model, re
         if key not in tried:
             check_cancel(cancel)
             passes += 1
-            output = _try(spec, half_model, half_batch, float32_model, subset, dtype, device,
-                          run_forward)
-            drift = output_drift(reference_output, output) if output is not None else None
-            tried[key] = drift if drift is not None and within_tolerance(drift) else None
-        return tried[key] is not None
+            output = _try(spec, half_model, half_batch, float32_model, subset, dtype, device)
+            tried[key] = output is not None and within_tolerance(
+                output_drift(reference_output, output))
+        return tried[key]
 
     found = bisect(names, works)
     if found is None:
@@ -150,12 +148,10 @@ def search_islands(spec: PipelineSpec, half_model, half_batch, float32_model, re
     share = half_share(half_model, chosen)
     if share < MIN_HALF_SHARE:
         return None
-    output = tried[tuple(found)]
-    if verify:
-        passes += 1
-        output = _verify(spec, chosen, half_batch, reference_output)
-        if output is None:
-            return None
+    passes += 1
+    output = _verify(spec, chosen, half_batch, reference_output)
+    if output is None:
+        return None
     return IslandSearch(modules=chosen, half_share=share, passes=passes,
                         candidates=len(names), output=output, dtype=dtype_name)
 
@@ -177,9 +173,10 @@ def bisect(names: list, works) -> list | None:
     return names[low:end]
 
 
-def _try(spec, model, batch, float32_model, names, dtype, device, run_forward):
+def _try(spec, model, batch, float32_model, names, dtype, device):
     """The half model's output with `names` as islands (float32 weights borrowed), or None."""
     from .loading import float32_islands
+    from .pipeline import run_forward
 
     saved = []
     for name in names:
