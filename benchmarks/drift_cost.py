@@ -6,6 +6,8 @@ alike; the figure is the ratio of the medians. A drift loads the model twice (fl
 variant, each as the spec's load path does) and runs two hooked forward passes on one batch; a
 diagnosis loads once and runs one traced pass. In-process is the stricter figure: as whole
 processes the interpreter's start and the imports, paid once by each, make the ratio smaller.
+The same pipeline run plainly (load, batch, one forward pass, no hooks) is timed in the same
+rounds too: drift against it does not move when the diagnosis's tracer gets faster.
 
     python benchmarks/drift_cost.py [--rounds 5] [--model DIR] [--variants float16,bfloat16]
 """
@@ -41,6 +43,7 @@ def main():
     from fp16studio.core.data import SYNTHETIC_TEXTS
     from fp16studio.core.diagnosis import diagnose
     from fp16studio.core.drift import drift
+    from fp16studio.core.pipeline import forward, prepare
     from fp16studio.core.spec import PipelineSpec
 
     folder = Path(tempfile.mkdtemp(prefix="drift-cost-"))
@@ -53,13 +56,15 @@ def main():
     for variant in args.variants.split(","):
         diagnose(spec)
         drift(spec, variant)  # warm-up: imports, first calls
-        base, cost = [], []
+        plain, base, cost = [], [], []
         for _ in range(args.rounds):
+            plain.append(timed(lambda: forward(prepare(spec))))
             base.append(timed(diagnose, spec))
             cost.append(timed(drift, spec, variant))
-        ratio = statistics.median(cost) / statistics.median(base)
-        print(f"  {variant:9} diagnose median {statistics.median(base):.3f} s, drift median "
-              f"{statistics.median(cost):.3f} s: ratio {ratio:.2f}x (target <= 2.5x)")
+        plain_s, base_s, cost_s = map(statistics.median, (plain, base, cost))
+        print(f"  {variant:9} plain {plain_s:.3f} s, diagnose {base_s:.3f} s, drift "
+              f"{cost_s:.3f} s (medians): drift / diagnose {cost_s / base_s:.2f}x "
+              f"(target <= 2.5x), drift / plain {cost_s / plain_s:.2f}x")
 
 
 if __name__ == "__main__":
