@@ -276,13 +276,27 @@ def default_variant(spec: PipelineSpec) -> str:
     return "float16"
 
 
+def parse_variant(name: str) -> str:
+    """A variant's canonical name; its dtype may be written fp16, half, bf16 as elsewhere."""
+    from . import dtypes
+
+    text = name.strip().lower()
+    autocast = text.startswith("autocast-")
+    try:
+        dtype = dtypes.normalize(text.removeprefix("autocast-"))
+    except InputError:
+        dtype = text
+    variant = f"autocast-{dtype}" if autocast else dtype
+    if variant not in VARIANTS:
+        raise InputError(f"drift: unknown variant {name!r} (use {', '.join(VARIANTS)})")
+    return variant
+
+
 def variant_specs(spec: PipelineSpec, variant: str) -> tuple[PipelineSpec, PipelineSpec]:
     """(float32 spec, variant spec): bench's variants (the precision, not the pipeline's
     casting mistakes), with the user's model_cast following the variant and the islands kept."""
     from .bench import variant_spec
 
-    if variant not in VARIANTS:
-        raise InputError(f"drift: unknown variant {variant!r} (use {', '.join(VARIANTS)})")
     reference = variant_spec(spec, "float32").replace(model_cast=None)
     half = variant_spec(spec, variant)
     cast = variant if spec.model_cast and variant in ("float16", "bfloat16") else None
@@ -304,7 +318,7 @@ def drift(spec: PipelineSpec, variant: str | None = None, progress=None, cancel=
     from .data import PipelineFailure
     from .pipeline import DeviceUnavailable, prepare_batch, prepare_model, primary_output
 
-    variant = (variant or default_variant(spec)).strip().lower()
+    variant = parse_variant(variant) if variant else default_variant(spec)
     ref_spec, var_spec = variant_specs(spec, variant)
     timings: dict = {}
     start = time.perf_counter()

@@ -10,7 +10,8 @@ import torch
 from fp16studio.cli import main
 from fp16studio.core import InputError, PipelineSpec, diagnose
 from fp16studio.core.demo import demo_spec
-from fp16studio.core.drift import DRIFT_SQNR_DB, Recorder, drift, module_drifts
+from fp16studio.core.drift import (DRIFT_SQNR_DB, Recorder, drift, module_drifts,
+                                   parse_variant)
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +83,10 @@ def test_autocast_variant_and_default_from_the_spec(demo_dir):
     assert result.variant == "autocast-bfloat16" and result.ok
     with pytest.raises(InputError, match="unknown variant"):
         drift(demo_spec("healthy"), "float64")
+    assert [parse_variant(v) for v in ("fp16", "BF16", "autocast-half")] == [
+        "float16", "bfloat16", "autocast-float16"]
+    with pytest.raises(InputError, match="unknown variant 'float32'"):
+        parse_variant("float32")  # the reference is no variant
 
 
 def test_calls_align_by_path_and_index_when_counts_differ():
