@@ -57,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="interleaved rounds of all variants, at least (default 5)")
     bench.add_argument("--json", action="store_true")
 
+    drift = sub.add_parser("drift", help="float32 against a half variant, module by module")
+    drift.add_argument("spec", metavar="SPEC")
+    drift.add_argument("--variant", metavar="V",
+                       help="float16, bfloat16, autocast-float16 or autocast-bfloat16 (default: "
+                            "the spec's own half precision, else float16)")
+    drift.add_argument("--json", action="store_true", help="print one JSON document")
+
     export = sub.add_parser("export", help="write a runnable script of the pipeline")
     export.add_argument("spec", metavar="SPEC")
     export.add_argument("-o", "--output", required=True, metavar="SCRIPT.py")
@@ -185,6 +192,18 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_drift(args) -> int:
+    """0 within tolerance; 1 precision-drift, overflow, or a variant that cannot run."""
+    from .core.drift import drift, format_drift
+
+    result = drift(_load_spec(args.spec), variant=args.variant)
+    if args.json:
+        _print_json(result.to_json())
+    else:
+        print(format_drift(result.to_json()))
+    return 0 if result.ok else 1
+
+
 def cmd_export(args) -> int:
     from .core.export import export_script
 
@@ -248,7 +267,8 @@ def cmd_demo(args) -> int:
     return 0
 
 
-COMMANDS = {"diagnose": cmd_diagnose, "fix": cmd_fix, "bench": cmd_bench, "export": cmd_export,
+COMMANDS = {"diagnose": cmd_diagnose, "fix": cmd_fix, "bench": cmd_bench, "drift": cmd_drift,
+            "export": cmd_export,
             "report": cmd_report, "inspect": cmd_inspect, "demo": cmd_demo}
 
 

@@ -10,6 +10,7 @@ from . import dtypes
 from .data import PipelineFailure
 from .errors import check_cancel, first_line, report_progress
 from .inventory import mark, pipeline_tree
+from .islands import with_island_fix
 from .loading import is_oom, resolve_device
 from .pipeline import DeviceUnavailable, prepare_batch, prepare_model, primary_output, run_forward
 from .report import Diagnosis
@@ -97,6 +98,8 @@ def _run(spec, loaded, processor, timings, progress, cancel):
                 keep_in_fp32=tuple(_keep_in_fp32_modules(model)), facts=facts, calls=calls,
                 error=error, exception=exception)
             findings = run_rules(evidence)
+            if exception is None:
+                findings = with_island_fix(findings, spec, model, batch, cancel)
             tree = pipeline_tree(model, batch, calls)
             mark(tree, findings)
     finally:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .. import __version__
 from .errors import InputError
+from .loading import islands_load_float32
 from .spec import PipelineSpec, write_text_atomic
 
 
@@ -55,7 +56,7 @@ def export_script(spec: PipelineSpec, path: str | Path | None = None) -> str:
 
 def render(plan: _Plan) -> str:
     head = [_docstring(plan), _fix_list(plan.spec), _imports(plan), _constants(plan)]
-    functions = [_pick_device(), _load_model(plan), _load_preprocess(plan), _read_rows(plan),
+    functions = [_pick_device(), _run_in_float32(plan.spec), _load_model(plan), _load_preprocess(plan), _read_rows(plan),
                  _build_batch(plan), _main_output(), _main(plan)]
     # PEP 8 spacing: one blank line in the header, two around top-level functions.
     return ("\n\n".join(part.strip("\n") for part in head if part) + "\n\n\n"
@@ -187,6 +188,8 @@ def _docstring(plan: _Plan) -> str:
     precision = f"{s.model_dtype} weights"
     if s.autocast:
         precision += f", autocast to {s.autocast}"
+    if _islands_rendered(s):
+        precision += f", {len(s.run_in_float32)} float32 island pattern(s)"
     return f'''
 """One forward pass of a Hugging Face pipeline, as its fp16studio spec describes it.
 
@@ -214,6 +217,8 @@ def _imports(plan: _Plan) -> str:
         stdlib |= {"importlib.util", "sys"}
     if s.keep_fp32:
         stdlib.add("fnmatch")
+    if _islands_rendered(s):
+        stdlib |= {"fnmatch", "re"}
     third = {"torch": None}
     names: dict[str, set] = {"torch.utils.data": {"DataLoader"},
                              "transformers": {plan.model_class}}
@@ -243,6 +248,9 @@ def _constants(plan: _Plan) -> str:
     lines += [f"SAMPLES = {s.samples}", f"BATCH_SIZE = {s.batch_size}"]
     if s.keep_fp32:
         lines.append(f"KEEP_FP32 = {_q(list(s.keep_fp32))}  # module-name patterns (fnmatch)")
+    if _islands_rendered(s):
+        lines.append(f"RUN_IN_FLOAT32 = {_q(list(s.run_in_float32))}  # module-name patterns "
+                     "(fnmatch)")
     return "\n".join(lines)
 
 
@@ -255,11 +263,67 @@ def pick_device(name):
     return torch.device(name)'''
 
 
+def _islands_rendered(s: PipelineSpec) -> bool:
+    """run_in_float32 acts on a half model; on a float32 one it has nothing to do."""
+    return bool(s.run_in_float32) and _model_dtype(s) != "float32"
+
+
+def _model_dtype(s: PipelineSpec) -> str:
+    """The dtype the model computes in: the user's cast after loading, else the load dtype."""
+    return s.model_cast or s.model_dtype
+
+
+def _run_in_float32(s: PipelineSpec) -> str:
+    if not _islands_rendered(s):
+        return ""
+    return '''
+def to_dtype(value, dtype):
+    """`value` with its floating tensors cast to `dtype`, through tuples, lists and dicts."""
+    if torch.is_tensor(value):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, dict):
+        cast = {k: to_dtype(v, dtype) for k, v in value.items()}
+        return cast if type(value) is dict else type(value)(**cast)
+    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
+        return type(value)(to_dtype(v, dtype) for v in value)
+    return value
+
+
+def run_in_float32(model, dtype, patterns):
+    """Float32 islands in a `dtype` model: the modules matching `patterns` keep float32 weights,
+    cast their floating inputs up to float32 and their outputs back to `dtype`."""
+    islands = []
+    for name, _ in model.named_modules():
+        inside = any(name.startswith(island + ".") for island in islands)
+        if name and not inside and any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            islands.append(name)
+    # Everything else in `dtype`, except what transformers itself keeps in float32 at this dtype.
+    kept = set(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
+    if dtype == torch.float16:
+        kept |= set(getattr(model, "_keep_in_fp32_modules", None) or ())
+    kept = re.compile("|".join(p.replace("*", ".*") for p in sorted(kept))) if kept else None
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        inside = any(name.startswith(island + ".") for island in islands)
+        if tensor.is_floating_point() and not inside and not (kept and kept.search(name)):
+            tensor.data = tensor.data.to(dtype)
+    for name in islands:
+        module = model.get_submodule(name).float()
+        module.register_forward_pre_hook(
+            lambda module, args, kwargs: (to_dtype(args, torch.float32),
+                                          to_dtype(kwargs, torch.float32)),
+            with_kwargs=True)
+        module.register_forward_hook(lambda module, args, output: to_dtype(output, dtype))'''
+
+
 def _load_model(plan: _Plan) -> str:
     s = plan.spec
-    args = ["MODEL", "dtype=" + ('"auto"' if s.model_dtype == "auto" else _torch_dtype(s.model_dtype))]
+    load_dtype = "float32" if islands_load_float32(s) else s.model_dtype
+    args = ["MODEL", "dtype=" + ('"auto"' if load_dtype == "auto" else _torch_dtype(load_dtype))]
     args += _hub_args(s)
     body = _fix_notes(s, ("model_dtype", "device_map", "device"))
+    if load_dtype != s.model_dtype:
+        body += ["# Loaded in float32 so the float32 islands keep the checkpoint's own weights;",
+                 f"# the rest is cast to {s.model_dtype} below."]
     if s.device_map:
         args.append(f"device_map={_q(s.device_map)}")
         body.append("# device_map places the model (accelerate), so --device is not used here.")
@@ -271,6 +335,10 @@ def _load_model(plan: _Plan) -> str:
         body += [f"# The whole model cast after loading (model_cast: {s.model_cast}): every "
                  "floating parameter and buffer,",
                  "# the library's own float32 modules included.", _model_cast(s.model_cast)]
+    if _islands_rendered(s):
+        body += _fix_notes(s, ("run_in_float32",))
+        dtype = _torch_dtype(_model_dtype(s)) if _model_dtype(s) != "auto" else "model.dtype"
+        body.append(f"run_in_float32(model, {dtype}, RUN_IN_FLOAT32)")
     if s.keep_fp32:
         body += _fix_notes(s, ("keep_fp32",))
         body += ["# Modules kept in float32 whatever the model's dtype.",

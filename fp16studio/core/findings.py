@@ -9,6 +9,7 @@ CODES = (
     "half-unsupported", "half-on-cpu", "overflow", "silent-upcast", "autocast-inactive",
     "mixed-precision-params", "out-of-memory", "device-unavailable",
     "label-dtype",
+    "overflow-risk", "precision-drift",
 )
 SEVERITIES = ("error", "warning", "info")
 

@@ -95,3 +95,56 @@ def locate(root: TensorNode, location: str) -> TensorNode | None:
             if node is not None:
                 return node
     return None
+
+
+# -- colour by headroom / drift (per module, for the tree) --------------------------------------
+
+# The largest finite value of each floating dtype.
+FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
+             "float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
+
+
+def range_used(absmax: float | None, dtype: str | None) -> float | None:
+    """The share of `dtype`'s range an abs-max uses: 1.0 at its largest value, above 1 past it
+    (measure a float32 run against "float16" to see what casting it would do)."""
+    if absmax is None or dtype not in FLOAT_MAX:
+        return None
+    return absmax / FLOAT_MAX[dtype]
+
+
+def headroom_by_module(root: TensorNode, against: str | None = None) -> dict:
+    """Module path -> the largest range_used of its outputs, from the tree's activations (each
+    against its own dtype, or all against `against`). Module paths as the tree's module nodes
+    have them ("model" for the model itself)."""
+    used: dict = {}
+    activations = root.find("activations")
+    for node in activations.children if activations is not None else ():
+        value = range_used(node.absmax, against or node.dtype)
+        if value is not None:
+            used[node.note] = max(value, used.get(node.note, value))
+    return used
+
+
+def drift_by_module(modules) -> dict:
+    """Module path -> the lowest SQNR (dB) of its calls, from a drift result's modules
+    (ModuleDrift or their JSON); a call that was not finite counts as minus infinity."""
+    worst: dict = {}
+    for module in modules:
+        row = module if isinstance(module, dict) else module.to_json()
+        sqnr = float("-inf") if row["nonfinite"] else row["sqnr_db"]
+        if sqnr is not None:
+            path = row["name"] or "model"
+            worst[path] = min(sqnr, worst.get(path, sqnr))
+    return worst
+
+
+def rolled_up(values: dict, worst=max) -> dict:
+    """`values` with each module's ancestors also given the worst value below them, so a
+    collapsed parent shows its children's worst (`worst=min` for SQNR, `max` for range used)."""
+    out = dict(values)
+    for path, value in values.items():
+        parts = path.split(".") if path != "model" else []
+        for i in range(len(parts)):
+            parent = ".".join(parts[:i]) or "model"
+            out[parent] = worst(value, out.get(parent, value))
+    return out

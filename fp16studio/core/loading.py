@@ -138,6 +138,8 @@ def load_model(spec: PipelineSpec, device) -> LoadedModel:
     cls = getattr(transformers, model_class_name(spec, task, arch))
     kwargs = {"dtype": "auto" if spec.model_dtype == "auto" else dtypes.to_torch(spec.model_dtype),
               "trust_remote_code": spec.trust_remote_code}
+    if islands_load_float32(spec):
+        kwargs["dtype"] = dtypes.to_torch("float32")
     if spec.device_map:
         kwargs["device_map"] = spec.device_map
     with quiet_hf():
@@ -152,6 +154,8 @@ def load_model(spec: PipelineSpec, device) -> LoadedModel:
     if spec.model_cast:
         # The user's model.half() / model.to(dtype): the library's float32 modules cast too.
         model.to(dtypes.to_torch(spec.model_cast))
+    if spec.run_in_float32:
+        apply_run_in_float32(model, spec)
     keep_in_float32(model, spec.keep_fp32)
     model.eval()
     return LoadedModel(model=model, source=folder, task=task, architecture=arch,
@@ -209,6 +213,112 @@ def keep_in_float32(model, patterns) -> list[str]:
             module.float()
             kept.append(name)
     return kept
+
+
+def islands_load_float32(spec: PipelineSpec) -> bool:
+    """Float32 islands in a model loaded in half: load float32, so the islands keep the
+    checkpoint's own float32 weights (a float16 round trip would clip them), then cast the rest."""
+    return bool(spec.run_in_float32) and spec.model_dtype in dtypes.HALF_NAMES
+
+
+def apply_run_in_float32(model, spec: PipelineSpec) -> list[str]:
+    """The spec's `run_in_float32`: cast the model to its half dtype except the islands (and,
+    as from_pretrained does, the library's own float32 modules), then run each island in float32
+    at its boundaries. Returns the island names; a model that is not half has none."""
+    half = spec.model_dtype if islands_load_float32(spec) else None
+    if half is not None:
+        library = library_float32_modules(model, half)
+        cast_outside_islands(model, dtypes.to_torch(half), spec.run_in_float32, library)
+    # Decided before the islands turn float32 (they may hold most of the parameters).
+    dtype = dtypes.to_torch(half) if half else model_half_dtype(model)
+    if dtype is None:
+        return []
+    return [name for name, _ in float32_islands(model, spec.run_in_float32, dtype)]
+
+
+def library_float32_modules(model, half: str) -> tuple:
+    """The module patterns from_pretrained keeps in float32 when loading in `half`."""
+    names = set(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
+    if half == "float16":
+        names |= set(getattr(model, "_keep_in_fp32_modules", None) or ())
+    return tuple(sorted(names))
+
+
+def _matches(name: str, patterns) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def island_names(model, patterns) -> list[str]:
+    """The outermost modules matching `patterns`: a match inside an island is part of it."""
+    names = []
+    for name, _ in model.named_modules():
+        if name and _matches(name, patterns) and not any(name.startswith(n + ".") for n in names):
+            names.append(name)
+    return names
+
+
+def cast_outside_islands(model, dtype, patterns, library=()) -> None:
+    """Every floating parameter and buffer to `dtype`, except inside the islands and those whose
+    name the library's float32 patterns hit (matched the way transformers matches them)."""
+    import re
+
+    islands = island_names(model, patterns)
+    kept = re.compile("|".join(p.replace("*", ".*") for p in library)) if library else None
+    tensors = list(model.named_parameters()) + list(model.named_buffers())
+    for name, tensor in tensors:
+        if not tensor.is_floating_point() or any(name.startswith(i + ".") for i in islands):
+            continue
+        if kept is not None and kept.search(name):
+            continue
+        tensor.data = tensor.data.to(dtype)
+
+
+def model_half_dtype(model):
+    """The half dtype most floating parameters hold, or None for a model that is not half."""
+    import torch
+
+    counts: dict = {}
+    for param in model.parameters():
+        if param.is_floating_point():
+            counts[param.dtype] = counts.get(param.dtype, 0) + param.numel()
+    dtype = max(counts, key=counts.get, default=None)
+    return dtype if dtype in (torch.float16, torch.bfloat16) else None
+
+
+def float32_islands(model, patterns, dtype) -> list:
+    """Run the modules matching `patterns` in float32 inside a `dtype` model: their weights
+    float32, floating inputs cast up on the way in, floating outputs cast back to `dtype` on the
+    way out. Returns [(name, hook handles)]; remove the handles to undo the boundaries."""
+    import torch
+
+    def cast_in(module, args, kwargs):
+        return cast_floating(args, torch.float32), cast_floating(kwargs, torch.float32)
+
+    def cast_out(module, args, output):
+        return cast_floating(output, dtype)
+
+    islands = []
+    for name in island_names(model, patterns):
+        module = model.get_submodule(name)
+        module.float()
+        islands.append((name, (module.register_forward_pre_hook(cast_in, with_kwargs=True),
+                               module.register_forward_hook(cast_out))))
+    return islands
+
+
+def cast_floating(value, dtype):
+    """`value` with its floating tensors cast to `dtype`, through tuples, lists and dicts
+    (ModelOutputs keep their class); anything else as it is."""
+    import torch
+
+    if torch.is_tensor(value):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, dict):
+        cast = {k: cast_floating(v, dtype) for k, v in value.items()}
+        return type(value)(**cast) if type(value) is not dict else cast
+    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
+        return type(value)(cast_floating(v, dtype) for v in value)
+    return value
 
 
 def first_device(model):

@@ -67,8 +67,11 @@ class Evidence:
         return sorted((c for c in self.calls if c.completed), key=lambda c: c.finished)
 
     def explained_fp32(self, module: str) -> bool:
-        """A module kept in float32 on purpose: by the user's keep_fp32 or by the library."""
-        patterns = tuple(self.spec.keep_fp32) + tuple(f"*{p}*" for p in self.keep_in_fp32)
+        """A module kept in float32 on purpose: by the user's keep_fp32 or run_in_float32, or by
+        the library."""
+        islands = tuple(self.spec.run_in_float32) + tuple(f"{p}.*" for p in self.spec.run_in_float32)
+        patterns = (tuple(self.spec.keep_fp32) + islands
+                    + tuple(f"*{p}*" for p in self.keep_in_fp32))
         return any(fnmatch.fnmatchcase(module, p) for p in patterns)
 
     def compute_dtypes(self) -> dict:
@@ -516,6 +519,40 @@ def rule_out_of_memory(ev: Evidence) -> list[Finding]:
         {"error": ev.message, "batch_size": ev.spec.batch_size}, tuple(fixes))]
 
 
+# Headroom (overflow-risk): within a quarter of float16's range is near; below its smallest
+# normal (2**-14) a whole tensor is subnormal in float16 (precision lost) or flushed to zero.
+FP16_NEAR = FP16_MAX / 4
+FP16_TINY = 2.0 ** -14
+
+
+def rule_overflow_risk(ev: Evidence) -> list[Finding]:
+    """In a run that is not float16, the first module whose output float16 could not hold."""
+    if "float16" in ev.param_dtypes or ev.half_requested() == "float16":
+        return []
+    for call in ev.returned():
+        # The primary output only: a tuple's extras can hold masks filled with the dtype's min.
+        sizes = [t.absmax for t in call.outputs[:1] if t.absmax is not None and not t.nonfinite]
+        big = max(sizes, default=0.0)
+        tiny = min((s for s in sizes if s > 0), default=None)
+        if big >= FP16_NEAR:
+            story = (f"reach {big:.4g}" + (f", past float16's largest value {FP16_MAX:.0f}"
+                                           if big > FP16_MAX else
+                                           f", near float16's largest value {FP16_MAX:.0f}"))
+        elif tiny is not None and tiny < FP16_TINY:
+            story = (f"are all below {tiny:.3g} in magnitude, under float16's smallest normal "
+                     f"value ({FP16_TINY:.3g}): they would lose their precision or flush to zero")
+        else:
+            continue
+        return [Finding(
+            "overflow-risk", "warning", call.name or "model",
+            f"The outputs of {call.name or 'the model'} ({call.cls}) {story}. This run is fine, "
+            "but the same pipeline in float16 would overflow or lose these values: keep this "
+            "module in float32 there (run_in_float32), or use bfloat16.",
+            {"largest abs": big, "smallest abs-max": tiny, "float16 max": FP16_MAX,
+             "module class": call.cls}, ())]
+    return []
+
+
 def rule_label_dtype(ev: Evidence) -> list[Finding]:
     fact = ev.facts.get("labels")
     if not ev.spec.with_labels or fact is None:
@@ -557,10 +594,11 @@ def rule_input_device_unavailable(ev: Evidence) -> list[Finding]:
              {"input_device": "model"}, "move every batch tensor to the model's (first) device"),))]
 
 
-RULES = (rule_out_of_memory, rule_input_device_unavailable, rule_label_dtype, rule_device_mismatch, rule_list_batch, rule_integer_cast,
+RULES = (rule_out_of_memory, rule_input_device_unavailable, rule_label_dtype,
+         rule_device_mismatch, rule_list_batch, rule_integer_cast,
          rule_half_unsupported, rule_dtype_mismatch, rule_overflow, rule_map_cast_lost,
          rule_silent_upcast, rule_autocast_inactive, rule_mixed_precision_params,
-         rule_half_on_cpu)
+         rule_half_on_cpu, rule_overflow_risk)
 
 
 def device_unavailable(spec: PipelineSpec, available: list[str]) -> Finding:

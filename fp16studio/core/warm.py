@@ -6,10 +6,14 @@ is loaded (and on the model folder's files, so a model saved again is read again
 model, and gives its memory back when the key changes. A run must leave the model as it found
 it: hooks are removed by the tracer, autocast and inference mode are context managers; as a
 guard, a model whose parameter dtypes, devices, training flag or hooks changed is reloaded.
+The config is put back as it was loaded: a forward pass writes to it (a classifier records the
+`problem_type` its first labels implied, so float labels once would make every later run
+multi-label).
 """
 
 from __future__ import annotations
 
+import copy
 import gc
 from pathlib import Path
 
@@ -41,6 +45,7 @@ class WarmModel:
         self._loaded = None
         self._processor = None
         self._state = None
+        self._config = None
         self.loads = 0  # models actually read, for the curious (and the tests)
 
     def load(self, spec: PipelineSpec, progress=None):
@@ -50,18 +55,20 @@ class WarmModel:
         key = loading_key(spec)
         if key == self._key and _state(self._loaded.model) == self._state:
             report_progress(progress, "model", f"{spec.model} is already loaded")
+            _restore(self._loaded.model.config, self._config)
             return self._loaded, self._processor
         self.clear()
         loaded, processor = prepare_model(spec, progress)
         self._key, self._loaded, self._processor = key, loaded, processor
         self._state = _state(loaded.model)
+        self._config = copy.deepcopy(loaded.model.config.__dict__)
         self.loads += 1
         return loaded, processor
 
     def clear(self):
         """Drop the model and give its memory back (the GPU's at once)."""
         had_model = self._loaded is not None
-        self._key = self._loaded = self._processor = self._state = None
+        self._key = self._loaded = self._processor = self._state = self._config = None
         if had_model:
             gc.collect()
             import torch
@@ -75,3 +82,9 @@ def _state(model) -> tuple:
     tensors = tuple((name, t.dtype, t.device) for name, t in model.state_dict(keep_vars=True).items())
     hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
     return tensors, model.training, hooks
+
+
+def _restore(config, saved: dict) -> None:
+    """The config as it was loaded, in place (the model's submodules share the object)."""
+    config.__dict__.clear()
+    config.__dict__.update(copy.deepcopy(saved))

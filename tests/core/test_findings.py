@@ -174,7 +174,9 @@ def test_fp16_overflow_names_the_first_module(demo_dir):
     assert f.severity == "error" and not report.ok and report.error is None
     assert f.location == "bert.encoder.layer.0.intermediate.dense"
     assert report.output["finite"] is False
-    assert f.fixes[0].edits["model_dtype"] == "bfloat16"
+    # Float32 islands first (the rest stays float16), then the model-wide answers.
+    assert f.fixes[0].id == "float32-islands"
+    assert f.fixes[1].edits["model_dtype"] == "bfloat16"
     node = report.tree.find(f.location)
     assert node is not None and node.status == "error"
 

