@@ -18,8 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from .errors import InputError
+from .files import regular_file
 from .spec import PipelineSpec, write_text_atomic
+
+
+# In every script's docstring: how the command line knows a file it may replace is a script.
+SIGNATURE = "as its fp16studio spec describes it"
 
 
 @dataclass
@@ -29,7 +33,8 @@ class _Plan:
     spec: PipelineSpec
     model_ref: str                    # absolute local folder, or the Hub id
     model_class: str                  # transformers class used for from_pretrained
-    processor_class: str | None       # None when the user's function already made the inputs
+    processor_class: str | None       # None when the rows already hold the model's main input
+    main_input: str                   # the model's main input name (input_ids, pixel_values...)
     read_rows: str                    # the expression that reads the split
     read_imports: tuple               # (module, name) pairs that expression needs
     dataset_ref: str | None           # absolute local path, the Hub id, or None (synthetic)
@@ -80,21 +85,25 @@ def _plan(spec: PipelineSpec) -> _Plan:
         processor = loading.load_processor(folder, skeleton, spec)
         rows = data.load_rows(spec, config, processor)
         roles = data.detect_columns(rows, spec)
-        preprocess = None
-        if spec.preprocess:
-            file, _, function = spec.preprocess.rpartition(":")
-            preprocess = (str(spec.resolve_path(file).resolve()), function)
-            rows = _try_preprocess(spec, rows)
-            roles = {role: column for role, column in roles.items() if column in rows.column_names}
     main_input = getattr(skeleton, "main_input_name", "input_ids")
-    data.check_roles(spec, rows.column_names, roles, processor, main_input)
+    preprocess = None
+    if spec.preprocess:
+        # Never run the user's code to learn its columns (CONTRACT §6): the script checks at run
+        # time whether the function already made the model's input.
+        file, _, function = spec.preprocess.rpartition(":")
+        preprocess = (str(regular_file(spec.resolve_path(file), "preprocess").resolve()),
+                      function)
+    else:
+        data.check_roles(spec, rows.column_names, roles, processor, main_input)
     local_model = spec.local_path(spec.model)
     read_rows, read_imports, dataset_ref, synthetic = _source(spec, config, processor)
     return _Plan(
         spec=spec,
         model_ref=str(local_model.resolve()) if local_model else spec.model,
         model_class=model_class,
-        processor_class=None if main_input in rows.column_names else loading.processor_family(main_input),
+        processor_class=(None if main_input in rows.column_names
+                         else loading.processor_family(main_input)),
+        main_input=main_input,
         process_images="image" in roles and hasattr(processor, "size"),
         read_rows=read_rows, read_imports=read_imports, dataset_ref=dataset_ref,
         roles=roles,
@@ -105,43 +114,30 @@ def _plan(spec: PipelineSpec) -> _Plan:
     )
 
 
-def _try_preprocess(spec: PipelineSpec, rows):
-    """The rows after the user's function; unchanged if it fails (the script fails there too)."""
-    from . import data
-
-    try:
-        return rows.map(data.load_user_function(spec))
-    except InputError:
-        raise
-    except Exception:  # the user's code: the diagnosis reports it; the export still renders
-        return rows
-
-
 def _source(spec: PipelineSpec, config, processor):
     """(expression, imports, dataset reference, synthetic facts) that read the split's rows."""
     from . import data
 
-    if spec.dataset == "synthetic":
+    source = data.data_source(spec)
+    if source.kind == "synthetic":
         return _synthetic_source(spec, config, processor)
     split = _q(spec.split)
-    local = spec.local_path(spec.dataset)
-    if local is None:  # a Hub id: datasets finds it in its cache or downloads it
+    load = (("datasets", "load_dataset"),)
+    if source.kind == "hub":  # datasets finds it in its cache or downloads it
         return (f"load_dataset(DATASET, {_q(spec.dataset_config)}, split={split})",
-                (("datasets", "load_dataset"),), spec.dataset, None)
-    ref = str(local.resolve())
-    if local.is_file():
-        builder = data.DATA_FILE_BUILDERS[local.suffix.lower()]
-        return (f"load_dataset({_q(builder)}, data_files={{{split}: DATASET}}, split={split})",
-                (("datasets", "load_dataset"),), ref, None)
-    if (local / "dataset_dict.json").is_file():
+                load, spec.dataset, None)
+    ref = str(source.path.resolve())
+    if source.kind == "file":
+        return (f"load_dataset({_q(source.builder)}, data_files={{{split}: DATASET}}, "
+                f"split={split})", load, ref, None)
+    if source.kind == "saved-dict":
         return f"load_from_disk(DATASET)[{split}]", (("datasets", "load_from_disk"),), ref, None
-    if (local / "dataset_info.json").is_file():
+    if source.kind == "saved":
         return "load_from_disk(DATASET)", (("datasets", "load_from_disk"),), ref, None
-    if data.holds_images(local):
-        return (f'load_dataset("imagefolder", data_dir=DATASET, split={split})',
-                (("datasets", "load_dataset"),), ref, None)
-    return (f"load_dataset(DATASET, {_q(spec.dataset_config)}, split={split})",
-            (("datasets", "load_dataset"),), ref, None)
+    if source.builder:
+        return (f"load_dataset({_q(source.builder)}, data_dir=DATASET, split={split})",
+                load, ref, None)
+    return f"load_dataset(DATASET, {_q(spec.dataset_config)}, split={split})", load, ref, None
 
 
 def _synthetic_source(spec: PipelineSpec, config, processor):
@@ -311,7 +307,12 @@ def _build_batch(plan: _Plan) -> str:
     if plan.preprocess:
         body += _fix_notes(s, ("preprocess",))
         body.append("ds = ds.map(load_preprocess())")
-    if plan.processor_class:
+    if plan.processor_class and plan.preprocess:
+        body += [f"# The model's input, unless the function above made {_q(plan.main_input)} "
+                 "itself."]
+        body += ["if " + _q(plan.main_input) + " not in ds.column_names:"] + [
+            "    " + line if line else line for line in _process(plan)]
+    elif plan.processor_class:
         body += _process(plan)
     body += _labels(plan)
     body += _fix_notes(s, ("format", "format_dtype"))
@@ -366,7 +367,10 @@ def _labels(plan: _Plan) -> list[str]:
         lines.append(f"# with_labels: the {_q(label)} column goes in as labels, so the model computes "
                      "its loss.")
         if label != "labels":
-            if plan.has_labels_column:
+            if plan.preprocess:  # the function may have made a labels column of its own
+                lines += ['if "labels" in ds.column_names:',
+                          '    ds = ds.remove_columns("labels")']
+            elif plan.has_labels_column:
                 lines.append('ds = ds.remove_columns("labels")')
             lines.append(f'ds = ds.rename_column({_q(label)}, "labels")')
         accepted += ' | {"labels"}'
