@@ -14,7 +14,7 @@ from pathlib import Path
 from . import dtypes
 from .errors import InputError, check_cancel, first_line
 from .files import regular_file
-from .hub import resolve_dataset_source
+from .hub import hub_went_silent, resolve_dataset_source, silent_message
 from .spec import PipelineSpec
 
 DATA_FILE_BUILDERS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
@@ -150,8 +150,13 @@ def _read_source(spec: PipelineSpec):
         return datasets.load_dataset(str(source.path), spec.dataset_config, split=spec.split)
     except InputError:
         raise
-    except (ValueError, OSError, KeyError, ImportError, RuntimeError,
-            datasets.exceptions.DatasetsError) as exc:
+    except Exception as exc:
+        if hub_went_silent():
+            raise InputError(f"dataset {spec.dataset!r} could not be read: "
+                             f"{silent_message()}") from None
+        if not isinstance(exc, (ValueError, OSError, KeyError, ImportError, RuntimeError,
+                                datasets.exceptions.DatasetsError)):
+            raise
         # Files datasets cannot parse (empty, not UTF-8, broken JSON lines, a scalar JSON, a
         # dataset script, a folder with no decoder installed): the user's input, said in a line.
         raise InputError(f"dataset {spec.dataset!r} could not be read: "
