@@ -252,12 +252,7 @@ def _is_int_value(feature) -> bool:
 def load_user_function(spec: PipelineSpec):
     """The user's preprocess function, imported from their own .py file (never an installed
     module), wrapped so that its `sys.exit()` is a failure of the pipeline, not of fp16studio."""
-    path_text, _, name = spec.preprocess.rpartition(":")
-    path = regular_file(spec.resolve_path(path_text), "preprocess")
-    library = installed_library(path)
-    if library:
-        raise InputError(f"preprocess: {path} is part of the installed Python library "
-                         f"({library}), not your own code; name a function in your own .py file")
+    path, name = preprocess_file(spec), spec.preprocess.rpartition(":")[2]
     module_name = f"fp16studio_user_{path.stem}"
     module_spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(module_spec)
@@ -285,6 +280,17 @@ class _UserFunction:
             return self.function(*args, **kwargs)
         except SystemExit as exc:
             raise RuntimeError(f"preprocess function {self.name!r} called sys.exit({exc.code!r})") from None
+
+
+def preprocess_file(spec: PipelineSpec) -> Path:
+    """The user's own .py file the spec's preprocess names: a regular file, and not part of the
+    installed Python library (CONTRACT §6)."""
+    path = regular_file(spec.resolve_path(spec.preprocess.rpartition(":")[0]), "preprocess")
+    library = installed_library(path)
+    if library:
+        raise InputError(f"preprocess: {path} is part of the installed Python library "
+                         f"({library}), not your own code; name a function in your own .py file")
+    return path
 
 
 def installed_library(path: Path) -> str | None:

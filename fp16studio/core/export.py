@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from .files import regular_file
 from .spec import PipelineSpec, write_text_atomic
 
 
@@ -90,9 +89,7 @@ def _plan(spec: PipelineSpec) -> _Plan:
     if spec.preprocess:
         # Never run the user's code to learn its columns (CONTRACT §6): the script checks at run
         # time whether the function already made the model's input.
-        file, _, function = spec.preprocess.rpartition(":")
-        preprocess = (str(regular_file(spec.resolve_path(file), "preprocess").resolve()),
-                      function)
+        preprocess = (str(data.preprocess_file(spec).resolve()), spec.preprocess.rpartition(":")[2])
     else:
         data.check_roles(spec, rows.column_names, roles, processor, main_input)
     local_model = spec.local_path(spec.model)
