@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug of ours: one line, the traceback on request
         if os.environ.get("FP16STUDIO_DEBUG"):
             raise
-        print(f"fp16studio: internal error: {type(exc).__name__}: {exc} "
+        print(f"fp16studio: internal error: {type(exc).__name__}: {one_line(str(exc))} "
               "(set FP16STUDIO_DEBUG=1 for the traceback)", file=sys.stderr)
         return 3
 
