@@ -351,8 +351,10 @@ def test_a_full_disk_keeps_the_old_output(project, tmp_path, monkeypatch, capsys
     before = script.read_text()
     real_replace = type(script).replace
 
-    def disk_full(self, target):  # the temporary file was written; the rename fails
-        raise OSError(28, "No space left on device")
+    def disk_full(self, target):  # the temporary file was written; the rename onto it fails
+        if target == script:
+            raise OSError(28, "No space left on device")
+        return real_replace(self, target)
 
     monkeypatch.setattr(type(script), "replace", disk_full)
     assert main(["export", str(project), "-o", str(script)]) == 2
