@@ -79,14 +79,13 @@ def _ask_hub(url: str) -> str:
 
 
 def online() -> bool:
-    """True when the Hub may be asked: not offline by request, and it answered the probe.
-    A Hub that connects but does not answer is an error here, never a hang later."""
-    if offline_requested():
+    """True when the Hub may be asked: not offline by request, and it answered the probe (a
+    Hub that connects but does not answer is not online). Whoever asks it next does so with
+    bounded timeouts."""
+    if offline_requested() or hub_state() != "answers":
         return False
-    state = hub_state()
-    if state == "silent":
-        raise InputError(silent_message())
-    return state == "answers"
+    bounded_http()
+    return True
 
 
 def hub_went_silent() -> bool:
@@ -184,12 +183,11 @@ def _cached_or_reachable(value, repo_type, revision, not_local) -> str | None:
     snapshot = cached_snapshot(value, repo_type, revision)
     if snapshot:
         return snapshot
-    try:
-        if online():
-            bounded_http()
-            return None
-    except InputError as exc:
-        raise InputError(f"{repo_type} {value!r} is not in the Hugging Face cache, and {exc}") from None
+    if online():
+        return None
+    if not offline_requested() and hub_went_silent():
+        raise InputError(f"{repo_type} {value!r} is not in the Hugging Face cache, and "
+                         f"{silent_message()}")
     flag = "" if repo_type == "model" else f" --repo-type {repo_type}"
     raise InputError(f"{repo_type} {value!r} is not in the Hugging Face cache and the Hub cannot "
                      f"be reached; on a connected machine run: hf download {value}{flag}")
