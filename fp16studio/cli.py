@@ -221,8 +221,10 @@ def _is_report(path) -> bool:
     return starts_with(path, SIGNATURE)
 
 
-class TimedOut(Exception):
-    """--timeout ran out (raised in the main thread by the alarm)."""
+class TimedOut(BaseException):
+    """--timeout ran out (raised in the main thread by the alarm). A BaseException, like
+    KeyboardInterrupt, so that no `except Exception` on the way (the user's code, a library,
+    the pipeline's own failure handling) turns it into something else."""
 
 
 @contextlib.contextmanager

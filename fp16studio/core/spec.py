@@ -211,9 +211,11 @@ def write_text_atomic(path: Path, text: str) -> None:
     try:
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
-    except OSError as exc:
+    except BaseException as exc:  # a full disk, or an interrupt: never a stray temporary file
         with contextlib.suppress(OSError):  # a read-only or full disk can refuse this too
             tmp.unlink(missing_ok=True)
+        if not isinstance(exc, OSError):
+            raise
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
