@@ -329,10 +329,11 @@ def test_force_replaces_another_kind_and_keeps_a_backup(project, tmp_path, capsy
 
 
 @pytest.mark.parametrize("output", ["", "/", "{tmp}", "{tmp}/no/such/folder/x.py",
-                                    "{tmp}/readonly/x.py", "/dev/full"])
+                                    "{tmp}/readonly/x.py", "{tmp}/pipe.py"])
 def test_output_paths_that_cannot_be_written_are_bad_input(output, project, tmp_path, capsys):
     readonly = tmp_path / "readonly"
     readonly.mkdir()
+    os.mkfifo(tmp_path / "pipe.py")  # never a device: a bug here must not replace /dev/*
     readonly.chmod(0o500)
     try:
         code = main(["export", str(project), "-o", output.format(tmp=tmp_path)])
