@@ -129,9 +129,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fp16studio: code run by the pipeline called sys.exit({exc.code!r})",
               file=sys.stderr)
         return BAD_INPUT
-    except RecursionError:
-        print("fp16studio: input nested too deeply", file=sys.stderr)
-        return BAD_INPUT
     except Exception as exc:  # a bug of ours: one line, the traceback on request
         if os.environ.get("FP16STUDIO_DEBUG"):
             raise
