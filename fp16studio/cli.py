@@ -6,10 +6,13 @@ Exit codes (CONTRACT §3): 0 fine, 1 error findings / not fixed, 2 bad input (on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 import textwrap
+import threading
 import warnings
 
 from . import __version__
@@ -17,6 +20,8 @@ from .core.errors import InputError
 from .core.units import format_bytes
 
 BAD_INPUT = 2
+# After --timeout, how long native code may take to return to Python before the process ends.
+WATCHDOG_GRACE_S = 10.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,12 +41,15 @@ def build_parser() -> argparse.ArgumentParser:
     diag = sub.add_parser("diagnose", help="load, run one traced forward pass, print findings")
     diag.add_argument("spec", metavar="SPEC")
     diag.add_argument("--json", action="store_true", help="print one JSON document")
+    _run_options(diag)
 
     fix = sub.add_parser("fix", help="apply first fixes and re-run until no error remains")
     fix.add_argument("spec", metavar="SPEC")
     fix.add_argument("-o", "--output", required=True, metavar="FIXED", help="fixed spec to write")
     fix.add_argument("--rounds", type=int, default=5, help="most fixes to apply (default 5)")
     fix.add_argument("--json", action="store_true")
+    _run_options(fix)
+    _force_option(fix)
 
     bench = sub.add_parser("bench", help="measure each precision variant on the same batch")
     bench.add_argument("spec", metavar="SPEC")
@@ -56,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--min-rounds", type=int, default=5,
                        help="interleaved rounds of all variants, at least (default 5)")
     bench.add_argument("--json", action="store_true")
+    _run_options(bench)
 
     drift = sub.add_parser("drift", help="float32 against a half variant, module by module")
     drift.add_argument("spec", metavar="SPEC")
@@ -63,16 +72,20 @@ def build_parser() -> argparse.ArgumentParser:
                        help="float16, bfloat16, autocast-float16 or autocast-bfloat16 (default: "
                             "the spec's own half precision, else float16)")
     drift.add_argument("--json", action="store_true", help="print one JSON document")
+    _run_options(drift)
 
     export = sub.add_parser("export", help="write a runnable script of the pipeline")
     export.add_argument("spec", metavar="SPEC")
     export.add_argument("-o", "--output", required=True, metavar="SCRIPT.py")
+    _force_option(export)
 
     report = sub.add_parser("report", help="diagnose (and optionally bench), write an HTML report")
     report.add_argument("spec", metavar="SPEC")
     report.add_argument("-o", "--output", required=True, metavar="REPORT.html")
     report.add_argument("--bench", action="store_true", help="also measure the precision variants")
     report.add_argument("--variants", metavar="V,...", help="with --bench: the variants to measure")
+    _run_options(report)
+    _force_option(report)
 
     insp = sub.add_parser("inspect", help="tensor inventory and memory per dtype from the config")
     insp.add_argument("model", metavar="MODEL", help="local folder, config.json or Hub id")
@@ -85,6 +98,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_options(parser):
+    """Options of the commands that run a pipeline (and so, maybe, the user's preprocess)."""
+    parser.add_argument("--trust", action="store_true",
+                        help="run the spec's preprocess code: you read it and trust it "
+                             "(remembered until the spec or its code changes)")
+    parser.add_argument("--timeout", type=float, metavar="S",
+                        help="give up after S seconds (exit 2): a pipeline that hangs")
+
+
+def _force_option(parser):
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing output file of another kind (kept as .bak)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.install_desktop:
@@ -93,17 +120,29 @@ def main(argv: list[str] | None = None) -> int:
         return _gui(getattr(args, "spec", None))
     _quiet_libraries()
     try:
-        return COMMANDS[args.command](args)
+        with _time_limit(getattr(args, "timeout", None)), _stdout_for(args):
+            code = COMMANDS[args.command](args)
+        if getattr(args, "json_doc", None) is not None:
+            json.dump(args.json_doc, sys.stdout, indent=2, default=str)
+            sys.stdout.write("\n")
+        return code
     except InputError as exc:
+        print(f"fp16studio: {one_line(str(exc))}", file=sys.stderr)
+        return BAD_INPUT
+    except TimedOut as exc:
         print(f"fp16studio: {exc}", file=sys.stderr)
         return BAD_INPUT
     except KeyboardInterrupt:
         print("fp16studio: interrupted", file=sys.stderr)
         return 130
+    except SystemExit as exc:  # user code that exits is never a quiet success
+        print(f"fp16studio: code run by the pipeline called sys.exit({exc.code!r})",
+              file=sys.stderr)
+        return BAD_INPUT
     except Exception as exc:  # a bug of ours: one line, the traceback on request
         if os.environ.get("FP16STUDIO_DEBUG"):
             raise
-        print(f"fp16studio: internal error: {type(exc).__name__}: {exc} "
+        print(f"fp16studio: internal error: {type(exc).__name__}: {one_line(str(exc))} "
               "(set FP16STUDIO_DEBUG=1 for the traceback)", file=sys.stderr)
         return 3
 
@@ -135,19 +174,129 @@ def _quiet_libraries():
         warnings.filterwarnings("default", category=category, module="fp16studio")
 
 
-def _load_spec(text: str):
+def _load_spec(text: str, trust: bool | None = None):
+    """The spec; with `trust` given (the commands that run it), only once its code is trusted."""
+    from .core.spec import DEMO_PREFIX, PipelineSpec
+
+    spec = PipelineSpec.load(text)
+    if trust is not None and not str(text).startswith(DEMO_PREFIX):  # demos are our own code
+        from .core import trust as trust_store
+
+        trust_store.require(text, spec, grant=trust)
+    return spec
+
+
+def _output(args, spec_text: str, spec, is_own_kind):
+    """args.output once it is safe to write: never one of the command's inputs, a file of
+    another kind only with --force; a file that is there is kept as NAME.bak."""
+    from pathlib import Path
+
+    from .core.files import check_output, keep_backup
+    from .core.spec import DEMO_PREFIX
+
+    inputs = [] if str(spec_text).startswith(DEMO_PREFIX) else [Path(spec_text)]
+    if spec.preprocess:
+        inputs.append(spec.resolve_path(spec.preprocess.rpartition(":")[0]))
+    inputs += [path for path in (spec.local_path(spec.model), spec.local_path(spec.dataset))
+               if path is not None]
+    path = check_output(args.output, inputs, is_own_kind, force=args.force)
+    keep_backup(path)
+    return path
+
+
+def _is_spec_file(path) -> bool:
     from .core.spec import PipelineSpec
 
-    return PipelineSpec.load(text)
+    try:
+        PipelineSpec.load(path)
+    except (InputError, OSError):
+        return False
+    return True
+
+
+def _is_script(path) -> bool:
+    from .core.export import SIGNATURE
+    from .core.files import starts_with
+
+    return starts_with(path, SIGNATURE)
+
+
+def _is_report(path) -> bool:
+    from .core.files import starts_with
+    from .core.html_report import SIGNATURE
+
+    return starts_with(path, SIGNATURE)
+
+
+class TimedOut(BaseException):
+    """--timeout ran out (raised in the main thread by the alarm). A BaseException, like
+    KeyboardInterrupt, so that no `except Exception` on the way (the user's code, a library,
+    the pipeline's own failure handling) turns it into something else."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None):
+    """Stop the command after `seconds`: an alarm interrupts Python code (a preprocess sleeping
+    or looping); a watchdog ends the process if native code does not return to Python."""
+    if seconds is None:
+        yield
+        return
+    if seconds <= 0:
+        raise InputError("--timeout must be more than 0 seconds")
+    message = f"gave up after --timeout {seconds:g} s (the pipeline did not finish)"
+
+    def on_alarm(signum, frame):
+        raise TimedOut(message)
+
+    def watchdog():
+        if not done.wait(seconds + WATCHDOG_GRACE_S):
+            print(f"fp16studio: {message}", file=sys.__stderr__, flush=True)
+            os._exit(BAD_INPUT)
+
+    done = threading.Event()
+    threading.Thread(target=watchdog, daemon=True).start()
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        done.set()
+
+
+@contextlib.contextmanager
+def _stdout_for(args):
+    """With --json, stdout carries one JSON document, printed at the end: whatever else writes
+    to stdout meanwhile (a preprocess that prints, a library) goes to stderr, down to the file
+    descriptor."""
+    if not getattr(args, "json", False):
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def one_line(text: str) -> str:
+    """Error text as the one line the command line promises (library messages span lines)."""
+    return " ".join(text.split())
 
 
 def cmd_diagnose(args) -> int:
     from .core.diagnosis import diagnose
 
-    report = diagnose(_load_spec(args.spec))
+    report = diagnose(_load_spec(args.spec, trust=args.trust))
     doc = report.to_json()
     if args.json:
-        _print_json(doc)
+        _print_json(doc, args)
     else:
         print(format_diagnosis(doc))
     return 0 if report.ok else 1
@@ -158,13 +307,15 @@ def cmd_fix(args) -> int:
 
     if args.rounds < 1:
         raise InputError("--rounds must be at least 1")
-    report, applied = fix_until_clean(_load_spec(args.spec), max_rounds=args.rounds)
-    report.spec.save(args.output)
+    spec = _load_spec(args.spec, trust=args.trust)
+    output = _output(args, args.spec, spec, _is_spec_file)
+    report, applied = fix_until_clean(spec, max_rounds=args.rounds)
+    report.spec.save(output)
     doc = report.to_json()
     doc["applied"] = applied
     doc["fixed_spec"] = report.spec.to_dict()
     if args.json:
-        _print_json(doc)
+        _print_json(doc, args)
     else:
         for step in applied:
             print(f"round {step['round']}: {step['code']} -> applied {step['fix']}")
@@ -181,12 +332,12 @@ def cmd_bench(args) -> int:
             or args.min_rounds < 1):
         raise InputError("bench: --warmup >= 0, --min-iterations >= 1, --min-seconds >= 0, "
                          "--min-rounds >= 1")
-    result = benchmark(_load_spec(args.spec), variants=args.variants, warmup=args.warmup,
-                       min_iterations=args.min_iterations, min_seconds=args.min_seconds,
-                       min_rounds=args.min_rounds)
+    result = benchmark(_load_spec(args.spec, trust=args.trust), variants=args.variants,
+                       warmup=args.warmup, min_iterations=args.min_iterations,
+                       min_seconds=args.min_seconds, min_rounds=args.min_rounds)
     doc = result.to_json()
     if args.json:
-        _print_json(doc)
+        _print_json(doc, args)
     else:
         print(format_table(doc))
     return 0
@@ -196,9 +347,9 @@ def cmd_drift(args) -> int:
     """0 within tolerance; 1 precision-drift, overflow, or a variant that cannot run."""
     from .core.drift import drift, format_drift
 
-    result = drift(_load_spec(args.spec), variant=args.variant)
+    result = drift(_load_spec(args.spec, trust=args.trust), variant=args.variant)
     if args.json:
-        _print_json(result.to_json())
+        _print_json(result.to_json(), args)
     else:
         print(format_drift(result.to_json()))
     return 0 if result.ok else 1
@@ -207,27 +358,27 @@ def cmd_drift(args) -> int:
 def cmd_export(args) -> int:
     from .core.export import export_script
 
-    export_script(_load_spec(args.spec), args.output)
+    spec = _load_spec(args.spec)  # export never runs the preprocess: no trust needed
+    export_script(spec, _output(args, args.spec, spec, _is_script))
     print(f"wrote {args.output}")
     return 0
 
 
 def cmd_report(args) -> int:
     """Exit like diagnose (1 when the run has error findings); the report is written either way."""
-    from pathlib import Path
-
     from .core.diagnosis import diagnose
     from .core.html_report import render_report
     from .core.spec import write_text_atomic
 
-    spec = _load_spec(args.spec)
+    spec = _load_spec(args.spec, trust=args.trust)
+    output = _output(args, args.spec, spec, _is_report)
     report = diagnose(spec)
     bench = None
     if args.bench:
         from .core.bench import benchmark
 
         bench = benchmark(spec, variants=args.variants).to_json()
-    write_text_atomic(Path(args.output), render_report(report.to_json(), bench))
+    write_text_atomic(output, render_report(report.to_json(), bench))
     print(f"wrote {args.output}")
     return 0 if report.ok else 1
 
@@ -240,7 +391,7 @@ def cmd_inspect(args) -> int:
     doc = inspect_model(args.model, dtype=dtype, trust_remote_code=args.trust_remote_code,
                         base_dir=os.getcwd())
     if args.json:
-        _print_json(doc)
+        _print_json(doc, args)
         return 0
     print(f"{doc['model']}: {doc['architecture']}, {doc['parameters']:,} parameters in "
           f"{doc['tensors']} tensors")
@@ -272,9 +423,8 @@ COMMANDS = {"diagnose": cmd_diagnose, "fix": cmd_fix, "bench": cmd_bench, "drift
             "report": cmd_report, "inspect": cmd_inspect, "demo": cmd_demo}
 
 
-def _print_json(doc):
-    json.dump(doc, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
+def _print_json(doc, args):
+    args.json_doc = doc  # printed once the command is done and stdout is ours again
 
 
 

@@ -13,11 +13,15 @@ from pathlib import Path
 
 from . import audio, dtypes
 from .errors import InputError, check_cancel, first_line
-from .hub import resolve_dataset_source
+from .files import regular_file
+from .hub import hub_went_silent, resolve_dataset_source, silent_message
 from .spec import PipelineSpec
 
 DATA_FILE_BUILDERS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+AUDIO_SUFFIXES = audio.AUDIO_SUFFIXES
+# Synthetic rows are made in memory: a few thousand show any dtype problem a million would.
+SYNTHETIC_MAX_SAMPLES = 4096
 LABEL_NAMES = ("label", "labels", "class", "target", "category")
 TEXT_NAMES = ("text", "sentence", "sentence1", "question", "premise", "content", "document")
 PAIR_NAMES = ("text_pair", "sentence2", "context", "hypothesis", "passage")
@@ -65,6 +69,47 @@ class BatchBuild:
     facts: dict = field(default_factory=dict)   # batch key -> ColumnFacts
 
 
+@dataclass(frozen=True)
+class DataSource:
+    """Which reader a spec's `dataset` goes to; decided once, for the run and the export alike."""
+
+    # synthetic, hub, saved / saved-dict (save_to_disk of a Dataset / DatasetDict), file,
+    # images, audio (folders of such files), folder (of data files)
+    kind: str
+    path: Path | None = None
+    builder: str | None = None  # the datasets builder of a file or folder of files
+
+
+def data_source(spec: PipelineSpec) -> DataSource:
+    """The reader for the spec's dataset, without touching the network or the user's code."""
+    if spec.dataset == "synthetic":
+        return DataSource("synthetic")
+    local = spec.local_path(spec.dataset)
+    return DataSource("hub") if local is None else local_source(local, spec.dataset)
+
+
+def local_source(local: Path, name: str) -> DataSource:
+    """A local path's reader: a save_to_disk folder, a data file, a folder of images, audio or
+    data files. Anything but a folder must be a regular file (a FIFO would block the read)."""
+    if not local.is_dir():
+        regular_file(local, "dataset")
+        builder = DATA_FILE_BUILDERS.get(local.suffix.lower())
+        if builder is None:
+            raise InputError(f"dataset {name!r}: unsupported file type "
+                             f"(use {', '.join(DATA_FILE_BUILDERS)})")
+        return DataSource("file", local, builder)
+    if (local / "dataset_dict.json").is_file():
+        return DataSource("saved-dict", local)
+    if (local / "dataset_info.json").is_file():
+        return DataSource("saved", local)
+    media = folder_media(local)
+    if media == "images":
+        return DataSource("images", local, "imagefolder")
+    if media == "audio":
+        return DataSource("audio", local, "audiofolder")
+    return DataSource("folder", local)
+
+
 def load_rows(spec: PipelineSpec, config=None, processor=None):
     """The first `samples` rows of the split, as a `datasets.Dataset`."""
     import datasets
@@ -86,52 +131,51 @@ def load_rows(spec: PipelineSpec, config=None, processor=None):
 def _read_source(spec: PipelineSpec):
     import datasets
 
-    local = spec.local_path(spec.dataset)
+    source = data_source(spec)
     try:
-        if local is None:
+        if source.kind == "hub":
             snapshot = resolve_dataset_source(spec.dataset)
             if snapshot is None:  # online and not cached: let datasets fetch just the split
                 return datasets.load_dataset(spec.dataset, spec.dataset_config,
                                              split=f"{spec.split}[:{spec.samples}]")
-            local = Path(snapshot)
-        if local.is_file():
-            builder = DATA_FILE_BUILDERS.get(local.suffix.lower())
-            if builder is None:
-                raise InputError(f"dataset {spec.dataset!r}: unsupported file type "
-                                 f"(use {', '.join(DATA_FILE_BUILDERS)})")
-            return datasets.load_dataset(builder, data_files={spec.split: str(local)},
+            source = local_source(Path(snapshot), spec.dataset)
+        if source.kind == "file":
+            return datasets.load_dataset(source.builder, data_files={spec.split: str(source.path)},
                                          split=spec.split)
-        if (local / "dataset_info.json").is_file() or (local / "dataset_dict.json").is_file():
-            return datasets.load_from_disk(str(local))
-        if holds_images(local):
-            return datasets.load_dataset("imagefolder", data_dir=str(local), split=spec.split)
-        if holds_audio(local):
-            return audio.folder_rows(local)
-        return datasets.load_dataset(str(local), spec.dataset_config, split=spec.split)
+        if source.kind in ("saved", "saved-dict"):
+            return datasets.load_from_disk(str(source.path))
+        if source.kind == "audio":  # datasets' audiofolder needs torchcodec: see core/audio.py
+            return audio.folder_rows(source.path)
+        if source.builder:
+            return datasets.load_dataset(source.builder, data_dir=str(source.path),
+                                         split=spec.split)
+        return datasets.load_dataset(str(source.path), spec.dataset_config, split=spec.split)
     except InputError:
         raise
-    except (FileNotFoundError, ValueError, OSError, KeyError) as exc:
-        raise InputError(f"dataset {spec.dataset!r} could not be read: {first_line(exc)}") from None
+    except Exception as exc:
+        if hub_went_silent():
+            raise InputError(f"dataset {spec.dataset!r} could not be read: "
+                             f"{silent_message()}") from None
+        if not isinstance(exc, (ValueError, OSError, KeyError, ImportError, RuntimeError,
+                                datasets.exceptions.DatasetsError)):
+            raise
+        # Files datasets cannot parse (empty, not UTF-8, broken JSON lines, a scalar JSON, a
+        # dataset script, a folder with no decoder installed): the user's input, said in a line.
+        raise InputError(f"dataset {spec.dataset!r} could not be read: "
+                         f"{type(exc).__name__}: {first_line(exc)}") from None
 
 
-def holds_images(folder: Path) -> bool:
-    return _holds(folder, IMAGE_SUFFIXES)
-
-
-def holds_audio(folder: Path) -> bool:
-    return _holds(folder, audio.AUDIO_SUFFIXES)
-
-
-def _holds(folder: Path, suffixes) -> bool:
-    """The folder's first media or data file is one of `suffixes`."""
+def folder_media(folder: Path) -> str | None:
+    """"images" or "audio" when the folder holds such files (before any data file), else None."""
     for path in folder.rglob("*"):
-        if path.suffix.lower() in suffixes:
-            return True
-        if path.suffix.lower() in (IMAGE_SUFFIXES | audio.AUDIO_SUFFIXES) - set(suffixes):
-            return False
-        if path.suffix.lower() in DATA_FILE_BUILDERS:
-            return False
-    return False
+        suffix = path.suffix.lower()
+        if suffix in IMAGE_SUFFIXES:
+            return "images"
+        if suffix in AUDIO_SUFFIXES:
+            return "audio"
+        if suffix in DATA_FILE_BUILDERS:
+            return None
+    return None
 
 
 def synthetic_rows(spec: PipelineSpec, config, processor):
@@ -141,6 +185,9 @@ def synthetic_rows(spec: PipelineSpec, config, processor):
     from PIL import Image
 
     n = spec.samples
+    if n > SYNTHETIC_MAX_SAMPLES:
+        raise InputError(f"samples: at most {SYNTHETIC_MAX_SAMPLES} with dataset 'synthetic', "
+                         f"got {n}")
     num_labels = max(1, int(getattr(config, "num_labels", 2) or 2))
     labels = [i % num_labels for i in range(n)]
     if hasattr(processor, "tokenize") or hasattr(processor, "encode"):
@@ -212,23 +259,63 @@ def _is_int_value(feature) -> bool:
 
 
 def load_user_function(spec: PipelineSpec):
-    path_text, _, name = spec.preprocess.rpartition(":")
-    path = spec.resolve_path(path_text)
-    if not path.is_file():
-        raise InputError(f"preprocess: no such file {path}")
+    """The user's preprocess function, imported from their own .py file (never an installed
+    module), wrapped so that its `sys.exit()` is a failure of the pipeline, not of fp16studio."""
+    path, name = preprocess_file(spec), spec.preprocess.rpartition(":")[2]
     module_name = f"fp16studio_user_{path.stem}"
     module_spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(module_spec)
     try:
         sys.modules[module_name] = module  # so datasets can pickle/hash the function
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file failed to import: bad input, said plainly
+    except (Exception, SystemExit) as exc:  # the user's file failed to import: bad input
         raise InputError(f"preprocess: {path.name} failed to import: "
                          f"{type(exc).__name__}: {first_line(exc)}") from None
     function = getattr(module, name, None)
     if not callable(function):
         raise InputError(f"preprocess: {path.name} has no function {name!r}")
-    return function
+    return _UserFunction(function, name)
+
+
+class _UserFunction:
+    """The user's function; a `sys.exit()` inside it becomes an ordinary exception, so the run
+    reports it instead of the whole command exiting quietly (a silent pass in CI)."""
+
+    def __init__(self, function, name: str):
+        self.function, self.name = function, name
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self.function(*args, **kwargs)
+        except SystemExit as exc:
+            raise RuntimeError(f"preprocess function {self.name!r} called sys.exit({exc.code!r})") from None
+
+
+def preprocess_file(spec: PipelineSpec) -> Path:
+    """The user's own .py file the spec's preprocess names: a regular file, and not part of the
+    installed Python library (CONTRACT §6)."""
+    path = regular_file(spec.resolve_path(spec.preprocess.rpartition(":")[0]), "preprocess")
+    library = installed_library(path)
+    if library:
+        raise InputError(f"preprocess: {path} is part of the installed Python library "
+                         f"({library}), not your own code; name a function in your own .py file")
+    return path
+
+
+def installed_library(path: Path) -> str | None:
+    """The library folder (stdlib, site-packages) that holds `path`, or None for the user's own."""
+    import site
+    import sysconfig
+
+    folders = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    folders.update(site.getsitepackages() if hasattr(site, "getsitepackages") else ())
+    folders.add(site.getusersitepackages())
+    resolved = path.resolve()
+    for folder in folders:
+        folder = Path(folder).resolve()
+        if folder == resolved or folder in resolved.parents:
+            return str(folder)
+    return None
 
 
 def build_batch(spec: PipelineSpec, ds, processor, model_inputs: set, main_input: str,

@@ -92,7 +92,10 @@ def demo_cache_dir() -> Path:
 def ensure_demo_files() -> Path:
     root = demo_cache_dir()
     if (root / "complete").is_file():
-        return root
+        if _intact(root):
+            return root
+        # Damaged (files deleted by hand or by a cleaner): ours to rebuild, never a Hub lookup.
+        shutil.rmtree(root, ignore_errors=True)
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".demo-", dir=root.parent))
     try:
@@ -107,21 +110,50 @@ def ensure_demo_files() -> Path:
     return root
 
 
+def _intact(root: Path) -> bool:
+    """Every model, dataset and the preprocess file the demo specs name are there."""
+    needed = {root / "preprocess.py"}
+    for spec in _SPECS.values():
+        needed |= {root / spec["model"] / "config.json", root / spec["dataset"]}
+    return all(path.exists() for path in needed)
+
+
 def write_demo(folder: str | Path) -> list[Path]:
-    """Write models, data, the preprocess file and one spec per demo; return the spec paths."""
+    """Write models, data, the preprocess file and one spec per demo; return the spec paths.
+
+    Never overwrites: a DIR that already holds any of these names is refused as it is.
+    """
     from .loading import quiet_hf
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    with quiet_hf():
-        _write_models(folder / "models")
-        _write_data(folder / "data")
-    (folder / "preprocess.py").write_text(_PREPROCESS)
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"demo folder {folder}: is a file, not a folder")
+    targets = ["models", "data", "preprocess.py", *(f"{name}.json" for name in _SPECS)]
+    taken = [name for name in targets if (folder / name).exists() or (folder / name).is_symlink()]
+    if taken:
+        raise InputError(f"demo folder {folder}: already holds {', '.join(taken)}; the demo never "
+                         "overwrites files: choose a new or empty folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"demo folder {folder}: cannot create it ({exc.strerror or exc})") from None
     paths = []
-    for name, spec in _SPECS.items():
-        path = folder / f"{name}.json"
-        path.write_text(json.dumps(PipelineSpec.from_dict(dict(spec)).to_dict(), indent=2) + "\n")
-        paths.append(path)
+    try:
+        with quiet_hf():
+            _write_models(folder / "models")
+            _write_data(folder / "data")
+        (folder / "preprocess.py").write_text(_PREPROCESS)
+        for name, spec in _SPECS.items():
+            path = folder / f"{name}.json"
+            path.write_text(json.dumps(PipelineSpec.from_dict(dict(spec)).to_dict(), indent=2)
+                            + "\n")
+            paths.append(path)
+    except OSError as exc:
+        raise InputError(f"demo folder {folder}: cannot write it ({exc.strerror or exc})") from None
+    from . import trust
+
+    for path in paths:  # written by fp16studio: its preprocess runs without asking
+        trust.trust(path, PipelineSpec.load(path))
     return paths
 
 

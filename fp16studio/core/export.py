@@ -23,6 +23,10 @@ from .loading import islands_load_float32
 from .spec import PipelineSpec, write_text_atomic
 
 
+# In every script's docstring: how the command line knows a file it may replace is a script.
+SIGNATURE = "as its fp16studio spec describes it"
+
+
 @dataclass
 class _Plan:
     """What the spec resolves to: the pipeline's own choices, as literals for the script."""
@@ -30,7 +34,8 @@ class _Plan:
     spec: PipelineSpec
     model_ref: str                    # absolute local folder, or the Hub id
     model_class: str                  # transformers class used for from_pretrained
-    processor_class: str | None       # None when the user's function already made the inputs
+    processor_class: str | None       # None when the rows already hold the model's main input
+    main_input: str                   # the model's main input name (input_ids, pixel_values...)
     read_rows: str                    # the expression that reads the split
     read_imports: tuple               # (module, name) pairs that expression needs
     dataset_ref: str | None           # absolute local path, the Hub id, or None (synthetic)
@@ -40,7 +45,6 @@ class _Plan:
     synthetic: dict | None = None     # {"kind": "text"|"image", "num_labels", "side"}
     has_labels_column: bool = False   # a "labels" column exists before the rename
     decoder_start: int | None = None  # encoder-decoder models: the decoder start token
-    main_input: str = "input_ids"     # the batch key the decoder start takes its size from
     multimodal: tuple = ()            # ("image",) or ("audio",): the processor also gets that
     audio: dict | None = None         # {"column", "rate", "kwargs", "undecode"}: audio processed
 
@@ -86,14 +90,15 @@ def _plan(spec: PipelineSpec) -> _Plan:
         audio_columns = [c for c in rows.column_names if _decoded_audio(rows, c)]
         for column in audio_columns:
             rows = audio.undecoded(rows, column)
-        preprocess = None
-        if spec.preprocess:
-            file, _, function = spec.preprocess.rpartition(":")
-            preprocess = (str(spec.resolve_path(file).resolve()), function)
-            rows = _try_preprocess(spec, rows)
         roles = data.detect_columns(rows, spec)
     main_input = getattr(skeleton, "main_input_name", "input_ids")
-    data.check_roles(spec, rows.column_names, roles, processor, main_input)
+    preprocess = None
+    if spec.preprocess:
+        # Never run the user's code to learn its columns (CONTRACT §6): the script checks at run
+        # time whether the function already made the model's input.
+        preprocess = (str(data.preprocess_file(spec).resolve()), spec.preprocess.rpartition(":")[2])
+    else:
+        data.check_roles(spec, rows.column_names, roles, processor, main_input)
     if data.processor_roles(processor)[1:] == ("audio",):
         raise InputError("export: a processor that takes text and audio together (CLAP-like) "
                          "cannot be exported yet; diagnose runs it")
@@ -103,8 +108,10 @@ def _plan(spec: PipelineSpec) -> _Plan:
         spec=spec,
         model_ref=str(local_model.resolve()) if local_model else spec.model,
         model_class=model_class,
-        processor_class=None if main_input in rows.column_names else loading.processor_class(skeleton),
+        processor_class=(None if main_input in rows.column_names
+                         else loading.processor_class(skeleton)),
         multimodal=data.processor_roles(processor)[1:],
+        main_input=main_input,
         process_images="image" in roles and hasattr(processor, "size"),
         read_rows=read_rows, read_imports=read_imports, dataset_ref=dataset_ref,
         roles=roles,
@@ -112,7 +119,6 @@ def _plan(spec: PipelineSpec) -> _Plan:
         has_labels_column="labels" in rows.column_names and roles.get("label") != "labels",
         decoder_start=((getattr(config, "decoder_start_token_id", None) or 0)
                        if getattr(config, "is_encoder_decoder", False) else None),
-        main_input=main_input,
         audio=({"column": roles["audio"], "kwargs": audio.extractor_kwargs(processor),
                 "rate": spec.sampling_rate or processor.sampling_rate,
                 "undecode": audio_columns}
@@ -127,45 +133,32 @@ def _decoded_audio(rows, column: str) -> bool:
     return isinstance(feature, datasets.Audio) and feature.decode
 
 
-def _try_preprocess(spec: PipelineSpec, rows):
-    """The rows after the user's function; unchanged if it fails (the script fails there too)."""
-    from . import data
-
-    try:
-        return rows.map(data.load_user_function(spec))
-    except InputError:
-        raise
-    except Exception:  # the user's code: the diagnosis reports it; the export still renders
-        return rows
-
-
 def _source(spec: PipelineSpec, config, processor):
     """(expression, imports, dataset reference, synthetic facts) that read the split's rows."""
     from . import data
 
-    if spec.dataset == "synthetic":
+    source = data.data_source(spec)
+    if source.kind == "synthetic":
         return _synthetic_source(spec, config, processor)
     split = _q(spec.split)
-    local = spec.local_path(spec.dataset)
-    if local is None:  # a Hub id: datasets finds it in its cache or downloads it
+    load = (("datasets", "load_dataset"),)
+    if source.kind == "hub":  # datasets finds it in its cache or downloads it
         return (f"load_dataset(DATASET, {_q(spec.dataset_config)}, split={split})",
-                (("datasets", "load_dataset"),), spec.dataset, None)
-    ref = str(local.resolve())
-    if local.is_file():
-        builder = data.DATA_FILE_BUILDERS[local.suffix.lower()]
-        return (f"load_dataset({_q(builder)}, data_files={{{split}: DATASET}}, split={split})",
-                (("datasets", "load_dataset"),), ref, None)
-    if (local / "dataset_dict.json").is_file():
+                load, spec.dataset, None)
+    ref = str(source.path.resolve())
+    if source.kind == "file":
+        return (f"load_dataset({_q(source.builder)}, data_files={{{split}: DATASET}}, "
+                f"split={split})", load, ref, None)
+    if source.kind == "saved-dict":
         return f"load_from_disk(DATASET)[{split}]", (("datasets", "load_from_disk"),), ref, None
-    if (local / "dataset_info.json").is_file():
+    if source.kind == "saved":
         return "load_from_disk(DATASET)", (("datasets", "load_from_disk"),), ref, None
-    if data.holds_images(local):
-        return (f'load_dataset("imagefolder", data_dir=DATASET, split={split})',
-                (("datasets", "load_dataset"),), ref, None)
-    if data.holds_audio(local):  # audiofolder needs torchcodec: see core/audio.py
+    if source.kind == "audio":  # audiofolder needs torchcodec: see core/audio.py
         return "folder_rows(Path(DATASET))", (("pathlib", "Path"),), ref, None
-    return (f"load_dataset(DATASET, {_q(spec.dataset_config)}, split={split})",
-            (("datasets", "load_dataset"),), ref, None)
+    if source.builder:
+        return (f"load_dataset({_q(source.builder)}, data_dir=DATASET, split={split})",
+                load, ref, None)
+    return f"load_dataset(DATASET, {_q(spec.dataset_config)}, split={split})", load, ref, None
 
 
 def _synthetic_source(spec: PipelineSpec, config, processor):
@@ -428,7 +421,12 @@ def _build_batch(plan: _Plan) -> str:
     if plan.preprocess:
         body += _fix_notes(s, ("preprocess",))
         body.append("ds = ds.map(load_preprocess())")
-    if plan.processor_class:
+    if plan.processor_class and plan.preprocess:
+        body += [f"# The model's input, unless the function above made {_q(plan.main_input)} "
+                 "itself."]
+        body += ["if " + _q(plan.main_input) + " not in ds.column_names:"] + [
+            "    " + line if line else line for line in _process(plan)]
+    elif plan.processor_class:
         body += _process(plan)
     body += _labels(plan)
     body += _fix_notes(s, ("format", "format_dtype"))
@@ -493,7 +491,10 @@ def _labels(plan: _Plan) -> list[str]:
         lines.append(f"# with_labels: the {_q(label)} column goes in as labels, so the model computes "
                      "its loss.")
         if label != "labels":
-            if plan.has_labels_column:
+            if plan.preprocess:  # the function may have made a labels column of its own
+                lines += ['if "labels" in ds.column_names:',
+                          '    ds = ds.remove_columns("labels")']
+            elif plan.has_labels_column:
                 lines.append('ds = ds.remove_columns("labels")')
             lines.append(f'ds = ds.rename_column({_q(label)}, "labels")')
         accepted += ' | {"labels"}'

@@ -42,6 +42,10 @@ svg text { font: 12px system-ui, sans-serif; fill: #1d1d1f; }
 """
 
 
+# In every report's head: how the command line knows a file it may replace is a report.
+SIGNATURE = "<title>fp16studio report: "
+
+
 def render_report(diagnosis_json: dict, bench_json: dict | None = None) -> str:
     """The HTML text of a report for one diagnosis and, optionally, its benchmark."""
     d = diagnosis_json

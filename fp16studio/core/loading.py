@@ -81,8 +81,10 @@ def _refuse_remote_code(folder: str, spec: PipelineSpec):
     config_path = Path(folder) / "config.json"
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise InputError(f"model {spec.model!r}: unreadable config.json ({first_line(exc)})") from None
+    if not isinstance(config, dict):
+        raise InputError(f"model {spec.model!r}: config.json is not an object of settings")
     if config.get("auto_map") and not spec.trust_remote_code:
         import transformers
 
@@ -108,7 +110,13 @@ def model_class_name(spec: PipelineSpec, task: str, arch: str) -> str:
     """The transformers class to load: the architecture itself, or the task's Auto class."""
     import transformers
 
-    return arch if spec.task == "auto" and hasattr(transformers, arch) else AUTO_CLASSES[task]
+    if spec.task == "auto" and hasattr(transformers, arch):
+        if not isinstance(getattr(transformers, arch), type) or not issubclass(
+                getattr(transformers, arch), transformers.PreTrainedModel):
+            raise InputError(f"model {spec.model!r}: config.architectures names {arch}, "
+                             "which is not a model class")
+        return arch
+    return AUTO_CLASSES[task]
 
 
 def resolve_device(spec: PipelineSpec):
@@ -141,14 +149,13 @@ def load_model(spec: PipelineSpec, device) -> LoadedModel:
     if islands_load_float32(spec):
         kwargs["dtype"] = dtypes.to_torch("float32")
     if spec.device_map:
+        _check_device_map(spec)
         kwargs["device_map"] = spec.device_map
     with quiet_hf():
         try:
             model = cls.from_pretrained(folder, **kwargs)
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            if is_oom(exc):
-                raise
-            raise InputError(f"model {spec.model!r} could not be loaded: {first_line(exc)}") from None
+        except Exception as exc:
+            raise _weights_error(spec, exc) from None
     if not spec.device_map:
         model.to(device)
     if spec.model_cast:
@@ -203,6 +210,49 @@ def auto_dtype_note(spec: PipelineSpec) -> str:
     if dtype is None:
         return f"{what}; this checkpoint names none ({source}), so float32"
     return f"{what}: {dtype}, from {source}"
+def _weights_error(spec: PipelineSpec, exc: Exception) -> Exception:
+    """What a failed from_pretrained means: damaged or hostile weights are bad input, said in
+    one line (torch's pickle refusal spans lines and suggests switching the safety off);
+    running out of memory and anything unexpected stay what they are."""
+    import pickle
+
+    from safetensors import SafetensorError
+
+    if is_oom(exc):
+        return exc
+    if isinstance(exc, pickle.UnpicklingError):
+        unsafe = next((line.strip() for line in str(exc).splitlines() if "GLOBAL" in line), "")
+        return InputError(f"model {spec.model!r}: its weights are a pickle that would run code "
+                          f"when loaded; refused ({unsafe or first_line(exc)}). Use a "
+                          "safetensors checkpoint from a source you trust")
+    if isinstance(exc, SafetensorError):
+        return InputError(f"model {spec.model!r}: damaged or invalid safetensors weights "
+                          f"({first_line(exc)})")
+    if isinstance(exc, (OSError, ValueError, KeyError, RuntimeError, EOFError)):
+        return InputError(f"model {spec.model!r} could not be loaded: {first_line(exc)}")
+    return exc
+
+
+def _check_device_map(spec: PipelineSpec):
+    """A device_map naming one device (cuda:7) must name one this machine has."""
+    import torch
+
+    name = spec.device_map.strip().lower()
+    if not (name in ("cpu", "cuda", "mps") or name.startswith("cuda:") or name.isdigit()):
+        return  # auto, balanced, sequential...: accelerate's to place
+    if name == "cpu":
+        return
+    if name == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        present = mps is not None and mps.is_available()
+    else:
+        index = name.rpartition(":")[2]
+        index = int(index) if index.isdigit() else 0
+        present = torch.cuda.is_available() and index < torch.cuda.device_count()
+    if not present:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        raise InputError(f"device_map: {spec.device_map!r} is not a device of this machine "
+                         f"({count} CUDA device(s))")
 
 
 def keep_in_float32(model, patterns) -> list[str]:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import __version__
+from . import trust
 from .errors import InputError
+from .files import keep_backup, read_text
 from .spec import PipelineSpec, write_text_atomic
 
 FORMAT = 1
@@ -47,7 +48,7 @@ class Session:
             "fp16studio_session": FORMAT,
             "version": __version__,
             "saved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "spec": _rebased_spec(self.spec, folder),
+            "spec": self.spec.rebased(folder).to_dict(),
             "diagnosis": self.diagnosis,
             "bench": self.bench,
         }
@@ -57,8 +58,9 @@ def save_session(session: Session, path: str | Path) -> Session:
     """Write the session to `path` (previous file kept as .bak); returns it with `path` set."""
     path = Path(path).expanduser().absolute()
     document = session.to_document(path.parent)
-    _backup(path)
+    keep_backup(path)
     write_text_atomic(path, json.dumps(document, indent=2) + "\n")
+    trust.trust(path, session.spec.rebased(path.parent))  # the app wrote it: the user's own
     add_recent(path)
     return replace(session, path=path, saved_at=document["saved_at"])
 
@@ -79,6 +81,7 @@ def autosave(session: Session) -> None:
     document = session.to_document(folder)
     document["source"] = str(session.path) if session.path else None
     write_text_atomic(folder / _AUTOSAVE, json.dumps(document, indent=2) + "\n")
+    trust.trust(folder / _AUTOSAVE, session.spec.rebased(folder))
 
 
 def restore_autosave() -> Session | None:
@@ -142,19 +145,27 @@ def config_dir() -> Path:
 
 
 # -- helpers -------------------------------------------------------------------------------------
-def _read(path: Path) -> Session:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8")) if path.suffix != ".toml" else None
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise InputError(f"{path}: not a session or spec file ({exc})") from None
-    if not (isinstance(data, dict) and "fp16studio_session" in data):
-        return Session(spec=PipelineSpec.load(path), path=path)
+def check_format(data: dict, path: Path) -> None:
+    """Refuse a session document of a format this version does not read."""
     if data["fp16studio_session"] != FORMAT:
         raise InputError(f"{path}: session format {data['fp16studio_session']!r} is not supported "
                          f"by this version (it reads format {FORMAT})")
-    spec = PipelineSpec.from_dict(data.get("spec"), base_dir=path.parent)
+
+
+def _read(path: Path) -> Session:
+    text = read_text(path, "session")
+    try:
+        data = json.loads(text) if path.suffix != ".toml" else None
+    except (ValueError, RecursionError) as exc:
+        reason = exc if isinstance(exc, ValueError) else "nested too deeply"
+        raise InputError(f"{path}: not a session or spec file ({reason})") from None
+    if not (isinstance(data, dict) and "fp16studio_session" in data):
+        return Session(spec=PipelineSpec.load(path), path=path)
+    check_format(data, path)
+    try:
+        spec = PipelineSpec.from_dict(data.get("spec"), base_dir=path.parent)
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None
     return Session(spec=spec, diagnosis=_object_or_none(data, "diagnosis", path),
                    bench=_object_or_none(data, "bench", path), path=path,
                    saved_at=data.get("saved_at"))
@@ -165,37 +176,3 @@ def _object_or_none(data: dict, key: str, path: Path) -> dict | None:
     if value is not None and not isinstance(value, dict):
         raise InputError(f"{path}: {key!r} should be an object or null")
     return value
-
-
-def _backup(path: Path) -> None:
-    """Keep the file about to be replaced as NAME.bak (itself replaced atomically)."""
-    if not path.is_file():
-        return
-    bak = path.with_name(path.name + ".bak")
-    tmp = path.with_name(f".{bak.name}.tmp")
-    try:
-        shutil.copy2(path, tmp)
-        tmp.replace(bak)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"cannot keep a backup of {path}: {exc.strerror or exc}") from None
-
-
-def _rebased_spec(spec: PipelineSpec, folder: Path) -> dict:
-    """The spec's document, with relative local paths made absolute when the file moves folders.
-
-    Relative paths resolve against the file's folder; a session saved elsewhere than the spec it
-    came from (or the autosave in the config folder) would otherwise point at nothing.
-    """
-    data = spec.to_dict()
-    if not spec.base_dir or Path(spec.base_dir).resolve() == folder.resolve():
-        return data
-    for key in ("model", "dataset"):
-        local = spec.local_path(data[key])
-        if local is not None and not Path(data[key]).expanduser().is_absolute():
-            data[key] = str(local.resolve())
-    if data["preprocess"]:
-        file, _, function = data["preprocess"].rpartition(":")
-        if not Path(file).expanduser().is_absolute():
-            data["preprocess"] = f"{spec.resolve_path(file).resolve()}:{function}"
-    return data

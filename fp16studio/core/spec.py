@@ -6,6 +6,7 @@ is an edit that returns a new spec (`PipelineSpec.replace`), which makes undo a 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -92,16 +93,20 @@ class PipelineSpec:
             from .demo import demo_spec
 
             return demo_spec(text[len(DEMO_PREFIX):])
+        from .files import read_text
+
         path = Path(text)
-        try:
-            raw = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"cannot read spec {text}: {exc.strerror or exc}") from None
-        data = _parse(raw, path)
+        data = _parse(read_text(path, "spec"), path)
         # A saved session wraps its spec: {"fp16studio_session": 1, "spec": {...}, ...}.
-        if isinstance(data, dict) and "spec" in data and "fp16studio_session" in data:
-            data = data["spec"]
-        return cls.from_dict(data, base_dir=path.resolve().parent)
+        if isinstance(data, dict) and "fp16studio_session" in data:
+            from .session import check_format
+
+            check_format(data, path)
+            data = data.get("spec")
+        try:
+            return cls.from_dict(data, base_dir=path.resolve().parent)
+        except InputError as exc:
+            raise InputError(f"spec {path}: {str(exc).removeprefix('spec: ')}") from None
 
     def to_dict(self) -> dict[str, Any]:
         out = {}
@@ -112,9 +117,12 @@ class PipelineSpec:
 
     def save(self, path: str | Path) -> None:
         """Write the spec as JSON, atomically so an interrupted save never loses the old file."""
+        from . import trust
+
         path = Path(path)
-        data = self.rebased(path.resolve().parent).to_dict()
-        write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+        rebased = self.rebased(path.resolve().parent)
+        write_text_atomic(path, json.dumps(rebased.to_dict(), indent=2) + "\n")
+        trust.trust(path, rebased)  # written by fp16studio: the user's own from now on
 
     def rebased(self, folder: str | Path) -> "PipelineSpec":
         """The same spec read from `folder`: relative local paths made absolute if they move."""
@@ -149,7 +157,10 @@ class PipelineSpec:
     def local_path(self, value: str) -> Path | None:
         """The path if `value` names something that exists locally, else None (a Hub id)."""
         path = self.resolve_path(value)
-        return path if path.exists() else None
+        try:
+            return path if path.exists() else None
+        except (OSError, ValueError):  # a name too long, or with a NUL byte: nothing local
+            return None
 
 
 KEYS = tuple(f.name for f in dataclasses.fields(PipelineSpec) if f.name != "base_dir")
@@ -200,8 +211,11 @@ def write_text_atomic(path: Path, text: str) -> None:
     try:
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
+    except BaseException as exc:  # a full disk, or an interrupt: never a stray temporary file
+        with contextlib.suppress(OSError):  # a read-only or full disk can refuse this too
+            tmp.unlink(missing_ok=True)
+        if not isinstance(exc, OSError):
+            raise
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
@@ -213,10 +227,14 @@ def _parse(raw: str, path: Path):
             return tomllib.loads(raw)
         except tomllib.TOMLDecodeError as exc:
             raise InputError(f"spec {path}: not valid TOML ({exc})") from None
+        except RecursionError:
+            raise InputError(f"spec {path}: nested too deeply to be a spec") from None
     try:
         return json.loads(raw)
     except json.JSONDecodeError as exc:
         raise InputError(f"spec {path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise InputError(f"spec {path}: nested too deeply to be a spec") from None
 
 
 def _check_type(key, value, types, what):
@@ -256,8 +274,8 @@ def _validated(spec: PipelineSpec) -> dict[str, Any]:
     input_device = s.input_device.strip().lower()
     if input_device != "model" and not _is_device_name(input_device):
         raise InputError(f"input_device: {s.input_device!r} is not 'model' or a device name")
-    if s.preprocess is not None and not all(s.preprocess.rpartition(":")[::2]):
-        raise InputError(f"preprocess: expected 'path/to/file.py:function', got {s.preprocess!r}")
+    if s.preprocess is not None:
+        _check_preprocess(s.preprocess)
     _check_type("columns", s.columns, dict, "an object of role -> column name")
     for role, column in s.columns.items():
         _one_of("columns role", role, COLUMN_ROLES)
@@ -304,6 +322,14 @@ def _validated(spec: PipelineSpec) -> dict[str, Any]:
         "applied_fixes": _frozen(s.applied_fixes),
         "columns": _frozen(s.columns),
     }
+
+
+def _check_preprocess(value: str) -> None:
+    """`path/to/file.py:function`: the user's own file and a function name (CONTRACT §6)."""
+    file, _, function = value.rpartition(":")
+    if not file.lower().endswith(".py") or not function.isidentifier():
+        raise InputError(f"preprocess: expected 'path/to/file.py:function' (a .py file and a "
+                         f"function name), got {value!r}")
 
 
 def _is_device_name(name: str, allow_auto: bool = False) -> bool:

@@ -74,18 +74,43 @@ def test_second_save_keeps_previous_file_as_bak(tmp_path, project):
     assert not list(path.parent.glob(".*.tmp"))
 
 
-def test_failed_save_leaves_the_old_file(tmp_path, project, monkeypatch):
+def _disk_full(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def _half_written(self, text, *args, **kwargs):
+    """The disk fills halfway through writing: what is there is a truncated file."""
+    with open(self, "w", encoding="utf-8") as handle:
+        handle.write(text[: len(text) // 2])
+    _disk_full()
+
+
+@pytest.mark.parametrize("failure", ["while writing", "at the rename", "and at the clean-up"])
+def test_failed_save_leaves_the_old_file(tmp_path, project, monkeypatch, failure):
+    """The writer fails after the temporary file is (partly) written: the old file is intact,
+    no temporary file is left, and the error is an InputError even when the clean-up fails."""
     path = tmp_path / "project" / "s.fp16studio"
     save_session(Session(project, DIAGNOSIS), path)
     before = path.read_text()
+    path_type, rename = type(path), type(path).replace
 
-    def disk_full(self, *args, **kwargs):
-        raise OSError(28, "No space left on device")
+    def rename_fails_onto_the_session(self, target):  # the .bak is still kept as usual
+        if target == path:
+            _disk_full()
+        return rename(self, target)
 
-    monkeypatch.setattr(type(path), "write_text", disk_full)
+    if failure == "while writing":
+        monkeypatch.setattr(path_type, "write_text", _half_written)
+    else:
+        monkeypatch.setattr(path_type, "replace", rename_fails_onto_the_session)
+    if failure == "and at the clean-up":
+        monkeypatch.setattr(path_type, "unlink", _disk_full)
     with pytest.raises(InputError, match="No space left"):
-        save_session(Session(project), path)
+        save_session(Session(project.replace(model_dtype="bfloat16")), path)
+    monkeypatch.undo()
     assert path.read_text() == before
+    if failure != "and at the clean-up":
+        assert not list(path.parent.glob(".*.tmp"))
 
 
 def test_plain_spec_opens_as_a_session_without_findings(project):
