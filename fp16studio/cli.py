@@ -71,6 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
     insp.add_argument("--trust-remote-code", action="store_true")
     insp.add_argument("--json", action="store_true")
 
+    trace = sub.add_parser("trace", help="run your own script with the tracer on and diagnose "
+                                         "the models it runs")
+    trace.add_argument("script", metavar="SCRIPT", help="a Python script, or demo:NAME")
+    trace.add_argument("--json", action="store_true",
+                       help="print one JSON document (the script's own output goes to stderr)")
+    trace.add_argument("--timeout", type=float, metavar="S",
+                       help="stop the script after S seconds and diagnose what ran")
+    trace.add_argument("args", nargs="*", metavar="-- ARGS",
+                       help="arguments for the script, after --")
+
     demo = sub.add_parser("demo", help="write the built-in demo model, dataset and specs to DIR")
     demo.add_argument("dir", nargs="?", default="fp16studio-demo", metavar="DIR")
     return parser
@@ -243,8 +253,59 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_trace(args) -> int:
+    """The script's own lines pass through as they come (to stderr with --json), then the result."""
+    from .core.script_trace import trace_script
+
+    def output(stream, line):
+        target = sys.stderr if args.json or stream == "stderr" else sys.stdout
+        print(line, file=target, flush=True)
+
+    result = trace_script(args.script, args.args, timeout=args.timeout, output=output)
+    doc = result.to_json()
+    if args.json:
+        _print_json(doc)
+    else:
+        print(format_trace(doc))
+    return 0 if result.ok else 1
+
+
+def format_trace(doc: dict) -> str:
+    """Human-readable trace: the verdict, the models that ran, each finding at its script line."""
+    name = os.path.basename(doc["script"])
+    lines = ["", f"{name} on {doc['device']}: {'ok' if doc['ok'] else 'problems found'}"]
+    for model in doc["models"]:
+        lines.append(f"  model {model['name']} ({model['class']}): {model['calls']} call(s)")
+    error = doc["error"]
+    if error:
+        where = f" in {error['module']}" if error.get("module") else ""
+        lines.append(f"  failed{where}{_at_line(error.get('source'))}: {error['message']}")
+    if doc["output"]:
+        out = doc["output"]
+        lines.append(f"  output {out['name']}: {out['dtype']} {out['shape']}"
+                     + ("" if out.get("finite", True) else ", NOT finite"))
+    lines.extend(f"  note: {note}" for note in doc["notes"])
+    for finding in doc["findings"]:
+        lines.append("")
+        lines.append(f"{finding['severity'].upper():8}{finding['code']}  at {finding['location']}"
+                     f"{_at_line(finding['source'])}")
+        lines.extend(textwrap.wrap(finding["message"], 96, initial_indent="        ",
+                                   subsequent_indent="        "))
+        for i, fix in enumerate(finding["fixes"]):
+            lines.append(f"        {'fix' if i == 0 else 'or '}: {fix['title']}  [{fix['id']}]")
+            lines.append(f"             {fix['code']}")
+    if doc["spec"]:
+        lines.append("")
+        lines.append("recovered the pipeline spec (save it with --json, then fp16studio fix it)")
+    return "\n".join(lines)
+
+
+def _at_line(source) -> str:
+    return f" ({os.path.basename(source['file'])}:{source['line']})" if source else ""
+
+
 COMMANDS = {"diagnose": cmd_diagnose, "fix": cmd_fix, "bench": cmd_bench, "export": cmd_export,
-            "report": cmd_report, "inspect": cmd_inspect, "demo": cmd_demo}
+            "report": cmd_report, "inspect": cmd_inspect, "demo": cmd_demo, "trace": cmd_trace}
 
 
 def _print_json(doc):
