@@ -139,6 +139,7 @@ def assemble(watch: ScriptWatch, script: str, args, outcome: dict, seconds: floa
         findings.extend(_script_failure_findings(outcome["exception"], error))
     findings = _unique(findings)
     notes = list(outcome.get("notes", ()))
+    notes.extend(f"fp16studio failed to snapshot a model (a bug): {e}" for e in watch.tracer.errors)
     if not watch.snapshots:
         notes.append("no model ran a forward pass: nothing to diagnose")
     elif primary.observed is not None and not primary.observed.recovered:

@@ -34,8 +34,8 @@ def fix_code(fix: Fix) -> str:
         return (f"with torch.autocast(device_type=model.device.type, dtype={torch_dtype}):  "
                 "# float32 weights: no .half() of the model or its inputs")
     if fix.id.startswith("model-"):
-        return (f"model = AutoModel....from_pretrained(..., dtype={torch_dtype})  "
-                "# and no .half() / .to(dtype) afterwards")
+        return (f"model = model.to({torch_dtype})  # or load it so: "
+                f"from_pretrained(..., dtype={torch_dtype})")
     if fix.id == "halve-batch":
         return f"batch_size = {fix.edits.get('batch_size')}"
     return f"# {fix.explain or fix.title}"

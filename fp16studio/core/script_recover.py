@@ -318,7 +318,7 @@ def observed_spec(rec: Recorder, module, snapshot) -> Observed:
     load = rec.load_of(module)
     casts = rec.casts_of(module)
     data = rec.datasets[-1] if rec.datasets else None
-    edits: dict = {"model": load.model if load else snapshot.cls,
+    edits: dict = {"model": load.model if load else snapshot.trace.cls,
                    "dataset": data["dataset"] if data else "script"}
     sources = {}
     if load is not None:

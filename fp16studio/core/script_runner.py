@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         outcome = _exit_outcome(exc, user)
     except BaseException as exc:  # the script failed (or was interrupted): that is the result
-        traceback.print_exception(exc)
+        _print_traceback(exc, user)
         outcome = _failure_outcome(exc, user)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late interrupt must not lose the result
@@ -54,6 +54,14 @@ def main(argv: list[str]) -> int:
         pickle.dump(result, handle)
     os.replace(tmp, result_path)
     return 0
+
+
+def _print_traceback(exc: BaseException, user):
+    """What `python SCRIPT` would print: the traceback from the script's own first frame."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and not user.owns(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
 
 
 def _failure_outcome(exc: BaseException, user) -> dict:

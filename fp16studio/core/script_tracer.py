@@ -169,6 +169,7 @@ class ScriptTracer:
         self.on_start = on_start           # callback(trace, module) before the first pass
         self.on_done = on_done             # callback(trace, module) after it, even on error
         self.traces: list[ModelTrace] = []
+        self.errors: list[str] = []        # fp16studio's own failures while the script ran
         self.casts = CastLog(user, lambda: self._active is not None)
         self._active: ModelTrace | None = None
         self._seen = weakref.WeakSet()
@@ -229,7 +230,10 @@ class ScriptTracer:
             trace.calls = tracer.calls
             self.traces.append(trace)
             if self.on_done is not None:
-                self.on_done(trace, module)
+                try:
+                    self.on_done(trace, module)
+                except Exception as exc:  # our bug must not change what the script does
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
         return result
 
 
