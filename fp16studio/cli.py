@@ -72,14 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     insp.add_argument("--json", action="store_true")
 
     trace = sub.add_parser("trace", help="run your own script with the tracer on and diagnose "
-                                         "the models it runs")
+                                         "the models it runs",
+                           usage="fp16studio trace SCRIPT [--json] [--timeout S] [-- ARGS...]",
+                           epilog="Everything after -- is passed to the script as its arguments.")
     trace.add_argument("script", metavar="SCRIPT", help="a Python script, or demo:NAME")
     trace.add_argument("--json", action="store_true",
                        help="print one JSON document (the script's own output goes to stderr)")
     trace.add_argument("--timeout", type=float, metavar="S",
                        help="stop the script after S seconds and diagnose what ran")
-    trace.add_argument("args", nargs="*", metavar="-- ARGS",
-                       help="arguments for the script, after --")
 
     demo = sub.add_parser("demo", help="write the built-in demo model, dataset and specs to DIR")
     demo.add_argument("dir", nargs="?", default="fp16studio-demo", metavar="DIR")
@@ -87,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv, script_args = _split_script_args(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
+    args.script_args = script_args
     if args.install_desktop:
         return _install_desktop()
     if args.command in (None, "gui"):
@@ -107,6 +109,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fp16studio: internal error: {type(exc).__name__}: {exc} "
               "(set FP16STUDIO_DEBUG=1 for the traceback)", file=sys.stderr)
         return 3
+
+
+def _split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`trace SCRIPT [options] -- ARGS`: what follows the first -- belongs to the script."""
+    if argv[:1] == ["trace"] and "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1:]
+    return argv, []
 
 
 def _install_desktop() -> int:
@@ -261,7 +271,7 @@ def cmd_trace(args) -> int:
         target = sys.stderr if args.json or stream == "stderr" else sys.stdout
         print(line, file=target, flush=True)
 
-    result = trace_script(args.script, args.args, timeout=args.timeout, output=output)
+    result = trace_script(args.script, args.script_args, timeout=args.timeout, output=output)
     doc = result.to_json()
     if args.json:
         _print_json(doc)

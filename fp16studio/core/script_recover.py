@@ -222,7 +222,10 @@ class Recorder:
             source = rec._called_by_user()
             if source is not None and not getattr(self, "_fp16studio_seen", False):
                 self._fp16studio_seen = True
-                dtype = dtypes.name_of(self.fast_dtype) if self._enabled else None
+                # torch turns an autocast for a device this machine lacks off (with a warning):
+                # what the user asked for is still the dtype, inactive (autocast-inactive).
+                asked = self._enabled or not _device_present(self.device)
+                dtype = dtypes.name_of(self.fast_dtype) if asked else None
                 rec.autocasts.append(Autocast(self.device, dtype, source))
             return result
 
@@ -248,6 +251,13 @@ class Recorder:
 
     def current_autocast(self) -> Autocast | None:
         return self.autocasts[-1] if self.autocasts else None
+
+
+def _device_present(device_type: str) -> bool:
+    import torch
+
+    module = getattr(torch, device_type, None) if device_type != "cpu" else None
+    return device_type == "cpu" or bool(module is not None and module.is_available())
 
 
 class _Observed:

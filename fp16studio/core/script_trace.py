@@ -124,7 +124,7 @@ def _wait(child: subprocess.Popen, timeout: float | None, cancel) -> bool:
     while child.poll() is None:
         try:
             check_cancel(cancel)
-        except Cancelled:
+        except (Cancelled, KeyboardInterrupt):  # the script runs in a session of its own
             _stop(child, grace=0.5)
             raise
         if deadline is not None and time.monotonic() > deadline:
