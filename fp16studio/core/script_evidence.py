@@ -14,8 +14,14 @@ from dataclasses import dataclass, field
 
 from . import dtypes
 from .data import ColumnFacts
-from .diagnosis import (_describe_output, _error_doc, _keep_in_fp32_modules, _module_param_dtypes,
-                        _param_dtypes, environment_info)
+from .diagnosis import (
+    _describe_output,
+    _error_doc,
+    _keep_in_fp32_modules,
+    _module_param_dtypes,
+    _param_dtypes,
+    environment_info,
+)
 from .findings import Finding, Fix
 from .inventory import activations_tree, batch_tree, mark, model_tree
 from .rules import Evidence, rule_list_batch, run_rules

@@ -19,8 +19,8 @@ from pathlib import Path
 from . import dtypes
 from .errors import InputError
 from .loading import AUTO_CLASSES
-from .spec import PipelineSpec
 from .script_tracer import UserCode
+from .spec import PipelineSpec
 
 _TASK_OF_AUTO = {cls: task for task, cls in AUTO_CLASSES.items()}
 _ID_NAMES = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "labels",
@@ -427,7 +427,7 @@ def _input_edits(snapshot, format_dtype) -> dict:
                    if f.final and dtypes.is_floating_name(f.final) and f.final != "float32"}
     cast = [f for f in snapshot.facts.values() if f.loaded != f.final and f.final]
     if half_inputs and not format_dtype and cast:
-        edits["input_dtype"] = sorted(half_inputs)[0]
+        edits["input_dtype"] = min(half_inputs)
     ints_cast = [f for f in cast if f.stored and not dtypes.is_floating_name(f.stored)]
     if ints_cast and not format_dtype:
         edits["input_cast"] = "all"

@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
         outcome = {}
     except SystemExit as exc:
         outcome = _exit_outcome(exc, user)
-    except BaseException as exc:  # the script failed (or was interrupted): that is the result
+    except BaseException as exc:  # noqa: BLE001 - the script failed or was interrupted: the result
         _print_traceback(exc, user)
         outcome = _failure_outcome(exc, user)
     finally:

@@ -232,7 +232,7 @@ class ScriptTracer:
             if self.on_done is not None:
                 try:
                     self.on_done(trace, module)
-                except Exception as exc:  # our bug must not change what the script does
+                except Exception as exc:  # noqa: BLE001 - our bug must not change the script
                     self.errors.append(f"{type(exc).__name__}: {exc}")
         return result
 

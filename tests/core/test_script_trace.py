@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fp16studio.core.errors import CancelToken, Cancelled, InputError
+from fp16studio.core.errors import Cancelled, CancelToken, InputError
 from fp16studio.core.script_trace import trace_script
 
 SCRIPTS = Path(__file__).parent.parent / "scripts"
