@@ -185,3 +185,17 @@ def test_cli_json_keeps_the_scripts_output_out():
     assert failed.stderr.startswith("Traceback") and "own_model.py" in failed.stderr.splitlines()[1]
     missing = cli("nope.py")
     assert missing.returncode == 2 and missing.stderr.strip() == "fp16studio: no such script: nope.py"
+
+
+def test_cuda_autocast_without_cuda_is_recovered_as_written(demo_dir):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the autocast works")
+    script = SCRIPTS / "amp_autocast.py"
+    result = trace_script(script, [demo_dir])
+    inactive = next(f for f in result.findings if f.code == "autocast-inactive")
+    assert inactive.source["line"] == line_of(script, "with torch.cuda.amp.autocast():")
+    spec = result.recovered_spec
+    assert spec is not None and (spec.autocast, spec.autocast_device) == ("float16", "cuda")
+    assert spec.with_labels and spec.dataset.endswith("texts.jsonl") and spec.model_dtype == "auto"
