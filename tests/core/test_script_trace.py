@@ -131,7 +131,7 @@ def test_cancel_stops_the_script():
     token = CancelToken()
     token.cancel()
     with pytest.raises(Cancelled):
-        trace_script(SCRIPTS / "hangs.py", cancel=token)
+        trace_script(SCRIPTS / "hangs.py", cancel=token, timeout=60)
 
 
 def test_a_script_that_needs_arguments():
