@@ -305,8 +305,14 @@ def format_trace(doc: dict) -> str:
             lines.append(f"        {'fix' if i == 0 else 'or '}: {fix['title']}  [{fix['id']}]")
             lines.append(f"             {fix['code']}")
     if doc["spec"]:
+        from .core.spec import PipelineSpec
+
+        defaults = PipelineSpec(model="", dataset="").to_dict()
+        said = ", ".join(f"{key}={value}" for key, value in doc["spec"].items()
+                         if value != defaults[key])
         lines.append("")
-        lines.append("recovered the pipeline spec (save it with --json, then fp16studio fix it)")
+        lines.append(f"recovered pipeline spec: {said}")
+        lines.append("  (the \"spec\" of --json is a spec file: fp16studio fix takes over from it)")
     return "\n".join(lines)
 
 
