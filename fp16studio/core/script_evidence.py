@@ -25,14 +25,18 @@ from .diagnosis import (
 from .findings import Finding, Fix
 from .inventory import activations_tree, batch_tree, mark, model_tree
 from .rules import Evidence, rule_list_batch, run_rules
-from .script_recover import _ID_NAMES, Observed, Recorder, observed_spec
+from .script_recover import Observed, Recorder, observed_spec
 from .script_trace import ScriptTrace
 from .script_tracer import ModelTrace, ScriptTracer, UserCode
+from .spec import PipelineSpec
 from .tree import TensorNode
 
 _DEVICE_MISSING = re.compile(r"not compiled with CUDA|no NVIDIA driver|No CUDA GPUs|"
                              r"invalid device ordinal|CUDA driver|MPS .*not available", re.I)
 _LIST_ERRORS = re.compile(r"'list' object has no attribute '(to|cuda|half|float)'", re.I)
+# Batch keys that hold integers in every Hugging Face model: a floating one was cast.
+_ID_NAMES = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "labels",
+             "decoder_input_ids", "decoder_attention_mask")
 # Where a finding's source line is, by code, when it is not the failing call.
 _SOURCE_OF = {"map-cast-lost": ("map",), "autocast-inactive": ("autocast",),
               "half-on-cpu": ("cast", "load"), "mixed-precision-params": ("cast", "load"),
@@ -51,7 +55,6 @@ class Snapshot:
     keep_in_fp32: tuple
     tree: TensorNode
     output: dict | None
-    autocast: object = None               # script_recover.Autocast around the call
     name: str = ""                        # what from_pretrained loaded, else the class
     observed: Observed | None = None
     findings: list = field(default_factory=list)
@@ -65,7 +68,6 @@ class ScriptWatch:
         self.recorder = Recorder(user)
         self.tracer = ScriptTracer(user, on_start=self._started, on_done=self._done)
         self.snapshots: list[Snapshot] = []
-        self._autocasts: dict[int, object] = {}
 
     def install(self):
         self.recorder.install()
@@ -76,11 +78,10 @@ class ScriptWatch:
         self.recorder.uninstall()
 
     def _started(self, trace: ModelTrace, module):
-        self._autocasts[trace.index] = self.recorder.current_autocast()
+        trace.autocast = self.recorder.current_autocast()
 
     def _done(self, trace: ModelTrace, module):
         snap = _snapshot(trace, module, self.recorder.maps)
-        snap.autocast = self._autocasts.pop(trace.index, None)
         snap.observed = observed_spec(self.recorder, module, snap)
         load = self.recorder.load_of(module)
         snap.name = load.model if load else trace.cls
@@ -154,8 +155,6 @@ def assemble(watch: ScriptWatch, script: str, args, outcome: dict, seconds: floa
               for s in watch.snapshots]
     if primary is not None:
         mark(primary.tree, primary.findings)
-    from .spec import PipelineSpec
-
     spec = primary.observed.spec if primary is not None else PipelineSpec(model="script",
                                                                           dataset="script")
     order = {"error": 0, "warning": 1, "info": 2}
@@ -207,8 +206,6 @@ def _script_failure_findings(exc: BaseException, error: dict) -> list[Finding]:
     if _DEVICE_MISSING.search(message):
         return [device_unavailable(source)]
     if _LIST_ERRORS.search(message):
-        from .spec import PipelineSpec
-
         evidence = Evidence(spec=PipelineSpec(model="script", dataset="script", format="python"),
                             device_type="cpu", param_dtypes={}, module_param_dtypes={},
                             facts={"batch": ColumnFacts("batch", loaded="list")},

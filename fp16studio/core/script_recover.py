@@ -23,8 +23,6 @@ from .script_tracer import UserCode
 from .spec import PipelineSpec
 
 _TASK_OF_AUTO = {cls: task for task, cls in AUTO_CLASSES.items()}
-_ID_NAMES = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "labels",
-             "decoder_input_ids", "decoder_attention_mask")
 
 
 @dataclass
@@ -371,10 +369,11 @@ def observed_spec(rec: Recorder, module, snapshot) -> Observed:
     if fmt:
         sources["format"] = fmt["source"]
     edits.update(_input_edits(snapshot, edits.get("format_dtype")))
-    if snapshot.autocast is not None and snapshot.autocast.dtype:
-        edits["autocast"] = snapshot.autocast.dtype
-        edits["autocast_device"] = snapshot.autocast.device_type
-        sources["autocast"] = snapshot.autocast.source
+    autocast = snapshot.trace.autocast
+    if autocast is not None and autocast.dtype:
+        edits["autocast"] = autocast.dtype
+        edits["autocast_device"] = autocast.device_type
+        sources["autocast"] = autocast.source
     edits["with_labels"] = "labels" in snapshot.facts
     if snapshot.batch_size:
         edits["batch_size"] = edits["samples"] = snapshot.batch_size
