@@ -57,6 +57,7 @@ class Snapshot:
     output: dict | None
     name: str = ""                        # what from_pretrained loaded, else the class
     observed: Observed | None = None
+    error: dict | None = None             # the forward pass's failure, with its source line
     findings: list = field(default_factory=list)
 
 
@@ -85,7 +86,9 @@ class ScriptWatch:
         snap.observed = observed_spec(self.recorder, module, snap)
         load = self.recorder.load_of(module)
         snap.name = load.model if load else trace.cls
-        trace.inputs, trace.output = {}, None   # the tensors are described; let them go
+        snap.findings = _model_findings(snap, self.user)
+        # Described: let the tensors go, and the traceback (it holds the script's frames).
+        trace.inputs, trace.output, trace.exception = {}, None, None
         self.snapshots.append(snap)
 
 
@@ -130,18 +133,12 @@ def _snapshot(trace: ModelTrace, module, maps) -> Snapshot:
 
 def assemble(watch: ScriptWatch, script: str, args, outcome: dict, seconds: float) -> ScriptTrace:
     """The result of the run: findings per model, the script's own failure, what ran."""
-    user = watch.user
-    findings: list[Finding] = []
-    for snap in watch.snapshots:
-        snap.findings = _model_findings(snap, user)
-        findings.extend(snap.findings)
-    primary = next((s for s in watch.snapshots if s.trace.exception is not None),
+    findings = [f for snap in watch.snapshots for f in snap.findings]
+    primary = next((s for s in watch.snapshots if s.error is not None),
                    watch.snapshots[0] if watch.snapshots else None)
     error = outcome.get("error")
-    if primary is not None and primary.trace.exception is not None \
-            and isinstance(primary.trace.exception, Exception):
-        error = dict(_error_doc(primary.trace.exception, "forward", primary.trace.failed_module),
-                     source=user.traceback_source(primary.trace.exception.__traceback__))
+    if primary is not None and primary.error is not None:
+        error = primary.error
     elif error is not None and outcome.get("exception") is not None:
         findings.extend(_script_failure_findings(outcome["exception"], error))
     findings = _unique(findings)
@@ -171,12 +168,17 @@ def _model_findings(snap: Snapshot, user: UserCode) -> list[Finding]:
     trace = snap.trace
     exc = trace.exception if isinstance(trace.exception, Exception) else None
     error = _error_doc(exc, "forward", trace.failed_module) if exc is not None else None
+    # Read while the exception is still inside the model: its traceback holds the frames from
+    # the model's call inwards (the user's own forward code, if any); else the calling line.
+    failing = (user.traceback_source(exc.__traceback__) or trace.source) if exc is not None \
+        else None
+    if error is not None:
+        snap.error = dict(error, source=failing)
     evidence = Evidence(
         spec=snap.observed.spec, device_type=snap.device.split(":")[0],
         param_dtypes=snap.param_dtypes, module_param_dtypes=snap.module_param_dtypes,
         keep_in_fp32=snap.keep_in_fp32, facts=snap.facts, calls=trace.calls, error=error,
         exception=exc)
-    failing = user.traceback_source(exc.__traceback__) if exc is not None else None
     out = []
     for finding in run_rules(evidence):
         source = _source_for(finding, snap, failing)
