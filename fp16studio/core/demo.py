@@ -55,7 +55,7 @@ _SPECS = {
     "auto-bf16": dict(model="models/resnet-bf16", dataset="data/images", model_dtype="auto"),
 }
 # Bump when the demo content changes, so cached copies are rebuilt.
-_BUILD = "4"
+_BUILD = "5"
 _PREPROCESS = '''\
 """The seed article's third example: PIL preprocessing that casts to half inside Dataset.map."""
 import numpy as np
@@ -264,3 +264,116 @@ def _write_clips(folder: Path):
         n = 8000 + 800 * i
         wave = 0.5 * np.sin(2 * np.pi * 220 * (i + 1) * np.arange(n) / 8000).astype(np.float32)
         soundfile.write(folder / label / f"clip{i}.{('wav', 'flac')[i % 2]}", wave, 8000)
+
+
+# -- trace demos: the seed article's three examples as scripts (`fp16studio trace demo:NAME`) ---
+TRACE_DEMOS = {
+    "map-cast": "The article's first example: a float16 cast inside Dataset.map is lost; the "
+                "float16 ResNet gets float32 pixels",
+    "blind-half": "The article's second example: model.half(), then every input tensor cast "
+                  "with .half(), token ids included (BERT)",
+    "pil-preprocess": "The article's third example: PIL preprocessing that casts to half inside "
+                      "map, in a file of its own",
+}
+_SCRIPT_HEAD = '''\
+from pathlib import Path
+
+import torch
+from datasets import load_from_disk
+from transformers import AutoImageProcessor, AutoModelForImageClassification
+
+DEMO = Path(__file__).resolve().parent.parent   # the demo's models/ and data/
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+'''
+_TRACE_SCRIPTS = {
+    "map-cast": '''\
+"""The seed article's first example, runnable anywhere: the model was converted to float16, and
+the map function casts the images to float16 too. datasets stores what map returns in Arrow and
+gives float32 back, so the float16 model gets float32 pixels."""
+''' + _SCRIPT_HEAD + '''
+model = AutoModelForImageClassification.from_pretrained(DEMO / "models/tiny-resnet",
+                                                        dtype=torch.float16).to(device).eval()
+processor = AutoImageProcessor.from_pretrained(DEMO / "models/tiny-resnet")
+dataset = load_from_disk(DEMO / "data/images")["train"]
+
+
+def prepare_batch(example):
+    pixels = processor(images=example["image"].convert("RGB"), return_tensors="pt")
+    # Explicitly cast the image tensor to half precision
+    example["pixel_values"] = pixels["pixel_values"][0].to(torch.float16)
+    return example
+
+
+prepared_dataset = dataset.map(prepare_batch, remove_columns=["image"]).with_format("torch")
+dataloader = torch.utils.data.DataLoader(prepared_dataset, batch_size=4)
+for batch in dataloader:
+    input_tensor = batch["pixel_values"].to(device)
+    with torch.inference_mode():
+        output = model(input_tensor)
+    print("predicted", output.logits.argmax(-1).tolist())
+''',
+    "blind-half": '''\
+"""The seed article's second example, runnable anywhere and run on half-precision data: the
+model is moved to the device and converted with model.half(), then every tensor of the
+tokenizer's output is cast with .half(), token ids and attention mask included."""
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+DEMO = Path(__file__).resolve().parent.parent   # the demo's models/
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+model = AutoModelForSequenceClassification.from_pretrained(DEMO / "models/tiny-bert")
+tokenizer = AutoTokenizer.from_pretrained(DEMO / "models/tiny-bert")
+model.to(device)               # the article: model.cuda()
+model = model.half()           # convert the model's weights to half precision
+for param in model.parameters():
+    if param.dtype != torch.float16:
+        print(f"Error: Parameter not float16: {param.dtype}")
+
+texts = ["the model expected float16", "a cast inside map is stored in arrow"]
+inputs = tokenizer(texts, padding=True, return_tensors="pt").to(device)
+inputs = {name: tensor.half() for name, tensor in inputs.items()}   # half-precision data
+with torch.inference_mode():
+    logits = model(**inputs).logits
+print("predicted", logits.argmax(-1).tolist())
+''',
+    "pil-preprocess": '''\
+"""The seed article's third example, runnable anywhere: custom PIL preprocessing (preprocess.py,
+beside this script) casts each image tensor to half inside Dataset.map; Arrow gives float32
+back, and the float16 model gets float32 pixels."""
+from preprocess import custom_preprocessing
+''' + _SCRIPT_HEAD + '''
+model = AutoModelForImageClassification.from_pretrained(DEMO / "models/tiny-resnet",
+                                                        dtype=torch.float16).to(device).eval()
+dataset = load_from_disk(DEMO / "data/images")["train"]
+processed_dataset = dataset.map(custom_preprocessing, remove_columns=["image"])
+processed_dataset = processed_dataset.with_format("torch")
+
+dataloader = torch.utils.data.DataLoader(processed_dataset, batch_size=4)
+for batch in dataloader:
+    input_tensor = batch["pixel_values"].to(device)
+    with torch.inference_mode():
+        output = model(input_tensor)
+    print("predicted", output.logits.argmax(-1).tolist())
+''',
+}
+
+
+def trace_script_name(name: str) -> str:
+    return name.replace("-", "_") + ".py"
+
+
+def trace_demo_script(name: str) -> Path:
+    """The built-in trace demo script `name`, its files built once into the user's cache."""
+    if name not in TRACE_DEMOS:
+        raise InputError(f"no trace demo {name!r} (trace demos: {', '.join(TRACE_DEMOS)})")
+    return ensure_demo_files() / "scripts" / trace_script_name(name)
+
+
+def _write_trace_scripts(folder: Path):
+    folder.mkdir(exist_ok=True)
+    (folder / "preprocess.py").write_text(_PREPROCESS)
+    for name, text in _TRACE_SCRIPTS.items():
+        (folder / trace_script_name(name)).write_text(text)
