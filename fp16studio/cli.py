@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--variants", metavar="V,...",
                        help="comma-separated: float32,float16,bfloat16,autocast-float16,"
                             "autocast-bfloat16 (default: all)")
-    bench.add_argument("--warmup", type=int, default=3, help="untimed calls first (default 3)")
+    bench.add_argument("--warmup", type=int, default=3, help="untimed calls first, at least 1 (default 3)")
     bench.add_argument("--min-iterations", type=int, default=10,
                        help="timed calls per variant, at least (default 10)")
     bench.add_argument("--min-seconds", type=float, default=1.0,
@@ -168,8 +168,9 @@ def cmd_fix(args) -> int:
 def cmd_bench(args) -> int:
     from .core.bench import benchmark, format_table
 
-    if args.warmup < 0 or args.min_iterations < 1 or args.min_seconds < 0:
-        raise InputError("bench: --warmup >= 0, --min-iterations >= 1, --min-seconds >= 0")
+    # One warm-up call at least: the first call pays for lazy initialisation and is never timed.
+    if args.warmup < 1 or args.min_iterations < 1 or args.min_seconds < 0:
+        raise InputError("bench: --warmup >= 1, --min-iterations >= 1, --min-seconds >= 0")
     result = benchmark(_load_spec(args.spec), variants=args.variants, warmup=args.warmup,
                        min_iterations=args.min_iterations, min_seconds=args.min_seconds)
     doc = result.to_json()
