@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import __version__
 from .errors import InputError
-from .spec import PipelineSpec, write_text_atomic
+from .spec import PipelineSpec, _remove_quietly, write_text_atomic
 
 FORMAT = 1
 SUFFIX = ".fp16studio"
@@ -27,7 +27,7 @@ SUFFIX = ".fp16studio"
 FILE_FILTER = f"fp16studio sessions (*{SUFFIX});;Pipeline specs (*.json *.toml);;All files (*)"
 RECENT_LIMIT = 10
 _RECENT = "recent.json"
-_AUTOSAVE = "autosave" + SUFFIX
+_AUTOSAVE_STEM = "autosave"
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Session:
             "fp16studio_session": FORMAT,
             "version": __version__,
             "saved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "spec": _rebased_spec(self.spec, folder),
+            "spec": self.spec.rebased(folder).to_dict(),
             "diagnosis": self.diagnosis,
             "bench": self.bench,
         }
@@ -72,34 +72,79 @@ def open_session(path: str | Path) -> Session:
 
 
 # -- autosave ------------------------------------------------------------------------------------
-def autosave(session: Session) -> None:
-    """Write the crash-recovery copy of the window's session (the window calls this on edits)."""
+# One crash copy per window, named after the window's process and number: closing one window
+# drops its own copy only, and a copy whose process is gone is what a crash left behind.
+def autosave(session: Session, owner: str = "") -> None:
+    """Write the crash-recovery copy of a window's session (the window calls this on edits);
+    `owner` names the window (see autosave_owner)."""
     folder = config_dir()
     folder.mkdir(parents=True, exist_ok=True)
     document = session.to_document(folder)
     document["source"] = str(session.path) if session.path else None
-    write_text_atomic(folder / _AUTOSAVE, json.dumps(document, indent=2) + "\n")
+    write_text_atomic(folder / _autosave_name(owner), json.dumps(document, indent=2) + "\n")
+
+
+def autosave_owner(window: int) -> str:
+    """The autosave name of this process's `window`-th window."""
+    return f"{os.getpid()}-{window}"
 
 
 def restore_autosave() -> Session | None:
-    """The autosaved session, or None when there is none or it cannot be read."""
-    path = config_dir() / _AUTOSAVE
-    if not path.is_file():
-        return None
+    """The newest crash copy left by a window whose process is gone, or None when there is
+    none or it cannot be read."""
+    for path in sorted(_orphan_autosaves(), key=_mtime, reverse=True):
+        try:
+            session = _read(path)
+            source = json.loads(path.read_text(encoding="utf-8")).get("source")
+        except (InputError, OSError, ValueError):
+            continue
+        return replace(session, path=Path(source) if source else None)
+    return None
+
+
+def clear_autosave(owner: str = "") -> None:
+    """Drop a window's crash copy (after it closed cleanly)."""
+    _remove_quietly(config_dir() / _autosave_name(owner))
+
+
+def clear_orphan_autosaves() -> None:
+    """Drop the crash copies of windows that are gone (once the user chose whether to restore)."""
+    for path in _orphan_autosaves():
+        _remove_quietly(path)
+
+
+def _autosave_name(owner: str) -> str:
+    return f"{_AUTOSAVE_STEM}-{owner}{SUFFIX}" if owner else f"{_AUTOSAVE_STEM}{SUFFIX}"
+
+
+def _orphan_autosaves() -> list[Path]:
+    found = []
+    for path in config_dir().glob(f"{_AUTOSAVE_STEM}*{SUFFIX}"):
+        pid = path.stem.removeprefix(_AUTOSAVE_STEM).lstrip("-").partition("-")[0]
+        if not (pid.isdigit() and _process_alive(int(pid))):
+            found.append(path)
+    return found
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
     try:
-        session = _read(path)
-        source = json.loads(path.read_text(encoding="utf-8")).get("source")
-    except (InputError, OSError, ValueError):
-        return None
-    return replace(session, path=Path(source) if source else None)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:      # someone else's process: alive
+        return True
+    return True
 
 
-def clear_autosave() -> None:
-    """Drop the autosave (after a clean close or once the user declined to restore it)."""
-    (config_dir() / _AUTOSAVE).unlink(missing_ok=True)
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
-# -- recent files --------------------------------------------------------------------------------
 def recent_files() -> list[Path]:
     """Recently opened or saved files, newest first, those that still exist."""
     return [path for path in _read_recent() if path.is_file()]
@@ -177,25 +222,6 @@ def _backup(path: Path) -> None:
         shutil.copy2(path, tmp)
         tmp.replace(bak)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        _remove_quietly(tmp)
         raise InputError(f"cannot keep a backup of {path}: {exc.strerror or exc}") from None
 
-
-def _rebased_spec(spec: PipelineSpec, folder: Path) -> dict:
-    """The spec's document, with relative local paths made absolute when the file moves folders.
-
-    Relative paths resolve against the file's folder; a session saved elsewhere than the spec it
-    came from (or the autosave in the config folder) would otherwise point at nothing.
-    """
-    data = spec.to_dict()
-    if not spec.base_dir or Path(spec.base_dir).resolve() == folder.resolve():
-        return data
-    for key in ("model", "dataset"):
-        local = spec.local_path(data[key])
-        if local is not None and not Path(data[key]).expanduser().is_absolute():
-            data[key] = str(local.resolve())
-    if data["preprocess"]:
-        file, _, function = data["preprocess"].rpartition(":")
-        if not Path(file).expanduser().is_absolute():
-            data["preprocess"] = f"{spec.resolve_path(file).resolve()}:{function}"
-    return data

@@ -201,7 +201,7 @@ def write_text_atomic(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        _remove_quietly(tmp)
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
@@ -312,3 +312,12 @@ def _is_device_name(name: str, allow_auto: bool = False) -> bool:
     if name in ("cpu", "cuda", "mps"):
         return True
     return name.startswith("cuda:") and name[5:].isdigit()
+
+
+def _remove_quietly(path: Path) -> None:
+    """Clean up a temporary file without raising: on a read-only or full disk the clean-up
+    itself can fail, and the error worth reporting is the one that came first."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass

@@ -1,103 +1,105 @@
-"""The engine process: where the window's jobs actually run (Qt-free on both sides).
+"""The window's side of the engine process (Qt-free): start it, send a task, wait for its events.
 
-Why a process behind the worker thread rather than the thread alone: importing torch and
-building a model hold the GIL for tens to hundreds of milliseconds at a time, and every Qt
-callback written in Python (painting a tree row, a timer) needs the GIL, so an in-process
+Why a process: importing torch and building a model hold the GIL for tens to hundreds of
+milliseconds at a time, and every Qt callback written in Python needs the GIL, so an in-process
 engine stalls the window however it yields. In a child process the window keeps its GIL to
-itself. It also means a crash, an out-of-memory kill or a load that ignores Cancel cannot take
-the window down: the process is ended and the next job starts a fresh one.
+itself, and a crash, an out-of-memory kill or a load that ignores Cancel cannot take the window
+down: the process is ended and the next task starts a fresh one.
 
-Messages are pickles over two one-way pipes:
-  to the engine:   ("run", job_id, "module:function", args, kwargs, wants_progress, streams)
-                   ("cancel", job_id), or None to quit
-  from the engine: ("progress", job_id, stage, message)   ("sample", job_id, payload)
-                   ("log", job_id, logger, level, text)
-                   and one of ("result", job_id, value)   ("failed", job_id, message, detail)
-                   ("cancelled", job_id) to end each job
-A job's function must be importable by name (a module-level function), since only its name
-travels. Results are unpickled on the worker thread, never on the GUI thread.
+`EngineClient.run` blocks the calling (worker) thread in `multiprocessing.connection.wait` on
+the event pipe, the process's sentinel and a wake-up pipe that `interrupt()` writes to, so it
+reacts at once to an event, a dead process or a Cancel, and does not poll.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
 import itertools
-import logging
 import multiprocessing
-import os
-import queue
 import signal
 import sys
 import threading
 import time
-import traceback
 import types
+from multiprocessing.connection import wait
 
-from fp16studio.core.errors import Cancelled, CancelToken, InputError
+from fp16studio.core.errors import CancelToken
 
-POLL_S = 0.05              # how often a waiting worker looks at its job's cancel token
-KILL_AFTER_CANCEL_S = 5.0  # a job that ignores Cancel this long ends with its process
+from . import messages as m
+
+KILL_AFTER_CANCEL_S = 5.0  # a task that ignores Cancel this long ends with its process
 SAMPLE_BATCH_S = 0.05      # benchmark samples reach the window at most this often
 QUIT_GRACE_S = 10.0        # an engine asked to quit is ended if it has not after this long
-ENGINE_NICENESS = 10       # scheduling priority below the window's (POSIX)
-FORWARDED_LOGGERS = ("fp16studio", "transformers", "datasets")
-ENDINGS = ("result", "failed", "cancelled")
 
 
-def target_of(fn) -> str:
-    """"module:function" for a function the engine process can import; ValueError otherwise."""
-    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-    if not module or "<" in name or module == "__main__":
-        raise ValueError(f"{name or fn!r} cannot run in the engine process: "
-                         "jobs must be module-level functions of an importable module")
+def task_name(task) -> str:
+    """A task name as it travels: a registered name, or "module:function" for a module-level
+    function of an importable module (ValueError otherwise: only names cross the boundary)."""
+    if isinstance(task, str):
+        return task
+    module, name = getattr(task, "__module__", None), getattr(task, "__qualname__", "")
+    if not module or "<" in name or "." in name or module == "__main__":
+        raise ValueError(f"{name or task!r} cannot run in the engine process: "
+                         "tasks must be module-level functions of an importable module")
     return f"{module}:{name}"
 
 
-class EngineProcess:
-    """The window's side: starts the process on first use, runs one job at a time on the
-    calling (worker) thread, and restarts the process after it died or was ended."""
+class EngineClient:
+    """Starts the process on first use, runs one task at a time on the calling thread, and
+    restarts the process after it died or was ended."""
 
     def __init__(self, kill_after_cancel_s: float = KILL_AFTER_CANCEL_S):
         self.kill_after_cancel_s = kill_after_cancel_s
         self._process = None
         self._commands = self._events = None
+        self._wake_in, self._wake_out = multiprocessing.Pipe(duplex=False)
 
-    def run(self, target: str, args, kwargs, token: CancelToken, *, wants_progress: bool,
-            streams: bool, on_event) -> tuple:
-        """Run `target` there and wait, passing ("progress", stage, message), ("log", logger,
-        level, text) and ("samples", [payload, ...]) events to `on_event` as they come. Returns
-        ("result", value), ("failed", message, detail) or ("cancelled",)."""
+    def interrupt(self):
+        """Wake the waiting run to look at its cancel token (safe from any thread)."""
+        with contextlib.suppress(OSError, ValueError):
+            self._wake_out.send_bytes(b"")
+
+    def run(self, task, args, kwargs, token: CancelToken, on_event) -> m.Result | m.Failed | m.Cancelled:
+        """Run `task` there and wait, passing Progress and Log messages, and ("samples",
+        [payload, ...]) batches, to `on_event` as they come; returns the ending message."""
         self._ensure_started()
         job_id = next(_job_ids)
-        self._commands.send(("run", job_id, target, args, kwargs, wants_progress, streams))
-        cancel_sent_at = None
+        self._commands.send(m.Run(job_id, task_name(task), tuple(args), tuple(kwargs.items())))
         samples = _SampleBatch(on_event)
+        cancel_sent_at = None
         while True:
-            if self._events.poll(POLL_S):
-                try:
-                    kind, _, *payload = self._receive()
-                except (EOFError, OSError):
-                    return self._ended(token)
-                if kind == "sample":
-                    samples.add(payload[0])
-                    continue
-                samples.flush()
-                if kind in ENDINGS:
-                    return (kind, *payload)
-                on_event(kind, *payload)
-            else:
-                samples.flush()
-                if not self._process.is_alive():
-                    return self._ended(token)
             if token.cancelled:
                 if cancel_sent_at is None:
-                    self._commands.send(("cancel", job_id))
+                    self._commands.send(m.Cancel(job_id))
                     cancel_sent_at = time.monotonic()
-                elif time.monotonic() - cancel_sent_at > self.kill_after_cancel_s:
+                elif time.monotonic() - cancel_sent_at >= self.kill_after_cancel_s:
                     self.kill()
-                    return self._ended(token)
+                    return self._ended(job_id, token)
+            deadline = samples.due()
+            if cancel_sent_at is not None:
+                kill_at = cancel_sent_at + self.kill_after_cancel_s
+                deadline = kill_at if deadline is None else min(deadline, kill_at)
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = wait([self._events, self._process.sentinel, self._wake_in], timeout)
+            if self._wake_in in ready:
+                while self._wake_in.poll():
+                    self._wake_in.recv_bytes()
+            if self._events in ready:   # read what is there before believing the sentinel
+                try:
+                    message = self._receive()
+                except (EOFError, OSError):
+                    return self._ended(job_id, token)
+                if isinstance(message, m.Sample):
+                    samples.add(message.payload)
+                else:
+                    samples.flush()
+                    if isinstance(message, m.ENDINGS):
+                        return message
+                    on_event(message)
+            elif self._process.sentinel in ready:
+                return self._ended(job_id, token)
+            samples.flush_if_due()
 
     def _receive(self):
         # A result can be tens of thousands of new objects (a big model's tensor tree), which
@@ -112,7 +114,7 @@ class EngineProcess:
                 gc.enable()
 
     def kill(self):
-        """End the process now (safe from any thread; the waiting worker sees it end)."""
+        """End the process now (safe from any thread; the waiting run sees it end)."""
         process = self._process
         try:
             if process is not None and process.is_alive():
@@ -123,15 +125,12 @@ class EngineProcess:
     def close(self, grace_s: float = QUIT_GRACE_S):
         """Ask the process to quit and let it go without waiting: an interpreter that loaded
         torch takes about a second to exit, which the window should not spend frozen. A reaper
-        thread ends it if it is still there after `grace_s`. Call only when no job is running
-        (after the worker thread has stopped)."""
+        thread ends it if it is still there after `grace_s`. Call only when no task runs."""
         process = self._process
         if process is None:
             return
-        try:
-            self._commands.send(None)
-        except (OSError, ValueError):
-            pass
+        with contextlib.suppress(OSError, ValueError):
+            self._commands.send(m.Quit())
         self._process = None       # forget it first: _release must not close it under the reaper
         self._release()
         threading.Thread(target=_reap, args=(process, grace_s), name="fp16studio-engine-reaper",
@@ -149,6 +148,8 @@ class EngineProcess:
     def _ensure_started(self):
         if self._process is not None and self._process.is_alive():
             return
+        from .server import serve
+
         self._release()
         context = multiprocessing.get_context("spawn")  # never fork a process that runs Qt
         commands_out, commands_in = context.Pipe(duplex=False)
@@ -161,16 +162,16 @@ class EngineProcess:
         events_in.close()
         self._commands, self._events = commands_in, events_out
 
-    def _ended(self, token: CancelToken) -> tuple:
+    def _ended(self, job_id: int, token: CancelToken):
         """The process is gone: a cancel that had to end it, or a crash to report."""
         process = self._process
         process.join(1.0)
         code = process.exitcode
         self._release()
         if token.cancelled:
-            return ("cancelled",)
-        return ("failed", f"The engine process stopped unexpectedly ({_describe_exit(code)}). "
-                          "Run again to start a fresh one.", "")
+            return m.Cancelled(job_id)
+        return m.Failed(job_id, f"The engine process stopped unexpectedly ({_describe_exit(code)}). "
+                                "Run again to start a fresh one.")
 
     def _release(self):
         for end in (self._commands, self._events):
@@ -194,14 +195,21 @@ class _SampleBatch:
         self._pending: list = []
         self._since = time.monotonic()
 
+    def due(self) -> float | None:
+        """When the pending samples must go out; None when there are none."""
+        return self._since + SAMPLE_BATCH_S if self._pending else None
+
     def add(self, payload):
         self._pending.append(payload)
-        if time.monotonic() - self._since >= SAMPLE_BATCH_S:
+        self.flush_if_due()
+
+    def flush_if_due(self):
+        if self._pending and time.monotonic() >= self._since + SAMPLE_BATCH_S:
             self.flush()
 
     def flush(self):
         if self._pending:
-            self._on_event("samples", self._pending)
+            self._on_event(("samples", self._pending))
             self._pending = []
         self._since = time.monotonic()
 
@@ -237,102 +245,3 @@ def _describe_exit(code) -> str:
         hint = ": often the system running out of memory" if name == "SIGKILL" else ""
         return f"killed by {name}{hint}"
     return f"exit code {code}"
-
-
-# -- the engine's side ----------------------------------------------------------------------------
-class _Outbox:
-    """Sends events from any thread of the engine (logging may come from helper threads)."""
-
-    def __init__(self, connection):
-        self._connection = connection
-        self._lock = threading.Lock()
-
-    def send(self, *message):
-        with self._lock:
-            self._connection.send(message)
-
-
-class _ForwardLogs(logging.Handler):
-    def __init__(self, outbox: _Outbox, current: list):
-        super().__init__(logging.INFO)
-        self._outbox, self._current = outbox, current
-
-    def emit(self, record):
-        try:
-            self._outbox.send("log", self._current[0], record.name, record.levelno, record.getMessage())
-        except Exception:  # noqa: BLE001 - a log line must never fail a job
-            self.handleError(record)
-
-
-def serve(commands, events):
-    """The engine process's main loop: one job at a time, in the order they arrive."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl+C in the terminal is for the window
-    if hasattr(os, "nice"):
-        # Below the window: when torch keeps every core busy (a CPU benchmark), the GUI thread
-        # still gets the CPU at once. An otherwise idle machine gives the engine the same time.
-        os.nice(ENGINE_NICENESS)
-    outbox = _Outbox(events)
-    current = [0]        # the running job's id, for log lines
-    tokens: dict[int, CancelToken] = {}
-    runs: queue.SimpleQueue = queue.SimpleQueue()
-    handler = _ForwardLogs(outbox, current)
-    for name in FORWARDED_LOGGERS:
-        logging.getLogger(name).addHandler(handler)
-
-    def listen():
-        while True:
-            try:
-                message = commands.recv()
-            except (EOFError, OSError):   # the window's process is gone; nothing needs saving
-                os._exit(0)
-            if message is None:           # quit, after the running job (the window waits briefly)
-                runs.put(None)
-                return
-            if message[0] == "cancel":
-                token = tokens.get(message[1])
-                if token is not None:
-                    token.cancel()
-            else:
-                tokens[message[1]] = CancelToken()
-                runs.put(message)
-
-    threading.Thread(target=listen, name="fp16studio-engine-commands", daemon=True).start()
-    while (message := runs.get()) is not None:
-        _, job_id, target, args, kwargs, wants_progress, streams = message
-        current[0] = job_id
-        try:
-            _run_one(outbox, job_id, target, args, kwargs, tokens[job_id], wants_progress, streams)
-        finally:
-            tokens.pop(job_id, None)
-            current[0] = 0
-
-
-def _run_one(outbox, job_id, target, args, kwargs, token, wants_progress, streams):
-    kwargs = dict(kwargs)
-    if wants_progress:
-        kwargs["progress"] = lambda stage, message="": outbox.send("progress", job_id, stage, message)
-        kwargs["cancel"] = token
-    if streams:
-        kwargs["on_sample"] = lambda payload: outbox.send("sample", job_id, payload)
-    try:
-        module, name = target.split(":")
-        fn = importlib.import_module(module)
-        for part in name.split("."):
-            fn = getattr(fn, part)
-        result = fn(*args, **kwargs)
-    except Cancelled:
-        outbox.send("cancelled", job_id)
-    except InputError as exc:
-        # The user's input, not our bug: their message, no traceback.
-        outbox.send("failed", job_id, str(exc), "")
-    except Exception as exc:  # noqa: BLE001 - the engine must survive anything a job raises
-        outbox.send("failed", job_id, f"{type(exc).__name__}: {exc}", traceback.format_exc())
-    else:
-        if token.cancelled:
-            outbox.send("cancelled", job_id)
-            return
-        try:
-            outbox.send("result", job_id, result)
-        except Exception as exc:  # noqa: BLE001 - e.g. a result that cannot be pickled
-            outbox.send("failed", job_id, f"The result could not be sent back: {exc}",
-                        traceback.format_exc())

@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     spec = args.spec
     restored = None
     if spec is None:
-        from fp16studio.core.session import clear_autosave, restore_autosave
+        from fp16studio.core.session import clear_orphan_autosaves, restore_autosave
 
         restored = restore_autosave()
         if restored is not None:
@@ -37,8 +37,9 @@ def main(argv=None) -> int:
                 None, "Restore session?",
                 "fp16studio did not close cleanly last time. Restore the pipeline you were working on?")
             if answer != QMessageBox.StandardButton.Yes:
-                clear_autosave()
                 restored = None
+            # Asked once: a restored pipeline is autosaved again under the new window's name.
+            clear_orphan_autosaves()
     window = MainWindow(restored.spec if restored else spec)
     if restored is not None:
         window.restore_session(restored)

@@ -212,6 +212,11 @@ class CompareView(QWidget):
         self.note.setObjectName("benchNote")
         self.note.setStyleSheet(f"color: {OKABE_ITO['vermillion']}; font-weight: bold;")
 
+        self.stale = QLabel("These figures are from an earlier version of the spec: "
+                            "Benchmark to measure the current one.", objectName="staleNote",
+                            wordWrap=True)
+        self.stale.hide()
+
         self.model = ResultsModel(self)
         proxy = _SortProxy(self)
         proxy.setSourceModel(self.model)
@@ -243,6 +248,7 @@ class CompareView(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.summary)
         layout.addWidget(self.note)
+        layout.addWidget(self.stale)
         layout.addWidget(split, 1)
         layout.addLayout(buttons)
         self.clear()
@@ -264,9 +270,14 @@ class CompareView(QWidget):
         self.summary.setText("Run a benchmark to compare float32, float16 and bfloat16 on this "
                              "pipeline's own model and batch.")
         self.note.hide()
+        self.stale.hide()
         self.status.clear()
         for button in self._export_buttons:
             button.setEnabled(False)
+
+    def set_stale(self, stale: bool):
+        """Mark the figures as another spec's (the spec changed since they were measured)."""
+        self.stale.setVisible(stale and self._doc is not None)
 
     def add_sample(self, sample: dict):
         """One timed call: {"variant", "iteration", "latency_ms", "samples_per_s"}."""

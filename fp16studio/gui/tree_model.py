@@ -16,7 +16,7 @@ from PySide6.QtGui import QColor, QFont
 from . import format as fmt
 from .palette import SEVERITY_COLORS, dtype_color
 from .roles import COLOR_ROLE, NODE_ROLE, PATH_ROLE, RAW_ROLE
-from .tree_index import STATUS_RANK, TreeIndex
+from fp16studio.core.tree_index import STATUS_RANK, TreeIndex
 
 COLUMNS = ("Name", "Kind", "Shape", "Dtype", "Device", "Size", "Abs-max", "Status")
 NAME, KIND, SHAPE, DTYPE, DEVICE, SIZE, ABSMAX, STATUS = range(len(COLUMNS))

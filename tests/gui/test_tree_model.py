@@ -170,7 +170,7 @@ def test_highlighted_rows_are_bold(make_tree):
 def test_a_tree_and_its_index_survive_the_trip_from_the_engine_process(make_tree):
     import pickle
 
-    from fp16studio.gui.tree_index import IndexOnArrival, TreeIndex
+    from fp16studio.core.tree_index import IndexOnArrival, TreeIndex
 
     tree = make_tree(problem_at="layer1.w0")
     index = TreeIndex(tree)
