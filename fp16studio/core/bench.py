@@ -145,7 +145,7 @@ def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_
             variant = run.measure(reference)
         except Cancelled:
             raise
-        except Exception as exc:  # noqa: BLE001 - isolate the variant; the others still run
+        except Exception as exc:
             spec_proven = reference is not None or result.batch is not None
             if isinstance(exc, InputError) and not spec_proven:
                 raise

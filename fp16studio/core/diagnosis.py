@@ -64,7 +64,7 @@ def diagnose(spec: PipelineSpec, progress=None, cancel=None) -> Diagnosis:
         with _timed(timings, "forward"), tracer:
             try:
                 result = run_forward(spec, model, batch, device)
-            except Exception as exc:  # the forward pass failed: that is what we diagnose
+            except Exception as exc:  # noqa: BLE001 - the forward pass failed: what we diagnose
                 exception = exc
                 failed_in = tracer.failed_in
                 error = _error_doc(exc, "forward", failed_in.name if failed_in else None)

@@ -113,7 +113,7 @@ def _try_preprocess(spec: PipelineSpec, rows):
         return rows.map(data.load_user_function(spec))
     except InputError:
         raise
-    except Exception:  # the user's code: the diagnosis reports it; the export still renders
+    except Exception:  # noqa: BLE001 - the user's code: the diagnosis reports it; the export still renders
         return rows
 
 

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from PySide6.QtCore import QModelIndex, Qt
+from PySide6.QtCore import Qt
 
 from fp16studio.core import PipelineSpec
 from fp16studio.gui import MainWindow
