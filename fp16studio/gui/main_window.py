@@ -91,7 +91,10 @@ class MainWindow(QMainWindow):
         return self.controller.apply_fix(fix_id)
 
     def run_benchmark(self, variants=None) -> bool:
-        return self.controller.run_benchmark(variants)
+        started = self.controller.run_benchmark(variants)
+        if started:   # the samples are drawn live in the Compare tab
+            self.main_tabs.setCurrentWidget(self.compare)
+        return started
 
     def cancel(self):
         self.controller.cancel()
@@ -178,7 +181,7 @@ class MainWindow(QMainWindow):
         self.act_run = a("&Run", c.run_diagnosis, "run", "Ctrl+R",
                          "Load the model and dataset and run one traced forward pass (Ctrl+R)")
         self.act_cancel = a("&Cancel", c.cancel, "stop", "Esc", "Stop the running job")
-        self.act_bench = a("&Benchmark", c.run_benchmark, "bench", "Ctrl+B",
+        self.act_bench = a("&Benchmark", self.run_benchmark, "bench", "Ctrl+B",
                            "Measure each precision variant on the same batch (Ctrl+B)")
         self.act_undo = self.undo_stack.createUndoAction(self, "&Undo")
         self.act_redo = self.undo_stack.createRedoAction(self, "&Redo")

@@ -29,6 +29,7 @@ class TensorTreeView(QTreeView):
         self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         # Deep names keep both ends (`encoder…layer.0.attention`); the tooltip has the path.
         self.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.setIndentation(14)
         self.setItemDelegateForColumn(DTYPE, ChipDelegate(self))
         self.setItemDelegateForColumn(STATUS, ChipDelegate(self))
         self.setItemDelegateForColumn(DEVICE, BadgeDelegate(self))
@@ -53,8 +54,8 @@ class TensorPanel(QWidget):
         # Name takes the room there is; the others are at least as wide as their titles (with
         # the sort arrow), so no header reads "Devic".
         header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
-        for column, width in ((KIND, 76), (SHAPE, 96), (DTYPE, 86), (DEVICE, 64), (SIZE, 76),
-                              (ABSMAX, 76), (STATUS, 80)):
+        for column, width in ((KIND, 70), (SHAPE, 84), (DTYPE, 84), (DEVICE, 58), (SIZE, 70),
+                              (ABSMAX, 70), (STATUS, 72)):
             title = self.model.headerData(column, Qt.Orientation.Horizontal)
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
             header.resizeSection(column, max(width, header.fontMetrics().horizontalAdvance(title) + 28))
