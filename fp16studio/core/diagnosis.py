@@ -50,6 +50,7 @@ def diagnose(spec: PipelineSpec, progress=None, cancel=None) -> Diagnosis:
     check_cancel(cancel)
     model, device = loaded.model, loaded.device
     calls, batch, facts, error, exception, output = [], None, {}, None, None, None
+    tracer = result = None
     try:
         with _timed(timings, "batch"):
             build = prepare_batch(spec, loaded, processor, progress, cancel)
@@ -82,7 +83,11 @@ def diagnose(spec: PipelineSpec, progress=None, cancel=None) -> Diagnosis:
         findings = run_rules(evidence)
         tree = pipeline_tree(model, batch, calls)
         mark(tree, findings)
-    del model, batch, loaded
+    # Nothing may hold the weights when their memory goes back: the batch, the output, the
+    # evidence and the exception's traceback (its frames) all reach the model.
+    if exception is not None:
+        exception.__traceback__ = None
+    del model, batch, loaded, evidence, exception, tracer, result
     _release_memory(device)
     return Diagnosis(spec=spec, device=str(device), findings=findings, error=error,
                      output=output, tree=tree, timings=timings, environment=environment)
