@@ -55,7 +55,7 @@ class TensorPanel(QWidget):
         # the sort arrow), so no header reads "Devic".
         header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
         for column, width in ((KIND, 70), (SHAPE, 84), (DTYPE, 84), (DEVICE, 58), (SIZE, 70),
-                              (ABSMAX, 70), (STATUS, 72)):
+                              (ABSMAX, 70), (STATUS, 86)):
             title = self.model.headerData(column, Qt.Orientation.Horizontal)
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
             header.resizeSection(column, max(width, header.fontMetrics().horizontalAdvance(title) + 28))
