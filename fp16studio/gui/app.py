@@ -22,9 +22,10 @@ def main(argv=None) -> int:
     app.setOrganizationName("fp16studio")
     app.setDesktopFileName(APP_ID)  # matches the window to its launcher
     app.setWindowIcon(app_icon())
-    theme = Theme(app)
+    from .main_window import MainWindow, settings
 
-    from .main_window import MainWindow
+    choice = settings().value("theme", "system")   # View → Theme, as the user left it
+    theme = Theme(app, choice if choice in ("light", "dark") else None)
 
     spec = args.spec
     restored = None
