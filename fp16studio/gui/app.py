@@ -22,7 +22,8 @@ def main(argv=None) -> int:
     app.setOrganizationName("fp16studio")
     app.setDesktopFileName(APP_ID)  # matches the window to its launcher
     app.setWindowIcon(app_icon())
-    from .main_window import MainWindow, settings
+    from .file_actions import settings
+    from .main_window import MainWindow
 
     choice = settings().value("theme", "system")   # View → Theme, as the user left it
     theme = Theme(app, choice if choice in ("light", "dark") else None)
