@@ -28,10 +28,10 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from fp16studio.core.bench import VARIANTS, benchmark  # noqa: E402
-from fp16studio.core.spec import PipelineSpec  # noqa: E402
+from fp16studio.core.bench import VARIANTS, benchmark
+from fp16studio.core.spec import PipelineSpec
 
 
 def app_figure(spec, variant, seconds, warmup):

@@ -1,4 +1,5 @@
-"""Make the README screenshots: the window on the built-in demo, light and dark, at 1280×800.
+"""Make the README screenshots: the window on the built-in demo, light and dark, at 1280×800 and
+1600×1000 (`-1600` in the file name).
 
     python docs/screenshots.py            # writes docs/img/*.png
 
@@ -14,7 +15,8 @@ import tempfile
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "img"
-TIMEOUT_MS = 180_000
+TIMEOUT_MS = 300_000
+SIZES = ((1280, 800), (1600, 1000))
 
 
 def main() -> int:
@@ -59,17 +61,24 @@ def main() -> int:
         window.grab().save(str(path))
         print("wrote", path)
 
-    for scheme in ("light", "dark"):
+    for (width, height), scheme in [(size, scheme) for size in SIZES for scheme in ("light", "dark")]:
+        suffix = "" if width == 1280 else f"-{width}"
         Theme(app, scheme)
         window = MainWindow()
-        window.resize(1280, 800)
+        window._confirm = lambda title, text: True   # closing discards the demo's applied fix
+        window.resize(width, height)
         window.show()
         wait_for(condition=lambda: window.spec is not None and not window.worker.pending())
         window.run_diagnosis()
         wait_for(window.diagnosisFinished)
         window.bottom_tabs.setCurrentWidget(window.log)
-        shoot(window, f"diagnosis-{scheme}")
-        if scheme == "light":
+        shoot(window, f"diagnosis-{scheme}{suffix}")
+        if not suffix:
+            window.run_benchmark(["float32", "float16", "bfloat16"])
+            wait_for(window.benchmarkFinished)
+            shoot(window, f"compare-{scheme}")
+            window.main_tabs.setCurrentWidget(window.tensors)
+        if scheme == "light" and not suffix:
             window.findings.view.setCurrentIndex(window.findings.model.index(0, 0))
             fix_id = window.findings.detail.fix_buttons[0].property("fixId")
             window.apply_fix(fix_id)

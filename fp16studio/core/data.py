@@ -268,7 +268,7 @@ def load_user_function(spec: PipelineSpec):
     try:
         sys.modules[module_name] = module  # so datasets can pickle/hash the function
         module_spec.loader.exec_module(module)
-    except (Exception, SystemExit) as exc:  # the user's file failed to import: bad input
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's file failed to import: bad input
         raise InputError(f"preprocess: {path.name} failed to import: "
                          f"{type(exc).__name__}: {first_line(exc)}") from None
     function = getattr(module, name, None)

@@ -13,12 +13,12 @@ from datetime import datetime, timezone
 from html import escape
 
 from .. import __version__
-from .units import format_bytes
+from .presentation import (OKABE_ITO, SEVERITY_COLORS, bench_columns, by_severity,
+                           evidence_value, size, with_ratio)
 
-# Okabe–Ito, colour-blind safe; severity is always spelled out too, never colour alone.
-SEVERITY_COLOURS = {"error": "#D55E00", "warning": "#E69F00", "info": "#0072B2"}
-OK_COLOUR = "#009E73"
-BAR_COLOUR = "#0072B2"
+# Okabe–Ito, the window's palette; severity is always spelled out too, never colour alone.
+OK_COLOUR = SEVERITY_COLORS["ok"]
+BAR_COLOUR = OKABE_ITO["blue"]
 
 _CSS = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 60rem;
@@ -76,7 +76,7 @@ def _header(title: str, d: dict) -> str:
         status = _badge("ok", OK_COLOUR)
     else:
         status = _badge(f"{errors} error{'s' if errors != 1 else ''}" if errors else "failed",
-                        SEVERITY_COLOURS["error"])
+                        SEVERITY_COLORS["error"])
     spec = d.get("spec") or {}
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (f"<header>\n<h1>{_e(title)} {status}</h1>\n"
@@ -98,12 +98,12 @@ def _findings(findings: list) -> str:
     if not findings:
         return '<section id="findings">\n<h2>Findings</h2>\n<p>No findings.</p>\n</section>'
     return ('<section id="findings">\n<h2>Findings</h2>\n'
-            + "\n".join(_finding(f) for f in findings) + "\n</section>")
+            + "\n".join(_finding(f) for f in by_severity(findings)) + "\n</section>")
 
 
 def _finding(f: dict) -> str:
     severity = str(f.get("severity", "info"))
-    colour = SEVERITY_COLOURS.get(severity, "#999")
+    colour = SEVERITY_COLORS.get(severity, "#999")
     evidence = f.get("evidence") or {}
     fixes = f.get("fixes") or []
     fix_list = ""
@@ -111,7 +111,8 @@ def _finding(f: dict) -> str:
         items = "".join(f"<li>{_e(fix.get('title', ''))} <code>{_e(fix.get('id', ''))}</code></li>"
                         for fix in fixes)
         fix_list = f"<p>Fixes, best first:</p>\n<ol>{items}</ol>\n"
-    evidence_table = _key_table([(key, _compact(value)) for key, value in evidence.items()])
+    evidence_table = _key_table([(key.replace("_", " "), evidence_value(value))
+                                 for key, value in evidence.items()])
     return (f'<div class="finding" style="border-color: {colour}">\n'
             f"<h3>{_badge(severity, colour)} <code>{_e(f.get('code', ''))}</code> at "
             f"<code>{_e(f.get('location', ''))}</code></h3>\n"
@@ -153,20 +154,6 @@ _BENCH_CHARTS = (
     ("Weights (lower is better)", lambda v: v.get("weights_bytes"), lambda x: _bytes(x)),
 )
 
-_BENCH_COLUMNS = (
-    ("variant", lambda v: v.get("name", "?")),
-    ("result", lambda v: "ok" if v.get("ok") else "failed"),
-    ("samples/s", lambda v: _num(v.get("samples_per_s"), "{:,.1f}")),
-    ("p50 ms", lambda v: _num((v.get("latency_ms") or {}).get("p50"), "{:,.2f}")),
-    ("p90 ms", lambda v: _num((v.get("latency_ms") or {}).get("p90"), "{:,.2f}")),
-    ("min ms", lambda v: _num((v.get("latency_ms") or {}).get("min"), "{:,.2f}")),
-    ("peak memory", lambda v: _bytes(v.get("peak_memory_bytes"))),
-    ("weights", lambda v: _bytes(v.get("weights_bytes"))),
-    ("max |diff| vs fp32", lambda v: _num(v.get("max_abs_diff_vs_float32"), "{:.3g}")),
-    ("top-1 agreement", lambda v: _num(v.get("top1_agreement"), "{:.1%}")),
-)
-
-
 def _bench(bench: dict) -> str:
     variants = bench.get("variants") or []
     notes = [(k, _compact(v)) for k, v in bench.items() if k != "variants" and v is not None]
@@ -176,15 +163,18 @@ def _bench(bench: dict) -> str:
         rows = [(name, value) for name, value in rows if isinstance(value, (int, float))]
         if rows:
             parts.append(_bar_chart(title, rows, fmt))
+    rows = with_ratio(bench)
+    # The shared columns but the error, which gets a row of its own under a failed variant.
+    columns = [c for c in bench_columns(rows) if c[0] != "Error"]
     head = "".join(f'<th class="{"num" if i > 1 else ""}">{_e(name)}</th>'
-                   for i, (name, _) in enumerate(_BENCH_COLUMNS))
+                   for i, (name, *_) in enumerate(columns))
     body = []
-    for v in variants:
-        cells = "".join(f'<td class="{"num" if i > 1 else ""}">{_e(cell(v))}</td>'
-                        for i, (_, cell) in enumerate(_BENCH_COLUMNS))
+    for v in rows:
+        cells = "".join(f'<td class="{"num" if i > 1 else ""}">{_e(text(raw(v)) or "—")}</td>'
+                        for i, (_, raw, text, _) in enumerate(columns))
         body.append(f"<tr>{cells}</tr>")
         if not v.get("ok") and v.get("error"):
-            body.append(f'<tr><td></td><td colspan="{len(_BENCH_COLUMNS) - 1}">'
+            body.append(f'<tr><td></td><td colspan="{len(columns) - 1}">'
                         f"{_e(_compact(v['error']))}</td></tr>")
     parts.append(f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(body)
                  + "\n</tbody>\n</table>")
@@ -252,12 +242,8 @@ def _compact(value) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def _num(value, pattern: str) -> str:
-    return pattern.format(value) if isinstance(value, (int, float)) else "—"
-
-
 def _bytes(count) -> str:
-    return format_bytes(count) if isinstance(count, (int, float)) else "—"
+    return size(count, missing="—")
 
 
 def _e(value) -> str:

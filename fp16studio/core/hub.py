@@ -155,7 +155,7 @@ def cached_snapshot(repo_id: str, repo_type: str, revision: str | None) -> str |
     try:
         return snapshot_download(repo_id, repo_type=repo_type, revision=revision,
                                  local_files_only=True)
-    except Exception:  # any miss or malformed cache entry: treat as not cached
+    except Exception:  # noqa: BLE001 - any miss or malformed cache entry: treat as not cached
         return None
 
 

@@ -34,7 +34,7 @@ def inspect_model(model: str, dtype: str | None = None, trust_remote_code: bool 
     with quiet_hf(), torch.device("meta"):
         try:
             built = _build(config, arch, task, trust_remote_code)
-        except Exception as exc:  # an unbuildable config is bad input, said in one line
+        except Exception as exc:  # noqa: BLE001 - an unbuildable config is bad input, said in one line
             raise InputError(f"model {model!r}: cannot build {arch} from its config "
                              f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
     unit = BYTES_PER_ELEMENT[dtype or "float32"]

@@ -22,6 +22,9 @@ class Diagnosis:
     # Seconds per stage ("model", "dataset", "batch", "forward", "rules").
     timings: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
+    # CONTRACT inventory totals when known without walking the tree (a TreeIndex's, or a saved
+    # document's); None: summarised from `tree`.
+    inventory: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -38,9 +41,25 @@ class Diagnosis:
                     return fix
         raise KeyError(fix_id)
 
+    @classmethod
+    def from_json(cls, doc: dict) -> "Diagnosis":
+        """A Diagnosis from its `diagnose --json` document (a saved session's findings): every
+        field but the tensor tree, which the document does not hold."""
+        findings = [Finding(f["code"], f["severity"], f.get("location", ""), f.get("message", ""),
+                            f.get("evidence") or {},
+                            tuple(Fix(x["id"], x["title"], x.get("edits") or {}, x.get("explain", ""))
+                                  for x in f.get("fixes", ())))
+                    for f in doc.get("findings", ())]
+        return cls(spec=PipelineSpec.from_dict(doc["spec"]), device=doc.get("device", ""),
+                   findings=findings, error=doc.get("error"), output=doc.get("output"),
+                   timings=doc.get("timings") or {}, environment=doc.get("environment") or {},
+                   inventory=doc.get("inventory"))
+
     def to_json(self) -> dict:
-        inventory = summary(self.tree) if self.tree is not None else {
-            "parameters": 0, "tensors": 0, "bytes": 0, "dtypes": {}, "devices": {}}
+        inventory = self.inventory
+        if inventory is None:
+            inventory = summary(self.tree) if self.tree is not None else {
+                "parameters": 0, "tensors": 0, "bytes": 0, "dtypes": {}, "devices": {}}
         return {
             "ok": self.ok,
             "spec": self.spec.to_dict(),

@@ -20,7 +20,7 @@ from .. import __version__
 from . import trust
 from .errors import InputError
 from .files import keep_backup, read_text
-from .spec import PipelineSpec, write_text_atomic
+from .spec import PipelineSpec, _remove_quietly, write_text_atomic
 
 FORMAT = 1
 SUFFIX = ".fp16studio"
@@ -28,7 +28,7 @@ SUFFIX = ".fp16studio"
 FILE_FILTER = f"fp16studio sessions (*{SUFFIX});;Pipeline specs (*.json *.toml);;All files (*)"
 RECENT_LIMIT = 10
 _RECENT = "recent.json"
-_AUTOSAVE = "autosave" + SUFFIX
+_AUTOSAVE_STEM = "autosave"
 
 
 @dataclass(frozen=True)
@@ -74,35 +74,81 @@ def open_session(path: str | Path) -> Session:
 
 
 # -- autosave ------------------------------------------------------------------------------------
-def autosave(session: Session) -> None:
-    """Write the crash-recovery copy of the window's session (the window calls this on edits)."""
+# One crash copy per window, named after the window's process and number: closing one window
+# drops its own copy only, and a copy whose process is gone is what a crash left behind.
+def autosave(session: Session, owner: str = "") -> None:
+    """Write the crash-recovery copy of a window's session (the window calls this on edits);
+    `owner` names the window (see autosave_owner)."""
     folder = config_dir()
     folder.mkdir(parents=True, exist_ok=True)
     document = session.to_document(folder)
     document["source"] = str(session.path) if session.path else None
-    write_text_atomic(folder / _AUTOSAVE, json.dumps(document, indent=2) + "\n")
-    trust.trust(folder / _AUTOSAVE, session.spec.rebased(folder))
+    path = folder / _autosave_name(owner)
+    write_text_atomic(path, json.dumps(document, indent=2) + "\n")
+    trust.trust(path, session.spec.rebased(folder))
+
+
+def autosave_owner(window: int) -> str:
+    """The autosave name of this process's `window`-th window."""
+    return f"{os.getpid()}-{window}"
 
 
 def restore_autosave() -> Session | None:
-    """The autosaved session, or None when there is none or it cannot be read."""
-    path = config_dir() / _AUTOSAVE
-    if not path.is_file():
-        return None
+    """The newest crash copy left by a window whose process is gone, or None when there is
+    none or it cannot be read."""
+    for path in sorted(_orphan_autosaves(), key=_mtime, reverse=True):
+        try:
+            session = _read(path)
+            source = json.loads(path.read_text(encoding="utf-8")).get("source")
+        except (InputError, OSError, ValueError):
+            continue
+        return replace(session, path=Path(source) if source else None)
+    return None
+
+
+def clear_autosave(owner: str = "") -> None:
+    """Drop a window's crash copy (after it closed cleanly)."""
+    _remove_quietly(config_dir() / _autosave_name(owner))
+
+
+def clear_orphan_autosaves() -> None:
+    """Drop the crash copies of windows that are gone (once the user chose whether to restore)."""
+    for path in _orphan_autosaves():
+        _remove_quietly(path)
+
+
+def _autosave_name(owner: str) -> str:
+    return f"{_AUTOSAVE_STEM}-{owner}{SUFFIX}" if owner else f"{_AUTOSAVE_STEM}{SUFFIX}"
+
+
+def _orphan_autosaves() -> list[Path]:
+    found = []
+    for path in config_dir().glob(f"{_AUTOSAVE_STEM}*{SUFFIX}"):
+        pid = path.stem.removeprefix(_AUTOSAVE_STEM).lstrip("-").partition("-")[0]
+        if not (pid.isdigit() and _process_alive(int(pid))):
+            found.append(path)
+    return found
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
     try:
-        session = _read(path)
-        source = json.loads(path.read_text(encoding="utf-8")).get("source")
-    except (InputError, OSError, ValueError):
-        return None
-    return replace(session, path=Path(source) if source else None)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:      # someone else's process: alive
+        return True
+    return True
 
 
-def clear_autosave() -> None:
-    """Drop the autosave (after a clean close or once the user declined to restore it)."""
-    (config_dir() / _AUTOSAVE).unlink(missing_ok=True)
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
-# -- recent files --------------------------------------------------------------------------------
 def recent_files() -> list[Path]:
     """Recently opened or saved files, newest first, those that still exist."""
     return [path for path in _read_recent() if path.is_file()]

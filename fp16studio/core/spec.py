@@ -338,3 +338,12 @@ def _is_device_name(name: str, allow_auto: bool = False) -> bool:
     if name in ("cpu", "cuda", "mps"):
         return True
     return name.startswith("cuda:") and name[5:].isdigit()
+
+
+def _remove_quietly(path: Path) -> None:
+    """Clean up a temporary file without raising: on a read-only or full disk the clean-up
+    itself can fail, and the error worth reporting is the one that came first."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass

@@ -22,14 +22,16 @@ def main(argv=None) -> int:
     app.setOrganizationName("fp16studio")
     app.setDesktopFileName(APP_ID)  # matches the window to its launcher
     app.setWindowIcon(app_icon())
-    theme = Theme(app)
-
+    from .file_actions import settings
     from .main_window import MainWindow
+
+    choice = settings().value("theme", "system")   # View → Theme, as the user left it
+    theme = Theme(app, choice if choice in ("light", "dark") else None)
 
     spec = args.spec
     restored = None
     if spec is None:
-        from fp16studio.core.session import clear_autosave, restore_autosave
+        from fp16studio.core.session import clear_orphan_autosaves, restore_autosave
 
         restored = restore_autosave()
         if restored is not None:
@@ -37,8 +39,9 @@ def main(argv=None) -> int:
                 None, "Restore session?",
                 "fp16studio did not close cleanly last time. Restore the pipeline you were working on?")
             if answer != QMessageBox.StandardButton.Yes:
-                clear_autosave()
                 restored = None
+            # Asked once: a restored pipeline is autosaved again under the new window's name.
+            clear_orphan_autosaves()
     window = MainWindow(restored.spec if restored else spec)
     if restored is not None:
         window.restore_session(restored)

@@ -18,13 +18,16 @@ from pyqtgraph.exporters import ImageExporter
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, QTimer
 from PySide6.QtGui import QBrush, QColor, QPen
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton,
-                               QSplitter, QTableView, QVBoxLayout, QWidget)
+                               QSplitter, QTableView, QTabWidget, QVBoxLayout, QWidget)
 
-from . import format as fmt
+from fp16studio.core.presentation import bench_columns, stability, with_ratio
+
 from .palette import DTYPE_COLORS, OKABE_ITO
 from .roles import RAW_ROLE
 
 REDRAW_MS = 66  # ~15 Hz: smooth enough to watch, cheap enough for the GUI thread
+EXPORT_WIDTH = 1600
+BAR_ROW_PX = 26     # the height of one variant's bars: its name stays readable
 
 
 def variant_color(name: str) -> str:
@@ -51,59 +54,26 @@ def _brush(name: str, light: bool = False) -> QBrush:
 
 # -- the table ----------------------------------------------------------------------------------
 
-def _with_ratio(doc: dict) -> list[dict]:
-    """The variants, each with "vs_float32": its throughput over float32's (None without)."""
-    variants = doc.get("variants", [])
-    base = next((v.get("samples_per_s") for v in variants
-                 if v.get("name") == "float32" and v.get("ok")), None)
-    return [{**v, "vs_float32": v["samples_per_s"] / base
-             if base and v.get("samples_per_s") else None} for v in variants]
-
-
-def _num(spec):
-    return lambda x: "" if x is None else spec.format(x)
-
-
-def _drift(v):
-    if v.get("nonfinite_outputs"):
-        return None
-    return v.get("max_abs_diff_vs_float32")
-
-
-# (header, raw value of a variant, text of that value). Raw values feed sorting and the CSV.
-COLUMNS = (
-    ("Variant", lambda v: v.get("name"), str),
-    ("Status", lambda v: "ok" if v.get("ok") else "failed", str),
-    ("Samples/s", lambda v: v.get("samples_per_s"), _num("{:,.1f}")),
-    ("vs float32", lambda v: v.get("vs_float32"), _num("{:.2f}×")),
-    ("Tokens/s", lambda v: v.get("tokens_per_s"), _num("{:,.0f}")),
-    ("p50 ms", lambda v: (v.get("latency_ms") or {}).get("p50"), _num("{:.2f}")),
-    ("p90 ms", lambda v: (v.get("latency_ms") or {}).get("p90"), _num("{:.2f}")),
-    ("min ms", lambda v: (v.get("latency_ms") or {}).get("min"), _num("{:.2f}")),
-    ("First call ms", lambda v: v.get("first_call_ms"), _num("{:.1f}")),
-    ("Peak memory", lambda v: v.get("peak_memory_bytes"), fmt.size),
-    ("Weights", lambda v: v.get("weights_bytes"), fmt.size),
-    ("Max |diff| vs fp32", _drift, _num("{:.3g}")),
-    ("Cosine vs fp32", lambda v: v.get("cosine_vs_float32"), _num("{:.6f}")),
-    ("Top-1 agreement", lambda v: v.get("top1_agreement"), _num("{:.1%}")),
-    ("inf/NaN outputs", lambda v: v.get("nonfinite_outputs"), _num("{:d}")),
-    ("Error", lambda v: v.get("error"), lambda x: x or ""),
-)
-
-
 class ResultsModel(QAbstractTableModel):
-    """One row per variant of a bench document: text to read, RAW_ROLE to sort and export."""
+    """One row per variant of a bench document: text to read, RAW_ROLE to sort and export. The
+    columns are the shared ones (core.presentation) that this document fills."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
+        self.columns: tuple = ()
         self._rows: list[list] = []
+        self._stable: list[str] = []
 
     def set_doc(self, doc: dict | None):
         self.beginResetModel()
-        self._rows = []
-        if doc:
-            self._rows = [[value(v) for _, value, _ in COLUMNS] for v in _with_ratio(doc)]
+        variants = with_ratio(doc) if doc else []
+        self.columns = bench_columns(variants) if doc else ()
+        self._rows = [[value(v) for _, value, _, _ in self.columns] for v in variants]
+        self._stable = [stability(v) for v in variants]
         self.endResetModel()
+
+    def headers(self) -> list[str]:
+        return [column[0] for column in self.columns]
 
     def raw_rows(self) -> list[list]:
         return [list(row) for row in self._rows]
@@ -112,29 +82,32 @@ class ResultsModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(self._rows)
 
     def columnCount(self, parent=QModelIndex()):
-        return 0 if parent.isValid() else len(COLUMNS)
+        return 0 if parent.isValid() else len(self.columns)
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
         if not index.isValid() or not 0 <= index.row() < len(self._rows):
             return None
         raw = self._rows[index.row()][index.column()]
+        header, _, text, _ = self.columns[index.column()]
         if role == Qt.ItemDataRole.DisplayRole:
-            return COLUMNS[index.column()][2](raw)
+            return text(raw)
         if role == RAW_ROLE:
             return raw
-        if role == Qt.ItemDataRole.TextAlignmentRole and index.column() >= 2:
-            if index.column() != len(COLUMNS) - 1:
-                return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.ForegroundRole and index.column() == 1 and raw == "failed":
+        if role == Qt.ItemDataRole.TextAlignmentRole and isinstance(raw, (int, float)):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.ForegroundRole and raw in ("failed", "noisy"):
             return QColor(OKABE_ITO["vermillion"])
-        if role == Qt.ItemDataRole.ToolTipRole and index.column() == len(COLUMNS) - 1:
-            return raw
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if header == "Error":
+                return raw
+            if self._stable[index.row()] == "noisy":
+                return "The spread across rounds says the machine was busy: this figure is not to be trusted."
         return None
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
         if (role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal
-                and 0 <= section < len(COLUMNS)):
-            return COLUMNS[section][0]
+                and 0 <= section < len(self.columns)):
+            return self.columns[section][0]
         return None
 
 
@@ -188,21 +161,33 @@ class CompareView(QWidget):
         self.plot.showGrid(x=True, y=True, alpha=0.3)
         self.plot.setClipToView(True)
         self.plot.setDownsampling(auto=True, mode="peak")
-        self.legend = self.plot.addLegend(offset=(-10, 10))
+        # The legend beside the plot, not over the curves it names.
+        self.legend = pg.LegendItem()
+        self.plot.getPlotItem().layout.addItem(self.legend, 2, 3)
 
+        # Horizontal bars: the variant names sit on the left axis, one per line, so long names
+        # (autocast-bfloat16) never run into each other.
         self.bars = pg.GraphicsLayoutWidget()
-        self._speed_plot = self.bars.addPlot(title="Throughput (samples/s, higher is better)")
-        self._memory_plot = self.bars.addPlot(
-            title="Memory (MiB, lower is better): peak solid, weights light")
-        self._speed_bars = pg.BarGraphItem(x=[], height=[], width=0.6)
-        self._peak_bars = pg.BarGraphItem(x=[], height=[], width=0.38)
-        self._weight_bars = pg.BarGraphItem(x=[], height=[], width=0.38)
+        # Short titles: a plot is never narrower than its title, and two share the width.
+        self._speed_plot = self.bars.addPlot(title="Throughput")
+        self._memory_plot = self.bars.addPlot(title="Memory")
+        self._speed_plot.setLabel("bottom", "samples/s, higher is better")
+        self._memory_plot.setLabel("bottom", "MiB, lower is better: peak solid, weights light")
+        self._speed_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.6)
+        self._peak_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.38)
+        self._weight_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.38)
         self._speed_plot.addItem(self._speed_bars)
         self._memory_plot.addItem(self._peak_bars)
         self._memory_plot.addItem(self._weight_bars)
         for item in (self._speed_plot, self._memory_plot):
             item.setMouseEnabled(x=False, y=False)
-            item.showGrid(y=True, alpha=0.3)
+            item.showGrid(x=True, alpha=0.3)
+            item.invertY(True)   # the document's order, top to bottom
+        # The memory bars share the throughput bars' rows, so their names are written once.
+        self._memory_plot.setYLink(self._speed_plot)
+        self._memory_plot.getAxis("left").setStyle(showValues=False)
+        for widget in (self.plot, self.bars):
+            widget.setBackground(None)   # the theme's window colour, light or dark
 
         self.summary = QLabel()
         self.summary.setWordWrap(True)
@@ -211,6 +196,11 @@ class CompareView(QWidget):
         self.note.setWordWrap(True)
         self.note.setObjectName("benchNote")
         self.note.setStyleSheet(f"color: {OKABE_ITO['vermillion']}; font-weight: bold;")
+
+        self.stale = QLabel("These figures are from an earlier version of the spec: "
+                            "Benchmark to measure the current one.", objectName="staleNote",
+                            wordWrap=True)
+        self.stale.hide()
 
         self.model = ResultsModel(self)
         proxy = _SortProxy(self)
@@ -236,13 +226,19 @@ class CompareView(QWidget):
             self._export_buttons.append(button)
         buttons.addWidget(self.status, 1)
 
+        # The live plot while measuring, the result bars after: one at a time, each with the
+        # height to be read at 1280x800, and the table below shows every variant.
+        self.charts = QTabWidget(documentMode=True)
+        self.charts.addTab(self.plot, "Live throughput")
+        self.charts.addTab(self.bars, "Results")
         split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(self.plot)
-        split.addWidget(self.bars)
+        split.addWidget(self.charts)
         split.addWidget(self.table)
+        split.setChildrenCollapsible(False)
         layout = QVBoxLayout(self)
         layout.addWidget(self.summary)
         layout.addWidget(self.note)
+        layout.addWidget(self.stale)
         layout.addWidget(split, 1)
         layout.addLayout(buttons)
         self.clear()
@@ -260,13 +256,18 @@ class CompareView(QWidget):
         self._doc = None
         self.model.set_doc(None)
         for bars in (self._speed_bars, self._peak_bars, self._weight_bars):
-            bars.setOpts(x=[], height=[])
+            bars.setOpts(y=[], width=[])
         self.summary.setText("Run a benchmark to compare float32, float16 and bfloat16 on this "
                              "pipeline's own model and batch.")
         self.note.hide()
+        self.stale.hide()
         self.status.clear()
         for button in self._export_buttons:
             button.setEnabled(False)
+
+    def set_stale(self, stale: bool):
+        """Mark the figures as another spec's (the spec changed since they were measured)."""
+        self.stale.setVisible(stale and self._doc is not None)
 
     def add_sample(self, sample: dict):
         """One timed call: {"variant", "iteration", "latency_ms", "samples_per_s"}."""
@@ -274,9 +275,12 @@ class CompareView(QWidget):
         if name is None or value is None:
             return
         if name not in self._series:
+            if not self._series:
+                self.charts.setCurrentWidget(self.plot)
             self._series[name] = _Series()
             # Created once per variant; the timer only feeds it new data.
             self._curves[name] = self.plot.plot([], [], pen=_pen(name), name=name)
+            self.legend.addItem(self._curves[name], name)
         self._series[name].append(float(sample.get("iteration", self._series[name].n + 1)),
                                   float(value))
         self._dirty.add(name)
@@ -290,23 +294,27 @@ class CompareView(QWidget):
         self.model.set_doc(doc)
         variants = doc.get("variants", [])
         ok = [v for v in variants if v.get("ok")]
-        ticks = [[(i, v["name"]) for i, v in enumerate(ok)]]
-        x = np.arange(len(ok), dtype=float)
+        # A noisy figure is marked where it is drawn, not only in the table.
+        ticks = [[(i, v["name"] + (" (noisy)" if stability(v) == "noisy" else "")) for i, v in enumerate(ok)]]
+        y = np.arange(len(ok), dtype=float)
         names = [v["name"] for v in ok]
         mib = 1024.0 ** 2
-        self._speed_bars.setOpts(x=x, height=[v.get("samples_per_s") or 0 for v in ok],
-                                 brushes=[_brush(n) for n in names],
-                                 pens=[_pen(n) for n in names])
-        self._peak_bars.setOpts(x=x - 0.2, height=[(v.get("peak_memory_bytes") or 0) / mib
-                                                   for v in ok],
-                                brushes=[_brush(n) for n in names], pens=[_pen(n) for n in names])
-        self._weight_bars.setOpts(x=x + 0.2, height=[(v.get("weights_bytes") or 0) / mib
-                                                     for v in ok],
-                                  brushes=[_brush(n, light=True) for n in names],
-                                  pens=[_pen(n) for n in names])
+        pens = [_pen(n) for n in names]
+        self._speed_bars.setOpts(y=y, width=[v.get("samples_per_s") or 0 for v in ok],
+                                 brushes=[_brush(n) for n in names], pens=pens)
+        self._peak_bars.setOpts(y=y - 0.2, width=[(v.get("peak_memory_bytes") or 0) / mib for v in ok],
+                                brushes=[_brush(n) for n in names], pens=pens)
+        self._weight_bars.setOpts(y=y + 0.2, width=[(v.get("weights_bytes") or 0) / mib for v in ok],
+                                  brushes=[_brush(n, light=True) for n in names], pens=pens)
         for item in (self._speed_plot, self._memory_plot):
-            item.getAxis("bottom").setTicks(ticks)
+            item.getAxis("left").setTicks(ticks)
             item.enableAutoRange()
+        self.bars.setMinimumHeight(BAR_ROW_PX * len(ok) + 90)
+        self.charts.setCurrentWidget(self.bars)
+        # Every variant's row in view without scrolling.
+        rows = self.table.verticalHeader().defaultSectionSize() * (len(variants) + 1)
+        scrollbar = self.table.horizontalScrollBar().sizeHint().height()
+        self.table.setMinimumHeight(rows + scrollbar + 2 * self.table.frameWidth() + 4)
         self.summary.setText(self._summary_text(doc))
         note = doc.get("note") or ""  # on a CPU: no speed-up expected (core's CPU_NOTE)
         self.note.setText(note)
@@ -321,7 +329,8 @@ class CompareView(QWidget):
         live = path.with_name(f"{path.stem}-live{path.suffix or '.png'}")
         for item, target in ((self.bars.scene(), path), (self.plot.getPlotItem(), live)):
             exporter = ImageExporter(item)
-            exporter.parameters()["width"] = max(800, int(exporter.parameters()["width"]))
+            # At least EXPORT_WIDTH pixels wide, whatever size the tab has on screen.
+            exporter.parameters()["width"] = max(EXPORT_WIDTH, int(exporter.parameters()["width"]))
             exporter.export(str(target))
         return [path, live]
 
@@ -330,7 +339,7 @@ class CompareView(QWidget):
         path = Path(path)
         with path.open("w", newline="", encoding="utf-8") as out:
             writer = csv.writer(out)
-            writer.writerow([header for header, _, _ in COLUMNS])
+            writer.writerow(self.model.headers())
             for row in self.model.raw_rows():
                 writer.writerow(["" if value is None else value for value in row])
         return path

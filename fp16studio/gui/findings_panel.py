@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import html
-import json
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QCommandLinkButton, QFrame, QHBoxLayout, QHeaderView, QLabel,
                                QPushButton, QScrollArea, QSplitter, QTreeView, QVBoxLayout, QWidget)
 
+from fp16studio.core.presentation import SEVERITY_RANK, by_severity, evidence_value, severity_counts
+
 from .roles import NODE_ROLE, RAW_ROLE
 from .theme import icon
 
-SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+PLAIN = Qt.TextFormat.PlainText   # the user's exception text is never read as markup
 
 
 class FindingsModel(QAbstractTableModel):
@@ -24,8 +25,7 @@ class FindingsModel(QAbstractTableModel):
 
     def set_findings(self, findings):
         self.beginResetModel()
-        # Errors first, then warnings, then notes; the engine's order within a severity.
-        self._findings = sorted(findings, key=lambda f: -SEVERITY_RANK[f.severity])
+        self._findings = by_severity(findings)
         self.endResetModel()
 
     def findings(self) -> list:
@@ -69,8 +69,9 @@ class FindingDetail(QFrame):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("findingDetail")
-        self.title = QLabel(objectName="panelTitle")
-        self.message = QLabel(wordWrap=True, textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.title = QLabel(objectName="panelTitle", textFormat=PLAIN)
+        self.message = QLabel(wordWrap=True, textFormat=PLAIN,
+                              textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
         self.evidence = QLabel(wordWrap=True, textFormat=Qt.TextFormat.RichText,
                                textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
         self.reveal = QPushButton("Show in tensor tree")
@@ -93,6 +94,7 @@ class FindingDetail(QFrame):
         layout.addLayout(row)
         layout.addStretch(1)
         self._location = ""
+        self.revealable: set[str] = set()   # the locations the tensor tree shows
         self.fix_buttons: list[QCommandLinkButton] = []
         self.show_text("Run the pipeline to see findings.")
 
@@ -112,7 +114,7 @@ class FindingDetail(QFrame):
         self.message.setText(finding.message)
         self.evidence.setText(_evidence_html(finding.location, finding.evidence))
         self.evidence.show()
-        self.reveal.setVisible(bool(finding.location))
+        self.reveal.setVisible(finding.location in self.revealable)
         self._set_fixes(finding.fixes, enabled)
 
     def _set_fixes(self, fixes, enabled: bool = True):
@@ -190,10 +192,11 @@ class FindingsPanel(QWidget):
         layout.addLayout(head)
         layout.addWidget(split, 1)
 
-    def set_findings(self, findings, ok: bool):
+    def set_findings(self, findings, ok: bool, revealable=()):
+        """Show `findings`; "Show in tensor tree" only for the `revealable` locations."""
+        self.detail.revealable = set(revealable)
         self.model.set_findings(findings)
-        counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
-        self.summary.setText(" · ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n))
+        self.summary.setText(severity_counts(findings))
         if findings:
             self.view.setCurrentIndex(self.model.index(0, 0))
         elif ok:
@@ -214,14 +217,13 @@ class FindingsPanel(QWidget):
         if finding is not None:
             self.detail.show_finding(finding, self._fixes_enabled)
             # Selecting a finding shows the module it names in the tensor tree.
-            if finding.location:
+            if finding.location in self.detail.revealable:
                 self.revealRequested.emit(finding.location)
 
 
 def _evidence_html(location: str, evidence: dict) -> str:
     rows = [("location", location)] if location else []
-    rows += [(key.replace("_", " "), value if isinstance(value, str) else json.dumps(value, default=str))
-             for key, value in evidence.items()]
+    rows += [(key.replace("_", " "), evidence_value(value)) for key, value in evidence.items()]
     cells = "".join(
         f"<tr><td style='padding:1px 10px 1px 0; color:#6b717b'>{html.escape(k)}</td>"
         f"<td style='font-family:monospace'>{_breakable(html.escape(str(v)))}</td></tr>"

@@ -16,7 +16,8 @@ from PySide6.QtWidgets import QPlainTextEdit
 from .palette import SEVERITY_COLORS
 
 LEVEL_COLORS = {"error": SEVERITY_COLORS["error"], "warning": SEVERITY_COLORS["warning"]}
-WATCHED_LOGGERS = ("fp16studio", "transformers", "datasets")
+# py.warnings: Python warnings raised in the engine, forwarded like log lines.
+WATCHED_LOGGERS = ("fp16studio", "transformers", "datasets", "py.warnings")
 MAX_BLOCKS = 5000
 
 

@@ -7,16 +7,7 @@ icons and words.
 
 from __future__ import annotations
 
-OKABE_ITO = {
-    "orange": "#E69F00",
-    "sky_blue": "#56B4E9",
-    "bluish_green": "#009E73",
-    "yellow": "#F0E442",
-    "blue": "#0072B2",
-    "vermillion": "#D55E00",
-    "reddish_purple": "#CC79A7",
-    "grey": "#999999",
-}
+from fp16studio.core.presentation import OKABE_ITO, SEVERITY_COLORS  # noqa: F401  (one palette)
 
 # The half dtypes get the warm, loud colours: they are what this tool is about.
 DTYPE_COLORS = {
@@ -31,13 +22,6 @@ DTYPE_COLORS = {
 }
 # Legend order: what users look for first.
 LEGEND_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "bool", "mixed")
-
-SEVERITY_COLORS = {
-    "error": OKABE_ITO["vermillion"],
-    "warning": OKABE_ITO["orange"],
-    "info": OKABE_ITO["sky_blue"],
-    "ok": OKABE_ITO["bluish_green"],
-}
 
 DEVICE_COLORS = {
     "cpu": OKABE_ITO["grey"],

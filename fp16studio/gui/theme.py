@@ -22,7 +22,7 @@ ICON_TINT = {"light": "#2b2f36", "dark": "#dfe3ea"}
 
 
 # The scheme icons are drawn for; Theme keeps it current.
-_current = {"scheme": "light"}
+_current: dict = {"scheme": "light"}
 
 
 def resource(*parts: str) -> Path:
@@ -71,19 +71,38 @@ def app_icon() -> QIcon:
     return result
 
 
+CHOICES = ("system", "light", "dark")   # View → Theme; "system" follows the desktop
+
+
 class Theme(QObject):
-    """The current scheme; `changed` fires when the system switches between light and dark."""
+    """The current scheme; `changed` fires when it switches between light and dark (the system
+    switched, or the user chose in View → Theme)."""
 
     changed = Signal(str)
 
     def __init__(self, app, scheme: str | None = None, parent=None):
-        """`scheme` "light" or "dark" pins the theme (screenshots); None follows the system."""
+        """`scheme` "light" or "dark" pins the theme (screenshots, the user's choice); None
+        follows the system."""
         super().__init__(parent)
         self._app = app
         self.pinned = scheme is not None
         self.scheme = scheme or system_scheme()
         self._apply()
         app.styleHints().colorSchemeChanged.connect(self._on_system_change)
+        _current["theme"] = self
+
+    @property
+    def choice(self) -> str:
+        return self.scheme if self.pinned else "system"
+
+    def choose(self, choice: str):
+        """Pin "light" or "dark", or follow the "system" again."""
+        self.pinned = choice != "system"
+        scheme = choice if self.pinned else system_scheme()
+        if scheme != self.scheme:
+            self.scheme = scheme
+            self._apply()
+            self.changed.emit(scheme)
 
     def _on_system_change(self, _scheme):
         scheme = system_scheme()
@@ -97,6 +116,12 @@ class Theme(QObject):
         self._app.setStyle("Fusion")
         self._app.setPalette(_palette(self.scheme))
         self._app.setStyleSheet(stylesheet(self.scheme))
+
+
+def app_theme(app) -> Theme:
+    """The application's Theme (made by app.main), or a new one that follows the system."""
+    theme = _current.get("theme")
+    return theme if isinstance(theme, Theme) else Theme(app)
 
 
 def _palette(scheme: str) -> QPalette:

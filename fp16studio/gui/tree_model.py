@@ -16,7 +16,7 @@ from PySide6.QtGui import QColor, QFont
 from . import format as fmt
 from .palette import SEVERITY_COLORS, dtype_color
 from .roles import COLOR_ROLE, NODE_ROLE, PATH_ROLE, RAW_ROLE
-from .tree_index import STATUS_RANK, TreeIndex
+from fp16studio.core.tree_index import STATUS_RANK, TreeIndex
 
 COLUMNS = ("Name", "Kind", "Shape", "Dtype", "Device", "Size", "Abs-max", "Status")
 NAME, KIND, SHAPE, DTYPE, DEVICE, SIZE, ABSMAX, STATUS = range(len(COLUMNS))
@@ -25,15 +25,36 @@ NAME, KIND, SHAPE, DTYPE, DEVICE, SIZE, ABSMAX, STATUS = range(len(COLUMNS))
 CHUNK = 256
 
 
-class _Item:
-    __slots__ = ("node", "parent", "row", "uid", "children")
+def chain(node) -> tuple:
+    """`node` and the single-child modules below it, shown as one dotted row: a wrapper module
+    that only holds another one adds a level to click through and nothing to read."""
+    nodes = [node]
+    while (not nodes[-1].is_tensor and len(nodes[-1].children) == 1
+           and not nodes[-1].children[0].is_tensor and nodes[-1].children[0].children):
+        nodes.append(nodes[-1].children[0])
+    return tuple(nodes)
 
-    def __init__(self, node, parent, row, uid):
-        self.node = node
+
+class _Item:
+    """One row: a chain of nodes (usually one); `node` is its last, whose children are the
+    row's children, `head` its first, whose subtree totals the row shows."""
+
+    __slots__ = ("chain", "parent", "row", "uid", "children")
+
+    def __init__(self, nodes, parent, row, uid):
+        self.chain = nodes
         self.parent = parent
         self.row = row
         self.uid = uid
         self.children: list[_Item] = []
+
+    @property
+    def node(self):
+        return self.chain[-1]
+
+    @property
+    def head(self):
+        return self.chain[0]
 
 
 class TensorTreeModel(QAbstractItemModel):
@@ -55,14 +76,14 @@ class TensorTreeModel(QAbstractItemModel):
             self.beginResetModel()
             self._items.clear()
             self.tree_index = tree_index
-            self._root = self._new_item(root, None, 0) if root is not None else None
+            self._root = self._new_item(root, None, 0, whole=False) if root is not None else None
             if self._root is not None:  # the top level (model, batch, activations) is always shown
                 for row, node in enumerate(root.children[:CHUNK]):
                     self._root.children.append(self._new_item(node, self._root, row))
             self.endResetModel()
             return
         self.tree_index = tree_index
-        self._merge(self._root, root, QModelIndex())
+        self._merge(self._root, (root,), QModelIndex())
 
     def clear(self):
         self.set_tree(None)
@@ -73,7 +94,7 @@ class TensorTreeModel(QAbstractItemModel):
         changed = self._highlighted ^ paths
         self._highlighted = paths
         for item in list(self._items.values()):
-            if item.node.path in changed and item.parent is not None:
+            if any(n.path in changed for n in item.chain) and item.parent is not None:
                 left = self.createIndex(item.row, 0, item.uid)
                 self.dataChanged.emit(left, left.siblingAtColumn(STATUS), [Qt.ItemDataRole.FontRole])
 
@@ -84,6 +105,8 @@ class TensorTreeModel(QAbstractItemModel):
         parent_index = QModelIndex()
         item = self._root
         for step in self.tree_index.ancestors(node):
+            if any(step is n for n in item.chain):
+                continue            # folded into this row
             row = next(i for i, child in enumerate(item.node.children) if child is step)
             while len(item.children) <= row:
                 self.fetchMore(parent_index)
@@ -92,8 +115,8 @@ class TensorTreeModel(QAbstractItemModel):
         return parent_index
 
     # -- structure ------------------------------------------------------------------------------
-    def _new_item(self, node, parent, row) -> _Item:
-        item = _Item(node, parent, row, next(self._uids))
+    def _new_item(self, node, parent, row, whole=True) -> _Item:
+        item = _Item(chain(node) if whole else (node,), parent, row, next(self._uids))
         self._items[item.uid] = item
         return item
 
@@ -158,14 +181,15 @@ class TensorTreeModel(QAbstractItemModel):
             stack.extend(child.children)
         item.children = []
 
-    def _merge(self, item: _Item, node, index: QModelIndex):
+    def _merge(self, item: _Item, nodes: tuple, index: QModelIndex):
         was_complete = len(item.children) == len(item.node.children)
-        item.node = node
-        old = [child.node.path for child in item.children]
-        new = [child.path for child in node.children[:len(old)]]
-        if old == new:
-            for child, child_node in zip(item.children, node.children):
-                self._merge(child, child_node, self.createIndex(child.row, 0, child.uid))
+        item.chain = nodes
+        node = nodes[-1]
+        old = [tuple(n.path for n in child.chain) for child in item.children]
+        chains = [chain(child) for child in node.children[:len(old)]]
+        if old == [tuple(n.path for n in c) for c in chains]:
+            for child, child_chain in zip(item.children, chains):
+                self._merge(child, child_chain, self.createIndex(child.row, 0, child.uid))
             if item.children:
                 self.dataChanged.emit(self.index(0, 0, index),
                                       self.index(len(item.children) - 1, len(COLUMNS) - 1, index))
@@ -201,21 +225,21 @@ class TensorTreeModel(QAbstractItemModel):
         node = item.node
         column = index.column()
         if role == Qt.ItemDataRole.DisplayRole:
-            return self._display(node, column)
+            return _name(item) if column == NAME else self._display(item.head, column)
         if role == RAW_ROLE:
-            return self._raw(node, column)
+            return _name(item).lower() if column == NAME else self._raw(item.head, column)
         if role == NODE_ROLE:
             return node
         if role == PATH_ROLE:
             return node.path
         if role == COLOR_ROLE:
             if column == DTYPE:
-                color = dtype_color(self._dtype(node))
+                color = dtype_color(self._dtype(item.head))
                 return QColor(color) if color else None
             if column == STATUS:
-                return QColor(SEVERITY_COLORS[self._status(node)])
+                return QColor(SEVERITY_COLORS[self._status(item.head)])
             return None
-        if role == Qt.ItemDataRole.FontRole and node.path in self._highlighted:
+        if role == Qt.ItemDataRole.FontRole and any(n.path in self._highlighted for n in item.chain):
             return self._bold
         if role == Qt.ItemDataRole.ToolTipRole:
             return self._tooltip(node)
@@ -264,13 +288,17 @@ class TensorTreeModel(QAbstractItemModel):
         return (self._display(node, column) or "").lower()
 
     def _tooltip(self, node):
-        lines = [node.path]
+        lines = [node.path or node.name]
         if not node.is_tensor:
             agg = self._agg(node)
             lines.append(f"{agg.tensors} tensors, {fmt.size(agg.bytes)}")
         if node.note:
             lines.append(node.note)
         return "\n".join(lines)
+
+
+def _name(item: _Item) -> str:
+    return ".".join(n.name for n in item.chain)
 
 
 class TensorFilterProxy(QSortFilterProxyModel):

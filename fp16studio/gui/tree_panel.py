@@ -27,6 +27,9 @@ class TensorTreeView(QTreeView):
         self.setSortingEnabled(True)
         self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        # Deep names keep both ends (`encoder…layer.0.attention`); the tooltip has the path.
+        self.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.setIndentation(14)
         self.setItemDelegateForColumn(DTYPE, ChipDelegate(self))
         self.setItemDelegateForColumn(STATUS, ChipDelegate(self))
         self.setItemDelegateForColumn(DEVICE, BadgeDelegate(self))
@@ -48,10 +51,14 @@ class TensorPanel(QWidget):
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setMinimumSectionSize(40)
-        for column, width in ((NAME, 214), (KIND, 76), (SHAPE, 96), (DTYPE, 86), (DEVICE, 56),
-                              (SIZE, 76), (ABSMAX, 64), (STATUS, 80)):
+        # Name takes the room there is; the others are at least as wide as their titles (with
+        # the sort arrow), so no header reads "Devic".
+        header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
+        for column, width in ((KIND, 70), (SHAPE, 84), (DTYPE, 84), (DEVICE, 58), (SIZE, 70),
+                              (ABSMAX, 70), (STATUS, 86)):
+            title = self.model.headerData(column, Qt.Orientation.Horizontal)
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
-            header.resizeSection(column, width)
+            header.resizeSection(column, max(width, header.fontMetrics().horizontalAdvance(title) + 28))
         # Kind is plain from the names (a module, `weight`, `batch.input_ids`); it is one
         # right-click away on the header, which lists every column.
         header.setSectionHidden(KIND, True)

@@ -1,8 +1,8 @@
-"""One long-lived worker thread for everything that may take more than a frame.
+"""One long-lived worker thread that drives the engine process, and a pool for quick look-ups.
 
-The GUI thread submits a `Job` (a module-level function, its arguments and a cancel token) and
+The GUI thread submits a `Job` (an engine task by name, its arguments and a cancel token) and
 gets plain snapshots back over queued signals; it never waits for the worker and never imports
-torch. The worker thread hands each job to the engine process (engine_process.py), where the
+torch. The worker thread hands each job to the engine process (fp16studio.engine), where the
 loaded model, the CUDA context and torch's thread-local state live, relays its progress, samples
 and log lines, and unpickles its result, so the GUI thread keeps the GIL to itself.
 """
@@ -18,35 +18,34 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from fp16studio.core import CancelToken
-
-from .engine_process import KILL_AFTER_CANCEL_S, EngineProcess, target_of
+from fp16studio.engine import messages as m
+from fp16studio.engine.client import KILL_AFTER_CANCEL_S, EngineClient, task_name
 
 
 @dataclass
 class Job:
-    """`fn(*args, progress=..., cancel=..., on_sample=..., **kwargs)` run in the engine process.
+    """An engine task (fp16studio.engine.tasks) run in the engine process: `task` is its name,
+    or a module-level function (tests, extensions); only the name travels. The task gets
+    `progress`, `cancel` and `on_sample` where its signature asks for them. Callbacks run on the
+    GUI thread; `on_sample` gets a benchmark's live samples.
 
-    `fn` must be a module-level function (only its name travels). `progress` and `cancel` are
-    passed only when `wants_progress` is set (helpers such as a cache scan take neither),
-    `on_sample` only when the job has an `on_sample` callback (a benchmark's live samples).
-    Callbacks run on the GUI thread.
+    `kind` groups jobs: a look-up kind (`supersede=True`) keeps only the latest job pending.
     """
 
     kind: str
-    fn: Callable[..., Any]
+    task: str | Callable[..., Any]
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
-    wants_progress: bool = True
+    supersede: bool = False
     on_result: Callable[[Any], None] | None = None
     on_error: Callable[[str, str], None] | None = None
     on_cancel: Callable[[], None] | None = None
     on_sample: Callable[[Any], None] | None = None
     token: CancelToken = field(default_factory=CancelToken)
     id: int = field(default_factory=itertools.count(1).__next__)
-    target: str = field(init=False)
 
     def __post_init__(self):
-        self.target = target_of(self.fn)   # refuse a lambda here, not later on the worker
+        self.task = task_name(self.task)   # refuse a lambda here, not later on the worker
 
 
 class _Worker(QObject):
@@ -59,7 +58,7 @@ class _Worker(QObject):
     failed = Signal(object, str, str)       # job, one-line message, detail (traceback or "")
     cancelled = Signal(object)              # job
 
-    def __init__(self, engine: EngineProcess):
+    def __init__(self, engine: EngineClient):
         super().__init__()
         self.engine = engine
 
@@ -70,30 +69,27 @@ class _Worker(QObject):
             return
         self.started.emit(job)
 
-        def relay(kind, *payload):
-            if kind == "progress":
-                self.progress.emit(job, *payload)
-            elif kind == "samples":
-                self.samples.emit(job, payload[0])
-            else:  # a log line of the engine, into this process's logging (the Log panel)
-                name, level, text = payload
-                logging.getLogger(name).log(level, "%s", text)
+        def relay(event):
+            if isinstance(event, m.Progress):
+                self.progress.emit(job, event.stage, event.message)
+            elif isinstance(event, m.Log):   # into this process's logging (the Log panel)
+                logging.getLogger(event.logger).log(event.level, "%s", event.text)
+            else:                            # ("samples", [payload, ...])
+                self.samples.emit(job, event[1])
 
         try:
-            kind, *outcome = self.engine.run(job.target, job.args, job.kwargs, job.token,
-                                             wants_progress=job.wants_progress,
-                                             streams=job.on_sample is not None, on_event=relay)
+            ending = self.engine.run(job.task, job.args, job.kwargs, job.token, on_event=relay)
         except Exception as exc:  # noqa: BLE001 - e.g. no process could start: say so, stay up
-            kind, outcome = "failed", [f"The engine process could not run the job: {exc}",
-                                       traceback.format_exc()]
-        if kind == "failed":
-            self.failed.emit(job, *outcome)
-        elif kind == "cancelled" or job.token.cancelled:
+            ending = m.Failed(0, f"The engine process could not run the job: {exc}",
+                              traceback.format_exc())
+        if isinstance(ending, m.Failed):
+            self.failed.emit(job, ending.message, ending.detail)
+        elif isinstance(ending, m.Cancelled) or job.token.cancelled:
             # Also a result that arrived after Cancel (from a step that cannot stop, such as a
             # from_pretrained): discarded, as promised.
             self.cancelled.emit(job)
         else:
-            self.finished.emit(job, outcome[0])
+            self.finished.emit(job, ending.value)
 
 
 class WorkerHost(QObject):
@@ -112,7 +108,7 @@ class WorkerHost(QObject):
 
     def __init__(self, parent=None, kill_after_cancel_s: float = KILL_AFTER_CANCEL_S):
         super().__init__(parent)
-        self.engine = EngineProcess(kill_after_cancel_s)
+        self.engine = EngineClient(kill_after_cancel_s)
         self._thread = QThread()
         self._thread.setObjectName("fp16studio-worker")
         self._worker = _Worker(self.engine)
@@ -129,6 +125,8 @@ class WorkerHost(QObject):
 
     # -- submitting -----------------------------------------------------------------------------
     def submit(self, job: Job) -> Job:
+        if job.supersede:   # latest wins: an older look-up of this kind is no longer wanted
+            self.cancel(job.kind)
         self._pending[job.id] = job
         self._submit.emit(job)
         return job
@@ -139,6 +137,7 @@ class WorkerHost(QObject):
     def cancel(self, kind: str | None = None):
         for job in self.pending(kind):
             job.token.cancel()
+        self.engine.interrupt()
 
     def shutdown(self, timeout_ms: int = 10000) -> bool:
         """Cancel everything, end the engine process and stop the thread; True when it stopped

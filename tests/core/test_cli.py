@@ -150,3 +150,10 @@ def test_console_command_end_to_end(demo_dir):
 def test_version():
     done = run_cli("--version")
     assert done.returncode == 0 and done.stdout.startswith("fp16studio ")
+
+
+@pytest.mark.parametrize("option", [["--warmup", "0"], ["--min-iterations", "0"], ["--min-seconds", "-1"]])
+def test_bench_limits_out_of_range_are_bad_input(option, capsys):
+    assert main(["bench", "demo:healthy", *option]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bench:" in err

@@ -83,7 +83,7 @@ def in_app(spec):
         return primary_output(forward(prepare(spec)))
     except PipelineFailure as exc:
         return exc.exc
-    except Exception as exc:  # the forward pass itself failed: what the script must hit too
+    except Exception as exc:  # noqa: BLE001 - the forward pass itself failed: what the script must hit too
         return exc
 
 

@@ -186,3 +186,22 @@ def test_config_dir_follows_xdg(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", "relative/ignored")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert config_dir() == tmp_path / "home" / ".config" / "fp16studio"
+
+
+def test_each_window_has_its_own_autosave(project):
+    """Two windows of one process: closing one keeps the other's crash copy, and a copy is
+    offered for restoring only once its process is gone."""
+    from fp16studio.core.session import autosave_owner, clear_orphan_autosaves
+
+    first, second = autosave_owner(1), autosave_owner(2)
+    autosave(Session(project.replace(model_dtype="float16")), first)
+    autosave(Session(project.replace(model_dtype="bfloat16")), second)
+    clear_autosave(first)
+    files = sorted(p.name for p in config_dir().iterdir() if p.name.startswith("autosave"))
+    assert files == [f"autosave-{second}.fp16studio"]
+    assert restore_autosave() is None                 # its window (this process) still runs
+    dead = config_dir() / files[0].replace(second.partition("-")[0], "999999999", 1)
+    (config_dir() / files[0]).rename(dead)            # as if its process had crashed
+    assert restore_autosave().spec.model_dtype == "bfloat16"
+    clear_orphan_autosaves()
+    assert restore_autosave() is None and not dead.exists()

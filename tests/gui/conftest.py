@@ -11,6 +11,16 @@ def _private_folders(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("FP16STUDIO_CACHE", str(_demo_cache(tmp_path_factory)))
 
 
+@pytest.fixture(autouse=True)
+def _no_modal_dialogs(monkeypatch):
+    """A modal dialog would wait forever offscreen: closing a window with unsaved changes
+    (every test's teardown) discards them, and warnings are not shown. Tests about asking
+    replace `_confirm` themselves."""
+    from fp16studio.gui import main_window
+
+    monkeypatch.setattr(main_window.MainWindow, "_confirm", lambda self, title, text: True)
+
+
 _cache = {}
 
 

@@ -44,8 +44,8 @@ def view(qtbot):
     return widget
 
 
-def _cell(view, row, column, role=Qt.ItemDataRole.DisplayRole):
-    return view.model.data(view.model.index(row, column), role)
+def _cell(view, row, header, role=Qt.ItemDataRole.DisplayRole):
+    return view.model.data(view.model.index(row, view.model.headers().index(header)), role)
 
 
 def test_samples_are_plotted_live_on_curves_created_once(view, qtbot):
@@ -73,16 +73,18 @@ def test_result_fills_bars_table_and_says_cpu_gives_no_speed_up(view, qtmodeltes
     view.set_result(DOC)
     qtmodeltester.check(view.model)
     assert view.model.rowCount() == 3
-    assert _cell(view, 0, 0) == "float32" and _cell(view, 0, 2) == "400.0"
-    assert _cell(view, 1, 3) == "0.50×"
-    assert _cell(view, 1, 9) == "550.0 MiB" and _cell(view, 1, 9, RAW_ROLE) == 550 * 2**20
-    assert _cell(view, 1, 11) == "" and _cell(view, 1, 14) == "12"  # drift unknown: inf/NaN
-    assert _cell(view, 2, 1) == "failed" and "no bfloat16 kernel" in _cell(view, 2, 15)
+    assert _cell(view, 0, "Variant") == "float32" and _cell(view, 0, "Samples/s") == "400.0"
+    assert _cell(view, 1, "vs float32") == "0.50×"
+    assert _cell(view, 1, "Peak memory") == "550.0 MiB" and _cell(view, 1, "Peak memory", RAW_ROLE) == 550 * 2**20
+    assert _cell(view, 1, "Max |diff| vs fp32") == "" and _cell(view, 1, "inf/NaN outputs") == "12"
+    assert _cell(view, 2, "Status") == "failed" and "no bfloat16 kernel" in _cell(view, 2, "Error")
+    # Keys this document predates are not shown as empty columns.
+    assert "Stability" not in view.model.headers() and "TFLOP/s" not in view.model.headers()
     assert view.note.isVisibleTo(view) and "no speed-up" in view.note.text()
     assert "bfloat16" in view.summary.text() and "resident memory" in view.summary.text()
     # Only the variants that ran get bars.
-    assert list(view._speed_bars.opts["height"]) == [400.0, 200.0]
-    assert list(view._weight_bars.opts["height"]) == [90.0, 45.0]
+    assert list(view._speed_bars.opts["width"]) == [400.0, 200.0]
+    assert list(view._weight_bars.opts["width"]) == [90.0, 45.0]
     view.table.sortByColumn(2, Qt.SortOrder.DescendingOrder)  # sorts on raw numbers
     proxy = view.table.model()
     assert proxy.data(proxy.index(0, 0)) == "float32"
@@ -111,7 +113,7 @@ def test_clear_forgets_the_previous_run(view):
     view.clear()
     assert view.plot.listDataItems() == [] and view.model.rowCount() == 0
     assert not view.note.isVisibleTo(view)
-    assert len(view._speed_bars.opts["height"]) == 0
+    assert len(view._speed_bars.opts["width"]) == 0
 
 
 def test_a_real_benchmark_streams_into_the_view(view, qtbot):
@@ -123,7 +125,7 @@ def test_a_real_benchmark_streams_into_the_view(view, qtbot):
     view.set_result(result.to_json())
     assert {item.name() for item in view.plot.listDataItems()} == {"float32", "bfloat16"}
     assert all(len(item.getData()[0]) == 3 for item in view.plot.listDataItems())
-    assert view.model.rowCount() == 2 and _cell(view, 0, 1) == "ok"
+    assert view.model.rowCount() == 2 and _cell(view, 0, "Status") == "ok"
     assert view.note.isVisibleTo(view) and "no speed-up is expected" in view.note.text()
 
 
@@ -133,3 +135,32 @@ def test_compare_does_not_import_torch():
                          check=True, env={**__import__("os").environ,
                                           "QT_QPA_PLATFORM": "offscreen"})
     assert out.stdout.strip() == "False"
+
+
+def test_per_variant_stability_support_and_throughput_are_shown(view):
+    """The keys the bench document gained (CONTRACT §3): a badge for a noisy figure, where
+    the variant runs natively, and the achieved TFLOP/s."""
+    doc = json.loads(json.dumps(DOC))
+    doc["variants"][0].update(stable=True, spread=0.02, support="native", tflops=1.5, flops_per_sample=1e9)
+    doc["variants"][1].update(stable=False, spread=0.4, support="emulated", tflops=0.7, flops_per_sample=1e9)
+    doc["variants"][2].update(support="unsupported")
+    view.set_result(doc)
+    assert [_cell(view, r, "Stability") for r in range(3)] == ["stable", "noisy", ""]
+    assert [_cell(view, r, "Support") for r in range(3)] == ["native", "emulated", "unsupported"]
+    assert _cell(view, 1, "Spread") == "40.0%" and _cell(view, 0, "TFLOP/s") == "1.5"
+    assert "% of peak" not in view.model.headers()       # no known peak on this device
+    labels = [text for _, text in view._speed_plot.getAxis("left")._tickLevels[0]]
+    assert labels == ["float32", "float16 (noisy)"]
+
+
+def test_every_variant_fits_in_the_table_and_the_charts_save_at_full_size(view, tmp_path):
+    from PySide6.QtGui import QImage
+
+    doc = json.loads(json.dumps(DOC))
+    doc["variants"] += [dict(doc["variants"][0], name=n) for n in ("autocast-float16", "autocast-bfloat16")]
+    view.resize(640, 500)
+    view.set_result(doc)
+    table = view.table
+    assert table.minimumHeight() >= table.verticalHeader().defaultSectionSize() * 6
+    written = view.export_png(tmp_path / "charts.png")
+    assert all(QImage(str(p)).width() >= 1600 for p in written)

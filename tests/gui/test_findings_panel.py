@@ -45,10 +45,33 @@ def test_selected_finding_offers_one_button_per_fix(qtbot):
 def test_selecting_a_finding_asks_to_reveal_its_location(qtbot):
     panel = FindingsPanel()
     qtbot.addWidget(panel)
-    panel.set_findings(FINDINGS, ok=False)
+    panel.show()
+    panel.set_findings(FINDINGS, ok=False, revealable={"model"})
     with qtbot.waitSignal(panel.revealRequested) as reveal:
         panel.view.setCurrentIndex(panel.model.index(1, 0))
     assert reveal.args == ["model"]
+    assert panel.detail.reveal.isVisible()
+
+
+def test_a_location_the_tree_does_not_show_offers_no_button(qtbot):
+    panel = FindingsPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    panel.set_findings(FINDINGS, ok=False)              # no tree: a saved session, a failed run
+    with qtbot.assertNotEmitted(panel.revealRequested):
+        panel.view.setCurrentIndex(panel.model.index(1, 0))
+    assert not panel.detail.reveal.isVisible()
+
+
+def test_evidence_reads_as_words_not_json(qtbot):
+    panel = FindingsPanel()
+    qtbot.addWidget(panel)
+    finding = Finding("overflow", "error", "ff", "inf appeared.",
+                      {"shape": [2, 4], "abs_max": 70000.123456, "dtypes": {"float16": 3}, "finite": False})
+    panel.set_findings([finding], ok=False)
+    text = panel.detail.evidence.text().replace("\u200b", "")   # wrap points after , and .
+    assert "(2, 4)" in text and "7e+04" in text and "float16: 3" in text and ">no<" in text
+    assert "{" not in text and "[" not in text and "false" not in text
 
 
 def test_disabled_fixes_cannot_be_clicked(qtbot):

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from PySide6.QtCore import QModelIndex, Qt
+from PySide6.QtCore import Qt
 
 from fp16studio.core import PipelineSpec
 from fp16studio.gui import MainWindow
@@ -111,7 +111,7 @@ def test_bad_input_is_shown_not_raised(qtbot, tmp_path):
 
 def test_new_pipeline_starts_blank_and_asks_before_discarding(qtbot, window, monkeypatch):
     demo_model = window.spec.local_path(window.spec.model)
-    window._push_spec(window.spec.replace(samples=3), "Edit samples")
+    window.controller.edit(window.spec.replace(samples=3), "Edit samples")
     asked = []
     monkeypatch.setattr(window, "_confirm", lambda title, text: asked.append(title) or False)
     assert not window.new_pipeline()
@@ -125,7 +125,7 @@ def test_new_pipeline_starts_blank_and_asks_before_discarding(qtbot, window, mon
     assert not window.run_diagnosis() and not window.run_benchmark()
     assert "Choose a model first" in window.findings.detail.message.text()
 
-    window._push_spec(window.spec.replace(model=str(demo_model)), "Edit model")
+    window.controller.edit(window.spec.replace(model=str(demo_model)), "Edit model")
     assert "model" not in window.form.invalid_keys()
     doc = run(qtbot, window)
     assert doc["ok"], doc["findings"]
@@ -205,6 +205,7 @@ def test_the_window_process_never_imports_torch_even_after_a_run(tmp_path):
             "        w.apply_fix(doc['findings'][0]['fixes'][0]['id'])\n"
             "    else:\n"
             "        app.quit()\n"
+            "w._confirm = lambda title, text: True   # quitting asks before discarding the fix\n"
             "w.diagnosisFinished.connect(finished)\n"
             "w.diagnosisFailed.connect(lambda message: (print(message), app.quit()))\n"
             "w.run_diagnosis()\n"
@@ -216,3 +217,65 @@ def test_the_window_process_never_imports_torch_even_after_a_run(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-2:] == ["False", "[False, True] False"]
+
+
+def test_closing_with_unsaved_changes_asks_first(qtbot, window, monkeypatch):
+    window.controller.edit(window.spec.replace(samples=3), "Edit samples")
+    asked = []
+    monkeypatch.setattr(window, "_confirm", lambda title, text: asked.append(title) or False)
+    window.act_quit.trigger()                      # File → Quit, Ctrl+Q and the close button
+    assert window.isVisible() and asked == ["Discard changes?"]
+    assert window.worker.thread.isRunning()        # nothing was shut down
+    monkeypatch.setattr(window, "_confirm", lambda title, text: True)
+    assert window.close() and not window.isVisible()
+
+
+def test_a_failed_save_says_so_and_stays_unsaved(qtbot, window, tmp_path, monkeypatch):
+    warned = []
+    monkeypatch.setattr(window, "_warn", lambda title, text: warned.append((title, text)))
+    window.controller.edit(window.spec.replace(samples=3), "Edit samples")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert not window.save_session(path=str(blocker / "work.fp16studio"))   # no such folder
+    assert warned and warned[0][0] == "Cannot save" and "work.fp16studio" in warned[0][1]
+    assert window.windowTitle().startswith(window.spec.model + " •")       # still unsaved
+    assert window.session_path is None
+
+
+def test_a_blank_pipeline_is_not_autosaved(qtbot, window):
+    from fp16studio.core.session import config_dir
+
+    def crash_copy():
+        return config_dir() / f"autosave-{window.controller.autosave_owner}.fp16studio"
+
+    assert crash_copy().is_file()                  # the demo's spec, written on opening
+    assert window.new_pipeline()
+    assert not crash_copy().exists()               # a spec without a model cannot be read back
+
+
+def test_what_no_longer_belongs_to_the_spec_is_cleared(qtbot, window, tmp_path):
+    run(qtbot, window)
+    assert window.tensorTree.model().rowCount() > 0
+    # A run that fails leaves no tree of the previous model behind.
+    window.controller.edit(window.spec.replace(model=str(tmp_path / "missing")), "Edit model")
+    with qtbot.waitSignal(window.diagnosisFailed, timeout=RUN_TIMEOUT_MS):
+        window.run_diagnosis()
+    assert window.tensorTree.model().rowCount() == 0
+    assert window.diagnosis is None
+    # Progress messages end with their job.
+    assert window.status.message.text() == "The run failed: see the Findings panel and the Log."
+    # The failure's text is shown as it is, never read as markup.
+    assert window.findings.detail.message.textFormat() == Qt.TextFormat.PlainText
+
+
+def test_saved_findings_offer_no_tree_to_show(qtbot, window, tmp_path):
+    run(qtbot, window)
+    path = tmp_path / "work.fp16studio"
+    assert window.save_session(path=str(path))
+    other = MainWindow(str(path))
+    qtbot.addWidget(other)
+    other.show()
+    qtbot.waitUntil(lambda: other.spec is not None and bool(findings(other)), timeout=RUN_TIMEOUT_MS)
+    assert other.tensorTree.model().rowCount() == 0
+    assert not other.findings.detail.reveal.isVisible()      # nothing to show it in
+    assert not other.findings.detail.fix_buttons[0].isEnabled()

@@ -44,3 +44,19 @@ def test_palette_is_okabe_ito_and_text_reads_on_it():
     assert palette.dtype_color("int8") == palette.DTYPE_COLORS["int64"]
     assert palette.text_on(palette.OKABE_ITO["blue"]) == "#ffffff"
     assert palette.text_on(palette.OKABE_ITO["yellow"]) == "#000000"
+
+
+def test_view_theme_pins_a_scheme_and_follows_the_system_again(qapp):
+    try:
+        chosen = theme.Theme(qapp)
+        assert theme.app_theme(qapp) is chosen and chosen.choice == "system"
+        chosen.choose("dark")
+        assert chosen.scheme == "dark" and chosen.choice == "dark"
+        assert qapp.styleSheet() == theme.stylesheet("dark")
+        chosen._on_system_change(None)           # pinned: the system switching does not move it
+        assert chosen.scheme == "dark"
+        chosen.choose("system")
+        assert chosen.choice == "system" and chosen.scheme == theme.system_scheme()
+    finally:
+        qapp.setStyleSheet("")
+        qapp.setPalette(QPalette())

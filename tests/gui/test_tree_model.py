@@ -170,7 +170,7 @@ def test_highlighted_rows_are_bold(make_tree):
 def test_a_tree_and_its_index_survive_the_trip_from_the_engine_process(make_tree):
     import pickle
 
-    from fp16studio.gui.tree_index import IndexOnArrival, TreeIndex
+    from fp16studio.core.tree_index import IndexOnArrival, TreeIndex
 
     tree = make_tree(problem_at="layer1.w0")
     index = TreeIndex(tree)
@@ -185,3 +185,71 @@ def test_a_tree_and_its_index_survive_the_trip_from_the_engine_process(make_tree
     # What the engine sends instead: no index built there, the same one built on arrival.
     sent = pickle.loads(pickle.dumps(IndexOnArrival(tree)))
     assert isinstance(sent, TreeIndex) and sent.aggregate(sent.root) == index.aggregate(tree)
+
+
+def wrapped_tree():
+    """A model whose layers sit under wrapper modules, as in transformers' encoders."""
+    from fp16studio.core.tree import TensorNode
+
+    root = TensorNode("pipeline", "", "group")
+    model = root.add(TensorNode("Bert", "model", "module"))
+    encoder = model.add(TensorNode("encoder", "encoder", "module"))
+    layers = encoder.add(TensorNode("layer", "encoder.layer", "module"))
+    block = layers.add(TensorNode("0", "encoder.layer.0", "module"))
+    block.add(TensorNode("weight", "encoder.layer.0.weight", "parameter", shape=(2,), dtype="float16",
+                         device="cpu", bytes=4))
+    block.add(TensorNode("position_ids", "encoder.layer.0.position_ids", "buffer", shape=(2,),
+                         dtype="int64", device="cpu", bytes=16))
+    model.add(TensorNode("pooler", "pooler", "module")).add(
+        TensorNode("bias", "pooler.bias", "parameter", shape=(2,), dtype="float32", device="cpu", bytes=8))
+    return root
+
+
+def test_single_child_chains_fold_into_one_dotted_row(qtbot, qtmodeltester):
+    tree = wrapped_tree()
+    panel = TensorPanel()
+    qtbot.addWidget(panel)
+    panel.set_tree(tree)
+    model = panel.model
+    bert = model.index(0, 0)
+    fetch_all(model, bert)
+    assert [model.index(r, 0, bert).data() for r in range(model.rowCount(bert))] == ["encoder.layer.0", "pooler"]
+    folded = model.index(0, 0, bert)
+    assert folded.data(Qt.ItemDataRole.ToolTipRole).startswith("encoder.layer.0")
+    # int64 ids beside float16 weights are not "mixed"; float16 beside float32 is.
+    assert folded.siblingAtColumn(DTYPE).data() == "float16"
+    assert bert.siblingAtColumn(DTYPE).data() == "mixed"
+    assert panel.reveal(tree.find("encoder.layer.0.weight"))
+    assert panel.tree.currentIndex().data(PATH_ROLE) == "encoder.layer.0.weight"
+    panel.set_tree(copy.deepcopy(tree))          # a re-run: the folded row stays, with its rows
+    assert panel.tree.currentIndex().data(PATH_ROLE) == "encoder.layer.0.weight"
+    qtmodeltester.check(model)
+
+
+def test_expanded_rows_keep_their_children_after_a_rerun(qtbot, make_tree):
+    panel = TensorPanel()
+    qtbot.addWidget(panel)
+    tree = make_tree()
+    panel.set_tree(tree)
+    net = child(panel.proxy, QModelIndex(), "Net")
+    layer1 = child(panel.proxy, net, "layer1")
+    panel.tree.expand(net)
+    panel.tree.expand(layer1)
+    panel.set_tree(make_tree(modules=4))         # one more layer: Net's rows change
+    net = child(panel.proxy, QModelIndex(), "Net")
+    layer1 = child(panel.proxy, net, "layer1")
+    assert panel.tree.isExpanded(net)
+    assert panel.proxy.rowCount(layer1) == 2 and panel.tree.isExpanded(layer1)
+
+
+def test_column_titles_fit(qtbot, make_tree):
+    panel = TensorPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 400)
+    panel.show()
+    header = panel.tree.header()
+    for column in range(1, panel.model.columnCount()):
+        if not header.isSectionHidden(column):
+            title = panel.model.headerData(column, Qt.Orientation.Horizontal)
+            assert header.sectionSize(column) >= header.fontMetrics().horizontalAdvance(title) + 16, title
+    assert header.sectionResizeMode(0) == header.ResizeMode.Stretch

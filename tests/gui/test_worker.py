@@ -7,7 +7,7 @@ import os
 import engine_jobs as work
 import pytest
 
-from fp16studio.gui.engine_process import ENGINE_NICENESS
+from fp16studio.engine.server import ENGINE_NICENESS
 from fp16studio.gui.worker import Job, WorkerHost
 
 TIMEOUT_MS = 60_000
@@ -42,7 +42,7 @@ def test_result_and_progress_arrive_from_the_engine_process(qtbot, host):
 
 def test_the_engine_process_imports_neither_qt_nor_torch_by_itself(qtbot, host):
     loaded = []
-    assert run(qtbot, host, Job("cache", work.modules_loaded, wants_progress=False,
+    assert run(qtbot, host, Job("cache", work.modules_loaded,
                                 on_result=loaded.append)) == "finished"
     assert loaded == [[]]
 
@@ -50,7 +50,7 @@ def test_the_engine_process_imports_neither_qt_nor_torch_by_itself(qtbot, host):
 @pytest.mark.skipif(not hasattr(os, "nice"), reason="POSIX scheduling priority")
 def test_the_engine_yields_the_cpu_to_the_window(qtbot, host):
     seen = []
-    assert run(qtbot, host, Job("cache", work.niceness, wants_progress=False,
+    assert run(qtbot, host, Job("cache", work.niceness,
                                 on_result=seen.append)) == "finished"
     assert seen == [min(19, os.nice(0) + ENGINE_NICENESS)]
 
@@ -73,7 +73,7 @@ def test_a_dead_engine_process_is_reported_and_replaced(qtbot, host):
     errors, pids = [], []
     assert run(qtbot, host, Job("diagnose", work.crash, on_error=lambda m, d: errors.append(m))) == "failed"
     assert "stopped unexpectedly (exit code 3)" in errors[0]
-    assert run(qtbot, host, Job("cache", work.pid, wants_progress=False, on_result=pids.append)) == "finished"
+    assert run(qtbot, host, Job("cache", work.pid, on_result=pids.append)) == "finished"
     assert pids[0] != os.getpid()
 
 
@@ -105,7 +105,7 @@ def test_a_job_that_ignores_cancel_ends_with_its_process(qtbot, host):
     first = host.engine.pid
     assert run(qtbot, host, Job("diagnose", work.ignore_cancel, (60,))) == "cancelled"
     pids = []
-    assert run(qtbot, host, Job("cache", work.pid, wants_progress=False, on_result=pids.append)) == "finished"
+    assert run(qtbot, host, Job("cache", work.pid, on_result=pids.append)) == "finished"
     assert pids[0] != first
 
 
@@ -124,7 +124,7 @@ def test_engine_log_lines_reach_this_process_logging(qtbot, host, caplog):
 
 def test_jobs_run_in_order_and_helpers_take_no_progress(qtbot, host):
     order = []
-    host.submit(Job("cache", work.pid, wants_progress=False, on_result=lambda _: order.append("cache")))
+    host.submit(Job("cache", work.pid, on_result=lambda _: order.append("cache")))
     run(qtbot, host, Job("diagnose", work.report, (0,), on_result=lambda _: order.append("diagnose")))
     assert order == ["cache", "diagnose"]
 
@@ -132,6 +132,35 @@ def test_jobs_run_in_order_and_helpers_take_no_progress(qtbot, host):
 def test_a_lambda_is_refused_at_once():
     with pytest.raises(ValueError, match="module-level functions"):
         Job("cache", lambda: None)
+
+
+def test_a_task_runs_by_its_registered_name(qtbot, host):
+    from fp16studio.core.spec import PipelineSpec
+
+    results = []
+    assert run(qtbot, host, Job("open", "open", ("demo:healthy",), on_result=results.append)) == "finished"
+    spec, diagnosis, bench = results[0]
+    assert isinstance(spec, PipelineSpec) and (diagnosis, bench) == (None, None)
+    errors = []
+    assert run(qtbot, host, Job("x", "no-such-task", on_error=lambda m, d: errors.append(m))) == "failed"
+    assert "no engine task 'no-such-task'" in errors[0]
+
+
+def test_python_warnings_in_the_engine_reach_the_log(qtbot, host, caplog):
+    with caplog.at_level(logging.WARNING, logger="py.warnings"):
+        assert run(qtbot, host, Job("diagnose", work.warn)) == "finished"
+    assert any(name == "py.warnings" and "UserWarning: inputs cast twice" in text
+               for name, _, text in caplog.record_tuples)
+
+
+def test_a_newer_look_up_supersedes_a_pending_one(qtbot, host):
+    results, cancelled = [], []
+    host.submit(Job("diagnose", work.ignore_cancel, (0.5,)))       # keeps the engine busy
+    older = host.submit(Job("preview", work.pid, supersede=True, on_result=results.append,
+                            on_cancel=lambda: cancelled.append("older")))
+    newer = Job("preview", work.pid, supersede=True, on_result=results.append)
+    assert run(qtbot, host, newer) == "finished"
+    assert older.token.cancelled and cancelled == ["older"] and len(results) == 1
 
 
 def test_emitting_a_signal_keeps_reference_counts(qtbot, host):

@@ -5,7 +5,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from fp16studio.core import InputError, PipelineSpec
-from fp16studio.gui import sources
+from fp16studio.engine import lookups
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def test_dtypes_come_from_the_header_alone(checkpoint):
 
 
 def test_model_info_sums_sizes_and_counts_dtypes(checkpoint):
-    info = sources.model_info(PipelineSpec(model=str(checkpoint), dataset="synthetic"))
+    info = lookups.model_info(PipelineSpec(model=str(checkpoint), dataset="synthetic"))
     assert info["dtypes"] == {"float16": 1, "float32": 1, "int64": 1}
     assert info["bytes"] == (checkpoint / "model.safetensors").stat().st_size
     assert info["format"] == "safetensors"
@@ -34,7 +34,7 @@ def test_model_info_sums_sizes_and_counts_dtypes(checkpoint):
 
 def test_model_info_on_a_missing_model_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="not in the cache"):
-        sources.model_info(PipelineSpec(model="nobody/nothing-here", dataset="synthetic"))
+        lookups.model_info(PipelineSpec(model="nobody/nothing-here", dataset="synthetic"))
 
 
 def test_a_file_that_is_not_safetensors_is_refused(tmp_path):
@@ -61,17 +61,17 @@ def test_cache_scan_lists_models_and_datasets(tmp_path):
     fake_cached_repo(tmp_path, "model", "org/Tiny")
     fake_cached_repo(tmp_path, "model", "org/another")
     fake_cached_repo(tmp_path, "dataset", "org/images")
-    assert sources.scan_cache(str(tmp_path)) == {"models": ["org/another", "org/Tiny"],
+    assert lookups.scan_cache(str(tmp_path)) == {"models": ["org/another", "org/Tiny"],
                                                  "datasets": ["org/images"]}
-    assert sources.scan_cache(str(tmp_path / "missing")) == {"models": [], "datasets": []}
+    assert lookups.scan_cache(str(tmp_path / "missing")) == {"models": [], "datasets": []}
 
 
 def test_hub_search_is_empty_offline():
-    assert sources.hub_search("bert") == []          # HF_HUB_OFFLINE=1 in tests
+    assert lookups.hub_search("bert") == []          # HF_HUB_OFFLINE=1 in tests
 
 
 def test_synthetic_dataset_has_a_note_instead_of_rows():
-    preview = sources.dataset_preview(PipelineSpec(model="m", dataset="synthetic"))
+    preview = lookups.dataset_preview(PipelineSpec(model="m", dataset="synthetic"))
     assert preview["rows"] == [] and "config" in preview["note"]
 
 
@@ -89,17 +89,17 @@ configs:
 def test_configs_come_from_the_dataset_card(tmp_path):
     (tmp_path / "README.md").write_text(CARD)
     spec = PipelineSpec(model="m", dataset=str(tmp_path))
-    assert sources.dataset_configs(spec) == ["small", "large"]
+    assert lookups.dataset_configs(spec) == ["small", "large"]
 
 
 def test_a_card_without_configs_offers_none(tmp_path):
     (tmp_path / "README.md").write_text("# no metadata\n")
-    assert sources.dataset_configs(PipelineSpec(model="m", dataset=str(tmp_path))) == []
-    assert sources.dataset_configs(PipelineSpec(model="m", dataset="synthetic")) == []
+    assert lookups.dataset_configs(PipelineSpec(model="m", dataset=str(tmp_path))) == []
+    assert lookups.dataset_configs(PipelineSpec(model="m", dataset="synthetic")) == []
 
 
 def test_preview_offers_the_configs_when_the_rows_cannot_be_read(tmp_path):
     (tmp_path / "README.md").write_text(CARD)   # and no data files at all
-    preview = sources.dataset_preview(PipelineSpec(model="m", dataset=str(tmp_path)))
+    preview = lookups.dataset_preview(PipelineSpec(model="m", dataset=str(tmp_path)))
     assert preview["configs"] == ["small", "large"] and preview["rows"] == []
     assert preview["note"]

@@ -26,7 +26,7 @@ def scan_cache(cache_dir: str | None = None) -> dict:
 
     try:
         info = scan_cache_dir(cache_dir)
-    except Exception:  # no cache folder yet, or one we cannot read: nothing to complete from
+    except Exception:  # noqa: BLE001 - no cache folder yet, or one we cannot read: nothing to complete from
         return {"models": [], "datasets": []}
     found = {"models": [], "datasets": []}
     for repo in info.repos:

@@ -1,0 +1,119 @@
+"""The engine process's side: one task at a time, in the order they arrive (Qt-free).
+
+A listener thread reads commands so that a Cancel reaches the running task's token at once;
+log records of the forwarded loggers and Python warnings go back as Log messages, tagged with
+the running job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import threading
+import traceback
+
+from fp16studio.core.errors import Cancelled, CancelToken, InputError
+
+from . import messages as m
+from .tasks import resolve, takes
+
+ENGINE_NICENESS = 10       # scheduling priority below the window's (POSIX)
+# py.warnings: Python warnings, through logging.captureWarnings.
+FORWARDED_LOGGERS = ("fp16studio", "transformers", "datasets", "py.warnings")
+
+
+class _Outbox:
+    """Sends messages from any thread of the engine (logging may come from helper threads)."""
+
+    def __init__(self, connection):
+        self._connection = connection
+        self._lock = threading.Lock()
+
+    def send(self, message):
+        with self._lock:
+            self._connection.send(message)
+
+
+class _ForwardLogs(logging.Handler):
+    def __init__(self, outbox: _Outbox, current: list):
+        super().__init__(logging.INFO)
+        self._outbox, self._current = outbox, current
+
+    def emit(self, record):
+        try:
+            text = record.getMessage()
+            if record.name == "py.warnings":   # "file:line: Category: text\n  source line"
+                text = text.strip().splitlines()[0]
+            self._outbox.send(m.Log(self._current[0], record.name, record.levelno, text))
+        except Exception:  # noqa: BLE001 - a log line must never fail a job
+            self.handleError(record)
+
+
+def serve(commands, events):
+    """The engine process's main loop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl+C in the terminal is for the window
+    if hasattr(os, "nice"):
+        # Below the window: when torch keeps every core busy (a CPU benchmark), the GUI thread
+        # still gets the CPU at once. An otherwise idle machine gives the engine the same time.
+        os.nice(ENGINE_NICENESS)
+    outbox = _Outbox(events)
+    current = [0]        # the running job's id, for log lines
+    tokens: dict[int, CancelToken] = {}
+    runs: queue.SimpleQueue = queue.SimpleQueue()
+    handler = _ForwardLogs(outbox, current)
+    logging.captureWarnings(True)
+    for name in FORWARDED_LOGGERS:
+        logging.getLogger(name).addHandler(handler)
+
+    def listen():
+        while True:
+            try:
+                message = commands.recv()
+            except (EOFError, OSError):   # the window's process is gone; nothing needs saving
+                os._exit(0)
+            if isinstance(message, m.Quit):
+                runs.put(None)
+                return
+            if isinstance(message, m.Cancel):
+                token = tokens.get(message.job_id)
+                if token is not None:
+                    token.cancel()
+            else:
+                tokens[message.job_id] = CancelToken()
+                runs.put(message)
+
+    threading.Thread(target=listen, name="fp16studio-engine-commands", daemon=True).start()
+    while (run := runs.get()) is not None:
+        current[0] = run.job_id
+        try:
+            outbox.send(_run_one(outbox, run, tokens[run.job_id]))
+        except Exception as exc:  # noqa: BLE001 - e.g. a result that cannot be pickled
+            outbox.send(m.Failed(run.job_id, f"The result could not be sent back: {exc}",
+                                 traceback.format_exc()))
+        finally:
+            tokens.pop(run.job_id, None)
+            current[0] = 0
+
+
+def _run_one(outbox: _Outbox, run: m.Run, token: CancelToken):
+    """Run one task; returns its ending message."""
+    job_id = run.job_id
+    try:
+        fn = resolve(run.task)
+        kwargs = dict(run.kwargs)
+        if takes(fn, "progress"):
+            kwargs["progress"] = lambda stage, message="": outbox.send(m.Progress(job_id, stage, message))
+        if takes(fn, "cancel"):
+            kwargs["cancel"] = token
+        if takes(fn, "on_sample"):
+            kwargs["on_sample"] = lambda payload: outbox.send(m.Sample(job_id, payload))
+        value = fn(*run.args, **kwargs)
+    except Cancelled:
+        return m.Cancelled(job_id)
+    except InputError as exc:
+        return m.Failed(job_id, str(exc))   # the user's input, not our bug: no traceback
+    except Exception as exc:  # noqa: BLE001 - the engine must survive anything a task raises
+        return m.Failed(job_id, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+    return m.Cancelled(job_id) if token.cancelled else m.Result(job_id, value)

@@ -1,0 +1,110 @@
+"""The named tasks the engine process runs for the window (Qt-free; heavy imports inside).
+
+Adding a task is one function here, decorated with `@task("name")`. A task that takes
+`progress` and `cancel` gets them (a run: its progress shows, Cancel reaches it); one that takes
+`on_sample` streams samples. Each returns a plain snapshot that pickles back to the window
+(numbers, strings, pure-Python trees), never a tensor or a module.
+
+The obvious places for what comes next: a `trace` task (a user's script) and a `drift` task are
+one function each; a warm-model cache (core.warm) goes inside `diagnose`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Callable
+
+TASKS: dict[str, Callable] = {}
+
+
+def task(name: str):
+    """Register the decorated function as the engine task `name`."""
+    def register(fn):
+        TASKS[name] = fn
+        return fn
+    return register
+
+
+def resolve(name: str) -> Callable:
+    """The function of a task: a registered name, or "module:function" (tests, extensions)."""
+    if name in TASKS:
+        return TASKS[name]
+    module, sep, attr = name.partition(":")
+    if not sep:
+        raise LookupError(f"no engine task {name!r}")
+    return getattr(importlib.import_module(module), attr)
+
+
+def takes(fn: Callable, parameter: str) -> bool:
+    return parameter in inspect.signature(fn).parameters
+
+
+@task("diagnose")
+def diagnose(spec, progress, cancel):
+    """(Diagnosis, its TreeIndex or None, GPU memory in bytes or None). The index pickles as
+    the call that builds it, so it is built once, where it arrives (the window's worker)."""
+    import torch
+
+    from fp16studio.core import diagnose as run
+    from fp16studio.core.tree_index import IndexOnArrival
+
+    diagnosis = run(spec, progress=progress, cancel=cancel)
+    index = IndexOnArrival(diagnosis.tree) if diagnosis.tree is not None else None
+    gpu_memory = torch.cuda.memory_reserved() if torch.cuda.is_available() else None
+    return diagnosis, index, gpu_memory
+
+
+@task("bench")
+def benchmark(spec, variants, progress, cancel, on_sample=None) -> dict:
+    from fp16studio.core import benchmark as run
+
+    return run(spec, variants, progress=progress, cancel=cancel, on_sample=on_sample).to_json()
+
+
+@task("export")
+def export(spec, path: str) -> str:
+    """Write the standalone script for `spec` (atomically; see core.export); returns the path."""
+    from fp16studio.core import export_script
+
+    export_script(spec, path)
+    return path
+
+
+@task("warm-up")
+def warm_up():
+    """Import the heavy libraries now, while the user is still reading the window, so that the
+    first Run does not wait seconds for them."""
+    import datasets  # noqa: F401
+    import torch  # noqa: F401
+    import transformers.modeling_utils  # noqa: F401  (from_pretrained's own heavy imports)
+
+
+@task("demo")
+def demo(name: str):
+    """A built-in demo spec (builds its tiny model and data on first use: imports torch)."""
+    from fp16studio.core.demo import demo_spec
+
+    return demo_spec(name)
+
+
+@task("open")
+def open_source(path: str):
+    """A spec or session file -> (spec, diagnosis document or None, bench document or None)."""
+    from fp16studio.core.spec import DEMO_PREFIX, PipelineSpec
+
+    if str(path).startswith(DEMO_PREFIX):
+        return PipelineSpec.load(path), None, None
+    from fp16studio.core.session import open_session
+
+    session = open_session(path)
+    return session.spec, session.diagnosis, session.bench
+
+
+@task("preview")
+def preview(spec, cancel):
+    """The dataset preview (reading rows needs `datasets`, so it runs here, not in the window)."""
+    from .lookups import dataset_preview
+
+    cancel.check()
+    return dataset_preview(spec)

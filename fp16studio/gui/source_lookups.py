@@ -1,0 +1,86 @@
+"""What the pickers and the Dataset tab show about the spec's sources, looked up as it changes.
+
+Look-ups are not runs: the cache scan, model info and Hub search need no torch and run on the
+window's thread pool; the dataset preview reads rows with `datasets`, so it is an engine task,
+cancellable and superseded by a newer one. Either way the latest look-up wins.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject
+
+from fp16studio.core.presentation import size
+from fp16studio.engine import lookups
+
+from .lookup_pool import LookupPool
+from .worker import Job
+
+
+class SourceLookups(QObject):
+    def __init__(self, form, preview, worker, log, parent=None):
+        super().__init__(parent)
+        self.form, self.preview, self.worker, self.log = form, preview, worker, log
+        self.pool = LookupPool(self)
+        self._last = None
+        from fp16studio.core.hub import offline_requested
+
+        online_allowed = not offline_requested()
+        for picker, repo_type in ((form.model_picker, "model"), (form.dataset_picker, "dataset")):
+            picker.hub_search = online_allowed
+            picker.searchRequested.connect(lambda query, p=picker, t=repo_type: self.search(query, t, p))
+        form.modelChanged.connect(self.model_info)
+        form.datasetChanged.connect(self.dataset_preview)
+
+    def spec_changed(self, spec):
+        """Look up what changed: the model's checkpoint, the dataset's rows."""
+        old, self._last = self._last, spec
+        if old is None or (old.model, old.revision) != (spec.model, spec.revision):
+            if spec.model:
+                self.model_info(spec)
+            else:   # a blank pipeline: no size line of the previous model
+                self.pool.submit("model-info", _nothing)
+                self.form.model_picker.set_info("")
+        if old is None or (old.dataset, old.dataset_config, old.split) != (
+                spec.dataset, spec.dataset_config, spec.split):
+            self.dataset_preview(spec)
+
+    def scan_cache(self):
+        def done(found):
+            self.form.model_picker.set_cached(found["models"])
+            self.form.dataset_picker.set_cached(found["datasets"])
+        self.pool.submit("cache", lookups.scan_cache, on_result=done,
+                         on_error=lambda m: self.log("warning", f"Cache scan: {m}"))
+
+    def search(self, query: str, repo_type: str, picker):
+        self.pool.submit(f"search-{repo_type}", lookups.hub_search, (query, repo_type),
+                         on_result=picker.add_found)
+
+    def model_info(self, spec):
+        picker = self.form.model_picker
+
+        def done(info):
+            dtypes = ", ".join(f"{d} ×{n}" for d, n in sorted(info["dtypes"].items(), key=lambda x: -x[1]))
+            picker.set_info(f"{size(info['bytes'])} · {info['format']}" + (f" · {dtypes}" if dtypes else ""),
+                            info["folder"])
+        self.pool.submit("model-info", lookups.model_info, (spec,), on_result=done, on_error=picker.set_info)
+
+    def dataset_preview(self, spec):
+        def done(preview):
+            self.preview.set_preview(preview)
+            self.form.set_dataset_choices(preview["columns"], preview.get("splits"), preview["roles"],
+                                          preview.get("configs", ()))
+            self.form.dataset_picker.set_info(
+                f"{len(preview['columns'])} columns" if preview["columns"] else preview.get("note", ""))
+
+        def failed(message, _detail):
+            self.preview.show_note(message)
+            self.form.dataset_picker.set_info(message)
+        self.worker.submit(Job("preview", "preview", (spec,), supersede=True,
+                               on_result=done, on_error=failed))
+
+    def shutdown(self):
+        self.pool.shutdown()
+
+
+def _nothing():
+    """Supersedes a pending look-up whose answer no longer belongs to the spec."""
