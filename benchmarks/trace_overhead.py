@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from _models import LLAMA, NAMES, model_dir  # noqa: E402
+from fp16studio.core.diagnosis import _gc_paused  # noqa: E402
 from fp16studio.core.trace import Tracer  # noqa: E402
 
 
@@ -79,17 +81,18 @@ def measure(name, dtype, rounds, batch_size, seq, tracers):
         with torch.inference_mode():
             model(**batch)
 
-    def traced(cls, grad_mode):
+    def traced(cls, grad_mode, gc_mode):
         def go():
-            with cls(model) as tracer, grad_mode():
+            with cls(model) as tracer, grad_mode(), gc_mode():
                 model(**batch)
             go.tensors = sum(len(c.inputs) + len(c.outputs) for c in tracer.calls)
         return go
 
     # As diagnose runs them: the new tracer under no_grad (version counters: a tensor seen
-    # again unchanged is measured once), the old one under inference mode.
-    modes = {"new": torch.no_grad, "old": torch.inference_mode}
-    fns = {"plain": plain, **{label: traced(cls, modes[label]) for label, cls in tracers.items()}}
+    # again unchanged is measured once) with garbage collection paused, the old one under
+    # inference mode.
+    modes = {"new": (torch.no_grad, _gc_paused), "old": (torch.inference_mode, nullcontext)}
+    fns = {"plain": plain, **{label: traced(cls, *modes[label]) for label, cls in tracers.items()}}
     for fn in fns.values():  # warm-up: lazy init, allocator
         fn()
     figures = {label: [] for label in fns}

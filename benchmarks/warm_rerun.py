@@ -50,9 +50,10 @@ def main():
         if i == 0:  # warms the file cache and lazy imports: not counted
             continue
         ratios.append(rerun / first)
-        print(f"round {i}: first run {first:.2f} s (model {report.timings['model']:.2f} s), "
-              f"re-run {rerun:.2f} s (model {again.timings['model']:.3f} s): "
-              f"{rerun / first:.3f}x", flush=True)
+        stages = ", ".join(f"{k} {report.timings[k]:.2f}/{again.timings.get(k, 0):.2f}"
+                           for k in report.timings)
+        print(f"round {i}: first run {first:.2f} s, re-run {rerun:.2f} s: {rerun / first:.3f}x"
+              f"   (stages, first/re-run s: {stages})", flush=True)
     print(f"{args.model}, float32: re-run / first run, median {statistics.median(ratios):.3f}x"
           " (target <= 0.5x)")
 

@@ -140,7 +140,7 @@ def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_
     result = BenchResult(device=str(device), device_name=_device_name(device),
                          tf32=tf32_settings(), limits=dataclasses.asdict(limits),
                          note=CPU_NOTE if device.type == "cpu" else None)
-    loader = _Loader(progress, cancel)
+    loader, runs = _Loader(progress, cancel), {}
     try:
         reference = None
         if "float32" not in names:
@@ -151,7 +151,7 @@ def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure of the pipeline is reported
                 result.reference_error = describe(exc)
-        runs, out = {}, {}
+        out = {}
         for i, name in enumerate(names):
             check_cancel(cancel)
             report_progress(progress, "bench", f"loading {name} ({i + 1} of {len(names)})")
@@ -173,7 +173,8 @@ def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_
                 result.batch = batch_info(runs[name].batch)
         _measure(runs, out, reference, device, result.device_name, limits, progress, cancel,
                  on_sample)
-    finally:
+    finally:  # nothing may hold a model when the memory is given back
+        runs.clear()
         loader.clear()
         _free(device)
     result.variants = [out[name] for name in names]

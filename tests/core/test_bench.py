@@ -438,3 +438,23 @@ def test_cli_bench_rejects_nonsense_limits_with_exit_2(demo_dir, capsys):
 
     assert cli.main(["bench", "demo:healthy", "--min-rounds", "0"]) == 2
     assert "--min-rounds >= 1" in capsys.readouterr().err
+
+
+def test_nothing_holds_a_model_when_bench_gives_memory_back(monkeypatch):
+    import weakref
+
+    from fp16studio.core.demo import demo_spec
+
+    refs, alive = [], []
+    prepare = bench._Loader.prepare
+
+    def spy(self, spec):
+        prepared = prepare(self, spec)
+        refs.append(weakref.ref(prepared.model))
+        return prepared
+
+    monkeypatch.setattr(bench._Loader, "prepare", spy)
+    monkeypatch.setattr(bench, "_free", lambda device: alive.append(
+        [ref() is not None for ref in refs]))
+    bench.benchmark(demo_spec("healthy"), variants="float32,bfloat16,autocast-bfloat16", **FAST)
+    assert len(refs) == 3 and alive == [[False, False, False]]

@@ -97,3 +97,50 @@ def test_nothing_holds_the_model_when_diagnose_gives_memory_back(demo_dir, monke
     report = diagnose(demo_spec(name))
     assert report.ok == (name == "healthy")
     assert alive_at_release == [False]
+
+
+def exhaustive_trace(model, batch):
+    """Every floating tensor's statistics the slow, obvious way: abs().max() and an inf/NaN
+    count of each, in its hook, for each module call in start order."""
+    from fp16studio.core.trace import _flatten
+
+    records, handles = {}, []
+
+    def stats(value, prefix):
+        found = []
+        _flatten(value, prefix, found)
+        return [(n or "input", str(float(t.abs().max())), int((~torch.isfinite(t)).sum()))
+                for n, t in found if t.is_floating_point() and t.numel()]
+
+    for _, module in model.named_modules():
+        def pre(m, args, kwargs):
+            m._index = len(records)
+            records[m._index] = [stats(args, "input") + stats(kwargs, ""), None]
+
+        def post(m, args, kwargs, output):
+            records[m._index][1] = stats(output, "output")
+
+        handles += [module.register_forward_pre_hook(pre, with_kwargs=True),
+                    module.register_forward_hook(post, with_kwargs=True)]
+    with torch.no_grad():
+        model(**batch)
+    for handle in handles:
+        handle.remove()
+    return records
+
+
+@pytest.mark.parametrize("name", ["overflow", "healthy"])  # inf/NaN; in-place residual adds
+def test_statistics_equal_the_exhaustive_ones(demo_dir, name):
+    from fp16studio.core.pipeline import prepare
+
+    prepared = prepare(demo_spec(name))
+    model, batch = prepared.model, prepared.batch
+    expected = exhaustive_trace(model, batch)
+    with Tracer(model, count_nonfinite=True) as tracer, torch.no_grad():
+        model(**batch)
+
+    def floating(infos):
+        return [(t.name, str(float(t.absmax)), t.nonfinite) for t in infos if t.absmax is not None]
+
+    got = {c.index: [floating(c.inputs), floating(c.outputs)] for c in tracer.calls}
+    assert got == expected
