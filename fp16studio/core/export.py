@@ -184,7 +184,7 @@ def _synthetic_source(spec: PipelineSpec, config, processor):
 # -- sections ------------------------------------------------------------------------------------
 def _docstring(plan: _Plan) -> str:
     s = plan.spec
-    precision = f"{s.model_dtype} weights"
+    precision = f"{s.model_dtype} weights" + (f" cast to {s.model_cast}" if s.model_cast else "")
     if s.autocast:
         precision += f", autocast to {s.autocast}"
     return f'''
