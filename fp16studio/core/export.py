@@ -82,9 +82,7 @@ def _plan(spec: PipelineSpec) -> _Plan:
                         if auto else cls(config))
         processor = loading.load_processor(folder, skeleton, spec)
         rows = data.load_rows(spec, config, processor)
-        audio_columns = [c for c in rows.column_names if _decoded_audio(rows, c)]
-        for column in audio_columns:
-            rows = audio.undecoded(rows, column)
+        audio_columns = [c for c in rows.column_names if _is_audio(rows, c)]
         preprocess = None
         if spec.preprocess:
             file, _, function = spec.preprocess.rpartition(":")
@@ -114,16 +112,16 @@ def _plan(spec: PipelineSpec) -> _Plan:
         main_input=main_input,
         audio=({"column": roles["audio"], "kwargs": audio.extractor_kwargs(processor),
                 "rate": spec.sampling_rate or processor.sampling_rate,
-                "undecode": audio_columns}
+                # A folder's rows are undecoded already; a stored Audio column needs the cast.
+                "undecode": [] if read_rows.startswith("folder_rows(") else audio_columns}
                if data.processor_input(processor) == "audio" and "audio" in roles else None),
     )
 
 
-def _decoded_audio(rows, column: str) -> bool:
+def _is_audio(rows, column: str) -> bool:
     import datasets
 
-    feature = rows.features[column]
-    return isinstance(feature, datasets.Audio) and feature.decode
+    return isinstance(rows.features[column], datasets.Audio)
 
 
 def _try_preprocess(spec: PipelineSpec, rows):
