@@ -125,7 +125,10 @@ def load_rows(spec: PipelineSpec, config=None, processor=None):
             ds = ds[spec.split]
     if len(ds) == 0:
         raise InputError(f"dataset {spec.dataset!r}: split {spec.split!r} has no rows")
-    return ds.select(range(min(spec.samples, len(ds))))
+    ds = ds.select(range(min(spec.samples, len(ds))))
+    for column in ds.column_names:  # readable by every consumer (batch, preview, export)
+        ds = audio.undecoded(ds, column)
+    return ds
 
 
 def _read_source(spec: PipelineSpec):
@@ -325,8 +328,6 @@ def build_batch(spec: PipelineSpec, ds, processor, model_inputs: set, main_input
     import torch
 
     facts: dict[str, ColumnFacts] = {}
-    for column in ds.column_names:
-        ds = audio.undecoded(ds, column)
     try:
         if spec.preprocess:
             function = load_user_function(spec)

@@ -87,9 +87,7 @@ def _plan(spec: PipelineSpec) -> _Plan:
                         if auto else cls(config))
         processor = loading.load_processor(folder, skeleton, spec)
         rows = data.load_rows(spec, config, processor)
-        audio_columns = [c for c in rows.column_names if _decoded_audio(rows, c)]
-        for column in audio_columns:
-            rows = audio.undecoded(rows, column)
+        audio_columns = [c for c in rows.column_names if _is_audio(rows, c)]
         roles = data.detect_columns(rows, spec)
     main_input = getattr(skeleton, "main_input_name", "input_ids")
     preprocess = None
@@ -121,16 +119,16 @@ def _plan(spec: PipelineSpec) -> _Plan:
                        if getattr(config, "is_encoder_decoder", False) else None),
         audio=({"column": roles["audio"], "kwargs": audio.extractor_kwargs(processor),
                 "rate": spec.sampling_rate or processor.sampling_rate,
-                "undecode": audio_columns}
+                # A folder's rows are undecoded already; a stored Audio column needs the cast.
+                "undecode": [] if read_rows.startswith("folder_rows(") else audio_columns}
                if data.processor_input(processor) == "audio" and "audio" in roles else None),
     )
 
 
-def _decoded_audio(rows, column: str) -> bool:
+def _is_audio(rows, column: str) -> bool:
     import datasets
 
-    feature = rows.features[column]
-    return isinstance(feature, datasets.Audio) and feature.decode
+    return isinstance(rows.features[column], datasets.Audio)
 
 
 def _source(spec: PipelineSpec, config, processor):
@@ -178,7 +176,7 @@ def _synthetic_source(spec: PipelineSpec, config, processor):
 # -- sections ------------------------------------------------------------------------------------
 def _docstring(plan: _Plan) -> str:
     s = plan.spec
-    precision = f"{s.model_dtype} weights"
+    precision = f"{s.model_dtype} weights" + (f" cast to {s.model_cast}" if s.model_cast else "")
     if s.autocast:
         precision += f", autocast to {s.autocast}"
     if _islands_rendered(s):

@@ -2,9 +2,10 @@
 
 Steps (in this order): read `samples` rows -> user `preprocess` (Dataset.map) -> processor
 (Dataset.map, with `map_dtype` cast inside it) -> labels kept or dropped -> `format` /
-`format_dtype` -> DataLoader batch -> `input_dtype` / `input_cast` -> `input_device` -> model in
-`model_dtype` on `device` with `keep_fp32` -> forward under `torch.inference_mode()` and the
-spec's autocast, both entered in the calling thread (they are thread-local).
+`format_dtype` -> DataLoader batch -> `input_dtype` / `input_cast` -> `label_dtype` ->
+`input_device` -> model in `model_dtype` on `device`, then `model_cast`, then `keep_fp32` ->
+forward under `torch.inference_mode()` and the spec's autocast (on `autocast_device`), both
+entered in the calling thread (they are thread-local).
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """Audio pipelines: folders of audio files and Audio columns, decoded from a pip install alone
 (soundfile), resampled to `sampling_rate`, through Whisper's and Wav2Vec2's feature extractors."""
 
+from pathlib import Path
+
 import datasets
 import pytest
 
@@ -89,3 +91,16 @@ def test_a_file_that_is_not_audio_is_bad_input(zoo, clips, tmp_path):
     (tmp_path / "clips" / "yes" / "broken.wav").write_bytes(b"not a wave file")
     with pytest.raises(InputError, match="broken.wav: cannot be decoded"):
         prepare(spec_for(zoo["wav2vec2"], tmp_path / "clips"))
+
+
+def test_rows_read_from_a_saved_audio_column_can_be_iterated(clips, tmp_path):
+    # What the window's preview does with them: datasets would decode with torchcodec here.
+    from fp16studio.core.data import load_rows
+
+    paths = sorted(str(p) for p in clips.rglob("*.*"))
+    datasets.Dataset.from_dict({"audio": paths}).cast_column(
+        "audio", datasets.Audio()).save_to_disk(str(tmp_path / "saved"))
+    rows = load_rows(PipelineSpec(model="m", dataset=str(tmp_path / "saved")))
+    # save_to_disk embedded the files' bytes; decoding reads those.
+    assert [row["audio"]["path"] for row in rows] == [Path(p).name for p in paths]
+    assert all(row["audio"]["bytes"] for row in rows)

@@ -236,7 +236,8 @@ def test_script_reproduces_the_in_app_pipeline(pipeline_runs, name):
 
 def test_scripts_write_the_pipeline_the_way_the_user_did(runs, pipeline_runs):
     text = {name: run[1].read_text() for name, run in (runs | pipeline_runs).items()}
-    assert "model.half()" in text["half-t5"] and "model.half()" not in text["half-t5-fixed"]
+    cast = "\n    model.half()\n"  # the line of code (the fix's comment names it too)
+    assert cast in text["half-t5"] and cast not in text["half-t5-fixed"]
     assert 'batch["labels"] = batch["labels"].long()' in text["csv-labels-fixed"]
     assert 'device_type = "cuda"' in text["autocast-cuda"]
     assert 'dtype="auto"' in text["auto-bf16"]
