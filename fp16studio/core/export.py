@@ -240,7 +240,7 @@ def pick_device(name):
 
 def _islands_rendered(s: PipelineSpec) -> bool:
     """run_in_float32 acts on a half model; on a float32 one it has nothing to do."""
-    return bool(s.run_in_float32) and s.model_dtype != "float32"
+    return bool(s.run_in_float32) and (s.model_dtype != "float32" or bool(s.model_cast))
 
 
 def _run_in_float32(s: PipelineSpec) -> str:
@@ -259,17 +259,19 @@ def to_dtype(value, dtype):
     return value
 
 
-def run_in_float32(model, dtype, patterns):
+def run_in_float32(model, dtype, patterns, library_float32=True):
     """Float32 islands in a `dtype` model: the modules matching `patterns` keep float32 weights,
-    cast their floating inputs up to float32 and their outputs back to `dtype`."""
+    cast their floating inputs up to float32 and their outputs back to `dtype`. The rest is cast
+    to `dtype`, except (library_float32) what transformers itself keeps in float32 there."""
     islands = []
     for name, _ in model.named_modules():
         inside = any(name.startswith(island + ".") for island in islands)
         if name and not inside and any(fnmatch.fnmatchcase(name, p) for p in patterns):
             islands.append(name)
-    # Everything else in `dtype`, except what transformers itself keeps in float32 at this dtype.
-    kept = set(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
-    if dtype == torch.float16:
+    kept = set()
+    if library_float32:
+        kept |= set(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
+    if library_float32 and dtype == torch.float16:
         kept |= set(getattr(model, "_keep_in_fp32_modules", None) or ())
     kept = re.compile("|".join(p.replace("*", ".*") for p in sorted(kept))) if kept else None
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
@@ -302,8 +304,10 @@ def _load_model(plan: _Plan) -> str:
         body.append("model.to(device)")
     if _islands_rendered(s):
         body += _fix_notes(s, ("run_in_float32",))
-        dtype = _torch_dtype(s.model_dtype) if s.model_dtype != "auto" else "model.dtype"
-        body.append(f"run_in_float32(model, {dtype}, RUN_IN_FLOAT32)")
+        half = s.model_cast or s.model_dtype
+        dtype = _torch_dtype(half) if half != "auto" else "model.dtype"
+        library = ", library_float32=False" if s.model_cast else ""
+        body.append(f"run_in_float32(model, {dtype}, RUN_IN_FLOAT32{library})")
     if s.keep_fp32:
         body += _fix_notes(s, ("keep_fp32",))
         body += ["# Modules kept in float32 whatever the model's dtype.",
