@@ -202,15 +202,12 @@ def library_float32_modules(model, half: str) -> tuple:
     return tuple(sorted(names))
 
 
-def _matches(name: str, patterns) -> bool:
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
-
-
 def island_names(model, patterns) -> list[str]:
     """The outermost modules matching `patterns`: a match inside an island is part of it."""
     names = []
     for name, _ in model.named_modules():
-        if name and _matches(name, patterns) and not any(name.startswith(n + ".") for n in names):
+        inside = any(name.startswith(n + ".") for n in names)
+        if name and not inside and any(fnmatch.fnmatchcase(name, p) for p in patterns):
             names.append(name)
     return names
 
