@@ -11,6 +11,11 @@ forward pass each, no hooks) in the same rounds: drift against them is the cost 
 and the comparison, and does not move when the diagnosis's tracer gets faster.
 
     python benchmarks/drift_cost.py [--rounds 5] [--model DIR] [--variants float16,bfloat16]
+                                    [--threads N]
+
+On a machine whose cores are busy with other work, torch's parallel CPU kernels wait on each
+other (tens of ms per small operation), which punishes many small operations (hooks) far more
+than an idle machine would; `--threads 1` takes that out of the figure.
 """
 
 from __future__ import annotations
@@ -34,7 +39,12 @@ def main():
     parser.add_argument("--model", help="model folder (default: the real all-MiniLM-L6-v2)")
     parser.add_argument("--variants", default="float16,bfloat16")
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     args = parser.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     if args.model:
         model = Path(args.model)
     else:
@@ -53,7 +63,10 @@ def main():
     spec = PipelineSpec.from_dict({"model": str(model), "dataset": str(data), "device": "cpu",
                                    "samples": args.batch_size, "batch_size": args.batch_size,
                                    "task": "feature-extraction"})
-    print(f"model {model.name}, batch {args.batch_size}, {args.rounds} alternating rounds")
+    import torch
+
+    print(f"model {model.parent.name}, batch {args.batch_size}, {args.rounds} alternating rounds, "
+          f"{torch.get_num_threads()} CPU threads")
     for variant in args.variants.split(","):
         diagnose(spec)
         drift(spec, variant)  # warm-up: imports, first calls
