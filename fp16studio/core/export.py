@@ -256,12 +256,7 @@ def pick_device(name):
 
 def _islands_rendered(s: PipelineSpec) -> bool:
     """run_in_float32 acts on a half model; on a float32 one it has nothing to do."""
-    return bool(s.run_in_float32) and _model_dtype(s) != "float32"
-
-
-def _model_dtype(s: PipelineSpec) -> str:
-    """The dtype the model computes in: the user's cast after loading, else the load dtype."""
-    return s.model_cast or s.model_dtype
+    return bool(s.run_in_float32) and (s.model_dtype != "float32" or bool(s.model_cast))
 
 
 def _run_in_float32(s: PipelineSpec) -> str:
@@ -280,17 +275,19 @@ def to_dtype(value, dtype):
     return value
 
 
-def run_in_float32(model, dtype, patterns):
+def run_in_float32(model, dtype, patterns, library_float32=True):
     """Float32 islands in a `dtype` model: the modules matching `patterns` keep float32 weights,
-    cast their floating inputs up to float32 and their outputs back to `dtype`."""
+    cast their floating inputs up to float32 and their outputs back to `dtype`. The rest is cast
+    to `dtype`, except (library_float32) what transformers itself keeps in float32 there."""
     islands = []
     for name, _ in model.named_modules():
         inside = any(name.startswith(island + ".") for island in islands)
         if name and not inside and any(fnmatch.fnmatchcase(name, p) for p in patterns):
             islands.append(name)
-    # Everything else in `dtype`, except what transformers itself keeps in float32 at this dtype.
-    kept = set(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
-    if dtype == torch.float16:
+    kept = set()
+    if library_float32:
+        kept |= set(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
+    if library_float32 and dtype == torch.float16:
         kept |= set(getattr(model, "_keep_in_fp32_modules", None) or ())
     kept = re.compile("|".join(p.replace("*", ".*") for p in sorted(kept))) if kept else None
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
@@ -321,15 +318,17 @@ def _load_model(plan: _Plan) -> str:
     body.append(f"model = {plan.model_class}.from_pretrained({', '.join(args)})")
     if not s.device_map:
         body.append("model.to(device)")
-    if s.model_cast:
+    if s.model_cast and not _islands_rendered(s):  # else run_in_float32() below casts the rest
         body += _fix_notes(s, ("model_cast",))
         body += [f"# The whole model cast after loading (model_cast: {s.model_cast}): every "
                  "floating parameter and buffer,",
                  "# the library's own float32 modules included.", _model_cast(s.model_cast)]
     if _islands_rendered(s):
         body += _fix_notes(s, ("run_in_float32",))
-        dtype = _torch_dtype(_model_dtype(s)) if _model_dtype(s) != "auto" else "model.dtype"
-        body.append(f"run_in_float32(model, {dtype}, RUN_IN_FLOAT32)")
+        half = s.model_cast or s.model_dtype
+        dtype = _torch_dtype(half) if half != "auto" else "model.dtype"
+        library = ", library_float32=False" if s.model_cast else ""
+        body.append(f"run_in_float32(model, {dtype}, RUN_IN_FLOAT32{library})")
     if s.keep_fp32:
         body += _fix_notes(s, ("keep_fp32",))
         body += ["# Modules kept in float32 whatever the model's dtype.",

@@ -16,12 +16,12 @@ import math
 from dataclasses import dataclass
 
 from .findings import Fix
+from .rules import FP16_MAX, FP16_TINY
 from .spec import PipelineSpec
 
 # An island's boundary, its inputs and outputs in float32, must stay under this (half of
-# float16's range: room for the half run's rounding); inside it anything goes.
-BOUNDARY_LIMIT = 65504.0 / 2
-FP16_TINY = 2.0 ** -14          # float16's smallest normal value
+# float16's range: room for the half run's rounding) and above FP16_TINY; inside, anything goes.
+BOUNDARY_LIMIT = FP16_MAX / 2
 DRIFT_CANDIDATES = 8            # diverged modules considered, in the order they returned
 # Islands holding more than half the parameters are no longer "the rest stays half": the
 # model-wide fixes say that better.

@@ -158,7 +158,7 @@ def load_model(spec: PipelineSpec, device) -> LoadedModel:
             raise _weights_error(spec, exc) from None
     if not spec.device_map:
         model.to(device)
-    if spec.model_cast:
+    if spec.model_cast and not spec.run_in_float32:  # with islands, apply_run_in_float32 casts
         # The user's model.half() / model.to(dtype): the library's float32 modules cast too.
         model.to(dtypes.to_torch(spec.model_cast))
     if spec.run_in_float32:
@@ -272,12 +272,16 @@ def islands_load_float32(spec: PipelineSpec) -> bool:
 
 
 def apply_run_in_float32(model, spec: PipelineSpec) -> list[str]:
-    """The spec's `run_in_float32`: cast the model to its half dtype except the islands (and,
-    as from_pretrained does, the library's own float32 modules), then run each island in float32
-    at its boundaries. Returns the island names; a model that is not half has none."""
-    half = spec.model_dtype if islands_load_float32(spec) else None
+    """The spec's `run_in_float32`: cast the model to its half dtype (`model_cast`, else
+    `model_dtype`) except the islands (and, unless it is a `model_cast`, the library's own float32
+    modules, as from_pretrained keeps them), then run each island in float32 at its boundaries.
+    Returns the island names; a model that is not half has none. With islands, the spec's
+    `model_cast` is this cast: no other cast of the whole model may follow it."""
+    # `model_cast` (the user's model.half()) casts the library's float32 modules too.
+    half = spec.model_cast if spec.model_cast in dtypes.HALF_NAMES else (
+        spec.model_dtype if islands_load_float32(spec) else None)
     if half is not None:
-        library = library_float32_modules(model, half)
+        library = () if spec.model_cast else library_float32_modules(model, half)
         cast_outside_islands(model, dtypes.to_torch(half), spec.run_in_float32, library)
     # Decided before the islands turn float32 (they may hold most of the parameters).
     dtype = dtypes.to_torch(half) if half else model_half_dtype(model)
@@ -294,15 +298,12 @@ def library_float32_modules(model, half: str) -> tuple:
     return tuple(sorted(names))
 
 
-def _matches(name: str, patterns) -> bool:
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
-
-
 def island_names(model, patterns) -> list[str]:
     """The outermost modules matching `patterns`: a match inside an island is part of it."""
     names = []
     for name, _ in model.named_modules():
-        if name and _matches(name, patterns) and not any(name.startswith(n + ".") for n in names):
+        inside = any(name.startswith(n + ".") for n in names)
+        if name and not inside and any(fnmatch.fnmatchcase(name, p) for p in patterns):
             names.append(name)
     return names
 

@@ -69,8 +69,8 @@ class Evidence:
     def explained_fp32(self, module: str) -> bool:
         """A module kept in float32 on purpose: by the user's keep_fp32 or run_in_float32, or by
         the library."""
-        islands = tuple(self.spec.run_in_float32) + tuple(f"{p}.*" for p in self.spec.run_in_float32)
-        patterns = (tuple(self.spec.keep_fp32) + islands
+        islands = [(p, f"{p}.*") for p in self.spec.run_in_float32]  # with what is inside
+        patterns = (tuple(self.spec.keep_fp32) + sum(islands, ())
                     + tuple(f"*{p}*" for p in self.keep_in_fp32))
         return any(fnmatch.fnmatchcase(module, p) for p in patterns)
 

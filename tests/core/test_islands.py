@@ -167,3 +167,23 @@ def test_exported_islands_reproduce_the_in_app_output(demo_dir, models, tmp_path
     assert summary == {"output": name, "dtype": "float16", "shape": list(expected.shape),
                        "finite": True}
     torch.testing.assert_close(torch.load(saved), expected)
+
+
+def test_islands_in_a_model_cast_to_half(demo_dir, models, tmp_path):
+    # model.half() after a float32 load: the islands keep the float32 weights all the same.
+    from fp16studio.core.pipeline import forward, prepare
+
+    spec = text_spec(demo_dir, models["overflow-bert4"], model_cast="float16", device="cpu",
+                     run_in_float32=["bert.encoder.layer.1"])
+    prepared = prepare(spec)
+    dtypes = {p.dtype for n, p in prepared.model.named_parameters()
+              if not n.startswith("bert.encoder.layer.1.")}
+    assert dtypes == {torch.float16}
+    output = forward(prepared).logits
+    assert torch.isfinite(output).all()
+    script, saved = tmp_path / "cast.py", tmp_path / "out.pt"
+    assert "RUN_IN_FLOAT32, library_float32=False)" in export_script(spec, script)
+    proc = subprocess.run([sys.executable, str(script), "--save-output", str(saved)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    torch.testing.assert_close(torch.load(saved), output)
