@@ -30,11 +30,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
+import torch
 
-from _models import LLAMA, NAMES, model_dir  # noqa: E402
-from fp16studio.core.diagnosis import _gc_paused  # noqa: E402
-from fp16studio.core.trace import Tracer  # noqa: E402
+from _models import LLAMA, NAMES, model_dir
+from fp16studio.core.diagnosis import _gc_paused
+from fp16studio.core.trace import Tracer
 
 
 def old_tracer(commit: str):

@@ -20,10 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _models import NAMES, model_dir  # noqa: E402
-from fp16studio.core.diagnosis import diagnose  # noqa: E402
-from fp16studio.core.spec import PipelineSpec  # noqa: E402
-from fp16studio.core.warm import WarmModel  # noqa: E402
+from _models import NAMES, model_dir
+from fp16studio.core.diagnosis import diagnose
+from fp16studio.core.spec import PipelineSpec
+from fp16studio.core.warm import WarmModel
 
 
 def timed(spec, cache):

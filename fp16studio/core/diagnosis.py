@@ -71,7 +71,6 @@ def _run(spec, loaded, processor, timings, progress, cancel):
     check_cancel(cancel)
     model, device = loaded.model, loaded.device
     calls, batch, facts, error, exception, output = [], None, {}, None, None, None
-    tracer = result = None
     try:
         with _timed(timings, "batch"):
             build = prepare_batch(spec, loaded, processor, progress, cancel)

@@ -60,8 +60,9 @@ def export_script(spec: PipelineSpec, path: str | Path | None = None) -> str:
 
 def render(plan: _Plan) -> str:
     head = [_docstring(plan), _fix_list(plan.spec), _imports(plan), _constants(plan)]
-    functions = [_pick_device(), _run_in_float32(plan.spec), _load_model(plan), _load_preprocess(plan), _read_rows(plan),
-                 _build_batch(plan), _main_output(), _main(plan)]
+    functions = [_pick_device(), _run_in_float32(plan.spec), _load_model(plan),
+                 _load_preprocess(plan), _read_rows(plan), _build_batch(plan), _main_output(),
+                 _main(plan)]
     # PEP 8 spacing: one blank line in the header, two around top-level functions.
     return ("\n\n".join(part.strip("\n") for part in head if part) + "\n\n\n"
             + "\n\n\n".join(part.strip("\n") for part in functions if part) + "\n")

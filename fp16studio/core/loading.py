@@ -154,7 +154,7 @@ def load_model(spec: PipelineSpec, device) -> LoadedModel:
     with quiet_hf():
         try:
             model = cls.from_pretrained(folder, **kwargs)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - _weights_error re-raises what is not bad input
             raise _weights_error(spec, exc) from None
     if not spec.device_map:
         model.to(device)

@@ -57,7 +57,10 @@ def test_model_cast_casts_the_librarys_float32_modules_too(zoo, demo_dir):
     texts = demo_dir / "data/texts.jsonl"
     loaded = diagnose(spec_for(zoo["t5-encoder"], texts, model_dtype="float16"))
     cast = diagnose(spec_for(zoo["t5-encoder"], texts, model_cast="float16"))
-    dtypes_of = lambda report: {n.dtype for n in report.tree.walk() if n.kind == "parameter"}
+
+    def dtypes_of(report):
+        return {n.dtype for n in report.tree.walk() if n.kind == "parameter"}
+
     assert dtypes_of(loaded) == {"float16", "float32"}   # T5 keeps `wo` in float32 at load
     assert dtypes_of(cast) == {"float16"}                # model.half() casts it too
 
