@@ -5,8 +5,8 @@ Adding a task is one function here, decorated with `@task("name")`. A task that 
 `on_sample` streams samples. Each returns a plain snapshot that pickles back to the window
 (numbers, strings, pure-Python trees), never a tensor or a module.
 
-The obvious places for what comes next: a `trace` task (a user's script) and a `drift` task are
-one function each; a warm-model cache (core.warm) goes inside `diagnose`.
+The engine keeps the last loaded model warm (core.warm): a run whose loading keys did not
+change (a fix that casts inputs, a new batch size) reuses its weights.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import inspect
 from typing import Callable
 
 TASKS: dict[str, Callable] = {}
+_warm = None   # this engine process's core.warm.WarmModel, made on the first run
 
 
 def task(name: str):
@@ -49,16 +50,28 @@ def diagnose(spec, progress, cancel):
     from fp16studio.core import diagnose as run
     from fp16studio.core.tree_index import IndexOnArrival
 
-    diagnosis = run(spec, progress=progress, cancel=cancel)
+    diagnosis = run(spec, progress=progress, cancel=cancel, warm=warm_model())
     index = IndexOnArrival(diagnosis.tree) if diagnosis.tree is not None else None
     gpu_memory = torch.cuda.memory_reserved() if torch.cuda.is_available() else None
     return diagnosis, index, gpu_memory
+
+
+def warm_model():
+    """The engine's warm model. A benchmark loads its own variants: it clears this one first,
+    so two models never share the memory."""
+    global _warm
+    if _warm is None:
+        from fp16studio.core.warm import WarmModel
+
+        _warm = WarmModel()
+    return _warm
 
 
 @task("bench")
 def benchmark(spec, variants, progress, cancel, on_sample=None) -> dict:
     from fp16studio.core import benchmark as run
 
+    warm_model().clear()
     return run(spec, variants, progress=progress, cancel=cancel, on_sample=on_sample).to_json()
 
 

@@ -48,6 +48,9 @@ class MainWindow(FileActions, QMainWindow):
         self.setWindowIcon(app_icon())
         self.resize(WINDOW_SIZE)
         self.controller = c = SessionController(self)
+        c.ask_consent = lambda question: self._confirm(
+            "Run this code?", f"{question}.\n\nThis spec was not written here: read the code "
+            "first. Run it? (Asked again only if either file changes.)")
         self.undo_stack, self.worker = c.undo_stack, c.worker
         self._build_panels()
         self._build_actions()

@@ -62,6 +62,9 @@ class SessionController(QObject):
         self._busy = False
         self._progress_message = ""
         self.status = ""
+        # Asked before a spec read from a file runs its preprocess (CONTRACT §6), with what
+        # would run; the window makes it a question. Unset, nothing untrusted runs.
+        self.ask_consent = lambda question: False
         from fp16studio.core.session import autosave_owner
 
         self.autosave_owner = autosave_owner(next(_windows))
@@ -161,7 +164,7 @@ class SessionController(QObject):
         if self.spec is None:
             self._run_when_ready = True
             return True
-        if self.busy or not self._has_model():
+        if self.busy or not self._has_model() or not self._consented(self.spec):
             return False
         spec = self.spec
         self.logged.emit("info", f"Run: {spec.model} on {spec.dataset}")
@@ -227,7 +230,7 @@ class SessionController(QObject):
     def run_benchmark(self, variants=None) -> bool:
         """Measure the precision variants (default: all); `benchmarkFinished(doc)` when done,
         with samples streamed through `benchSample` meanwhile."""
-        if self.spec is None or self.busy or not self._has_model():
+        if self.spec is None or self.busy or not self._has_model() or not self._consented(self.spec):
             return False
         spec = self.spec
         self.bench_doc = self._benched_spec = None
@@ -266,6 +269,27 @@ class SessionController(QObject):
         if self.spec.model:
             return True
         self.diagnosisFailed.emit(NO_MODEL)
+        return False
+
+    def _consented(self, spec) -> bool:
+        """A spec or session read from a file runs its preprocess only once the user said so for
+        this content (CONTRACT §6); one written here or by the user's own hand runs freely."""
+        from fp16studio.core import trust
+
+        if not spec.preprocess or self.session_path is None or not self.session_path.is_file():
+            return True
+        try:
+            question = trust.consent_needed(self.session_path, spec)
+        except InputError as exc:   # the preprocess file is gone or unreadable: the run says so
+            self.logged.emit("warning", str(exc))
+            return True
+        if question is None:
+            return True
+        if self.ask_consent(question):
+            trust.trust(self.session_path, spec)
+            return True
+        self.logged.emit("warning", f"Not run: {question}, and you did not trust it.")
+        self.diagnosisFailed.emit("Not run: the spec's preprocess code was not trusted.")
         return False
 
     def _on_job_started(self, job):

@@ -152,7 +152,8 @@ def test_version():
     assert done.returncode == 0 and done.stdout.startswith("fp16studio ")
 
 
-@pytest.mark.parametrize("option", [["--warmup", "0"], ["--min-iterations", "0"], ["--min-seconds", "-1"]])
+@pytest.mark.parametrize("option", [["--warmup", "-1"], ["--min-iterations", "0"],
+                                    ["--min-seconds", "-1"], ["--min-rounds", "0"]])
 def test_bench_limits_out_of_range_are_bad_input(option, capsys):
     assert main(["bench", "demo:healthy", *option]) == 2
     err = capsys.readouterr().err
