@@ -41,8 +41,11 @@ def variant_spec(spec: PipelineSpec, name: str) -> PipelineSpec:
     measures the precision, not the pipeline's casting and placement mistakes (`diagnose`
     finds those). `keep_fp32` stays as the user set it.
     """
+    # The user's own casts after loading and autocast device go too: a float32 variant of a
+    # model.half() pipeline must run in float32.
     common = {"map_dtype": None, "format_dtype": None, "format": "torch",
-              "input_cast": "floating", "input_device": "model"}
+              "input_cast": "floating", "input_device": "model", "model_cast": None,
+              "autocast_device": None}
     if name == "float32":
         return spec.replace(model_dtype="float32", input_dtype=None, autocast=None, **common)
     if name in dtypes.HALF_NAMES:

@@ -181,6 +181,11 @@ def test_variant_specs(tmp_path):
                                                                       "floating")
     amp = bench.variant_spec(spec, "autocast-float16")
     assert (amp.model_dtype, amp.input_dtype, amp.autocast) == ("float32", None, "float16")
+    # A model.half() pipeline's float32 variant runs in float32; its autocast names the model's
+    # own device type.
+    cast = spec.replace(model_cast="float16", autocast_device="cuda")
+    assert bench.variant_spec(cast, "float32").model_cast is None
+    assert bench.variant_spec(cast, "autocast-bfloat16").autocast_device is None
     assert all(v.keep_fp32 == ("classifier",) and v.format_dtype is None
                and (v.format, v.input_device) == ("torch", "model") for v in (fp32, half, amp))
     with pytest.raises(InputError):
