@@ -11,12 +11,12 @@ import json
 import os
 import signal
 import sys
-import textwrap
 import threading
 import warnings
 
 from . import __version__
 from .core.errors import InputError
+from .core.presentation import finding_lines
 from .core.units import format_bytes
 
 BAD_INPUT = 2
@@ -474,14 +474,7 @@ def format_trace(doc: dict) -> str:
                      + ("" if out.get("finite", True) else ", NOT finite"))
     lines.extend(f"  note: {note}" for note in doc["notes"])
     for finding in doc["findings"]:
-        lines.append("")
-        lines.append(f"{finding['severity'].upper():8}{finding['code']}  at {finding['location']}"
-                     f"{_at_line(finding['source'])}")
-        lines.extend(textwrap.wrap(finding["message"], 96, initial_indent="        ",
-                                   subsequent_indent="        "))
-        for i, fix in enumerate(finding["fixes"]):
-            lines.append(f"        {'fix' if i == 0 else 'or '}: {fix['title']}  [{fix['id']}]")
-            lines.append(f"             {fix['code']}")
+        lines += finding_lines(finding, _at_line(finding["source"]))
     if doc["spec"]:
         from .core.spec import PipelineSpec
 
@@ -523,12 +516,7 @@ def format_diagnosis(doc: dict) -> str:
         finite = "" if out.get("finite", True) else ", NOT finite"
         lines.append(f"  output {out['name']}: {out['dtype']} {out['shape']}{finite}")
     for finding in doc["findings"]:
-        lines.append("")
-        lines.append(f"{finding['severity'].upper():8}{finding['code']}  at {finding['location']}")
-        lines.extend(textwrap.wrap(finding["message"], 96, initial_indent="        ",
-                                   subsequent_indent="        "))
-        for i, fix in enumerate(finding["fixes"]):
-            lines.append(f"        {'fix' if i == 0 else 'or '}: {fix['title']}  [{fix['id']}]")
+        lines += finding_lines(finding)
     inv = doc["inventory"]
     if inv["tensors"]:
         by_dtype = ", ".join(f"{n} {d}" for d, n in sorted(inv["dtypes"].items()))

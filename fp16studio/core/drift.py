@@ -456,7 +456,7 @@ def drift_finding(spec: PipelineSpec, result: DriftResult, dtype: str, search) -
 def format_drift(doc: dict) -> str:
     """The drift document for people: the verdict, the output, the modules that parted, and
     each finding with its fixes."""
-    import textwrap
+    from .presentation import finding_lines
 
     lines = [f"float32 against {doc['variant']} on {doc['device']}: "
              + ("within tolerance" if doc["ok"] else "NOT within tolerance")]
@@ -473,10 +473,5 @@ def format_drift(doc: dict) -> str:
         lines.append(f"  first module to part from float32: {doc['first_divergent']} "
                      f"({len(parted)} of {len(doc['modules'])} module calls parted)")
     for finding in doc["findings"]:
-        lines.append("")
-        lines.append(f"{finding['severity'].upper():8}{finding['code']}  at {finding['location']}")
-        lines.extend(textwrap.wrap(finding["message"], 96, initial_indent="        ",
-                                   subsequent_indent="        "))
-        for i, fix in enumerate(finding["fixes"]):
-            lines.append(f"        {'fix' if i == 0 else 'or '}: {fix['title']}  [{fix['id']}]")
+        lines += finding_lines(finding)
     return "\n".join(lines)

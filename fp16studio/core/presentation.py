@@ -152,3 +152,20 @@ def bench_columns(variants) -> tuple:
     one that some variant fills (a document from an older version lacks the newer keys)."""
     return tuple(c for c in BENCH_COLUMNS
                  if c[3] or any(c[1](v) not in (None, "") for v in variants))
+
+
+def finding_lines(finding: dict, where: str = "") -> list[str]:
+    """A finding of a JSON document as the command line prints it: a blank line, the code at its
+    location (`where` adds e.g. the script line), the message wrapped, then each fix, first one
+    first (and the code to write, for a trace finding that has no spec to edit)."""
+    import textwrap
+
+    lines = ["", f"{finding['severity'].upper():8}{finding['code']}  at {finding['location']}{where}"]
+    lines += textwrap.wrap(finding["message"], 96, initial_indent=" " * 8,
+                           subsequent_indent=" " * 8)
+    for i, fix in enumerate(finding["fixes"]):
+        lines.append(f"        {'fix' if i == 0 else 'or '}: {fix['title']}  [{fix['id']}]")
+        if fix.get("code"):
+            lines.append(f"             {fix['code']}")
+    return lines
+

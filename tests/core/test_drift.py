@@ -12,18 +12,7 @@ from fp16studio.core import InputError, PipelineSpec, diagnose
 from fp16studio.core.demo import demo_spec
 from fp16studio.core.drift import (DRIFT_SQNR_DB, Recorder, drift, module_drifts,
                                    parse_variant)
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    from numerics_zoo import build_numerics_zoo
-
-    return build_numerics_zoo(tmp_path_factory.mktemp("numerics"))
-
-
-def text_spec(demo_dir, model, **keys):
-    return PipelineSpec.from_dict({"model": str(model), "dataset": "data/texts.jsonl", **keys},
-                                  base_dir=demo_dir)
+from numerics_zoo import text_spec
 
 
 def codes(findings):
@@ -61,8 +50,8 @@ def test_bfloat16_of_the_same_model_is_within_tolerance(demo_dir):
     assert result.output["top1_agreement"] == 1.0
 
 
-def test_finite_but_drifting_float16_is_precision_drift(demo_dir, models):
-    result = drift(text_spec(demo_dir, models["drift-bert4"]), "float16")
+def test_finite_but_drifting_float16_is_precision_drift(demo_dir, numerics_models):
+    result = drift(text_spec(demo_dir, numerics_models["drift-bert4"]), "float16")
     assert not result.ok and result.output["finite"]
     assert result.output["sqnr_db"] < DRIFT_SQNR_DB
     finding = result.findings[0]
@@ -72,8 +61,8 @@ def test_finite_but_drifting_float16_is_precision_drift(demo_dir, models):
     assert result.first_divergent == finding.location
 
 
-def test_a_healthy_model_does_not_drift(demo_dir, models):
-    result = drift(text_spec(demo_dir, models["plain-bert4"]))
+def test_a_healthy_model_does_not_drift(demo_dir, numerics_models):
+    result = drift(text_spec(demo_dir, numerics_models["plain-bert4"]))
     assert result.ok and not result.findings
     assert result.output["sqnr_db"] >= DRIFT_SQNR_DB
 

@@ -8,23 +8,12 @@ import sys
 import pytest
 import torch
 
-from fp16studio.core import PipelineSpec, apply_fix, diagnose, export_script
+from fp16studio.core import apply_fix, diagnose, export_script
 from fp16studio.core.demo import demo_spec
 from fp16studio.core.drift import drift
 from fp16studio.core.islands import bisect, candidates, max_passes
 from fp16studio.core.trace import Tracer
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    from numerics_zoo import build_numerics_zoo
-
-    return build_numerics_zoo(tmp_path_factory.mktemp("numerics"))
-
-
-def text_spec(demo_dir, model, **keys):
-    return PipelineSpec.from_dict({"model": str(model), "dataset": "data/texts.jsonl", **keys},
-                                  base_dir=demo_dir)
+from numerics_zoo import text_spec
 
 
 # -- run_in_float32 as loaded -------------------------------------------------------------------
@@ -90,8 +79,8 @@ def test_bisection_finds_the_needed_span_within_the_pass_budget(needed):
     assert bisect(names, lambda subset: False) is None
 
 
-def test_overflow_first_fix_keeps_most_of_the_model_half(demo_dir, models):
-    spec = text_spec(demo_dir, models["overflow-bert4"], model_dtype="float16")
+def test_overflow_first_fix_keeps_most_of_the_model_half(demo_dir, numerics_models):
+    spec = text_spec(demo_dir, numerics_models["overflow-bert4"], model_dtype="float16")
     report = diagnose(spec)
     finding = next(f for f in report.findings if f.code == "overflow")
     fix = finding.fixes[0]
@@ -109,16 +98,16 @@ def test_overflow_first_fix_keeps_most_of_the_model_half(demo_dir, models):
     assert islands.ok and islands.output["sqnr_db"] >= bf16.output["sqnr_db"]
 
 
-def test_two_overflowing_layers_need_two_islands(demo_dir, models):
-    result = drift(text_spec(demo_dir, models["overflow-bert4-twice"]), "float16")
+def test_two_overflowing_layers_need_two_islands(demo_dir, numerics_models):
+    result = drift(text_spec(demo_dir, numerics_models["overflow-bert4-twice"]), "float16")
     fix = result.findings[0].fixes[0]
     assert fix.edits["run_in_float32"] == ["bert.encoder.layer.1", "bert.encoder.layer.3"]
     evidence = result.findings[0].evidence
     assert evidence["search forward passes"] <= max_passes(evidence["island candidates"])
 
 
-def test_precision_drift_first_fix_is_the_island_where_it_starts(demo_dir, models):
-    spec = text_spec(demo_dir, models["drift-bert4"])
+def test_precision_drift_first_fix_is_the_island_where_it_starts(demo_dir, numerics_models):
+    spec = text_spec(demo_dir, numerics_models["drift-bert4"])
     result = drift(spec, "float16")
     finding = result.findings[0]
     assert finding.code == "precision-drift"
@@ -150,10 +139,10 @@ def test_no_islands_fix_when_they_would_hold_most_of_the_model(demo_dir, tmp_pat
 
 # -- the export ---------------------------------------------------------------------------------
 
-def test_exported_islands_reproduce_the_in_app_output(demo_dir, models, tmp_path):
+def test_exported_islands_reproduce_the_in_app_output(demo_dir, numerics_models, tmp_path):
     from fp16studio.core.pipeline import forward, prepare, primary_output
 
-    spec = text_spec(demo_dir, models["overflow-bert4"], model_dtype="float16",
+    spec = text_spec(demo_dir, numerics_models["overflow-bert4"], model_dtype="float16",
                      device="cpu", run_in_float32=["bert.encoder.layer.1"])
     script, saved = tmp_path / "islands.py", tmp_path / "out.pt"
     text = export_script(spec, script)
@@ -169,11 +158,11 @@ def test_exported_islands_reproduce_the_in_app_output(demo_dir, models, tmp_path
     torch.testing.assert_close(torch.load(saved), expected)
 
 
-def test_islands_in_a_model_cast_to_half(demo_dir, models, tmp_path):
+def test_islands_in_a_model_cast_to_half(demo_dir, numerics_models, tmp_path):
     # model.half() after a float32 load: the islands keep the float32 weights all the same.
     from fp16studio.core.pipeline import forward, prepare
 
-    spec = text_spec(demo_dir, models["overflow-bert4"], model_cast="float16", device="cpu",
+    spec = text_spec(demo_dir, numerics_models["overflow-bert4"], model_cast="float16", device="cpu",
                      run_in_float32=["bert.encoder.layer.1"])
     prepared = prepare(spec)
     dtypes = {p.dtype for n, p in prepared.model.named_parameters()
