@@ -5,8 +5,7 @@ Adding a task is one function here, decorated with `@task("name")`. A task that 
 `on_sample` streams samples. Each returns a plain snapshot that pickles back to the window
 (numbers, strings, pure-Python trees), never a tensor or a module.
 
-The obvious places for what comes next: a `trace` task (a user's script) and a `drift` task are
-one function each; a warm-model cache (core.warm) goes inside `diagnose`.
+The obvious place for what comes next: a warm-model cache (core.warm) goes inside `diagnose`.
 """
 
 from __future__ import annotations
@@ -53,6 +52,27 @@ def diagnose(spec, progress, cancel):
     index = IndexOnArrival(diagnosis.tree) if diagnosis.tree is not None else None
     gpu_memory = torch.cuda.memory_reserved() if torch.cuda.is_available() else None
     return diagnosis, index, gpu_memory
+
+
+@task("trace")
+def trace(path: str, args, progress, cancel, on_sample):
+    """A user's script, traced: (ScriptTrace, its TreeIndex or None, None) like `diagnose`. The
+    script's stdout/stderr lines stream as samples ("stdout"|"stderr", line) for the Log."""
+    from fp16studio.core.script_trace import trace_script
+    from fp16studio.core.tree_index import IndexOnArrival
+
+    result = trace_script(path, tuple(args), progress=progress, cancel=cancel,
+                          output=lambda stream, line: on_sample((stream, line)))
+    return result, IndexOnArrival(result.tree) if result.tree is not None else None, None
+
+
+@task("drift")
+def drift(spec, variant, progress, cancel):
+    """float32 against `variant` (None: the spec's own half precision), module by module: a
+    DriftResult (plain values)."""
+    from fp16studio.core.drift import drift as run
+
+    return run(spec, variant, progress=progress, cancel=cancel)
 
 
 @task("bench")
