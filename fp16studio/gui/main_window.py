@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QProgressBar, 
                                QTabWidget, QToolBar, QToolButton, QVBoxLayout, QWidget)
 
 from fp16studio.core import PipelineSpec
+from fp16studio.core.inventory import drift_by_module, headroom_by_module, rolled_up
 
 from .compare import CompareView
 from .drift_view import DriftView
@@ -330,6 +331,8 @@ class MainWindow(FileActions, QMainWindow):
 
     def _on_diagnosis(self, diagnosis):
         c = self.controller
+        self.tensors.set_module_values("headroom", rolled_up(headroom_by_module(diagnosis.tree))
+                                       if diagnosis is not None and diagnosis.tree is not None else None)
         if diagnosis is None:
             self.tensors.set_tree(None)
             self.findings.set_findings([], ok=False)
@@ -352,6 +355,8 @@ class MainWindow(FileActions, QMainWindow):
 
     def _on_drift(self, result):
         self.drift.set_result(result.to_json() if result is not None else None)
+        self.tensors.set_module_values("drift", rolled_up(drift_by_module(result.modules), min)
+                                       if result is not None else None)
         if result is not None:
             self._show_findings()
 
