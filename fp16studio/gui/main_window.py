@@ -92,7 +92,10 @@ class MainWindow(FileActions, QMainWindow):
 
     def open_script(self, path: str, args=()) -> bool:
         """Trace the user's script (a path or `demo:NAME`) run with `args`."""
-        return self.controller.run_trace(path, args)
+        started = self.controller.run_trace(path, args)
+        if started:   # its result is a tensor tree and findings
+            self.main_tabs.setCurrentWidget(self.tensors)
+        return started
 
     def compare_with_float32(self, variant: str | None = None) -> bool:
         started = self.controller.run_drift(variant)

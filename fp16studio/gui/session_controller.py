@@ -107,13 +107,19 @@ class SessionController(QObject):
 
     @property
     def fixes_enabled(self) -> bool:
-        """The findings shown are of the current spec (a run's, or the drift's): one click fixes."""
+        """The findings shown are of the current spec (a run's, or the drift's): one click fixes.
+        A trace shown is not the spec's: its fixes are code."""
+        if self.script_trace is not None:
+            return False
         fresh_run = self._diagnosed_spec is not None and not self.stale
         return (fresh_run or self.drift_current) and not self.busy
 
     def current_findings(self) -> list:
         """What the Findings panel lists: the last run's (or trace's) findings, and the drift's
-        while it is of the current spec; a stale run's findings give way to a current drift's."""
+        while it is of the current spec; a stale run's findings give way to a current drift's.
+        A trace shown stands alone: it is not of the spec."""
+        if self.script_trace is not None:
+            return list(self.script_trace.findings)
         shown = list(self.drift.findings) if self.drift_current else []
         if self.diagnosis is not None and (not shown or not self.stale and self._diagnosed_spec is not None):
             shown = list(self.diagnosis.findings) + shown
@@ -238,7 +244,7 @@ class SessionController(QObject):
         (while the drift is of the current spec) compares again, a diagnosis's fix diagnoses."""
         from fp16studio.core import apply_fix
 
-        if self.busy:
+        if self.busy or self.script_trace is not None:
             return False
         drift_fix = _find_fix(self.drift.findings, fix_id) if self.drift_current else None
         if drift_fix is not None:

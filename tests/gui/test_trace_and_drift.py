@@ -110,3 +110,12 @@ def test_compare_with_float32_shows_the_drift_and_its_fix_applies(qtbot):
     assert window.spec.run_in_float32
     assert finished.args[0]["output"]["finite"]
     assert not view.stale.isVisible()
+
+    # A script's trace shown next is not this spec's: its findings alone, its fixes as code.
+    with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS) as finished:
+        assert window.open_script("demo:blind-half")
+    assert finished.args[0]["spec"] is None   # not recovered: nothing to continue as
+    assert sorted(f.code for f, _ in listed(window)) == sorted(f["code"] for f in finished.args[0]["findings"])
+    assert not window.findings.detail.fix_buttons and window.findings.detail.fix_codes
+    assert not window.act_continue.isEnabled()
+    assert not window.apply_fix(overflow.fixes[0].id)
