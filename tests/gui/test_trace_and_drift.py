@@ -102,14 +102,6 @@ def test_compare_with_float32_shows_the_drift_and_its_fix_applies(qtbot):
 
     overflow = next(f for f, _ in listed(window) if f.code == "overflow")
     assert overflow.fixes[0].id == "float32-islands"
-    select(window, overflow.location)
-    button = window.findings.detail.fix_buttons[0]
-    assert button.isEnabled()
-    with qtbot.waitSignal(window.driftFinished, timeout=RUN_TIMEOUT_MS) as finished:
-        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
-    assert window.spec.run_in_float32
-    assert finished.args[0]["output"]["finite"]
-    assert not view.stale.isVisible()
 
     # A script's trace shown next is not this spec's: its findings alone, its fixes as code.
     with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS) as finished:
@@ -119,3 +111,17 @@ def test_compare_with_float32_shows_the_drift_and_its_fix_applies(qtbot):
     assert not window.findings.detail.fix_buttons and window.findings.detail.fix_codes
     assert not window.act_continue.isEnabled()
     assert not window.apply_fix(overflow.fixes[0].id)
+
+    # A run of the spec: its findings and the comparison's, whose fix applies in one click to
+    # the spec that was compared, and compares again.
+    with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS):
+        assert window.run_diagnosis()
+    assert "overflow" in [f.code for f, _ in listed(window)]
+    select(window, overflow.location)
+    button = window.findings.detail.fix_buttons[0]
+    assert button.isEnabled() and button.property("fixId") == "float32-islands"
+    with qtbot.waitSignal(window.driftFinished, timeout=RUN_TIMEOUT_MS) as finished:
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert window.spec.run_in_float32
+    assert finished.args[0]["output"]["finite"]
+    assert not view.stale.isVisible()
