@@ -67,6 +67,28 @@ def warm_model():
     return _warm
 
 
+@task("trace")
+def trace(path: str, args, progress, cancel, on_sample):
+    """A user's script, traced: (ScriptTrace, its TreeIndex or None, None) like `diagnose`. The
+    script's stdout/stderr lines stream as samples ("stdout"|"stderr", line) for the Log."""
+    from fp16studio.core.script_trace import trace_script
+    from fp16studio.core.tree_index import IndexOnArrival
+
+    result = trace_script(path, tuple(args), progress=progress, cancel=cancel,
+                          output=lambda stream, line: on_sample((stream, line)))
+    return result, IndexOnArrival(result.tree) if result.tree is not None else None, None
+
+
+@task("drift")
+def drift(spec, variant, progress, cancel):
+    """float32 against `variant` (None: the spec's own half precision), module by module: a
+    DriftResult (plain values)."""
+    from fp16studio.core.drift import drift as run
+
+    warm_model().clear()   # drift loads the spec twice (float32 and half): no third model beside
+    return run(spec, variant, progress=progress, cancel=cancel)
+
+
 @task("bench")
 def benchmark(spec, variants, progress, cancel, on_sample=None) -> dict:
     from fp16studio.core import benchmark as run

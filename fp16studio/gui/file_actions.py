@@ -41,6 +41,28 @@ class FileActions:
             self._remember_dir(path)
             self.controller.open_path(path)
 
+    def _trace_dialog(self):
+        """File → Trace Script…: a .py file, then its command-line arguments (may be empty)."""
+        import shlex
+
+        from PySide6.QtWidgets import QInputDialog
+
+        path, _ = QFileDialog.getOpenFileName(self, "Trace a Python script", self._dialog_dir(),
+                                              "Python scripts (*.py);;All files (*)")
+        if not path:
+            return
+        self._remember_dir(path)
+        text, ok = QInputDialog.getText(self, "Script arguments",
+                                        f"Arguments for {Path(path).name} (as on a command line; may be empty):")
+        if not ok:
+            return
+        try:
+            args = shlex.split(text)
+        except ValueError as exc:   # an unclosed quote
+            self._warn("Cannot read the arguments", f"{text}: {exc}")
+            return
+        self.open_script(path, args)
+
     def _fill_recent(self):
         from fp16studio.core.session import recent_files
 

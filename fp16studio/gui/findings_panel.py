@@ -1,12 +1,19 @@
-"""The Findings panel: a list of findings, and the selected one in full with a button per fix."""
+"""The Findings panel: a list of findings, and the selected one in full with a button per fix.
+
+A traced script's findings name the script's line ("script.py:LINE", its neighbours shown in
+the detail); while the trace is not a pipeline its fixes are code to write there, not buttons.
+"""
 
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QCommandLinkButton, QFrame, QHBoxLayout, QHeaderView, QLabel,
-                               QPushButton, QScrollArea, QSplitter, QTreeView, QVBoxLayout, QWidget)
+                               QPushButton, QScrollArea, QSplitter, QToolButton, QTreeView, QVBoxLayout, QWidget)
+
+from fp16studio.core.script_fixes import fix_code
 
 from fp16studio.core.presentation import SEVERITY_RANK, by_severity, evidence_value, severity_counts
 
@@ -14,6 +21,7 @@ from .roles import NODE_ROLE, RAW_ROLE
 from .theme import icon
 
 PLAIN = Qt.TextFormat.PlainText   # the user's exception text is never read as markup
+SOURCE_CONTEXT = 2                # lines shown either side of a finding's script line
 
 
 class FindingsModel(QAbstractTableModel):
@@ -48,11 +56,11 @@ class FindingsModel(QAbstractTableModel):
         finding = self._findings[index.row()]
         column = index.column()
         if role == Qt.ItemDataRole.DisplayRole:
-            return (finding.severity, finding.code, finding.location)[column]
+            return (finding.severity, finding.code, source_label(finding) or finding.location)[column]
         if role == Qt.ItemDataRole.DecorationRole and column == 0:
             return icon(f"status-{finding.severity}")
         if role == Qt.ItemDataRole.ToolTipRole:
-            return finding.message
+            return finding.message if column != 2 or not finding.source else finding.location
         if role == RAW_ROLE:
             return (SEVERITY_RANK[finding.severity], finding.code, finding.location)[column]
         if role == NODE_ROLE:
@@ -74,6 +82,8 @@ class FindingDetail(QFrame):
                               textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
         self.evidence = QLabel(wordWrap=True, textFormat=Qt.TextFormat.RichText,
                                textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.source = QLabel(objectName="sourceExcerpt", textFormat=Qt.TextFormat.RichText,
+                             textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
         self.reveal = QPushButton("Show in tensor tree")
         self.reveal.clicked.connect(lambda: self.revealRequested.emit(self._location))
         self.fixes_box = QVBoxLayout()
@@ -84,6 +94,7 @@ class FindingDetail(QFrame):
         # What happened, then what to do about it, then the evidence: the fixes stay in view.
         layout.addWidget(self.title)
         layout.addWidget(self.message)
+        layout.addWidget(self.source)
         self.fixes_label = QLabel("Fixes", objectName="muted")
         layout.addWidget(self.fixes_label)
         layout.addLayout(self.fixes_box)
@@ -96,6 +107,8 @@ class FindingDetail(QFrame):
         self._location = ""
         self.revealable: set[str] = set()   # the locations the tensor tree shows
         self.fix_buttons: list[QCommandLinkButton] = []
+        self.fix_codes: list[QLabel] = []
+        self.code_fixes = False   # a trace's fixes: code to write in the script, not buttons
         self.show_text("Run the pipeline to see findings.")
 
     def show_text(self, text: str, title: str = ""):
@@ -104,6 +117,7 @@ class FindingDetail(QFrame):
         self.title.setVisible(bool(title))
         self.message.setText(text)
         self.evidence.hide()
+        self.source.hide()
         self.reveal.hide()
         self._set_fixes(())
 
@@ -114,14 +128,27 @@ class FindingDetail(QFrame):
         self.message.setText(finding.message)
         self.evidence.setText(_evidence_html(finding.location, finding.evidence))
         self.evidence.show()
+        excerpt = source_excerpt(finding.source) if finding.source else ""
+        self.source.setText(excerpt)
+        self.source.setVisible(bool(excerpt))
         self.reveal.setVisible(finding.location in self.revealable)
         self._set_fixes(finding.fixes, enabled)
 
     def _set_fixes(self, fixes, enabled: bool = True):
-        for button in self.fix_buttons:
-            self.fixes_box.removeWidget(button)
-            button.deleteLater()
-        self.fix_buttons = []
+        for widget in self.fix_buttons + self.fix_codes:
+            self.fixes_box.removeWidget(widget)
+            widget.deleteLater()
+        self.fix_buttons, self.fix_codes = [], []
+        self.fixes_label.setText("Fixes: write in the script" if self.code_fixes and fixes else "Fixes")
+        self.fixes_label.setVisible(bool(fixes))
+        if self.code_fixes:
+            for fix in fixes:
+                code = QLabel(f"<b>{html.escape(fix.title)}</b><pre>{html.escape(fix_code(fix))}</pre>",
+                              objectName="fixCode", wordWrap=True, textFormat=Qt.TextFormat.RichText,
+                              textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
+                self.fixes_box.addWidget(code)
+                self.fix_codes.append(code)
+            return
         for i, fix in enumerate(fixes):
             # The title goes in the command link's description, which wraps, so a long title
             # stays whole in a narrow panel; the short heading says which fix is recommended.
@@ -135,7 +162,6 @@ class FindingDetail(QFrame):
             button.clicked.connect(lambda _=False, fix_id=fix.id: self.fixRequested.emit(fix_id))
             self.fixes_box.addWidget(button)
             self.fix_buttons.append(button)
-        self.fixes_label.setVisible(bool(fixes))
 
     def set_fixes_enabled(self, enabled: bool):
         for button in self.fix_buttons:
@@ -176,6 +202,8 @@ class FindingsPanel(QWidget):
         head.addWidget(title)
         head.addStretch(1)
         head.addWidget(self.summary)
+        self.head = head
+        self.header_buttons: dict = {}
         # The detail scrolls rather than squeezing its fix buttons when the window is short.
         scroller = QScrollArea()
         scroller.setWidget(self.detail)
@@ -192,9 +220,20 @@ class FindingsPanel(QWidget):
         layout.addLayout(head)
         layout.addWidget(split, 1)
 
-    def set_findings(self, findings, ok: bool, revealable=()):
-        """Show `findings`; "Show in tensor tree" only for the `revealable` locations."""
+    def add_header_button(self, action):
+        """A button for `action` beside the title, hidden until shown (Continue as a pipeline)."""
+        button = QToolButton()
+        button.setDefaultAction(action)
+        button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        button.hide()
+        self.head.insertWidget(1, button)
+        self.header_buttons[action] = button
+
+    def set_findings(self, findings, ok: bool, revealable=(), code_fixes: bool = False):
+        """Show `findings`; "Show in tensor tree" only for the `revealable` locations; with
+        `code_fixes`, each fix as the code that makes it (a trace that is not a pipeline)."""
         self.detail.revealable = set(revealable)
+        self.detail.code_fixes = code_fixes
         self.model.set_findings(findings)
         self.summary.setText(severity_counts(findings))
         if findings:
@@ -236,3 +275,32 @@ def _breakable(text: str) -> str:
     for mark in (".", ",", "/", "_"):
         text = text.replace(mark, mark + "\u200b")
     return text
+
+
+def source_label(finding) -> str:
+    """"script.py:LINE" for a finding located in a traced script, else ""."""
+    source = finding.source
+    return _where(source) if source and source.get("file") else ""
+
+
+def _where(source: dict) -> str:
+    name, line = Path(source["file"]).name, source.get("line")
+    return f"{name}:{line}" if line else name
+
+
+def source_excerpt(source: dict, context: int = SOURCE_CONTEXT) -> str:
+    """The finding's line of the user's script with its neighbours, numbered, the line itself
+    marked. The script is the user's own small text file, read when a finding is shown."""
+    line = source.get("line")
+    try:
+        lines = Path(source["file"]).read_text(encoding="utf-8", errors="replace").splitlines()
+    except (OSError, KeyError, TypeError):
+        return ""
+    if not line or not 1 <= line <= len(lines):
+        return ""
+    rows = []
+    for number in range(max(1, line - context), min(len(lines), line + context) + 1):
+        text = f"{number:>4}  {html.escape(lines[number - 1])}"
+        rows.append(f"<b>{text}</b>" if number == line else text)
+    return (f"<span style='color:#6b717b'>{html.escape(_where(source))}</span>"
+            f"<pre style='margin:2px 0'>{chr(10).join(rows)}</pre>")

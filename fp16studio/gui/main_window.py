@@ -14,8 +14,10 @@ from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QProgressBar, 
                                QTabWidget, QToolBar, QToolButton, QVBoxLayout, QWidget)
 
 from fp16studio.core import PipelineSpec
+from fp16studio.core.inventory import drift_by_module, headroom_by_module, rolled_up
 
 from .compare import CompareView
+from .drift_view import DriftView
 from .file_actions import FileActions, settings
 from .findings_panel import FindingsPanel
 from .history import HistoryPanel
@@ -35,12 +37,14 @@ class MainWindow(FileActions, QMainWindow):
     """CONTRACT §5: `run_diagnosis`, `apply_fix`, `run_benchmark`, `export_script`, the
     `diagnosisFinished`/`benchmarkFinished`/`diagnosisFailed` signals (the --json documents) and
     the `tensorTree`, `findingsView` and `benchPlot` attributes. The actions return at once and
-    finish in the engine; `exportFinished(path)` too."""
+    finish in the engine; `exportFinished(path)` too. `open_script` traces a user's script (its
+    document through `diagnosisFinished`); `compare_with_float32` ends with `driftFinished`."""
 
     diagnosisFinished = Signal(object)
     benchmarkFinished = Signal(object)
     diagnosisFailed = Signal(str)
     exportFinished = Signal(str)    # the path of the written script
+    driftFinished = Signal(object)  # the drift --json document
 
     def __init__(self, spec=None, parent=None):
         super().__init__(parent)
@@ -89,6 +93,22 @@ class MainWindow(FileActions, QMainWindow):
             self.main_tabs.setCurrentWidget(self.compare)
         return started
 
+    def open_script(self, path: str, args=()) -> bool:
+        """Trace the user's script (a path or `demo:NAME`) run with `args`."""
+        started = self.controller.run_trace(path, args)
+        if started:   # its result is a tensor tree and findings
+            self.main_tabs.setCurrentWidget(self.tensors)
+        return started
+
+    def compare_with_float32(self, variant: str | None = None) -> bool:
+        started = self.controller.run_drift(variant)
+        if started:
+            self.main_tabs.setCurrentWidget(self.drift)
+        return started
+
+    def continue_as_pipeline(self) -> bool:
+        return self._may_discard() and self.controller.continue_as_pipeline()
+
     def cancel(self):
         self.controller.cancel()
 
@@ -106,6 +126,7 @@ class MainWindow(FileActions, QMainWindow):
         self.preview = PreviewPanel()
         self.compare = CompareView()
         self.benchPlot = self.compare.plot
+        self.drift = DriftView()
         self.findings = FindingsPanel()
         self.findingsView = self.findings.view
         self.log = LogPanel()
@@ -115,6 +136,7 @@ class MainWindow(FileActions, QMainWindow):
         self.main_tabs.addTab(self.tensors, "Tensors")
         self.main_tabs.addTab(self.preview, "Dataset")
         self.main_tabs.addTab(self.compare, "Compare")
+        self.main_tabs.addTab(self.drift, "Drift")
         self.bottom_tabs = QTabWidget()
         self.bottom_tabs.addTab(self.log, "Log")
         self.bottom_tabs.addTab(self.history, "Changes")
@@ -165,6 +187,12 @@ class MainWindow(FileActions, QMainWindow):
         self.act_save = a("&Save Session", self.save_session, "save", keys.Save,
                           "Save the spec with its latest findings and benchmark")
         self.act_save_as = a("Save Session &As…", lambda: self.save_session(ask=True), None, keys.SaveAs)
+        self.act_trace = a("&Trace Script…", self._trace_dialog, "file", "Ctrl+T",
+                           "Run your own Python script as it is and diagnose the models it runs")
+        self.act_continue = a("&Continue as a Pipeline", self.continue_as_pipeline, "fix", None,
+                              "Make the pipeline recovered from the traced script the spec, so "
+                              "Run, fixes, Benchmark and Export work on it")
+        self.act_continue.setEnabled(False)
         self.act_export = a("&Export Script…", self._export_dialog, "export", "Ctrl+E",
                             "Write a runnable Python script of this pipeline")
         self.act_report = a("Export &HTML Report…", self._report_dialog, "html", None,
@@ -176,6 +204,9 @@ class MainWindow(FileActions, QMainWindow):
         self.act_cancel = a("&Cancel", c.cancel, "stop", "Esc", "Stop the running job")
         self.act_bench = a("&Benchmark", self.run_benchmark, "bench", "Ctrl+B",
                            "Measure each precision variant on the same batch (Ctrl+B)")
+        self.act_drift = a("Compare with &float32", self.compare_with_float32, "search", "Ctrl+D",
+                           "Run in float32 and in the half precision on one batch and show, "
+                           "module by module, where they part (Ctrl+D)")
         self.act_undo = self.undo_stack.createUndoAction(self, "&Undo")
         self.act_redo = self.undo_stack.createRedoAction(self, "&Redo")
         for action, name, key in ((self.act_undo, "undo", keys.Undo), (self.act_redo, "redo", keys.Redo)):
@@ -204,6 +235,8 @@ class MainWindow(FileActions, QMainWindow):
         file.addActions([self.act_new, self.act_new_window, self.act_open])
         self.recent_menu = file.addMenu("Open &Recent")
         self.recent_menu.aboutToShow.connect(self._fill_recent)
+        file.addSeparator()
+        file.addActions([self.act_trace, self.act_continue])
         for group in ([self.act_save, self.act_save_as], [self.act_export, self.act_report], [self.act_quit]):
             file.addSeparator()
             file.addActions(group)
@@ -218,7 +251,7 @@ class MainWindow(FileActions, QMainWindow):
             action.setData(choice)
             self.theme_actions.addAction(action)
         self.theme_actions.triggered.connect(lambda action: self.choose_theme(action.data()))
-        bar.addMenu("&Run").addActions([self.act_run, self.act_bench, self.act_cancel])
+        bar.addMenu("&Run").addActions([self.act_run, self.act_bench, self.act_drift, self.act_cancel])
         helpm = bar.addMenu("&Help")
         demos = helpm.addMenu(icon("demo"), "&Demo Pipelines")
         from fp16studio.core.demo import DEMOS
@@ -236,7 +269,8 @@ class MainWindow(FileActions, QMainWindow):
         tools = QToolBar("Main", objectName="mainToolbar", movable=False)
         tools.setIconSize(QSize(20, 20))
         tools.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        for group in ([self.act_run, self.act_cancel], [self.act_bench], [self.act_undo, self.act_redo]):
+        for group in ([self.act_run, self.act_cancel], [self.act_bench, self.act_drift],
+                      [self.act_undo, self.act_redo]):
             tools.addActions(group)
             tools.addSeparator()
         tools.widgetForAction(self.act_run).setObjectName("runButton")
@@ -277,6 +311,12 @@ class MainWindow(FileActions, QMainWindow):
         c.benchChanged.connect(lambda doc: self.compare.set_result(doc) if doc else self.compare.clear())
         c.benchStale.connect(self.compare.set_stale)
         c.benchSample.connect(self.compare.add_sample)
+        c.driftChanged.connect(self._on_drift)
+        c.driftStale.connect(self.drift.set_stale)
+        c.driftFailed.connect(self.drift.show_failure)
+        c.driftFinished.connect(self.driftFinished)
+        c.traceChanged.connect(self._on_trace)
+        self.findings.add_header_button(self.act_continue)
         c.busyChanged.connect(self._on_busy)
         c.titleChanged.connect(self.setWindowTitle)
         c.progressChanged.connect(self._on_progress)
@@ -297,6 +337,8 @@ class MainWindow(FileActions, QMainWindow):
 
     def _on_diagnosis(self, diagnosis):
         c = self.controller
+        self.tensors.set_module_values("headroom", rolled_up(headroom_by_module(diagnosis.tree))
+                                       if diagnosis is not None and diagnosis.tree is not None else None)
         if diagnosis is None:
             self.tensors.set_tree(None)
             self.findings.set_findings([], ok=False)
@@ -304,12 +346,30 @@ class MainWindow(FileActions, QMainWindow):
             return
         self.tensors.set_tree(diagnosis.tree, c.tree_index)
         self.tensors.model.set_highlighted(node.path for node in c.located.values())
-        self.findings.set_fixes_enabled(c.fixes_enabled)
-        self.findings.set_findings(diagnosis.findings, diagnosis.ok, c.located)
+        self._show_findings()
         if diagnosis.error and not diagnosis.findings:
             self.findings.show_failure(diagnosis.error.get("message", ""))
         if diagnosis.tree is not None:
             self.status.set_environment(diagnosis.environment, diagnosis.device, c.gpu_memory)
+
+    def _show_findings(self):
+        c = self.controller
+        findings = c.current_findings()
+        ok = not findings and (c.diagnosis is None or c.diagnosis.ok)
+        self.findings.set_fixes_enabled(c.fixes_enabled)
+        self.findings.set_findings(findings, ok, c.located, code_fixes=c.script_trace is not None)
+
+    def _on_drift(self, result):
+        self.drift.set_result(result.to_json() if result is not None else None)
+        self.tensors.set_module_values("drift", rolled_up(drift_by_module(result.modules), min)
+                                       if result is not None else None)
+        if result is not None:
+            self._show_findings()
+
+    def _on_trace(self, trace):
+        recovered = trace is not None and trace.recovered_spec is not None
+        self.act_continue.setEnabled(recovered and not self.controller.busy)
+        self.findings.header_buttons[self.act_continue].setVisible(recovered)
 
     def _on_failed(self, message: str):
         self.findings.show_failure(message)
@@ -319,6 +379,10 @@ class MainWindow(FileActions, QMainWindow):
     def _on_busy(self, busy: bool):
         self.act_run.setEnabled(not busy)
         self.act_bench.setEnabled(not busy)
+        self.act_drift.setEnabled(not busy)
+        self.act_trace.setEnabled(not busy)
+        trace = self.controller.script_trace
+        self.act_continue.setEnabled(not busy and trace is not None and trace.recovered_spec is not None)
         self.act_cancel.setEnabled(busy)
         self.findings.set_fixes_enabled(self.controller.fixes_enabled)
         self._progress_action.setVisible(busy)

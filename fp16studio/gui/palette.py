@@ -41,6 +41,20 @@ def dtype_color(dtype: str | None) -> str | None:
     return OKABE_ITO["grey"]
 
 
+# "Colour by" headroom / drift: the share of the dtype's range a module's output uses, and its
+# SQNR against float32 (dB); past the first bound a row is orange, past the second vermillion.
+SCALE_BOUNDS = {"headroom": (0.1, 1.0), "drift": (-40.0, -20.0)}   # drift: -SQNR, higher is worse
+
+
+def scale_color(kind: str, value: float) -> str:
+    """The colour of a module's headroom or drift value: fine, close, or past the limit."""
+    warn, bad = SCALE_BOUNDS[kind]
+    worse = -value if kind == "drift" else value
+    if worse >= bad:
+        return OKABE_ITO["vermillion"]
+    return OKABE_ITO["orange"] if worse >= warn else OKABE_ITO["bluish_green"]
+
+
 def device_color(device: str | None) -> str:
     kind = (device or "").split(":")[0]
     return DEVICE_COLORS.get(kind, OKABE_ITO["grey"])

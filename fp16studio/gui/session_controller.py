@@ -1,9 +1,10 @@
 """The app state and what changes it: one SessionController per window.
 
-The session is the spec, the last diagnosis, the last benchmark, the file it came from and
-whether it has unsaved changes. The controller owns it, with the undo stack (a stack of specs)
-and the worker that runs engine tasks; it runs, fixes, benchmarks, exports, opens, saves and
-autosaves, and tells the widgets through signals. It asks the user nothing: dialogs are the
+The session is the spec, the last diagnosis (or trace of a user's script), the last benchmark,
+the last drift from float32, the file it came from and whether it has unsaved changes. The
+controller owns it, with the undo stack (a stack of specs) and the worker that runs engine
+tasks; it runs, traces, compares, fixes, benchmarks, exports, opens, saves and autosaves, and
+tells the widgets through signals. It asks the user nothing: dialogs are the
 window's, so a script or a test drives the whole loop through this object.
 """
 
@@ -20,7 +21,7 @@ from fp16studio.core.presentation import STAGES
 from .history import SpecChange
 from .worker import Job, WorkerHost
 
-RUNS = ("diagnose", "bench")     # the jobs Run/Cancel and the progress bar are about
+RUNS = ("diagnose", "bench", "trace", "drift")   # the jobs Run/Cancel and the progress bar are about
 NO_MODEL = ("Choose a model first: type a Hub id or a local folder in the Model field, pick one "
             "from your Hugging Face cache, or drop a folder on it.")
 _windows = iter(range(1, 1 << 30))
@@ -32,6 +33,11 @@ class SessionController(QObject):
     benchChanged = Signal(object)         # bench document or None
     benchStale = Signal(bool)             # the figures are of another spec than the current one
     benchSample = Signal(object)          # a live sample of the running benchmark
+    driftChanged = Signal(object)         # DriftResult or None
+    driftStale = Signal(bool)             # the drift is of another spec than the current one
+    driftFinished = Signal(object)        # the drift --json document
+    driftFailed = Signal(str)
+    traceChanged = Signal(object)         # the ScriptTrace shown (not yet a pipeline), or None
     busyChanged = Signal(bool)
     titleChanged = Signal(str)
     progressChanged = Signal(int, int, str)   # value, maximum (0: no steps), label
@@ -54,9 +60,12 @@ class SessionController(QObject):
         self.located: dict = {}           # finding location -> tree node, found once
         self.gpu_memory: int | None = None
         self.bench_doc: dict | None = None
+        self.drift = None                 # the last DriftResult
+        self.script_trace = None          # the trace shown, until it continues as a pipeline
         self.session_path: Path | None = None
         self._diagnosed_spec = None       # the spec of the last *run* (fixes apply to it)
         self._benched_spec = None
+        self._drifted_spec = None
         self._run_when_ready = False
         self._closing = False
         self._busy = False
@@ -96,8 +105,28 @@ class SessionController(QObject):
         return self._diagnosed_spec is not None and self.spec != self._diagnosed_spec
 
     @property
+    def drift_current(self) -> bool:
+        return self.drift is not None and self._drifted_spec == self.spec
+
+    @property
     def fixes_enabled(self) -> bool:
-        return self._diagnosed_spec is not None and not self.stale and not self.busy
+        """The findings shown are of the current spec (a run's, or the drift's): one click fixes.
+        A trace shown is not the spec's: its fixes are code."""
+        if self.script_trace is not None:
+            return False
+        fresh_run = self._diagnosed_spec is not None and not self.stale
+        return (fresh_run or self.drift_current) and not self.busy
+
+    def current_findings(self) -> list:
+        """What the Findings panel lists: the last run's (or trace's) findings, and the drift's
+        while it is of the current spec; a stale run's findings give way to a current drift's.
+        A trace shown stands alone: it is not of the spec."""
+        if self.script_trace is not None:
+            return list(self.script_trace.findings)
+        shown = list(self.drift.findings) if self.drift_current else []
+        if self.diagnosis is not None and (not shown or not self.stale and self._diagnosed_spec is not None):
+            shown = list(self.diagnosis.findings) + shown
+        return shown
 
     def title(self) -> str:
         name = self.session_path.name if self.session_path else (self.spec.model if self.spec else "")
@@ -123,11 +152,14 @@ class SessionController(QObject):
         self.diagnosis_doc = diagnosis_doc
         self.diagnosis = Diagnosis.from_json(diagnosis_doc) if diagnosis_doc else None
         self.bench_doc, self._benched_spec = bench_doc, spec if bench_doc else None
+        self.drift = self._drifted_spec = self.script_trace = None
         self.spec = None
         self._set_spec(spec)
         self.undo_stack.setClean()
         self.diagnosisChanged.emit(self.diagnosis)
         self.benchChanged.emit(bench_doc)
+        self.driftChanged.emit(None)
+        self.traceChanged.emit(None)
         self.opened.emit()
         if self.diagnosis is not None:
             self._say("Findings from the saved session; Run to refresh them.")
@@ -152,6 +184,7 @@ class SessionController(QObject):
             self.benchChanged.emit(None)
         self.specChanged.emit(spec)
         self.benchStale.emit(self._benched_spec is not None and spec != self._benched_spec)
+        self.driftStale.emit(self._drifted_spec is not None and spec != self._drifted_spec)
         if self.stale:
             self._say("The spec changed since the last run: Run to refresh.")
         self._emit_title()
@@ -175,7 +208,9 @@ class SessionController(QObject):
         return True
 
     def _on_diagnosis(self, spec, diagnosis, tree_index, gpu_memory):
+        """A run's result, or a script's trace (`spec` None: its fixes are code, not edits)."""
         self.diagnosis, self._diagnosed_spec = diagnosis, spec
+        self.script_trace = diagnosis if spec is None else None
         self.tree_index, self.gpu_memory = tree_index, gpu_memory
         if tree_index is not None:
             # The totals the index already holds: no walk of every node on the GUI thread.
@@ -184,6 +219,7 @@ class SessionController(QObject):
         else:
             self.located = {}
         self.diagnosis_doc = diagnosis.to_json()
+        self.traceChanged.emit(self.script_trace)
         self.diagnosisChanged.emit(diagnosis)
         verdict = "clean" if diagnosis.ok else f"{len(diagnosis.errors)} error finding(s)"
         total = sum(diagnosis.timings.values()) if diagnosis.timings else 0
@@ -199,32 +235,109 @@ class SessionController(QObject):
     def _on_diagnosis_error(self, message, detail):
         # The previous run's tree and findings are of another spec: cleared, not shown as current.
         self.diagnosis = self.diagnosis_doc = self.tree_index = self._diagnosed_spec = None
-        self.located = {}
+        self.located, self.script_trace = {}, None
+        self.traceChanged.emit(None)
         self.diagnosisChanged.emit(None)
         self.logged.emit("error", message + (f"\n{detail}" if detail else ""))
         self._say("The run failed: see the Findings panel and the Log.")
         self.diagnosisFailed.emit(message)
 
     def apply_fix(self, fix_id: str) -> bool:
-        """Apply a fix of the last run to its spec (undoably), then run again."""
+        """Apply a fix to the spec that was run (undoably), then run that again: a drift's fix
+        (while the drift is of the current spec) compares again, a diagnosis's fix diagnoses."""
         from fp16studio.core import apply_fix
 
-        if self._diagnosed_spec is None or self.busy:
+        if self.busy or self.script_trace is not None:
             return False
-        try:
-            fix = self.diagnosis.fix(fix_id)
-        except KeyError:
+        drift_fix = _find_fix(self.drift.findings, fix_id) if self.drift_current else None
+        if drift_fix is not None:
+            base, fix, again = self._drifted_spec, drift_fix, self.run_drift
+        elif self._diagnosed_spec is not None:
+            base, fix, again = self._diagnosed_spec, _find_fix(self.diagnosis.findings, fix_id), self.run_diagnosis
+        else:
+            return False
+        if fix is None:
             self.logged.emit("error", f"No fix {fix_id!r} in the last diagnosis.")
             return False
         try:
-            new = apply_fix(self._diagnosed_spec, fix)
+            new = apply_fix(base, fix)
         except InputError as exc:
             self.logged.emit("error", f"Fix {fix.title!r} could not be applied: {exc}")
             return False
         self.logged.emit("info", f"Applied fix: {fix.title}")
         self.edit(new, f"Fix: {fix.title}")
-        self.run_diagnosis()
+        again()
         return True
+
+    # -- a user's script ------------------------------------------------------------------------
+    def run_trace(self, path: str, args=()) -> bool:
+        """Run the user's script as it is and diagnose what it ran; `diagnosisFinished(doc)` with
+        the trace document. Its output lines go to the Log as they come."""
+        if self.busy:
+            return False
+        shown = " ".join([str(path), *map(str, args)])
+        self.logged.emit("info", f"Trace: {shown}")
+        self.worker.submit(Job("trace", "trace", (str(path), tuple(map(str, args))),
+                               on_result=lambda result: self._on_diagnosis(None, *result),
+                               on_sample=self._on_script_output,
+                               on_error=self._on_diagnosis_error,
+                               on_cancel=lambda: self.logged.emit("warning", "Trace cancelled.")))
+        return True
+
+    def _on_script_output(self, payload):
+        stream, line = payload
+        self.logged.emit("warning" if stream == "stderr" else "info", f"{stream}: {line}")
+
+    def continue_as_pipeline(self) -> bool:
+        """Adopt the spec recovered from the shown trace as a new start (a different pipeline
+        from the one this window held: its own history and no session file to overwrite); the
+        trace's tree and findings stay, and its fixes become one-click edits of that spec."""
+        trace = self.script_trace
+        if trace is None or trace.recovered_spec is None or self.busy:
+            return False
+        spec = trace.recovered_spec
+        kept = (self.tree_index, self.located, self.gpu_memory)
+        self.start_with(spec)
+        self.tree_index, self.located, self.gpu_memory = kept
+        self.diagnosis, self._diagnosed_spec = trace, spec
+        self.diagnosis_doc = trace.to_json()
+        self.diagnosisChanged.emit(trace)
+        self.autosave()
+        self.logged.emit("info", f"Continuing {Path(trace.script).name} as a pipeline: {spec.model}")
+        self._say("The script's pipeline is now the spec: Run, fix, benchmark or export it.")
+        return True
+
+    # -- drift from float32 ---------------------------------------------------------------------
+    def run_drift(self, variant: str | None = None) -> bool:
+        """Run the spec in float32 and in `variant` (None: its own half precision) on one batch
+        and compare module by module; `driftFinished(doc)` when done."""
+        if self.spec is None or self.busy or not self._has_model() or not self._consented(self.spec):
+            return False
+        spec = self.spec
+        self.logged.emit("info", f"Compare with float32: {spec.model}")
+        self.worker.submit(Job("drift", "drift", (spec, variant),
+                               on_result=lambda result: self._on_drift(spec, result),
+                               on_error=self._on_drift_error,
+                               on_cancel=lambda: self.logged.emit("warning", "Comparison cancelled.")))
+        return True
+
+    def _on_drift(self, spec, result):
+        self.drift, self._drifted_spec = result, spec
+        self.driftChanged.emit(result)
+        self.driftStale.emit(spec != self.spec)
+        if result.error:
+            self.logged.emit("error", f"Compare with float32 failed: {result.error['message']}")
+        elif result.ok:
+            self.logged.emit("info", f"{result.variant} stays within tolerance of float32.")
+        for finding in result.findings:
+            self.logged.emit(finding.severity, f"[{finding.code}] {finding.location}: {finding.message}")
+        self.driftFinished.emit(result.to_json())
+
+    def _on_drift_error(self, message, detail):
+        self.drift = self._drifted_spec = None
+        self.driftChanged.emit(None)
+        self.logged.emit("error", f"Compare with float32 failed: {message}\n{detail}".strip())
+        self.driftFailed.emit(message)
 
     # -- benchmark ------------------------------------------------------------------------------
     def run_benchmark(self, variants=None) -> bool:
@@ -297,6 +410,9 @@ class SessionController(QObject):
             self.progressChanged.emit(0, len(STAGES), "Starting…")
         elif job.kind == "bench":
             self.progressChanged.emit(0, 0, "Benchmarking…")
+        elif job.kind in ("trace", "drift"):
+            self.progressChanged.emit(0, 0, "Tracing the script…" if job.kind == "trace"
+                                      else "Comparing with float32…")
         elif job.kind in ("demo", "open"):
             self._say("Preparing the demo…" if job.kind == "demo" else "Opening…")
         self._update_busy()
@@ -356,7 +472,7 @@ class SessionController(QObject):
         from fp16studio.core.session import Session, save_session
 
         try:
-            saved = save_session(Session(self.spec, self.diagnosis_doc, self.bench_doc), path)
+            saved = save_session(Session(self.spec, self._session_findings(), self.bench_doc), path)
         except InputError as exc:
             self.logged.emit("error", str(exc))
             self.warned.emit("Cannot save", str(exc))
@@ -394,6 +510,10 @@ class SessionController(QObject):
         self.logged.emit("info", f"Wrote report {path}")
         return True
 
+    def _session_findings(self) -> dict | None:
+        """A trace that has not become the pipeline is not this spec's: not saved with it."""
+        return None if self.script_trace is not None else self.diagnosis_doc
+
     def autosave(self):
         """The crash copy of this window's session. A blank pipeline has none: its spec (no
         model yet) could not be read back."""
@@ -405,7 +525,7 @@ class SessionController(QObject):
             clear_autosave(self.autosave_owner)
             return
         try:
-            autosave(Session(self.spec, self.diagnosis_doc, self.bench_doc, path=self.session_path),
+            autosave(Session(self.spec, self._session_findings(), self.bench_doc, path=self.session_path),
                      self.autosave_owner)
         except InputError as exc:
             self.logged.emit("warning", f"Autosave failed: {exc}")
@@ -418,3 +538,7 @@ class SessionController(QObject):
         stopped = self.worker.shutdown()
         clear_autosave(self.autosave_owner)
         return stopped
+
+
+def _find_fix(findings, fix_id: str):
+    return next((fix for finding in findings for fix in finding.fixes if fix.id == fix_id), None)

@@ -14,7 +14,7 @@ from PySide6.QtCore import QAbstractItemModel, QModelIndex, QSortFilterProxyMode
 from PySide6.QtGui import QColor, QFont
 
 from . import format as fmt
-from .palette import SEVERITY_COLORS, dtype_color
+from .palette import SEVERITY_COLORS, device_color, dtype_color, scale_color
 from .roles import COLOR_ROLE, NODE_ROLE, PATH_ROLE, RAW_ROLE
 from fp16studio.core.tree_index import STATUS_RANK, TreeIndex
 
@@ -23,6 +23,7 @@ NAME, KIND, SHAPE, DTYPE, DEVICE, SIZE, ABSMAX, STATUS = range(len(COLUMNS))
 
 
 CHUNK = 256
+COLOUR_BY = ("dtype", "device", "headroom", "drift")
 
 
 def chain(node) -> tuple:
@@ -67,6 +68,8 @@ class TensorTreeModel(QAbstractItemModel):
         self._highlighted: set[str] = set()
         self._bold = QFont()
         self._bold.setBold(True)
+        self.colour_by = "dtype"
+        self._module_values: dict = {}   # module path -> headroom or drift, rolled up
 
     # -- content --------------------------------------------------------------------------------
     def set_tree(self, root, tree_index: TreeIndex | None = None):
@@ -97,6 +100,19 @@ class TensorTreeModel(QAbstractItemModel):
             if any(n.path in changed for n in item.chain) and item.parent is not None:
                 left = self.createIndex(item.row, 0, item.uid)
                 self.dataChanged.emit(left, left.siblingAtColumn(STATUS), [Qt.ItemDataRole.FontRole])
+
+    def set_colour_by(self, kind: str, module_values: dict | None = None):
+        """Chip the Name column by device, or by module `headroom` (range used) or `drift` (SQNR
+        dB) from `module_values` (path -> value, rolled up: a collapsed parent shows its
+        children's worst); "dtype" leaves it to the Dtype column, as by default."""
+        self.colour_by, self._module_values = kind, dict(module_values or {})
+        for item in list(self._items.values()):
+            if item.parent is not None:
+                left = self.createIndex(item.row, 0, item.uid)
+                self.dataChanged.emit(left, left, [COLOR_ROLE, Qt.ItemDataRole.ToolTipRole])
+
+    def _module_value(self, item: _Item):
+        return self._module_values.get(item.node.path or "model") if not item.node.is_tensor else None
 
     def index_for_node(self, node) -> QModelIndex:
         """The index of `node`, fetching the rows on its way (for "reveal this module")."""
@@ -238,14 +254,23 @@ class TensorTreeModel(QAbstractItemModel):
                 return QColor(color) if color else None
             if column == STATUS:
                 return QColor(SEVERITY_COLORS[self._status(item.head)])
+            if column == NAME:
+                return self._name_color(item)
             return None
         if role == Qt.ItemDataRole.FontRole and any(n.path in self._highlighted for n in item.chain):
             return self._bold
         if role == Qt.ItemDataRole.ToolTipRole:
-            return self._tooltip(node)
+            return self._tooltip(node, self._module_value(item))
         if role == Qt.ItemDataRole.TextAlignmentRole and column in (SIZE, ABSMAX):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
+
+    def _name_color(self, item: _Item):
+        if self.colour_by == "device":
+            device = item.head.device if item.head.is_tensor else self._agg(item.head).device
+            return QColor(device_color(device)) if device else None
+        value = self._module_value(item) if self.colour_by in ("headroom", "drift") else None
+        return QColor(scale_color(self.colour_by, value)) if value is not None else None
 
     def _agg(self, node):
         return self.tree_index.aggregate(node)
@@ -287,8 +312,12 @@ class TensorTreeModel(QAbstractItemModel):
             return STATUS_RANK[self._status(node)]
         return (self._display(node, column) or "").lower()
 
-    def _tooltip(self, node):
+    def _tooltip(self, node, value=None):
         lines = [node.path or node.name]
+        if value is not None and self.colour_by == "headroom":
+            lines.append(f"uses {value:.3g} of its dtype's range (worst output below)")
+        elif value is not None and self.colour_by == "drift":
+            lines.append(f"SQNR against float32: {value:.1f} dB (worst call below)")
         if not node.is_tensor:
             agg = self._agg(node)
             lines.append(f"{agg.tensors} tensors, {fmt.size(agg.bytes)}")

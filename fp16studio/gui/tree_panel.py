@@ -1,4 +1,5 @@
-"""The Tensors tab: filter bar, the lazy tensor tree, and the dtype colour legend."""
+"""The Tensors tab: filter bar (with "colour by"), the lazy tensor tree, and the dtype colour
+legend."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from . import format as fmt
 from .delegates import BadgeDelegate, ChipDelegate
 from .palette import LEGEND_DTYPES, dtype_color
 from .roles import NODE_ROLE
-from .tree_model import (ABSMAX, DEVICE, DTYPE, KIND, NAME, SHAPE, SIZE, STATUS,
+from .tree_model import (ABSMAX, COLOUR_BY, DEVICE, DTYPE, KIND, NAME, SHAPE, SIZE, STATUS,
                          TensorFilterProxy, TensorTreeModel)
 
 # Expanding every match of a filter is only friendly while the matches are few.
@@ -70,6 +71,15 @@ class TensorPanel(QWidget):
         self.dtype_filter = QComboBox()
         self.device_filter = QComboBox()
         self.only_problems = QCheckBox("Only problems")
+        self.colour_by = QComboBox(toolTip="What the chip beside each name shows: a module's "
+                                           "headroom (share of its dtype's range used) or drift "
+                                           "(SQNR against float32, after Compare with float32); "
+                                           "a collapsed row shows the worst below it")
+        for kind in COLOUR_BY:
+            self.colour_by.addItem(f"Colour: {kind}", kind)
+        self.colour_by.currentIndexChanged.connect(self._apply_colour)
+        self._module_values: dict = {}   # "headroom" / "drift" -> {module path: value}
+        self._name_chips = ChipDelegate(self.tree)
         self.summary = QLabel(objectName="muted")
         self._reset_choices(set(), set())
         self._debounce = QTimer(self, singleShot=True, interval=150, timeout=self._apply_filter)
@@ -84,6 +94,7 @@ class TensorPanel(QWidget):
         bar.addWidget(self.dtype_filter)
         bar.addWidget(self.device_filter)
         bar.addWidget(self.only_problems)
+        bar.addWidget(self.colour_by)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 6)
         layout.setSpacing(6)
@@ -109,6 +120,18 @@ class TensorPanel(QWidget):
         if self.tree.model().rowCount() and not any(
                 self.tree.isExpanded(self.proxy.index(r, 0)) for r in range(self.proxy.rowCount())):
             self.tree.expandToDepth(0)
+
+    def set_module_values(self, kind: str, values: dict | None):
+        """The per-module headroom or drift the tree can be coloured by (None: none known)."""
+        self._module_values[kind] = values or {}
+        if self.colour_by.currentData() == kind:
+            self._apply_colour()
+
+    def _apply_colour(self):
+        kind = self.colour_by.currentData()
+        self.model.set_colour_by(kind, self._module_values.get(kind))
+        self.tree.setItemDelegateForColumn(NAME, self._name_chips if kind != "dtype" else None)
+        self.tree.viewport().update()
 
     def reveal(self, node) -> bool:
         """Select and scroll to `node` (a finding's module); False when it is filtered out."""

@@ -253,3 +253,39 @@ def test_column_titles_fit(qtbot, make_tree):
             title = panel.model.headerData(column, Qt.Orientation.Horizontal)
             assert header.sectionSize(column) >= header.fontMetrics().horizontalAdvance(title) + 16, title
     assert header.sectionResizeMode(0) == header.ResizeMode.Stretch
+
+
+def test_colour_by_device_headroom_and_drift_with_parents_showing_their_worst(qtbot, make_tree):
+    from PySide6.QtGui import QColor
+
+    from fp16studio.core.inventory import rolled_up
+    from fp16studio.gui.delegates import ChipDelegate
+    from fp16studio.gui.palette import OKABE_ITO, device_color
+    from fp16studio.gui.roles import COLOR_ROLE
+
+    panel = TensorPanel()
+    qtbot.addWidget(panel)
+    panel.set_tree(make_tree())
+    model = panel.model
+    top = model.index(0, 0)
+    layer0, layer1, layer2 = (child(model, top, f"layer{i}") for i in range(3))
+    assert top.data(COLOR_ROLE) is None   # by dtype (the default) the names carry no chip
+
+    panel.set_module_values("drift", rolled_up({"layer0": 45.0, "layer1": 12.0}, min))
+    panel.colour_by.setCurrentIndex(panel.colour_by.findData("drift"))
+    assert isinstance(panel.tree.itemDelegateForColumn(0), ChipDelegate)
+    assert layer0.data(COLOR_ROLE) == QColor(OKABE_ITO["bluish_green"])
+    assert layer1.data(COLOR_ROLE) == QColor(OKABE_ITO["vermillion"])
+    assert layer2.data(COLOR_ROLE) is None                              # not compared
+    assert top.data(COLOR_ROLE) == QColor(OKABE_ITO["vermillion"])      # its worst child
+    assert "12.0 dB" in layer1.data(Qt.ItemDataRole.ToolTipRole)
+
+    panel.set_module_values("headroom", rolled_up({"layer2": 0.5}))
+    panel.colour_by.setCurrentIndex(panel.colour_by.findData("headroom"))
+    assert layer2.data(COLOR_ROLE) == QColor(OKABE_ITO["orange"])
+    assert layer1.data(COLOR_ROLE) is None
+
+    panel.colour_by.setCurrentIndex(panel.colour_by.findData("device"))
+    assert layer0.data(COLOR_ROLE) == QColor(device_color("cpu"))
+    panel.colour_by.setCurrentIndex(panel.colour_by.findData("dtype"))
+    assert layer0.data(COLOR_ROLE) is None

@@ -1,0 +1,214 @@
+"""The Drift tab ("Compare with float32"): the spec in float32 and in its half variant on one
+batch, compared module by module (core.drift, run in the engine).
+
+A table of each module call (max |diff|, cosine, SQNR, abs-max in both runs, non-finite values)
+with the first divergent module highlighted, over a strip plot along the model's depth: SQNR per
+module, and headroom (the float32 abs-max as a share of the variant dtype's range, where 1 is
+its largest finite value). The plot items are made once and updated with setData.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
+from PySide6.QtGui import QColor, QFont
+from PySide6.QtWidgets import QHeaderView, QLabel, QSplitter, QTableView, QVBoxLayout, QWidget
+
+from fp16studio.core.drift import DRIFT_SQNR_DB, SQNR_CEILING_DB
+from fp16studio.core.inventory import range_used
+
+from . import format as fmt
+from .palette import OKABE_ITO
+from .roles import RAW_ROLE
+
+HINT = ("Compare with float32 (Ctrl+D) runs this spec in float32 and in its half precision on "
+        "the same batch and shows where, module by module, the half run parts from float32.")
+
+
+def _number(value) -> str:
+    return "" if value is None else f"{value:.4g}"
+
+
+COLUMNS = (  # header, key of the module's JSON, text
+    ("Module", "name", lambda v: v or "model"),
+    ("Class", "class", str),
+    ("Max |diff|", "max_abs_diff", _number),
+    ("Cosine", "cosine", lambda v: "" if v is None else f"{v:.6f}"),
+    ("SQNR dB", "sqnr_db", lambda v: "" if v is None else f"{v:.1f}"),
+    ("Abs-max float32", "abs_max_float32", fmt.absmax),
+    ("Abs-max variant", "abs_max_variant", fmt.absmax),
+    ("Non-finite", "nonfinite", str),
+)
+
+
+class DriftModel(QAbstractTableModel):
+    """One row per module call of a drift document, in call order (the model's depth)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.rows: list[dict] = []
+        self.first_divergent_row: int | None = None
+
+    def set_doc(self, doc: dict | None):
+        self.beginResetModel()
+        self.rows = list(doc["modules"]) if doc else []
+        first = doc.get("first_divergent") if doc else None
+        self.first_divergent_row = next(
+            (i for i, row in enumerate(self.rows) if (row["name"] or "model") == first), None)
+        self.endResetModel()
+
+    def rowCount(self, parent=QModelIndex()):
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()):
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            return COLUMNS[section][0]
+        return None
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid() or not 0 <= index.row() < len(self.rows):
+            return None
+        row = self.rows[index.row()]
+        _, key, text = COLUMNS[index.column()]
+        first = index.row() == self.first_divergent_row
+        if role == Qt.ItemDataRole.DisplayRole:
+            return text(row[key])
+        if role == RAW_ROLE:
+            return row[key]
+        if role == Qt.ItemDataRole.TextAlignmentRole and index.column() >= 2:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.BackgroundRole and first:
+            color = QColor(OKABE_ITO["vermillion"])
+            color.setAlpha(60)
+            return color
+        if role == Qt.ItemDataRole.FontRole and first:
+            font = QFont()
+            font.setBold(True)
+            return font
+        if role == Qt.ItemDataRole.ForegroundRole and row["nonfinite"] and key == "nonfinite":
+            return QColor(OKABE_ITO["vermillion"])
+        if role == Qt.ItemDataRole.ToolTipRole and first:
+            return "The first module whose output parts from float32"
+        return None
+
+
+def strip_series(doc: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(SQNR dB, headroom, non-finite?) per module call, NaN where unknown. A call with inf/NaN
+    values in the variant is drawn at 0 dB: it kept nothing of the signal."""
+    dtype = doc["variant"].removeprefix("autocast-")
+    sqnr, used, broken = [], [], []
+    for row in doc["modules"]:
+        value = 0.0 if row["nonfinite"] else row["sqnr_db"]
+        sqnr.append(math.nan if value is None else min(value, SQNR_CEILING_DB))
+        share = range_used(row["abs_max_float32"], dtype)
+        used.append(math.nan if share is None or share <= 0 else share)
+        broken.append(bool(row["nonfinite"]))
+    return np.array(sqnr, float), np.array(used, float), np.array(broken)
+
+
+class DriftView(QWidget):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.verdict = QLabel(HINT, wordWrap=True, textFormat=Qt.TextFormat.PlainText)
+        self.stale = QLabel("This comparison is of an earlier version of the spec: Compare with "
+                            "float32 again to see the current one.", objectName="staleNote",
+                            wordWrap=True)
+        self.stale.hide()
+        self.model = DriftModel(self)
+        self.table = QTableView(objectName="driftTable")
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
+        self.table.setAlternatingRowColors(True)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setStretchLastSection(True)
+
+        self.plot = pg.GraphicsLayoutWidget()
+        self.plot.setBackground(None)
+        self.sqnr_plot = self.plot.addPlot(row=0, col=0)
+        self.sqnr_plot.setLabel("left", "SQNR dB")
+        self.sqnr_plot.addLine(y=DRIFT_SQNR_DB, pen=pg.mkPen(OKABE_ITO["grey"], style=Qt.PenStyle.DashLine))
+        self.sqnr_curve = self.sqnr_plot.plot([], [], pen=pg.mkPen(OKABE_ITO["blue"], width=2),
+                                              symbol="o", symbolSize=4, connect="finite")
+        self.broken_points = pg.ScatterPlotItem(symbol="x", size=9, pen=pg.mkPen(OKABE_ITO["vermillion"], width=2))
+        self.sqnr_plot.addItem(self.broken_points)
+        self.headroom_plot = self.plot.addPlot(row=1, col=0)
+        self.headroom_plot.setLabel("left", "range used")
+        self.headroom_plot.setLabel("bottom", "module, in call order")
+        self.headroom_plot.setLogMode(y=True)
+        self.headroom_plot.addLine(y=0.0, pen=pg.mkPen(OKABE_ITO["vermillion"], style=Qt.PenStyle.DashLine))
+        self.headroom_curve = self.headroom_plot.plot([], [], pen=pg.mkPen(OKABE_ITO["orange"], width=2),
+                                                      symbol="o", symbolSize=4, connect="finite")
+        self.headroom_plot.setXLink(self.sqnr_plot)
+        self.first_marks = [p.addLine(x=0, pen=pg.mkPen(OKABE_ITO["vermillion"], width=1))
+                            for p in (self.sqnr_plot, self.headroom_plot)]
+        for mark in self.first_marks:
+            mark.hide()
+
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.table)
+        split.addWidget(self.plot)
+        split.setSizes([260, 220])
+        split.setChildrenCollapsible(False)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addWidget(self.verdict)
+        layout.addWidget(self.stale)
+        layout.addWidget(split, 1)
+        self._doc: dict | None = None
+
+    def set_result(self, doc: dict | None):
+        """Show a drift document (DriftResult.to_json()), or nothing."""
+        self._doc = doc
+        self.model.set_doc(doc)
+        self.stale.hide()
+        if doc is None:
+            self.verdict.setText(HINT)
+            for curve in (self.sqnr_curve, self.headroom_curve):
+                curve.setData([], [])
+            self.broken_points.setData([], [])
+            for mark in self.first_marks:
+                mark.hide()
+            return
+        self.verdict.setText(verdict(doc))
+        sqnr, used, broken = strip_series(doc)
+        depth = np.arange(len(sqnr), dtype=float)
+        self.sqnr_curve.setData(depth, sqnr)
+        self.broken_points.setData(depth[broken], sqnr[broken])
+        self.headroom_curve.setData(depth, used)   # log axis: the curve takes log10 itself
+        first = self.model.first_divergent_row
+        for mark in self.first_marks:
+            mark.setVisible(first is not None)
+            if first is not None:
+                mark.setValue(first)
+        if first is not None:
+            self.table.scrollTo(self.model.index(first, 0))
+
+    def show_failure(self, message: str):
+        self.set_result(None)
+        self.verdict.setText(f"The comparison could not be run: {message}")
+
+    def set_stale(self, stale: bool):
+        self.stale.setVisible(stale and self._doc is not None)
+
+
+def verdict(doc: dict) -> str:
+    """One sentence over the table: within tolerance, or where it parts and how far."""
+    if doc.get("error"):
+        return f"The {doc['variant']} run could not be compared: {doc['error']['message']}"
+    output = doc.get("output") or {}
+    where = f" The first module that parts from float32: {doc['first_divergent']}." if doc.get(
+        "first_divergent") else ""
+    if doc["ok"]:
+        return (f"{doc['variant']} stays within tolerance of float32 on {doc['device']} (output "
+                f"SQNR {_number(output.get('sqnr_db'))} dB).{where}")
+    if not output.get("finite", True):
+        return f"{doc['variant']} overflows: its output holds {output.get('nonfinite')} inf/NaN values.{where}"
+    return (f"{doc['variant']} drifts from float32: output SQNR {_number(output.get('sqnr_db'))} dB, "
+            f"under the {DRIFT_SQNR_DB:.0f} dB tolerance.{where}")

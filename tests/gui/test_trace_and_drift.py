@@ -1,0 +1,127 @@
+"""The window side of tracing a user's script (issue 13) and of comparing with float32 (issue 12)."""
+
+import html
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from fp16studio.gui import MainWindow
+from fp16studio.gui.roles import NODE_ROLE
+
+RUN_TIMEOUT_MS = 120_000
+
+
+def open_window(qtbot, spec=None):
+    window = MainWindow(spec)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.spec is not None, timeout=RUN_TIMEOUT_MS)
+    return window
+
+
+def listed(window):
+    model = window.findingsView.model()
+    return [(model.index(r, 0).data(NODE_ROLE), model.index(r, 2).data()) for r in range(model.rowCount())]
+
+
+def select(window, label):
+    model = window.findingsView.model()
+    row = [where for _, where in listed(window)].index(label)
+    window.findingsView.setCurrentIndex(model.index(row, 0))
+    return model.index(row, 0).data(NODE_ROLE)
+
+
+@pytest.fixture
+def window(qtbot):
+    return open_window(qtbot)
+
+
+def test_trace_a_script_cancel_then_continue_as_a_pipeline_and_fix_it(qtbot, window):
+    with qtbot.waitSignal(window.worker.jobStarted, timeout=RUN_TIMEOUT_MS,
+                          check_params_cb=lambda job: job.kind == "trace"):
+        assert window.open_script("demo:map-cast")
+    assert window.act_cancel.isEnabled() and not window.act_run.isEnabled()
+    with qtbot.waitSignal(window.worker.jobDone, timeout=RUN_TIMEOUT_MS,
+                          check_params_cb=lambda job, outcome: job.kind == "trace") as done:
+        window.act_cancel.trigger()
+    assert done.args[1] == "cancelled"
+
+    with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS) as finished:
+        assert window.open_script("demo:map-cast")
+    doc = finished.args[0]
+    script = Path(doc["script"])
+    assert script.name == "map_cast.py" and doc["spec"] is not None
+    # The script's own output reached the Log as it ran (it fails: the float16 model gets
+    # float32 pixels).
+    assert "stderr: Traceback (most recent call last):" in window.log.toPlainText()
+
+    # Each finding names its script line; the detail shows that line and its neighbours, and
+    # the fixes as code (the trace is not yet a pipeline: nothing to click).
+    lost = next(f for f, _ in listed(window) if f.code == "map-cast-lost")
+    label = f"map_cast.py:{lost.source['line']}"
+    assert select(window, label) is lost
+    detail = window.findings.detail
+    line = script.read_text().splitlines()[lost.source["line"] - 1]
+    neighbour = script.read_text().splitlines()[lost.source["line"]]
+    assert html.escape(line.strip()) in detail.source.text()
+    assert html.escape(neighbour.strip()) in detail.source.text()
+    assert not detail.fix_buttons and len(detail.fix_codes) == len(lost.fixes)
+    assert "inputs = " in detail.fix_codes[0].text()
+
+    assert window.act_continue.isEnabled()
+    assert window.findings.header_buttons[window.act_continue].isVisible()
+    window.act_continue.trigger()
+    assert window.spec.to_dict() == doc["spec"]
+    assert not window.act_continue.isEnabled()
+    # Now a pipeline: the same findings, with one-click fixes on the recovered spec.
+    select(window, label)
+    button = detail.fix_buttons[0]
+    assert button.isEnabled() and not detail.fix_codes
+    with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS) as finished:
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert finished.args[0]["spec"]["applied_fixes"][-1]["id"] == lost.fixes[0].id
+    assert "map-cast-lost" not in {f["code"] for f in finished.args[0]["findings"]}
+
+
+def test_compare_with_float32_shows_the_drift_and_its_fix_applies(qtbot):
+    window = open_window(qtbot, "demo:overflow")
+    with qtbot.waitSignal(window.driftFinished, timeout=RUN_TIMEOUT_MS) as finished:
+        window.act_drift.trigger()
+    doc = finished.args[0]
+    assert window.main_tabs.currentWidget() is window.drift
+    view = window.drift
+    assert view.model.rowCount() == len(doc["modules"]) > 0
+    first = view.model.first_divergent_row
+    assert view.model.index(first, 0).data() == doc["first_divergent"]
+    assert view.model.index(first, 0).data(Qt.ItemDataRole.FontRole).bold()
+    assert not view.model.index(first + 1, 0).data(Qt.ItemDataRole.FontRole)
+    xs, sqnr = view.sqnr_curve.getData()
+    assert len(xs) == len(doc["modules"])
+    assert "overflows" in view.verdict.text()
+
+    overflow = next(f for f, _ in listed(window) if f.code == "overflow")
+    assert overflow.fixes[0].id == "float32-islands"
+
+    # A script's trace shown next is not this spec's: its findings alone, its fixes as code.
+    with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS) as finished:
+        assert window.open_script("demo:blind-half")
+    assert finished.args[0]["spec"] is None   # not recovered: nothing to continue as
+    assert sorted(f.code for f, _ in listed(window)) == sorted(f["code"] for f in finished.args[0]["findings"])
+    assert not window.findings.detail.fix_buttons and window.findings.detail.fix_codes
+    assert not window.act_continue.isEnabled()
+    assert not window.apply_fix(overflow.fixes[0].id)
+
+    # A run of the spec: its findings and the comparison's, whose fix applies in one click to
+    # the spec that was compared, and compares again.
+    with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS):
+        assert window.run_diagnosis()
+    assert "overflow" in [f.code for f, _ in listed(window)]
+    select(window, overflow.location)
+    button = window.findings.detail.fix_buttons[0]
+    assert button.isEnabled() and button.property("fixId") == "float32-islands"
+    with qtbot.waitSignal(window.driftFinished, timeout=RUN_TIMEOUT_MS) as finished:
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert window.spec.run_in_float32
+    assert finished.args[0]["output"]["finite"]
+    assert not view.stale.isVisible()
