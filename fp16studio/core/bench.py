@@ -17,7 +17,7 @@ import functools
 import gc
 from dataclasses import dataclass, field
 
-from . import dtypes, units
+from . import dtypes, presentation
 from .bench_device import peak_tflops, variant_support
 from .bench_measure import (STABLE_SPREAD, Limits, MemoryProbe, count_flops, drift, make_timer,
                             output_summary, reference_copy, tf32_settings, time_interleaved,
@@ -340,6 +340,12 @@ def _device_name(device) -> str:
 
 # -- human output -------------------------------------------------------------------------------
 
+# The columns the terminal shows, of the one table of bench columns (core.presentation).
+TERMINAL_COLUMNS = ("Variant", "Samples/s", "vs float32", "p50 ms", "p90 ms", "min ms", "Spread",
+                    "Stability", "TFLOP/s", "% of peak", "Peak memory", "Weights",
+                    "Max |diff| vs fp32", "inf/NaN outputs", "Cosine vs fp32", "Top-1 agreement")
+
+
 def format_table(doc: dict) -> str:
     """The bench document as a table for people (the `--json`-less CLI output)."""
     name = doc.get("device_name")
@@ -354,26 +360,18 @@ def format_table(doc: dict) -> str:
     if batch:
         lines.append(f"batch: {batch['size']} samples"
                      + (f", {batch['tokens']} tokens" if batch.get("tokens") else ""))
-    base = next((v["samples_per_s"] for v in doc["variants"]
-                 if v["name"] == "float32" and v["ok"]), None)
-    header = ("variant", "samples/s", "vs fp32", "p50 ms", "p90 ms", "min ms", "spread",
-              "TFLOP/s", "peak mem", "weights", "max |diff|", "cosine", "top-1")
+    variants = presentation.with_ratio(doc)
+    columns = [c for c in presentation.bench_columns(variants) if c[0] in TERMINAL_COLUMNS]
+    header = tuple(title for title, *_ in columns)
     rows = [header]
     failures = []
-    for v in doc["variants"]:
+    for v in variants:
         if not v["ok"]:
             rows.append((v["name"], "failed") + ("",) * (len(header) - 2))
             failures.append(f"  {v['name']}: {v.get('error') or 'failed'}")
             continue
-        lat = v["latency_ms"]
-        rows.append((v["name"], f"{v['samples_per_s']:.1f}",
-                     f"{v['samples_per_s'] / base:.2f}x" if base else "-",
-                     f"{lat['p50']:.2f}", f"{lat['p90']:.2f}", f"{lat['min']:.2f}",
-                     _spread(v), _tflops(v),
-                     format_bytes(v["peak_memory_bytes"]), format_bytes(v["weights_bytes"]),
-                     _num(v["max_abs_diff_vs_float32"], "{:.3g}", v.get("nonfinite_outputs")),
-                     _num(v.get("cosine_vs_float32"), "{:.6f}"),
-                     _num(v["top1_agreement"], "{:.1%}")))
+        rows.append(tuple("-" if raw(v) in (None, "") else text(raw(v))
+                          for _, raw, text, _ in columns))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     lines.append("")
     for row in rows:
@@ -404,26 +402,3 @@ def format_table(doc: dict) -> str:
         lines.append(f"note: {doc['note']}")
     return "\n".join(lines)
 
-
-def format_bytes(value) -> str:
-    return "-" if value is None else units.format_bytes(value)
-
-
-def _spread(v) -> str:
-    """The spread across rounds, and a mark on a figure not to be trusted."""
-    if v.get("spread") is None:
-        return "-"
-    return f"{v['spread']:.1%}" + ("" if v.get("stable") else " !")
-
-
-def _tflops(v) -> str:
-    if v.get("tflops") is None:
-        return "-"
-    text = f"{v['tflops']:.3g}"
-    return text + (f" ({v['peak_fraction']:.0%})" if v.get("peak_fraction") is not None else "")
-
-
-def _num(value, fmt, nonfinite=None):
-    if nonfinite:
-        return f"{nonfinite} inf/NaN"
-    return "-" if value is None else fmt.format(value)
