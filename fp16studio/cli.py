@@ -20,12 +20,21 @@ from .core.presentation import finding_lines
 from .core.units import format_bytes
 
 BAD_INPUT = 2
+SIGPIPE_STATUS = 141  # what a shell reports for a writer whose reader closed the pipe
 # After --timeout, how long native code may take to return to Python before the process ends.
 WATCHDOG_GRACE_S = 10.0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a wrong command line is one line and exit 2 (CONTRACT §3), not a usage
+    block; --help still prints the usage."""
+
+    def error(self, message):
+        self.exit(BAD_INPUT, f"fp16studio: {message} (see: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fp16studio",
         description="Find and fix half-precision problems in Hugging Face pipelines.",
         epilog="With no command the desktop app opens the built-in demo. SPEC is a .json/.toml "
@@ -149,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fp16studio: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`| head`): nothing left to say, no error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return SIGPIPE_STATUS
     except SystemExit as exc:  # user code that exits is never a quiet success
         print(f"fp16studio: code run by the pipeline called sys.exit({exc.code!r})",
               file=sys.stderr)
@@ -342,7 +354,8 @@ def cmd_fix(args) -> int:
         for step in applied:
             print(f"round {step['round']}: {step['code']} -> applied {step['fix']}")
         print(format_diagnosis(doc))
-        verdict = "fixed" if report.ok else "NOT fixed"
+        verdict = ("NOT fixed" if not report.ok else "fixed" if applied
+                   else "nothing to fix, the run is clean")
         print(f"\n{verdict}; spec written to {args.output}")
     return 0 if report.ok else 1
 

@@ -63,12 +63,25 @@ def parse_variants(variants) -> list[str]:
         return list(VARIANTS)
     if isinstance(variants, str):
         variants = [v for v in variants.split(",") if v.strip()]
-    names = {v.strip().lower() for v in variants}
-    unknown = sorted(names - set(VARIANTS))
-    if unknown or not names:
-        raise InputError(f"bench: unknown variant {unknown[0]!r} (use {', '.join(VARIANTS)})"
-                         if unknown else "bench: no variant to run")
+    names = {canonical_variant(v) for v in variants}
+    if not names:
+        raise InputError("bench: no variant to run")
     return [v for v in VARIANTS if v in names]
+
+
+def canonical_variant(name: str, command: str = "bench", choices=VARIANTS) -> str:
+    """A variant's canonical name among `choices`; its dtype may be written fp16, half, bf16
+    as in a spec."""
+    text = str(name).strip().lower()
+    autocast = text.startswith("autocast-")
+    try:
+        dtype = dtypes.normalize(text.removeprefix("autocast-"))
+    except InputError:
+        dtype = text
+    variant = f"autocast-{dtype}" if autocast else dtype
+    if variant not in choices:
+        raise InputError(f"{command}: unknown variant {name!r} (use {', '.join(choices)})")
+    return variant
 
 
 @dataclass

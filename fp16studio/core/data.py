@@ -7,6 +7,7 @@ Each step does what users write themselves (a cast inside `Dataset.map`, `with_f
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -318,6 +319,12 @@ def installed_library(path: Path) -> str | None:
         folder = Path(folder).resolve()
         if folder == resolved or folder in resolved.parents:
             return str(folder)
+    # Another interpreter's library (/usr/lib/python3.11, a venv's site-packages) is no more
+    # the user's own code than this one's.
+    for parent in resolved.parents:
+        if parent.name in ("site-packages", "dist-packages") or (
+                re.fullmatch(r"python3(\.\d+)?", parent.name) and parent.parent.name.startswith("lib")):
+            return str(parent)
     return None
 
 

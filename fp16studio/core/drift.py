@@ -280,18 +280,9 @@ def default_variant(spec: PipelineSpec) -> str:
 
 def parse_variant(name: str) -> str:
     """A variant's canonical name; its dtype may be written fp16, half, bf16 as elsewhere."""
-    from . import dtypes
+    from .bench import canonical_variant
 
-    text = name.strip().lower()
-    autocast = text.startswith("autocast-")
-    try:
-        dtype = dtypes.normalize(text.removeprefix("autocast-"))
-    except InputError:
-        dtype = text
-    variant = f"autocast-{dtype}" if autocast else dtype
-    if variant not in VARIANTS:
-        raise InputError(f"drift: unknown variant {name!r} (use {', '.join(VARIANTS)})")
-    return variant
+    return canonical_variant(name, "drift", VARIANTS)
 
 
 def variant_specs(spec: PipelineSpec, variant: str) -> tuple[PipelineSpec, PipelineSpec]:

@@ -46,7 +46,7 @@ class IslandSearch:
         return (f"Running {_names(self.modules)} in float32 keeps "
                 f"{self.half_share:.1%} of the parameters in {self.dtype} and makes the output "
                 f"finite and within tolerance (found in {self.passes} forward passes over "
-                f"{self.candidates} candidate modules).")
+                f"{self.candidates} candidate module{'s' if self.candidates != 1 else ''}).")
 
 
 def _names(modules) -> str:

@@ -294,8 +294,9 @@ def _validated(spec: PipelineSpec) -> dict[str, Any]:
     label_dtype = s.label_dtype
     if label_dtype is not None:
         _check_type("label_dtype", label_dtype, str, "a dtype name or null")
-        label_dtype = dtypes.normalize(label_dtype, "label_dtype") \
-            if label_dtype.strip().lower() not in ("int64", "long") else "int64"
+        low = label_dtype.strip().lower()
+        label_dtype = {"long": "int64", "torch.int64": "int64", "fp32": "float32",
+                       "float": "float32", "torch.float32": "float32"}.get(low, low)
         _one_of("label_dtype", label_dtype, LABEL_DTYPES)
     autocast_device = s.autocast_device
     if autocast_device is not None:

@@ -158,3 +158,30 @@ def test_bench_limits_out_of_range_are_bad_input(option, capsys):
     assert main(["bench", "demo:healthy", *option]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bench:" in err
+
+
+def test_a_wrong_command_line_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["fix", "demo:healthy"])          # -o is required
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "-o/--output" in err
+
+
+def test_a_reader_that_goes_away_is_not_an_internal_error(monkeypatch, demo_dir):
+    import os
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)                           # `| head` that has already exited
+    monkeypatch.setattr(sys, "stdout", os.fdopen(write, "w", buffering=1))
+    assert main(["diagnose", "demo:healthy"]) == 141
+
+
+def test_variants_take_the_dtype_aliases():
+    from fp16studio.core import InputError
+    from fp16studio.core.bench import parse_variants
+
+    assert parse_variants("fp16,bf16,autocast-half") == ["float16", "bfloat16",
+                                                          "autocast-float16"]
+    with pytest.raises(InputError, match="unknown variant 'int8'"):
+        parse_variants("int8")

@@ -138,3 +138,17 @@ def test_the_issue_attack_runs_no_command(demo_dir, tmp_path):
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 2, proc.stderr
         assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("folder", ["lib/python3.9", "venv/lib/python3.12/site-packages/pkg",
+                                    "usr/lib/python3/dist-packages"])
+def test_another_pythons_library_is_refused_too(demo_dir, tmp_path, capsys, folder):
+    library = tmp_path / folder
+    library.mkdir(parents=True)
+    (library / "subprocess.py").write_text("def run(example):\n    return example\n")
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"model": str(demo_dir / "models/tiny-resnet"),
+                                "dataset": str(demo_dir / "data/images"),
+                                "preprocess": f"{library / 'subprocess.py'}:run"}))
+    assert main(["diagnose", str(path), "--trust"]) == 2
+    assert "installed Python library" in capsys.readouterr().err
