@@ -461,8 +461,11 @@ def cmd_trace(args) -> int:
         target = sys.stderr if args.json or stream == "stderr" else sys.stdout
         print(line, file=target, flush=True)
 
+    # What is piped in reaches the script, as with `python SCRIPT`; a terminal does not (the
+    # script runs in a session of its own, where reading the terminal would stop it).
+    piped = sys.stdin if sys.stdin is not None and not sys.stdin.isatty() else None
     result = trace_script(args.script, args.script_args, timeout=args.script_timeout,
-                          output=output)
+                          output=output, stdin=piped)
     doc = result.to_json()
     if args.json:
         _print_json(doc, args)

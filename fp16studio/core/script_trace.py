@@ -71,8 +71,11 @@ def resolve_script(text: str) -> Path:
 
 
 def trace_script(path, args=(), timeout: float | None = None, progress=None, cancel=None,
-                 output=None) -> ScriptTrace:
+                 output=None, stdin=None) -> ScriptTrace:
     """Run the script at `path` with `args` in a child process and diagnose it.
+
+    `stdin` (a file the command line was given: a pipe or a file) is the script's standard
+    input; without it the script reads an empty one (the window has none to give).
 
     `output(stream, line)` receives the script's stdout/stderr lines ("stdout"/"stderr") as they
     come, from helper threads. Raises InputError for a script that does not exist or a bad
@@ -88,7 +91,8 @@ def trace_script(path, args=(), timeout: float | None = None, progress=None, can
         child = subprocess.Popen(
             [sys.executable, "-m", "fp16studio.core.script_runner", str(result_path), str(script),
              *map(str, args)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
         readers = [_forward_lines(child.stdout, "stdout", output),
                    _forward_lines(child.stderr, "stderr", output)]

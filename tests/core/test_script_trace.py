@@ -199,3 +199,12 @@ def test_cuda_autocast_without_cuda_is_recovered_as_written(demo_dir):
     spec = result.recovered_spec
     assert spec is not None and (spec.autocast, spec.autocast_device) == ("float16", "cuda")
     assert spec.with_labels and spec.dataset.endswith("texts.jsonl") and spec.model_dtype == "auto"
+
+
+def test_what_is_piped_in_reaches_the_script(tmp_path):
+    script = tmp_path / "ask.py"
+    script.write_text('name = input()\nprint("got", name)\n')
+    done = subprocess.run([sys.executable, "-m", "fp16studio", "trace", str(script)],
+                          input="hello\n", capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "got hello" in done.stdout
