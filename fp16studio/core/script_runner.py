@@ -25,17 +25,22 @@ from .errors import first_line
 def main(argv: list[str]) -> int:
     result_path, script, *args = argv
     script_path = Path(script).resolve()
-    sys.argv = [str(script_path), *args]
-    sys.path[0] = str(script_path.parent)   # as `python SCRIPT` does: its folder imports first
-
+    # Our own start (torch loads here) is not the script's: a timeout that comes this early
+    # ends the process without a traceback of ours, and the script's folder goes on the path
+    # only afterwards, so a cuda.py or typing.py beside the script cannot shadow torch's imports.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from .script_evidence import ScriptWatch, assemble
     from .script_tracer import UserCode
 
     user = UserCode(script_path)
     watch = ScriptWatch(user)
     watch.install()
+    sys.argv = [str(script_path), *args]
+    our_path = sys.path[0]
+    sys.path[0] = str(script_path.parent)   # as `python SCRIPT` does: its folder imports first
     start = time.perf_counter()
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         runpy.run_path(str(script_path), run_name="__main__")
         outcome = {}
     except SystemExit as exc:
@@ -46,6 +51,8 @@ def main(argv: list[str]) -> int:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late interrupt must not lose the result
         watch.uninstall()
+        if sys.path and sys.path[0] == str(script_path.parent):
+            sys.path[0] = our_path   # what we import from here on is ours, not the folder's
     seconds = time.perf_counter() - start
     sys.stdout.flush()
     result = assemble(watch, str(script_path), args, outcome, seconds)

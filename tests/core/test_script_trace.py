@@ -208,3 +208,21 @@ def test_what_is_piped_in_reaches_the_script(tmp_path):
                           input="hello\n", capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "got hello" in done.stdout
+
+
+def test_the_scripts_folder_does_not_shadow_what_fp16studio_imports(tmp_path):
+    # A cuda.py beside the script: torch's own `from cuda.bindings import ...` must not find it.
+    (tmp_path / "cuda.py").write_text('raise SystemExit("shadowed")\n')
+    (tmp_path / "hello.py").write_text('print("hello")\n')
+    lines = []
+    result = trace_script(tmp_path / "hello.py", output=lambda stream, line: lines.append(line))
+    assert result.ok and "hello" in lines and "shadowed" not in lines
+
+
+def test_a_timeout_during_fp16studios_own_start_shows_none_of_its_internals(tmp_path):
+    (tmp_path / "sleep.py").write_text("import time\ntime.sleep(60)\n")
+    lines = []
+    result = trace_script(tmp_path / "sleep.py", timeout=0.3,
+                          output=lambda stream, line: lines.append(line))
+    assert not result.ok and result.error["type"] in ("Timeout", "KeyboardInterrupt")
+    assert not any("fp16studio" in line for line in lines)
