@@ -423,6 +423,10 @@ def cmd_inspect(args) -> int:
     from .core.inspect import inspect_model
 
     dtype = dtypes.normalize(args.dtype, "--dtype") if args.dtype else None
+    if args.model.startswith("demo:") or (os.path.isfile(args.model) and args.model.lower().endswith(
+            (".json", ".toml", ".fp16studio"))):
+        raise InputError(f"inspect takes a model (a save_pretrained folder or a Hub id), not a spec: "
+                         f"{args.model}; its \"model\" is what to inspect")
     doc = inspect_model(args.model, dtype=dtype, trust_remote_code=args.trust_remote_code,
                         base_dir=os.getcwd())
     if args.json:

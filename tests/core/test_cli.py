@@ -185,3 +185,12 @@ def test_variants_take_the_dtype_aliases():
                                                           "autocast-float16"]
     with pytest.raises(InputError, match="unknown variant 'int8'"):
         parse_variants("int8")
+
+
+def test_inspect_given_a_spec_says_it_takes_a_model(tmp_path, capsys):
+    spec = tmp_path / "pipeline.json"
+    spec.write_text('{"model": "m", "dataset": "synthetic"}')
+    for given in ("demo:healthy", str(spec)):
+        assert main(["inspect", given]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "not a spec" in err and "hf download" not in err
