@@ -63,3 +63,20 @@ def text_spec(demo_dir, model, **keys):
 
     return PipelineSpec.from_dict({"model": str(model), "dataset": "data/texts.jsonl", **keys},
                                   base_dir=demo_dir)
+
+
+def shrunken_tiny_bert(demo_dir, folder, factor: float):
+    """The demo's tiny BERT with its embeddings' LayerNorm scaled by `factor` (values that sink
+    under float16's smallest normal), saved with its tokenizer to `folder`."""
+    import torch
+    from transformers import BertForSequenceClassification
+
+    source = demo_dir / "models/tiny-bert"
+    model = BertForSequenceClassification.from_pretrained(source)
+    with torch.no_grad():
+        model.bert.embeddings.LayerNorm.weight.mul_(factor)
+        model.bert.embeddings.LayerNorm.bias.mul_(factor)
+    model.save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).write_bytes((source / name).read_bytes())
+    return folder

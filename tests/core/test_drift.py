@@ -12,7 +12,7 @@ from fp16studio.core import InputError, PipelineSpec, diagnose
 from fp16studio.core.demo import demo_spec
 from fp16studio.core.drift import (DRIFT_SQNR_DB, Recorder, drift, module_drifts,
                                    parse_variant)
-from numerics_zoo import text_spec
+from numerics_zoo import shrunken_tiny_bert, text_spec
 
 
 def codes(findings):
@@ -130,16 +130,7 @@ def test_float32_run_near_float16_limits_warns_before_casting(demo_dir):
 
 
 def test_values_that_would_flush_to_zero_are_an_overflow_risk(demo_dir, tmp_path):
-    from transformers import BertForSequenceClassification
-
-    model = BertForSequenceClassification.from_pretrained(demo_dir / "models/tiny-bert")
-    with torch.no_grad():
-        model.bert.embeddings.LayerNorm.weight.mul_(1e-7)
-        model.bert.embeddings.LayerNorm.bias.mul_(1e-7)
-    model.save_pretrained(tmp_path)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (tmp_path / name).write_bytes((demo_dir / "models/tiny-bert" / name).read_bytes())
-    report = diagnose(text_spec(demo_dir, tmp_path))
+    report = diagnose(text_spec(demo_dir, shrunken_tiny_bert(demo_dir, tmp_path, 1e-7)))
     risk = next(f for f in report.findings if f.code == "overflow-risk")
     assert risk.location == "bert.embeddings.LayerNorm" and "flush to zero" in risk.message
 

@@ -13,7 +13,7 @@ from fp16studio.core.demo import demo_spec
 from fp16studio.core.drift import drift
 from fp16studio.core.islands import bisect, candidates, max_passes
 from fp16studio.core.trace import Tracer
-from numerics_zoo import text_spec
+from numerics_zoo import shrunken_tiny_bert, text_spec
 
 
 # -- run_in_float32 as loaded -------------------------------------------------------------------
@@ -120,18 +120,9 @@ def test_precision_drift_first_fix_is_the_island_where_it_starts(demo_dir, numer
 
 
 def test_no_islands_fix_when_they_would_hold_most_of_the_model(demo_dir, tmp_path):
-    from transformers import BertForSequenceClassification
-
     # The embeddings' output sinks under float16's smallest values: only the whole encoder
     # holds both sides of it, so the model-wide fix comes first.
-    model = BertForSequenceClassification.from_pretrained(demo_dir / "models/tiny-bert")
-    with torch.no_grad():
-        model.bert.embeddings.LayerNorm.weight.mul_(1e-8)
-        model.bert.embeddings.LayerNorm.bias.mul_(1e-8)
-    model.save_pretrained(tmp_path)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (tmp_path / name).write_bytes((demo_dir / "models/tiny-bert" / name).read_bytes())
-    result = drift(text_spec(demo_dir, tmp_path), "float16")
+    result = drift(text_spec(demo_dir, shrunken_tiny_bert(demo_dir, tmp_path, 1e-8)), "float16")
     finding = result.findings[0]
     assert finding.code == "precision-drift"
     assert [f.id for f in finding.fixes] == ["model-float32"]

@@ -116,10 +116,14 @@ def test_preprocess_must_name_a_py_file_and_a_function(preprocess):
                                               ("datasets", "load_dataset")])
 def test_an_installed_module_is_refused_even_when_trusted(demo_dir, tmp_path, capsys, module,
                                                           function):
+    assert_library_refused(demo_dir, tmp_path, capsys, f"{_installed_file(module)}:{function}")
+
+
+def assert_library_refused(demo_dir, tmp_path, capsys, preprocess):
     path = tmp_path / "spec.json"
     path.write_text(json.dumps({"model": str(demo_dir / "models/tiny-resnet"),
                                 "dataset": str(demo_dir / "data/images"),
-                                "preprocess": f"{_installed_file(module)}:{function}"}))
+                                "preprocess": preprocess}))
     assert main(["diagnose", str(path), "--trust"]) == 2
     assert "installed Python library" in capsys.readouterr().err
 
@@ -146,9 +150,4 @@ def test_another_pythons_library_is_refused_too(demo_dir, tmp_path, capsys, fold
     library = tmp_path / folder
     library.mkdir(parents=True)
     (library / "subprocess.py").write_text("def run(example):\n    return example\n")
-    path = tmp_path / "spec.json"
-    path.write_text(json.dumps({"model": str(demo_dir / "models/tiny-resnet"),
-                                "dataset": str(demo_dir / "data/images"),
-                                "preprocess": f"{library / 'subprocess.py'}:run"}))
-    assert main(["diagnose", str(path), "--trust"]) == 2
-    assert "installed Python library" in capsys.readouterr().err
+    assert_library_refused(demo_dir, tmp_path, capsys, f"{library / 'subprocess.py'}:run")
