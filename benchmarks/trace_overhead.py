@@ -17,6 +17,7 @@ on a shared machine more threads wait on each other and the figures swing.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import json
 import statistics
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,7 +34,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 
 from _models import LLAMA, NAMES, model_dir
-from fp16studio.core.diagnosis import _gc_paused
 from fp16studio.core.trace import Tracer
 
 
@@ -49,6 +49,15 @@ def old_tracer(commit: str):
     sys.modules["old_trace"] = module  # its dataclasses look themselves up there
     spec.loader.exec_module(module)
     return module.Tracer
+
+
+@contextmanager
+def _gc_paused():
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _status(field: str) -> int:
@@ -88,10 +97,10 @@ def measure(name, dtype, rounds, batch_size, seq, tracers):
             go.tensors = sum(len(c.inputs) + len(c.outputs) for c in tracer.calls)
         return go
 
-    # As diagnose runs them: the new tracer under no_grad (version counters: a tensor seen
-    # again unchanged is measured once) with garbage collection paused, the old one under
-    # inference mode.
-    modes = {"new": (torch.no_grad, _gc_paused), "old": (torch.inference_mode, nullcontext)}
+    # As diagnose runs them: under no_grad (version counters: a tensor seen again unchanged is
+    # measured once). The tracer pauses garbage collection itself; diagnose paused it around
+    # the tracers before, so the old one gets that here.
+    modes = {"new": (torch.no_grad, nullcontext), "old": (torch.no_grad, _gc_paused)}
     fns = {"plain": plain, **{label: traced(cls, *modes[label]) for label, cls in tracers.items()}}
     for fn in fns.values():  # warm-up: lazy init, allocator
         fn()

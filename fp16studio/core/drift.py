@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from .errors import Cancelled, InputError, check_cancel, first_line, report_progress
 from .findings import Finding
+from .module_hooks import ModuleHooks
 from .spec import PipelineSpec
 
 # A module (or the output) parts from float32 when its signal-to-quantisation-noise ratio falls
@@ -86,56 +87,51 @@ class Recorder:
         self._counts: dict = {}
         self._pending: list = []      # (row, {stat: 0-d tensor}, variant output) read at exit
         self._seen: dict = {}         # id(tensor) -> (weak reference, its 0-d abs-max)
-        self._handles = []
+        self._hooks = None
         self._stack = []
         self._finished = 0
 
     def __enter__(self):
-        for name, module in self.model.named_modules():
-            self._handles.append(module.register_forward_pre_hook(self._pre(name)))
-            self._handles.append(module.register_forward_hook(self._post(), with_kwargs=True))
+        self._hooks = ModuleHooks(self.model, self._pre, self._post).__enter__()
         return self
 
     def __exit__(self, *exc):
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        self._materialize()
+        try:
+            self._materialize()
+        finally:
+            self._hooks.__exit__()
         return False
 
-    def _pre(self, name):
-        def hook(module, args):
-            call = self._counts.get(name, 0)
-            self._counts[name] = call + 1
-            row = {"name": name, "cls": type(module).__name__, "call": call}
-            self.calls.append(row)
-            self._stack.append(row)
-        return hook
+    def _pre(self, module, args, kwargs):
+        name = self._hooks.names[module]
+        call = self._counts.get(name, 0)
+        self._counts[name] = call + 1
+        row = {"name": name, "cls": type(module).__name__, "call": call}
+        self.calls.append(row)
+        self._stack.append(row)
 
-    def _post(self):
-        def hook(module, args, kwargs, output):
-            import torch
+    def _post(self, module, args, kwargs, output):
+        import torch
 
-            row = self._stack.pop()
-            row["finished"] = self._finished
-            self._finished += 1
-            out = next((t for t in _tensors(output) if t.is_floating_point() and t.numel()), None)
-            stats, held = {}, None
-            if self.inputs:
-                inputs = [self._absmax(t) for t in _tensors((args, kwargs))
-                          if t.is_floating_point() and t.numel()]
-                if inputs:
-                    stats["in_absmax"] = torch.stack(inputs).max()
-            if out is not None:
-                stats["out_absmax"] = self._absmax(out)
-                key = (row["name"], row["call"])
-                if self.keep:
-                    self.kept[key] = out.detach().float()
-                if self.against is not None and key in self.against:
-                    held = out.detach()
-                    stats.update(compare(self.against.pop(key), held))
-            self._pending.append((row, stats, held))
-        return hook
+        row = self._stack.pop()
+        row["finished"] = self._finished
+        self._finished += 1
+        out = next((t for t in _tensors(output) if t.is_floating_point() and t.numel()), None)
+        stats, held = {}, None
+        if self.inputs:
+            inputs = [self._absmax(t) for t in _tensors((args, kwargs))
+                      if t.is_floating_point() and t.numel()]
+            if inputs:
+                stats["in_absmax"] = torch.stack(inputs).max()
+        if out is not None:
+            stats["out_absmax"] = self._absmax(out)
+            key = (row["name"], row["call"])
+            if self.keep:
+                self.kept[key] = out.detach().float()
+            if self.against is not None and key in self.against:
+                held = out.detach()
+                stats.update(compare(self.against.pop(key), held))
+        self._pending.append((row, stats, held))
 
     def _absmax(self, tensor):
         import weakref

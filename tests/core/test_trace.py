@@ -144,3 +144,36 @@ def test_statistics_equal_the_exhaustive_ones(demo_dir, name):
 
     got = {c.index: [floating(c.inputs), floating(c.outputs)] for c in tracer.calls}
     assert got == expected
+
+
+class Fails(torch.nn.Module):
+    def forward(self, x):
+        raise RuntimeError("mat1 and mat2 must have the same dtype")
+
+
+def test_hooks_come_out_and_collection_resumes_even_when_the_pass_raises():
+    import gc
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), Fails())
+    own = model[0].register_forward_hook(lambda module, args, output: None)
+    with pytest.raises(RuntimeError), Tracer(model) as tracer:
+        assert not gc.isenabled()
+        model(torch.ones(1, 4))
+    assert gc.isenabled()
+    assert tracer.failed_in.name == "1"
+    for module in model.modules():
+        hooks = (module._forward_pre_hooks, module._forward_pre_hooks_with_kwargs,
+                 module._forward_hooks, module._forward_hooks_with_kwargs)
+        expected = [own.id] if module is model[0] else []
+        assert [list(d) for d in hooks] == [[], [], expected, []]
+
+
+def test_the_trace_sees_what_forward_sees_after_the_modules_own_hooks():
+    """A float32 island casts its input in a pre-hook: the trace records the cast input."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    model[0].register_forward_pre_hook(lambda module, args: (args[0].float(),))
+    with torch.no_grad(), Tracer(model) as tracer:
+        model(torch.ones(1, 4, dtype=torch.float16))
+    linear = next(c for c in tracer.calls if c.name == "0")
+    assert [t.dtype for t in linear.inputs] == ["float32"]
+    assert tracer.calls[0].inputs[0].dtype == "float16"  # the Sequential's own input
