@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .inventory import headroom_by_module, locate, rolled_up
+
 STATUS_RANK = {"ok": 0, "warning": 1, "error": 2}
 
 
@@ -36,6 +38,9 @@ class TreeIndex:
         self.devices: set[str] = set()
         self._summary = {"parameters": 0, "tensors": 0, "bytes": 0, "dtypes": {}, "devices": {}}
         self._build()
+        # Module path -> the share of its dtype's range its outputs use, rolled up to parents:
+        # what "colour by headroom" shows, computed here rather than per result on the GUI thread.
+        self.headroom = rolled_up(headroom_by_module(root))
 
     def __reduce__(self):
         # The tables are keyed by object identity, which pickling does not keep: a pickled
@@ -110,8 +115,6 @@ class TreeIndex:
 
     def resolve(self, location: str):
         """The node a finding's location names, by the engine's own rule (inventory.locate)."""
-        from fp16studio.core.inventory import locate
-
         return locate(self.root, location)
 
     def visible(self, text: str = "", dtype: str = "", device: str = "",

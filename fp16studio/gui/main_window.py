@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QProgressBar, 
                                QTabWidget, QToolBar, QToolButton, QVBoxLayout, QWidget)
 
 from fp16studio.core import PipelineSpec
-from fp16studio.core.inventory import drift_by_module, headroom_by_module, rolled_up
+from fp16studio.core.inventory import drift_by_module, rolled_up
 
 from .compare import CompareView
 from .drift_view import DriftView
@@ -337,8 +337,7 @@ class MainWindow(FileActions, QMainWindow):
 
     def _on_diagnosis(self, diagnosis):
         c = self.controller
-        self.tensors.set_module_values("headroom", rolled_up(headroom_by_module(diagnosis.tree))
-                                       if diagnosis is not None and diagnosis.tree is not None else None)
+        self.tensors.set_module_values("headroom", c.tree_index.headroom if c.tree_index else None)
         if diagnosis is None:
             self.tensors.set_tree(None)
             self.findings.set_findings([], ok=False)
@@ -391,8 +390,12 @@ class MainWindow(FileActions, QMainWindow):
             self.stage_label.setText("")
 
     def _on_progress(self, value: int, maximum: int, label: str):
+        # QProgressBar.setValue repaints at once, and a synchronous repaint flushes every dirty
+        # region of the window with it (25 ms here); with updates off it only schedules one.
+        self.progress.setUpdatesEnabled(False)
         self.progress.setRange(0, maximum)
         self.progress.setValue(value)
+        self.progress.setUpdatesEnabled(True)
         self.stage_label.setText(label)
 
     def reveal_location(self, location: str):

@@ -148,6 +148,7 @@ def test_no_overflow_risk_in_range_or_in_a_float16_run(demo_dir):
 
 def test_headroom_and_drift_per_module_roll_up_to_the_parents(demo_dir):
     from fp16studio.core.inventory import drift_by_module, headroom_by_module, rolled_up
+    from fp16studio.core.tree_index import TreeIndex
 
     report = diagnose(demo_spec("overflow").replace(model_dtype="float32"))
     used = rolled_up(headroom_by_module(report.tree, against="float16"))
@@ -156,6 +157,7 @@ def test_headroom_and_drift_per_module_roll_up_to_the_parents(demo_dir):
     assert used["bert.embeddings"] < 1e-3 and used["bert.encoder.layer.1"] < 1e-3
     own = headroom_by_module(report.tree)                               # against float32
     assert own["bert.encoder.layer.0.intermediate.dense"] < 1e-30
+    assert TreeIndex(report.tree).headroom == rolled_up(own)  # built with the index, off the GUI
     sqnr = rolled_up(drift_by_module(drift(demo_spec("overflow"), islands=False).modules), min)
     assert sqnr["bert.encoder.layer.0.intermediate.dense"] == float("-inf") == sqnr["model"]
     assert sqnr["bert.embeddings"] > 40

@@ -105,3 +105,29 @@ def test_app_main_opens_a_spec_and_exits_cleanly():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "opened models/tiny-resnet True" in out.stdout
+
+
+def test_stage_progress_is_shown_without_a_synchronous_repaint(qtbot, window):
+    """QProgressBar.setValue repaints at once, flushing the whole window's dirty regions with
+    it; the window's progress only schedules a paint."""
+    from PySide6.QtCore import QEvent, QObject
+
+    class Paints(QObject):
+        count = 0
+
+        def eventFilter(self, obj, event):
+            if event.type() == QEvent.Type.Paint:
+                Paints.count += 1
+            return False
+
+    window.show()
+    window._on_busy(True)
+    qtbot.waitExposed(window)
+    qtbot.wait(50)
+    paints = Paints()
+    window.progress.installEventFilter(paints)
+    window._on_progress(2, 4, "forward")
+    assert Paints.count == 0
+    assert (window.progress.value(), window.progress.maximum()) == (2, 4)
+    assert window.stage_label.text() == "forward"
+    qtbot.waitUntil(lambda: Paints.count > 0, timeout=5000)  # painted with the next update
