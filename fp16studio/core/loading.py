@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import fnmatch
 import json
 from dataclasses import dataclass
@@ -64,7 +65,8 @@ def model_folder(spec: PipelineSpec) -> str:
         if not (local / "config.json").is_file():
             raise InputError(f"model {spec.model!r}: the folder has no config.json")
         return str(local)
-    return resolve_model_source(spec.model, spec.revision, spec.trust_remote_code)
+    return resolve_model_source(spec.model, spec.revision, spec.trust_remote_code,
+                                spec.resolve_path(spec.model))
 
 
 def load_config(folder: str, spec: PipelineSpec):
@@ -156,6 +158,7 @@ def load_model(spec: PipelineSpec, device) -> LoadedModel:
             model = cls.from_pretrained(folder, **kwargs)
         except Exception as exc:  # noqa: BLE001 - _weights_error re-raises what is not bad input
             raise _weights_error(spec, exc) from None
+    check_module_patterns(model, spec)
     if not spec.device_map:
         model.to(device)
     if spec.model_cast and not spec.run_in_float32:  # with islands, apply_run_in_float32 casts
@@ -253,6 +256,21 @@ def _check_device_map(spec: PipelineSpec):
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         raise InputError(f"device_map: {spec.device_map!r} is not a device of this machine "
                          f"({count} CUDA device(s))")
+
+
+def check_module_patterns(model, spec: PipelineSpec) -> None:
+    """A `keep_fp32` or `run_in_float32` pattern that names no module would do nothing, and the
+    run would look as if it had: an error naming the closest module instead."""
+    names = [name for name, _ in model.named_modules() if name]
+    for key in ("run_in_float32", "keep_fp32"):
+        for pattern in getattr(spec, key):
+            if any(fnmatch.fnmatchcase(name, pattern) for name in names):
+                continue
+            near = difflib.get_close_matches(pattern, names, n=1, cutoff=0.6)
+            hint = (f"; did you mean {near[0]!r}?" if near else
+                    f"; its module names look like {max(names, key=len)!r}" if names else "")
+            raise InputError(f"{key}: {pattern!r} matches no module of {type(model).__name__} "
+                             f"(patterns are fnmatch patterns on module names{hint})")
 
 
 def keep_in_float32(model, patterns) -> list[str]:

@@ -299,3 +299,13 @@ def test_out_of_memory_while_loading_is_a_finding_not_a_crash(demo_dir, monkeypa
     report = diagnose(demo_spec("healthy"))
     assert [f.code for f in report.findings] == ["out-of-memory"]
     assert report.error["stage"] == "model" and not report.ok
+
+
+@pytest.mark.parametrize("key", ["keep_fp32", "run_in_float32"])
+def test_a_module_pattern_that_matches_nothing_is_bad_input_naming_the_closest(demo_dir, key):
+    from fp16studio.core.errors import InputError
+
+    spec = demo_spec("healthy").replace(model_dtype="float16", **{key: ["resnet.poolr"]})
+    with pytest.raises(InputError, match=rf"^{key}: 'resnet.poolr' matches no module of "
+                                         r".*did you mean 'resnet.pooler'\?"):
+        diagnose(spec)
