@@ -138,7 +138,7 @@ def _read_source(spec: PipelineSpec):
     source = data_source(spec)
     try:
         if source.kind == "hub":
-            snapshot = resolve_dataset_source(spec.dataset)
+            snapshot = resolve_dataset_source(spec.dataset, tried=spec.resolve_path(spec.dataset))
             if snapshot is None:  # online and not cached: let datasets fetch just the split
                 return datasets.load_dataset(spec.dataset, spec.dataset_config,
                                              split=f"{spec.split}[:{spec.samples}]")

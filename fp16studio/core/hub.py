@@ -10,6 +10,7 @@ import http.client
 import os
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlparse
 
 from .errors import InputError, first_line
@@ -159,9 +160,11 @@ def cached_snapshot(repo_id: str, repo_type: str, revision: str | None) -> str |
         return None
 
 
-def resolve_model_source(value: str, revision: str | None, trust_remote_code: bool) -> str:
-    """A local folder for `value`: the cached snapshot, or a fresh download."""
-    snapshot = _cached_or_reachable(value, "model", revision, "no such folder")
+def resolve_model_source(value: str, revision: str | None, trust_remote_code: bool,
+                         tried: Path | None = None) -> str:
+    """A local folder for `value`: the cached snapshot, or a fresh download. `tried`: where
+    `value` was looked for as a folder (named in the error when it is neither)."""
+    snapshot = _cached_or_reachable(value, "model", revision, "folder", tried)
     if snapshot:
         return snapshot
     patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken"]
@@ -170,27 +173,32 @@ def resolve_model_source(value: str, revision: str | None, trust_remote_code: bo
     return _download(value, "model", revision, patterns)
 
 
-def resolve_dataset_source(value: str, revision: str | None = None) -> str | None:
+def resolve_dataset_source(value: str, revision: str | None = None,
+                           tried: Path | None = None) -> str | None:
     """The cached snapshot folder of a Hub dataset, or None to let `datasets` download it."""
-    return _cached_or_reachable(value, "dataset", revision, "no such file or folder")
+    return _cached_or_reachable(value, "dataset", revision, "file or folder", tried)
 
 
-def _cached_or_reachable(value, repo_type, revision, not_local) -> str | None:
+def _cached_or_reachable(value, repo_type, revision, local_kind, tried) -> str | None:
     """The cached snapshot; None when it is not cached but the Hub can be reached; else an
-    InputError that says what to download."""
+    InputError that says what to download, and where `value` was looked for locally (a spec
+    copied without its model folder has a relative path that names nothing here)."""
+    where = f" at {tried}" if tried is not None else ""
     if not looks_like_repo_id(value):
-        raise InputError(f"{repo_type} {value!r}: {not_local}, and not a Hub id (org/name)")
+        raise InputError(f"{repo_type} {value!r}: no such {local_kind}{where}, "
+                         "and not a Hub id (org/name)")
     snapshot = cached_snapshot(value, repo_type, revision)
     if snapshot:
         return snapshot
     if online():
         return None
+    nor = f" (nor a local {local_kind}{where})" if where else ""
     if not offline_requested() and hub_went_silent():
-        raise InputError(f"{repo_type} {value!r} is not in the Hugging Face cache, and "
+        raise InputError(f"{repo_type} {value!r} is not in the Hugging Face cache{nor}, and "
                          f"{silent_message()}")
     flag = "" if repo_type == "model" else f" --repo-type {repo_type}"
-    raise InputError(f"{repo_type} {value!r} is not in the Hugging Face cache and the Hub cannot "
-                     f"be reached; on a connected machine run: hf download {value}{flag}")
+    raise InputError(f"{repo_type} {value!r} is not in the Hugging Face cache{nor} and the Hub "
+                     f"cannot be reached; on a connected machine run: hf download {value}{flag}")
 
 
 def _download(repo_id: str, repo_type: str, revision: str | None, patterns: list[str]) -> str:

@@ -2,6 +2,7 @@
 and the real all-MiniLM-L6-v2."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -107,6 +108,18 @@ def test_offline_hub_ids_load_from_the_cache(demo_dir, tmp_path, monkeypatch):
     assert report.ok, report.to_json()
     with pytest.raises(InputError, match="not in the Hugging Face cache.*hf download tiny/other"):
         diagnose(PipelineSpec(model="tiny/other", dataset="tiny/texts"))
+
+
+def test_a_copied_spec_names_the_folder_it_looked_for(tmp_path, monkeypatch):
+    """A spec copied without its model folder: the error says where the relative path led."""
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    for model in ("./models/mine", "models/mine"):  # a path, or a path that reads as a Hub id
+        spec = PipelineSpec.from_dict({"model": model, "dataset": "synthetic"}, base_dir=tmp_path)
+        with pytest.raises(InputError, match=re.escape(f"folder at {tmp_path / 'models/mine'}")):
+            diagnose(spec)
 
 
 def test_remote_code_is_refused_unless_trusted(demo_dir, tmp_path):
