@@ -29,6 +29,23 @@ def model_dir(name: str) -> Path:
     return folder
 
 
+def stored_in(name: str, dtype: str) -> Path:
+    """The model's folder with its weights stored in `dtype` (as many 1B+ checkpoints are
+    published in bfloat16), made from the float32 one on first use."""
+    if dtype == "float32":
+        return model_dir(name)
+    folder = ROOT / f"{name}-{dtype}"
+    if not (folder / "config.json").is_file():
+        import torch
+        from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+        cls = AutoModelForCausalLM if name in LLAMA else AutoModel
+        model = cls.from_pretrained(model_dir(name), dtype=getattr(torch, dtype))
+        model.save_pretrained(folder)
+        AutoTokenizer.from_pretrained(model_dir(name)).save_pretrained(folder)
+    return folder
+
+
 def _config(name: str):
     from transformers import BertConfig, LlamaConfig
 
