@@ -10,6 +10,7 @@ window's, so a script or a test drives the whole loop through this object.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
@@ -21,6 +22,8 @@ from fp16studio.core.presentation import STAGES
 from .history import SpecChange
 from .worker import Job, WorkerHost
 
+# A script's output lines per batch (one every 50 ms at most) that reach the Log.
+SCRIPT_LINES_SHOWN = 200
 RUNS = ("diagnose", "bench", "trace", "drift")   # the jobs Run/Cancel and the progress bar are about
 NO_MODEL = ("Choose a model first: type a Hub id or a local folder in the Model field, pick one "
             "from your Hugging Face cache, or drop a folder on it.")
@@ -279,14 +282,22 @@ class SessionController(QObject):
         self.logged.emit("info", f"Trace: {shown}")
         self.worker.submit(Job("trace", "trace", (str(path), tuple(map(str, args))),
                                on_result=lambda result: self._on_diagnosis(None, *result),
-                               on_sample=self._on_script_output,
+                               on_samples=self._on_script_output,
                                on_error=self._on_diagnosis_error,
                                on_cancel=lambda: self.logged.emit("warning", "Trace cancelled.")))
         return True
 
-    def _on_script_output(self, payload):
-        stream, line = payload
-        self.logged.emit("warning" if stream == "stderr" else "info", f"{stream}: {line}")
+    def _on_script_output(self, payloads):
+        """A batch of the script's (stream, line)s: one Log entry per run of lines from one
+        stream, and only the last SCRIPT_LINES_SHOWN of a batch (a script printing in a tight
+        loop would otherwise hold the GUI thread for the Log's layout of every line)."""
+        hidden = len(payloads) - SCRIPT_LINES_SHOWN
+        if hidden > 0:
+            self.logged.emit("info", f"… {hidden} lines of the script's output not shown")
+            payloads = payloads[hidden:]
+        for stream, group in itertools.groupby(payloads, key=lambda payload: payload[0]):
+            self.logged.emit("warning" if stream == "stderr" else "info",
+                             "\n".join(f"{stream}: {line}" for _, line in group))
 
     def continue_as_pipeline(self) -> bool:
         """Adopt the spec recovered from the shown trace as a new start (a different pipeline
@@ -351,7 +362,8 @@ class SessionController(QObject):
         self.logged.emit("info", "Benchmark started.")
         self.worker.submit(Job(
             "bench", "bench", (spec, variants),
-            on_result=lambda doc: self._on_benchmark(spec, doc), on_sample=self.benchSample.emit,
+            on_result=lambda doc: self._on_benchmark(spec, doc),
+            on_samples=lambda samples: [self.benchSample.emit(sample) for sample in samples],
             on_error=lambda message, detail: self.logged.emit(
                 "error", f"Benchmark failed: {message}\n{detail}".strip()),
             on_cancel=lambda: self.logged.emit("warning", "Benchmark cancelled.")))

@@ -27,7 +27,8 @@ class Job:
     """An engine task (fp16studio.engine.tasks) run in the engine process: `task` is its name,
     or a module-level function (tests, extensions); only the name travels. The task gets
     `progress`, `cancel` and `on_sample` where its signature asks for them. Callbacks run on the
-    GUI thread; `on_sample` gets a benchmark's live samples.
+    GUI thread; `on_samples` gets what the task's `on_sample` sent (a benchmark's live samples, a
+    script's output lines) as lists, at most every 50 ms: a fast stream is handled in batches.
 
     `kind` groups jobs: a look-up kind (`supersede=True`) keeps only the latest job pending.
     """
@@ -40,7 +41,7 @@ class Job:
     on_result: Callable[[Any], None] | None = None
     on_error: Callable[[str, str], None] | None = None
     on_cancel: Callable[[], None] | None = None
-    on_sample: Callable[[Any], None] | None = None
+    on_samples: Callable[[list], None] | None = None
     token: CancelToken = field(default_factory=CancelToken)
     id: int = field(default_factory=itertools.count(1).__next__)
 
@@ -163,9 +164,8 @@ class WorkerHost(QObject):
             self.jobProgress.emit(job, stage, message)
 
     def _on_samples(self, job, payloads):
-        if not job.token.cancelled and job.on_sample:
-            for payload in payloads:
-                job.on_sample(payload)
+        if not job.token.cancelled and job.on_samples:
+            job.on_samples(payloads)
 
     def _on_finished(self, job, result):
         self._pending.pop(job.id, None)

@@ -125,3 +125,21 @@ def test_compare_with_float32_shows_the_drift_and_its_fix_applies(qtbot):
     assert window.spec.run_in_float32
     assert finished.args[0]["output"]["finite"]
     assert not view.stale.isVisible()
+
+
+def test_a_flood_of_script_output_reaches_the_log_in_few_entries(qtbot):
+    from fp16studio.gui.session_controller import SCRIPT_LINES_SHOWN, SessionController
+
+    controller = SessionController()
+    try:
+        logged = []
+        controller.logged.connect(lambda level, text: logged.append((level, text)))
+        batch = [("stdout", f"step {i}") for i in range(1000)] + [("stderr", "warning: slow")]
+        controller._on_script_output(batch)
+        hidden = len(batch) - SCRIPT_LINES_SHOWN
+        assert logged[0] == ("info", f"… {hidden} lines of the script's output not shown")
+        shown = [line for _, text in logged[1:] for line in text.split("\n")]
+        assert shown == [f"stdout: step {i}" for i in range(hidden, 1000)] + ["stderr: warning: slow"]
+        assert [level for level, _ in logged[1:]] == ["info", "warning"]  # one entry per stream run
+    finally:
+        controller.shutdown()

@@ -111,7 +111,7 @@ def test_a_job_that_ignores_cancel_ends_with_its_process(qtbot, host):
 
 def test_samples_stream_in_order(qtbot, host):
     samples, results = [], []
-    job = Job("bench", work.stream, (50,), on_sample=samples.append, on_result=results.append)
+    job = Job("bench", work.stream, (50,), on_samples=samples.extend, on_result=results.append)
     assert run(qtbot, host, job) == "finished"
     assert [s["iteration"] for s in samples] == list(range(50)) and results == [50]
 
