@@ -9,6 +9,7 @@ import time
 from . import dtypes
 from .data import PipelineFailure
 from .errors import check_cancel, first_line, report_progress
+from .gc_pause import gc_paused
 from .inventory import mark, pipeline_tree
 from .islands import with_island_fix
 from .loading import is_oom, resolve_device
@@ -91,10 +92,11 @@ def _run(spec, loaded, processor, timings, progress, cancel):
     try:
         check_cancel(cancel)
         report_progress(progress, "rules", "reading the evidence")
-        with _timed(timings, "rules"):
+        with _timed(timings, "rules"), gc_paused():
+            param_dtypes, module_param_dtypes = _param_dtypes(model)
             evidence = Evidence(
-                spec=spec, device_type=device.type, param_dtypes=_param_dtypes(model),
-                module_param_dtypes=_module_param_dtypes(model),
+                spec=spec, device_type=device.type, param_dtypes=param_dtypes,
+                module_param_dtypes=module_param_dtypes,
                 keep_in_fp32=tuple(_keep_in_fp32_modules(model)), facts=facts, calls=calls,
                 error=error, exception=exception)
             findings = run_rules(evidence)
@@ -152,24 +154,22 @@ def _describe_output(result) -> dict | None:
             "finite": finite}
 
 
-def _param_dtypes(model) -> dict:
+def _param_dtypes(model) -> tuple[dict, dict]:
+    """(floating dtype -> element count, module name -> dtype of its first own floating
+    parameter), in one walk over each module's own parameters (a tied one counted once)."""
     counts: dict = {}
-    for param in model.parameters():
-        if param.is_floating_point():
-            key = dtypes.name_of(param.dtype)
-            counts[key] = counts.get(key, 0) + param.numel()
-    return counts
-
-
-def _module_param_dtypes(model) -> dict:
-    """module name -> dtype of its own floating parameters (first one)."""
-    out = {}
+    first: dict = {}
+    seen: set = set()
     for name, module in model.named_modules():
-        for param in module.parameters(recurse=False):
-            if param.is_floating_point():
-                out[name] = dtypes.name_of(param.dtype)
-                break
-    return out
+        for param in module._parameters.values():
+            if param is None or not param.is_floating_point():
+                continue
+            key = dtypes.name_of(param.dtype)
+            first.setdefault(name, key)
+            if id(param) not in seen:
+                seen.add(id(param))
+                counts[key] = counts.get(key, 0) + param.numel()
+    return counts, first
 
 
 def _keep_in_fp32_modules(model) -> list[str]:

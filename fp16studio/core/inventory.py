@@ -24,10 +24,14 @@ def model_tree(model) -> TensorNode:
             nodes[name] = nodes[parent_name].add(node)
         node = nodes[name]
         prefix = f"{name}." if name else ""
-        for pname, param in module.named_parameters(recurse=False):
-            node.add(tensor_node(pname, prefix + pname, "parameter", param))
-        for bname, buf in module.named_buffers(recurse=False):
-            node.add(tensor_node(bname, prefix + bname, "buffer", buf))
+        # The module's own dicts: named_parameters' generator machinery, per module, costs
+        # more than the nodes on a model of 11k small modules.
+        for pname, param in module._parameters.items():
+            if param is not None:
+                node.add(tensor_node(pname, prefix + pname, "parameter", param))
+        for bname, buf in module._buffers.items():
+            if buf is not None:
+                node.add(tensor_node(bname, prefix + bname, "buffer", buf))
     # Modules first is how people read a model; tensors of a module before its children.
     for node in nodes.values():
         node.children.sort(key=lambda n: n.kind == "module")

@@ -261,6 +261,8 @@ def _check_device_map(spec: PipelineSpec):
 def check_module_patterns(model, spec: PipelineSpec) -> None:
     """A `keep_fp32` or `run_in_float32` pattern that names no module would do nothing, and the
     run would look as if it had: an error naming the closest module instead."""
+    if not (spec.run_in_float32 or spec.keep_fp32):
+        return
     names = [name for name, _ in model.named_modules() if name]
     for key in ("run_in_float32", "keep_fp32"):
         for pattern in getattr(spec, key):
@@ -276,7 +278,7 @@ def check_module_patterns(model, spec: PipelineSpec) -> None:
 def keep_in_float32(model, patterns) -> list[str]:
     """`.float()` every module whose name matches a pattern; returns the names kept."""
     kept = []
-    for name, module in model.named_modules():
+    for name, module in model.named_modules() if patterns else ():
         if name and any(fnmatch.fnmatchcase(name, p) for p in patterns):
             module.float()
             kept.append(name)

@@ -5,14 +5,14 @@ BERT. torch's `register_forward_(pre_)hook` makes a RemovableHandle per module a
 quarter of such a pass, so the hooks go into each module's hook dicts directly, under one id
 each, exactly as `register_forward_(pre_)hook(hook, with_kwargs=True)` would put them: after
 the module's own hooks, so the hooks see what its forward sees (float32 islands' casts
-included). Garbage collection waits while they are in: the records made per call would
-otherwise trigger full collections over every object of the model, a third of the pass.
+included). Garbage collection waits while they are in (see gc_pause).
 """
 
 from __future__ import annotations
 
-import gc
 from collections import OrderedDict
+
+from .gc_pause import gc_paused
 
 
 class ModuleHooks:
@@ -25,14 +25,13 @@ class ModuleHooks:
     def __init__(self, model, pre, post):
         self.model, self._pre, self._post = model, pre, post
         self.names: dict = {}
-        self._gc_was_enabled = False
+        self._gc = gc_paused()
         self._ids = None
 
     def __enter__(self):
         from torch.utils.hooks import RemovableHandle
 
-        self._gc_was_enabled = gc.isenabled()
-        gc.disable()
+        self._gc.__enter__()
         # Ids from torch's own counter, so they never collide with another hook's.
         self._ids = pre_id, post_id = (RemovableHandle(OrderedDict()).id,
                                        RemovableHandle(OrderedDict()).id)
@@ -59,6 +58,5 @@ class ModuleHooks:
         finally:
             self.names.clear()
             self.model = self._pre = self._post = None
-            if self._gc_was_enabled:
-                gc.enable()
+            self._gc.__exit__(None, None, None)
         return False

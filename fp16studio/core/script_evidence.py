@@ -18,7 +18,6 @@ from .diagnosis import (
     _describe_output,
     _error_doc,
     _keep_in_fp32_modules,
-    _module_param_dtypes,
     _param_dtypes,
     environment_info,
 )
@@ -124,10 +123,10 @@ def _snapshot(trace: ModelTrace, module, maps) -> Snapshot:
         tree.add(activations_tree(trace.calls))
     output = _describe_output(trace.output) if trace.exception is None and trace.output is not None \
         else None
+    param_dtypes, module_param_dtypes = _param_dtypes(module)
     return Snapshot(trace=trace, device=device, main_input=main_input,
                     batch_size=int(first.shape[0]) if first is not None and first.dim() else None,
-                    facts=facts, param_dtypes=_param_dtypes(module),
-                    module_param_dtypes=_module_param_dtypes(module),
+                    facts=facts, param_dtypes=param_dtypes, module_param_dtypes=module_param_dtypes,
                     keep_in_fp32=tuple(_keep_in_fp32_modules(module)), tree=tree, output=output)
 
 
