@@ -113,8 +113,12 @@ class TensorPanel(QWidget):
         self._reset_choices(index.dtypes if index else set(), index.devices if index else set())
         self._apply_filter()
         if index is not None and root is not None:
-            agg = index.aggregate(root)
-            self.summary.setText(f"{agg.tensors} tensors · {fmt.size(agg.bytes)}")
+            # Per group: the activations were made one after another during the pass, not held
+            # beside the weights, so one total would overstate what the model keeps.
+            groups = [(child.name, index.aggregate(child)) for child in root.children]
+            self.summary.setText("   ".join(
+                f"{name}: {agg.tensors:,} tensor{'s' if agg.tensors != 1 else ''} · "
+                f"{fmt.size(agg.bytes)}" for name, agg in groups))
         else:
             self.summary.setText("")
         if self.tree.model().rowCount() and not any(

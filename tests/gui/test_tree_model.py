@@ -289,3 +289,20 @@ def test_colour_by_device_headroom_and_drift_with_parents_showing_their_worst(qt
     assert layer0.data(COLOR_ROLE) == QColor(device_color("cpu"))
     panel.colour_by.setCurrentIndex(panel.colour_by.findData("dtype"))
     assert layer0.data(COLOR_ROLE) is None
+
+
+def test_the_summary_counts_each_group_apart(qtbot):
+    """The activations were made during the pass, not held beside the weights: not one total."""
+    from fp16studio.core.tree import TensorNode
+
+    root = TensorNode("pipeline", "", "group")
+    model = root.add(TensorNode("Net", "model", "module"))
+    model.add(TensorNode("w", "w", "parameter", shape=(256, 256), dtype="float16", bytes=131072))
+    acts = root.add(TensorNode("activations", "activations", "group"))
+    for i in range(3):
+        acts.add(TensorNode(f"out{i}", f"activations.out{i}", "activation", shape=(1, 8),
+                            dtype="float16", bytes=16))
+    panel = TensorPanel()
+    qtbot.addWidget(panel)
+    panel.set_tree(root)
+    assert panel.summary.text() == "Net: 1 tensor · 128.0 KiB   activations: 3 tensors · 48 B"
