@@ -63,12 +63,25 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+# The fp16studio package: frames from here in a traceback are the tracer's wrappers.
+_OURS = str(Path(__file__).resolve().parent.parent) + os.sep
+
+
 def _print_traceback(exc: BaseException, user):
-    """What `python SCRIPT` would print: the traceback from the script's own first frame."""
+    """What `python SCRIPT` would print: the traceback from the script's own first frame,
+    without the tracer's frames between the script's and the library's."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None and not user.owns(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb)
+    report = traceback.TracebackException(type(exc), exc, tb)
+    seen = set()
+    part = report
+    while part is not None and id(part) not in seen:  # the exception and those it chains
+        seen.add(id(part))
+        part.stack = traceback.StackSummary.from_list(
+            [frame for frame in part.stack if not frame.filename.startswith(_OURS)])
+        part = part.__cause__ or part.__context__
+    print("".join(report.format()), end="", file=sys.stderr)
 
 
 def _failure_outcome(exc: BaseException, user) -> dict:

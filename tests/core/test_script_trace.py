@@ -183,6 +183,7 @@ def test_cli_json_keeps_the_scripts_output_out():
     assert doc["spec"] is None and doc["findings"][0]["source"]["line"] == line_of(
         SCRIPTS / "own_model.py", "hidden = self.encoder(features)")
     assert failed.stderr.startswith("Traceback") and "own_model.py" in failed.stderr.splitlines()[1]
+    assert "script_tracer.py" not in failed.stderr   # as python would print it: no frames of ours
     missing = cli("nope.py")
     assert missing.returncode == 2 and missing.stderr.strip() == "fp16studio: no such script: nope.py"
 
