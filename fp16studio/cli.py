@@ -481,7 +481,9 @@ def cmd_trace(args) -> int:
 def format_trace(doc: dict) -> str:
     """Human-readable trace: the verdict, the models that ran, each finding at its script line."""
     name = os.path.basename(doc["script"])
-    lines = ["", f"{name} on {doc['device']}: {'ok' if doc['ok'] else 'problems found'}"]
+    # "unknown": the script's process ended before it said where its models ran.
+    where = f" on {doc['device']}" if doc["device"] != "unknown" else ""
+    lines = ["", f"{name}{where}: {'ok' if doc['ok'] else 'problems found'}"]
     for model in doc["models"]:
         lines.append(f"  model {model['name']} ({model['class']}): {model['calls']} call(s)")
     error = doc["error"]

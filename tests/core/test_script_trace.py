@@ -227,3 +227,13 @@ def test_a_timeout_during_fp16studios_own_start_shows_none_of_its_internals(tmp_
                           output=lambda stream, line: lines.append(line))
     assert not result.ok and result.error["type"] in ("Timeout", "KeyboardInterrupt")
     assert not any("fp16studio" in line for line in lines)
+
+
+def test_a_script_that_ends_its_own_process_is_said_so_without_a_device(tmp_path):
+    script = tmp_path / "quits.py"
+    script.write_text("import os\nprint('bye', flush=True)\nos._exit(0)\n")
+    run = subprocess.run([sys.executable, "-m", "fp16studio", "trace", str(script)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr
+    assert "quits.py: problems found" in run.stdout and " on unknown" not in run.stdout
+    assert "ended its process (status 0) before fp16studio could collect" in run.stdout
