@@ -21,8 +21,6 @@ from .spec import PipelineSpec
 DATA_FILE_BUILDERS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 AUDIO_SUFFIXES = audio.AUDIO_SUFFIXES
-# Synthetic rows are made in memory: a few thousand show any dtype problem a million would.
-SYNTHETIC_MAX_SAMPLES = 4096
 LABEL_NAMES = ("label", "labels", "class", "target", "category")
 TEXT_NAMES = ("text", "sentence", "sentence1", "question", "premise", "content", "document")
 PAIR_NAMES = ("text_pair", "sentence2", "context", "hypothesis", "passage")
@@ -188,10 +186,7 @@ def synthetic_rows(spec: PipelineSpec, config, processor):
     import numpy as np
     from PIL import Image
 
-    n = spec.samples
-    if n > SYNTHETIC_MAX_SAMPLES:
-        raise InputError(f"samples: at most {SYNTHETIC_MAX_SAMPLES} with dataset 'synthetic', "
-                         f"got {n}")
+    n = spec.samples  # at most spec.SYNTHETIC_MAX_SAMPLES: the spec checks it
     num_labels = max(1, int(getattr(config, "num_labels", 2) or 2))
     labels = [i % num_labels for i in range(n)]
     if hasattr(processor, "tokenize") or hasattr(processor, "encode"):

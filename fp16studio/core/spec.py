@@ -164,6 +164,8 @@ class PipelineSpec:
 
 
 KEYS = tuple(f.name for f in dataclasses.fields(PipelineSpec) if f.name != "base_dir")
+# Synthetic rows are made in memory: a few thousand show any dtype problem a million would.
+SYNTHETIC_MAX_SAMPLES = 4096
 
 
 class FrozenDict(dict):
@@ -265,6 +267,9 @@ def _validated(spec: PipelineSpec) -> dict[str, Any]:
         _check_type(key, getattr(s, key), int, "a whole number")
         if getattr(s, key) < 1:
             raise InputError(f"{key}: must be at least 1, got {getattr(s, key)}")
+    if s.dataset == "synthetic" and s.samples > SYNTHETIC_MAX_SAMPLES:
+        raise InputError(f"samples: at most {SYNTHETIC_MAX_SAMPLES} with dataset 'synthetic', "
+                         f"got {s.samples}")
     _one_of("task", s.task, TASKS)
     _one_of("format", s.format, ("torch", "python"))
     _one_of("input_cast", s.input_cast, ("floating", "all"))

@@ -34,6 +34,7 @@ def test_dtype_aliases_are_normalised(alias, name):
     ({"model_dtype": "float8"}, "model_dtype"),
     ({"batch_size": 0}, "batch_size"),
     ({"samples": "8"}, "samples"),
+    ({"dataset": "synthetic", "samples": 5000}, "samples: at most 4096 with dataset 'synthetic'"),
     ({"format": "numpy"}, "format"),
     ({"device": "tpu"}, "device"),
     ({"input_cast": "some"}, "input_cast"),
