@@ -102,8 +102,7 @@ class Recorder:
             self._hooks.__exit__()
         return False
 
-    def _pre(self, module, args, kwargs):
-        name = self._hooks.names[module]
+    def _pre(self, name, module, args, kwargs):
         call = self._counts.get(name, 0)
         self._counts[name] = call + 1
         row = {"name": name, "cls": type(module).__name__, "call": call}

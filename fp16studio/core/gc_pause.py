@@ -4,20 +4,33 @@ A traced pass of a 640-layer BERT makes 80 000 records (module calls, tensor des
 its tree 33 000 nodes; each 700 allocations start a collection, and the older generations'
 collections walk every object of the model: a third of the pass, and up to 0.3 s of a tree.
 Nothing of what is built then is garbage, and tensors are freed by reference counting anyway.
+Pauses nest and may end in any order, from any thread: collection resumes (if it was on)
+when the last one ends.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import threading
+
+_lock = threading.Lock()
+_depth = 0
+_was_enabled = False
 
 
 @contextlib.contextmanager
 def gc_paused():
-    enabled = gc.isenabled()
-    gc.disable()
+    global _depth, _was_enabled
+    with _lock:
+        if _depth == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _depth += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _was_enabled:
+                gc.enable()

@@ -16,15 +16,20 @@ from .gc_pause import gc_paused
 
 
 class ModuleHooks:
-    """Context manager for one pass: `pre(module, args, kwargs)` before and `post(module, args,
-    kwargs, output)` after every module's forward; `names` maps each module to its path.
+    """Context manager for one pass: `pre(name, module, args, kwargs)` before and
+    `post(module, args, kwargs, output)` after every module's forward, `name` its path.
 
-    On exit it lets go of the model and the hooks: they are usually bound methods of the object
-    that holds this one, and a cycle would keep the model alive until a garbage collection."""
+    The hooks put in the modules are plain functions: a module copied during the pass
+    (`nn.DataParallel`'s replicas, `copy.copy`, `copy.deepcopy`) shares or copies them without
+    copying the tracer behind them, and a shallow copy, which shares the original's hook dicts,
+    is named as the original. On exit this object lets go of the model and the callbacks."""
 
     def __init__(self, model, pre, post):
         self.model, self._pre, self._post = model, pre, post
-        self.names: dict = {}
+        self._modules: list = []
+        self._names: dict = {}         # module -> its path
+        self._by_hook_dict: dict = {}  # id(module._forward_pre_hooks) -> path, for shallow copies
+        self._live: list = []          # non-empty while the pass lasts
         self._gc = gc_paused()
         self._ids = None
 
@@ -35,12 +40,29 @@ class ModuleHooks:
         # Ids from torch's own counter, so they never collide with another hook's.
         self._ids = pre_id, post_id = (RemovableHandle(OrderedDict()).id,
                                        RemovableHandle(OrderedDict()).id)
+        names, by_hook_dict = self._names, self._by_hook_dict
+        live, pre, post = self._live, self._pre, self._post
+        live.append(True)
+
+        def pre_hook(module, args, kwargs):
+            if not live:  # a deep copy made during the pass, called after it
+                return
+            name = names.get(module)
+            if name is None:
+                name = by_hook_dict.get(id(module._forward_pre_hooks), type(module).__name__)
+            pre(name, module, args, kwargs)
+
+        def post_hook(module, args, kwargs, output):
+            if live:
+                post(module, args, kwargs, output)
+
         try:
             for name, module in self.model.named_modules():
-                self.names[module] = name
-                module._forward_pre_hooks[pre_id] = self._pre
+                names[module] = by_hook_dict[id(module._forward_pre_hooks)] = name
+                self._modules.append(module)
+                module._forward_pre_hooks[pre_id] = pre_hook
                 module._forward_pre_hooks_with_kwargs[pre_id] = True
-                module._forward_hooks[post_id] = self._post
+                module._forward_hooks[post_id] = post_hook
                 module._forward_hooks_with_kwargs[post_id] = True
         except BaseException:
             self.__exit__()
@@ -50,13 +72,16 @@ class ModuleHooks:
     def __exit__(self, *exc):
         pre_id, post_id = self._ids
         try:
-            for module in self.names:
+            for module in self._modules:
                 module._forward_pre_hooks.pop(pre_id, None)
                 module._forward_pre_hooks_with_kwargs.pop(pre_id, None)
                 module._forward_hooks.pop(post_id, None)
                 module._forward_hooks_with_kwargs.pop(post_id, None)
         finally:
-            self.names.clear()
+            self._live.clear()
+            self._modules.clear()
+            self._names.clear()
+            self._by_hook_dict.clear()
             self.model = self._pre = self._post = None
             self._gc.__exit__(None, None, None)
         return False

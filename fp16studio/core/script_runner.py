@@ -78,10 +78,19 @@ def _print_traceback(exc: BaseException, user):
     part = report
     while part is not None and id(part) not in seen:  # the exception and those it chains
         seen.add(id(part))
-        part.stack = traceback.StackSummary.from_list(
-            [frame for frame in part.stack if not frame.filename.startswith(_OURS)])
+        part.stack = _without_our_wrappers(part.stack)
         part = part.__cause__ or part.__context__
     print("".join(report.format()), end="", file=sys.stderr)
+
+
+def _without_our_wrappers(stack):
+    """The frames, less ours between the script's and the library's. Ours after the last
+    frame of anyone else's stay: the exception was raised in them (a bug of ours, shown)."""
+    frames = list(stack)
+    last_foreign = max((i for i, f in enumerate(frames) if not f.filename.startswith(_OURS)),
+                       default=-1)
+    return traceback.StackSummary.from_list(
+        [f for i, f in enumerate(frames) if i > last_foreign or not f.filename.startswith(_OURS)])
 
 
 def _failure_outcome(exc: BaseException, user) -> dict:

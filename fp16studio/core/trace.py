@@ -79,7 +79,6 @@ class Tracer:
         self.stack: list[ModuleCall] = []
         self.counted = True
         self._hooks = None
-        self._names: dict = {}      # module -> its path in the model (the hooks')
         self._params: dict = {}     # module -> (params, param_devices): fixed during a pass
         self._stats: list = []      # per measured tensor: (min, max[, nonfinite count]) 0-d
         self._groups: dict = {}     # (device, dtype) -> indices into _stats
@@ -93,7 +92,6 @@ class Tracer:
 
         self._tensor_type = torch.Tensor
         self._hooks = ModuleHooks(self.model, self._pre_hook, self._post_hook).__enter__()
-        self._names = self._hooks.names
         return self
 
     def __exit__(self, *exc):
@@ -110,10 +108,9 @@ class Tracer:
         """The innermost module still running: where an exception hit."""
         return self.stack[-1] if self.stack else None
 
-    def _pre_hook(self, module, args, kwargs):
+    def _pre_hook(self, name, module, args, kwargs):
         params, devices = self._module_params(module)
-        call = ModuleCall(len(self.calls), self._names[module], type(module).__name__,
-                          params, devices)
+        call = ModuleCall(len(self.calls), name, type(module).__name__, params, devices)
         if args:
             self._describe(args, "input", call.inputs)
         if kwargs:

@@ -237,3 +237,15 @@ def test_a_script_that_ends_its_own_process_is_said_so_without_a_device(tmp_path
     assert run.returncode == 1, run.stderr
     assert "quits.py: problems found" in run.stdout and " on unknown" not in run.stdout
     assert "ended its process (status 0) before fp16studio could collect" in run.stdout
+
+
+def test_a_traceback_keeps_our_frames_only_where_the_exception_was_raised():
+    import traceback
+
+    from fp16studio.core import script_runner
+
+    ours = script_runner._OURS + "core/script_tracer.py"
+    frames = [traceback.FrameSummary(name, 1, "f") for name in
+              ("/home/u/script.py", ours, "/lib/torch/module.py", ours)]
+    kept = [f.filename for f in script_runner._without_our_wrappers(frames)]
+    assert kept == ["/home/u/script.py", "/lib/torch/module.py", ours]  # a bug of ours shows

@@ -177,3 +177,46 @@ def test_the_trace_sees_what_forward_sees_after_the_modules_own_hooks():
     linear = next(c for c in tracer.calls if c.name == "0")
     assert [t.dtype for t in linear.inputs] == ["float32"]
     assert tracer.calls[0].inputs[0].dtype == "float16"  # the Sequential's own input
+
+
+class Replicates(torch.nn.Module):
+    """Runs copies of its layer, as nn.DataParallel's replicas and copy.copy make them."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        import copy
+
+        replica = self.layer._replicate_for_data_parallel()
+        replica._parameters = dict(self.layer._parameters)
+        return copy.deepcopy(self.layer)(copy.copy(self.layer)(replica(x)))
+
+
+def test_copies_of_a_module_made_during_the_pass_are_traced_not_broken():
+    from fp16studio.core.drift import Recorder
+
+    model = Replicates()
+    with torch.no_grad(), Tracer(model) as tracer:
+        model(torch.ones(1, 4))
+    # Shallow copies share the original's hook dicts and its name; a deep copy has its class.
+    assert [c.name for c in tracer.calls] == ["", "layer", "layer", "Linear"]
+    with torch.no_grad(), Recorder(model) as recorder:
+        model(torch.ones(1, 4))
+    assert [row["name"] for row in recorder.calls] == ["", "layer", "layer", "Linear"]
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_garbage_collection_pauses_nest_and_may_end_in_any_order():
+    import gc
+
+    from fp16studio.core.gc_pause import gc_paused
+
+    outer, inner = gc_paused(), gc_paused()
+    outer.__enter__()
+    inner.__enter__()
+    outer.__exit__(None, None, None)   # the first one ends first (another thread's pass)
+    assert not gc.isenabled()
+    inner.__exit__(None, None, None)
+    assert gc.isenabled()
