@@ -56,13 +56,23 @@ def read_text(path: Path, what: str) -> str:
         raise InputError(f"{what} {path}: not UTF-8 text (byte {exc.start})") from None
 
 
+def expand_user(path: str | Path) -> Path:
+    """`~` and `~user` expanded; a `~user` with no home on this machine stays as written (it
+    names nothing local), where pathlib would raise."""
+    path = Path(path)
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        return path
+
+
 def check_output(path: str | Path, inputs: list[Path], is_own_kind, force: bool = False) -> Path:
     """The output path, once it is safe to write: not empty, not a folder, not one of `inputs`
     (files or folders the command reads), and, when a file is there already, one that
     `is_own_kind(path)` recognises as this command's kind of output (else `force` is needed)."""
     if not str(path).strip():
         raise InputError("output path is empty")
-    path = Path(path).expanduser()
+    path = expand_user(path)
     target = path.resolve()
     for source in inputs:
         source = source.resolve()

@@ -263,7 +263,8 @@ def check_module_patterns(model, spec: PipelineSpec) -> None:
     run would look as if it had: an error naming the closest module instead."""
     if not (spec.run_in_float32 or spec.keep_fp32):
         return
-    names = [name for name, _ in model.named_modules() if name]
+    # Every path, a shared module's second one included (named_modules lists it once).
+    names = [name for name, _ in model.named_modules(remove_duplicate=False) if name]
     for key in ("run_in_float32", "keep_fp32"):
         for pattern in getattr(spec, key):
             if any(fnmatch.fnmatchcase(name, pattern) for name in names):
@@ -278,7 +279,7 @@ def check_module_patterns(model, spec: PipelineSpec) -> None:
 def keep_in_float32(model, patterns) -> list[str]:
     """`.float()` every module whose name matches a pattern; returns the names kept."""
     kept = []
-    for name, module in model.named_modules() if patterns else ():
+    for name, module in model.named_modules(remove_duplicate=False) if patterns else ():
         if name and any(fnmatch.fnmatchcase(name, p) for p in patterns):
             module.float()
             kept.append(name)

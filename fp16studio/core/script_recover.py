@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import dtypes
 from .errors import InputError
+from .files import expand_user
 from .loading import AUTO_CLASSES
 from .script_tracer import UserCode
 from .spec import PipelineSpec
@@ -288,7 +289,7 @@ def _floating_dtypes(out: dict) -> dict:
 
 def _path_or_id(value) -> str:
     text = str(value)
-    path = Path(text).expanduser()
+    path = expand_user(text)
     return str(path.resolve()) if path.exists() else text
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import Cancelled, InputError, check_cancel, report_progress
+from .files import expand_user
 from .report import Diagnosis
 from .spec import DEMO_PREFIX, PipelineSpec
 
@@ -63,7 +64,7 @@ def resolve_script(text: str) -> Path:
         from .demo import trace_demo_script
 
         return trace_demo_script(text[len(DEMO_PREFIX):])
-    path = Path(text).expanduser()
+    path = expand_user(text)
     if not path.is_file():
         raise InputError(f"no such script: {text}" if not path.exists()
                          else f"not a script file: {text}")

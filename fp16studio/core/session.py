@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import __version__
 from . import trust
 from .errors import InputError
-from .files import keep_backup, read_text
+from .files import expand_user, keep_backup, read_text
 from .spec import PipelineSpec, _remove_quietly, write_text_atomic
 
 FORMAT = 1
@@ -56,7 +56,7 @@ class Session:
 
 def save_session(session: Session, path: str | Path) -> Session:
     """Write the session to `path` (previous file kept as .bak); returns it with `path` set."""
-    path = Path(path).expanduser().absolute()
+    path = expand_user(path).absolute()
     document = session.to_document(path.parent)
     keep_backup(path)
     write_text_atomic(path, json.dumps(document, indent=2) + "\n")
@@ -67,7 +67,7 @@ def save_session(session: Session, path: str | Path) -> Session:
 
 def open_session(path: str | Path) -> Session:
     """Read a session file, or a plain spec file (a session without findings)."""
-    path = Path(path).expanduser().absolute()
+    path = expand_user(path).absolute()
     session = _read(path)
     add_recent(path)
     return session
@@ -155,7 +155,7 @@ def recent_files() -> list[Path]:
 
 
 def add_recent(path: str | Path) -> None:
-    path = Path(path).expanduser().absolute()
+    path = expand_user(path).absolute()
     entries = [path] + [p for p in _read_recent() if p != path]
     folder = config_dir()
     try:

@@ -16,6 +16,7 @@ from typing import Any
 
 from . import dtypes
 from .errors import InputError
+from .files import expand_user
 
 TASKS = ("auto", "image-classification", "sequence-classification", "feature-extraction",
          "causal-lm", "seq2seq-lm")
@@ -136,7 +137,7 @@ class PipelineSpec:
                 continue
             file_part, sep, function = value.rpartition(":") if key == "preprocess" else (value, "", "")
             local = self.local_path(file_part)
-            if local is not None and not Path(file_part).expanduser().is_absolute():
+            if local is not None and not expand_user(file_part).is_absolute():
                 edits[key] = str(local.resolve()) + sep + function
         return dataclasses.replace(self, **edits, base_dir=str(folder))
 
@@ -149,7 +150,7 @@ class PipelineSpec:
     # -- paths ----------------------------------------------------------------------------------
     def resolve_path(self, value: str) -> Path:
         """A path from the spec, relative to the spec's folder when it is not absolute."""
-        path = Path(value).expanduser()
+        path = expand_user(value)
         if not path.is_absolute() and self.base_dir:
             path = Path(self.base_dir) / path
         return path

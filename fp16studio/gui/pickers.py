@@ -12,6 +12,8 @@ from PySide6.QtCore import QStringListModel, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QCompleter, QFileDialog, QHBoxLayout, QLabel, QLineEdit,
                                QToolButton, QVBoxLayout, QWidget)
 
+from fp16studio.core.files import expand_user
+
 from .theme import icon
 
 SEARCH_DELAY_MS = 400
@@ -101,7 +103,7 @@ class SourcePicker(QWidget):
         self.edited.emit(text)
         # A Hub search makes sense for "org/na…", not for paths.
         if self.hub_search and len(text) >= 3 and not text.startswith(("/", ".", "~")) \
-                and not Path(text).expanduser().exists():
+                and not expand_user(text).exists():
             self._search_timer.start()
 
     def _commit_text(self, text: str):
@@ -125,7 +127,7 @@ class SourcePicker(QWidget):
         self._choose(path)
 
     def _start_dir(self) -> str:
-        current = Path(self.text()).expanduser()
+        current = expand_user(self.text())
         return str(current if current.is_dir() else current.parent if current.parent.is_dir() else Path.home())
 
     # -- drag and drop --------------------------------------------------------------------------

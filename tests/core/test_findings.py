@@ -309,3 +309,13 @@ def test_a_module_pattern_that_matches_nothing_is_bad_input_naming_the_closest(d
     with pytest.raises(InputError, match=rf"^{key}: 'resnet.poolr' matches no module of "
                                          r".*did you mean 'resnet.pooler'\?"):
         diagnose(spec)
+
+
+def test_a_shared_modules_second_path_is_a_module_pattern_too():
+    from fp16studio.core.loading import check_module_patterns, keep_in_float32
+
+    shared = torch.nn.Linear(2, 2)
+    model = torch.nn.ModuleDict({"a": shared, "b": shared})   # tied: one module, two paths
+    spec = PipelineSpec(model="m", dataset="synthetic", keep_fp32=["b"])
+    check_module_patterns(model, spec)
+    assert keep_in_float32(model, spec.keep_fp32) == ["b"]

@@ -122,3 +122,8 @@ def test_a_spec_is_frozen_all_the_way_down_and_hashable():
 def test_an_unknown_key_suggests_the_near_one():
     with pytest.raises(InputError, match="did you mean 'model_dtype'"):
         PipelineSpec.from_dict({"model": "m", "dataset": "d", "modle_dtype": "fp16"})
+
+
+def test_a_home_of_someone_unknown_is_not_a_local_path(tmp_path):
+    spec = PipelineSpec(model="~nosuchuser-fp16studio/x", dataset="synthetic", base_dir=str(tmp_path))
+    assert spec.local_path(spec.model) is None   # pathlib would raise: it was exit 3
