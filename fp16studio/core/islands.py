@@ -49,6 +49,13 @@ class IslandSearch:
                 f"{self.candidates} candidate module{'s' if self.candidates != 1 else ''}).")
 
 
+def with_islands(spec: PipelineSpec, names) -> list[str]:
+    """The spec's run_in_float32 with the module names added, each as a pattern of itself."""
+    from .loading import literal_pattern
+
+    return sorted(set(spec.run_in_float32) | {literal_pattern(name) for name in names})
+
+
 def _names(modules) -> str:
     return ", ".join(modules[:3]) + (f" and {len(modules) - 3} more" if len(modules) > 3 else "")
 
@@ -58,7 +65,7 @@ def islands_fix(spec: PipelineSpec, search: IslandSearch) -> Fix:
     return Fix("float32-islands",
                f"Run {len(names)} module{'s' if len(names) > 1 else ''} in float32, "
                f"keep {search.half_share:.0%} of the model {search.dtype}",
-               {"run_in_float32": sorted(set(spec.run_in_float32) | set(names))},
+               {"run_in_float32": with_islands(spec, names)},
                f"{_names(names)} run in float32 (inputs cast up, outputs cast back); the rest "
                f"stays {search.dtype}")
 
@@ -175,7 +182,7 @@ def bisect(names: list, works) -> list | None:
 
 def _try(spec, model, batch, float32_model, names, dtype, device):
     """The half model's output with `names` as islands (float32 weights borrowed), or None."""
-    from .loading import float32_islands
+    from .loading import float32_islands, literal_pattern
     from .pipeline import run_forward
 
     saved = []
@@ -187,7 +194,8 @@ def _try(spec, model, batch, float32_model, names, dtype, device):
             if tensor.is_floating_point() and key in weights:
                 saved.append((tensor, tensor.data))
                 tensor.data = weights[key].data
-    handles = [h for _, pair in float32_islands(model, names, dtype) for h in pair]
+    handles = [h for _, pair in float32_islands(model, [literal_pattern(n) for n in names], dtype)
+               for h in pair]
     try:
         return run_forward(spec, model, batch, device)
     except Exception:  # noqa: BLE001 - a set that breaks the run is a set that does not work
@@ -204,7 +212,7 @@ def _verify(spec, names, batch, reference_output):
     from .drift import output_drift, within_tolerance
     from .pipeline import prepare_model, run_forward
 
-    fixed = spec.replace(run_in_float32=sorted(set(spec.run_in_float32) | set(names)))
+    fixed = spec.replace(run_in_float32=with_islands(spec, names))
     loaded, _ = prepare_model(fixed)
     try:
         output = run_forward(fixed, loaded.model, batch, loaded.device)

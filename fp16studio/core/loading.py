@@ -258,6 +258,12 @@ def _check_device_map(spec: PipelineSpec):
                          f"({count} CUDA device(s))")
 
 
+def literal_pattern(name: str) -> str:
+    """An fnmatch pattern that matches exactly the module name `name` (a ModuleDict key may
+    hold `[`, `*` or `?`)."""
+    return "".join(f"[{c}]" if c in "[*?" else c for c in name)
+
+
 def check_module_patterns(model, spec: PipelineSpec) -> None:
     """A `keep_fp32` or `run_in_float32` pattern that names no module would do nothing, and the
     run would look as if it had: an error naming the closest module instead."""

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from fp16studio.core import apply_fix, diagnose, export_script
+from fp16studio.core import PipelineSpec, apply_fix, diagnose, export_script
 from fp16studio.core.demo import demo_spec
 from fp16studio.core.drift import drift
 from fp16studio.core.islands import bisect, candidates, max_passes
@@ -167,3 +167,15 @@ def test_islands_in_a_model_cast_to_half(demo_dir, numerics_models, tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     torch.testing.assert_close(torch.load(saved), output)
+
+
+def test_island_names_become_patterns_that_match_exactly_themselves():
+    import fnmatch
+
+    from fp16studio.core.islands import with_islands
+
+    names = ["blocks.x[1].mlp", "heads.a*b", "encoder.layer.0"]
+    patterns = with_islands(PipelineSpec(model="m", dataset="synthetic"), names)
+    for name in names:
+        assert [p for p in patterns if fnmatch.fnmatchcase(name, p)] != []
+    assert not fnmatch.fnmatchcase("heads.aXb", next(p for p in patterns if "heads" in p))
