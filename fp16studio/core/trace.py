@@ -68,8 +68,9 @@ class Tracer:
     made under `torch.inference_mode()` (which have none) are measured every time.
 
     The hooks run once per module call, 11k times in a pass of a 640-layer BERT, so they are
-    kept lean: two shared bound methods (no closure per module), dtype and device names looked
-    up once per pass, and no garbage collection while they are in (see `ModuleHooks`).
+    kept lean: the same two hook functions on every module (not a closure per module), dtype
+    and device names made once per pass, and no garbage collection while they are in (see
+    `ModuleHooks`).
     """
 
     def __init__(self, model, count_nonfinite: bool = False):
