@@ -328,11 +328,7 @@ def cmd_diagnose(args) -> int:
     from .core.diagnosis import diagnose
 
     report = diagnose(_load_spec(args.spec, trust=args.trust))
-    doc = report.to_json()
-    if args.json:
-        _print_json(doc, args)
-    else:
-        print(format_diagnosis(doc))
+    _emit(report.to_json(), args, format_diagnosis)
     return 0 if report.ok else 1
 
 
@@ -370,11 +366,7 @@ def cmd_bench(args) -> int:
     result = benchmark(_load_spec(args.spec, trust=args.trust), variants=args.variants,
                        warmup=args.warmup, min_iterations=args.min_iterations,
                        min_seconds=args.min_seconds, min_rounds=args.min_rounds)
-    doc = result.to_json()
-    if args.json:
-        _print_json(doc, args)
-    else:
-        print(format_table(doc))
+    _emit(result.to_json(), args, format_table)
     return 0
 
 
@@ -383,10 +375,7 @@ def cmd_drift(args) -> int:
     from .core.drift import drift, format_drift
 
     result = drift(_load_spec(args.spec, trust=args.trust), variant=args.variant)
-    if args.json:
-        _print_json(result.to_json(), args)
-    else:
-        print(format_drift(result.to_json()))
+    _emit(result.to_json(), args, format_drift)
     return 0 if result.ok else 1
 
 
@@ -470,11 +459,7 @@ def cmd_trace(args) -> int:
     piped = sys.stdin if sys.stdin is not None and not sys.stdin.isatty() else None
     result = trace_script(args.script, args.script_args, timeout=args.script_timeout,
                           output=output, stdin=piped)
-    doc = result.to_json()
-    if args.json:
-        _print_json(doc, args)
-    else:
-        print(format_trace(doc))
+    _emit(result.to_json(), args, format_trace)
     return 0 if result.ok else 1
 
 
@@ -522,6 +507,12 @@ def _print_json(doc, args):
     args.json_doc = doc  # printed once the command is done and stdout is ours again
 
 
+def _emit(doc: dict, args, formatter) -> None:
+    """The command's --json document, or its human-readable form."""
+    if args.json:
+        _print_json(doc, args)
+    else:
+        print(formatter(doc))
 
 
 def format_diagnosis(doc: dict) -> str:
