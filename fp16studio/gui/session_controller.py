@@ -200,7 +200,7 @@ class SessionController(QObject):
         if self.spec is None:
             self._run_when_ready = True
             return True
-        if self.busy or not self._has_model() or not self._consented(self.spec):
+        if not self._can_start():
             return False
         spec = self.spec
         self.logged.emit("info", f"Run: {spec.model} on {spec.dataset}")
@@ -229,8 +229,7 @@ class SessionController(QObject):
         self.logged.emit("info" if diagnosis.ok else "warning",
                          f"Diagnosis on {diagnosis.device}: {verdict}, {len(diagnosis.findings)} "
                          f"finding(s) in {total:.2f} s")
-        for finding in diagnosis.findings:
-            self.logged.emit(finding.severity, f"[{finding.code}] {finding.location}: {finding.message}")
+        self._log_findings(diagnosis.findings)
         self._say("Clean run." if diagnosis.ok else "Findings to fix: see the Findings panel.")
         self.autosave()
         self.diagnosisFinished.emit(self.diagnosis_doc)
@@ -322,7 +321,7 @@ class SessionController(QObject):
     def run_drift(self, variant: str | None = None) -> bool:
         """Run the spec in float32 and in `variant` (None: its own half precision) on one batch
         and compare module by module; `driftFinished(doc)` when done."""
-        if self.spec is None or self.busy or not self._has_model() or not self._consented(self.spec):
+        if not self._can_start():
             return False
         spec = self.spec
         self.logged.emit("info", f"Compare with float32: {spec.model}")
@@ -340,8 +339,7 @@ class SessionController(QObject):
             self.logged.emit("error", f"Compare with float32 failed: {result.error['message']}")
         elif result.ok:
             self.logged.emit("info", f"{result.variant} stays within tolerance of float32.")
-        for finding in result.findings:
-            self.logged.emit(finding.severity, f"[{finding.code}] {finding.location}: {finding.message}")
+        self._log_findings(result.findings)
         self.driftFinished.emit(result.to_json())
 
     def _on_drift_error(self, message, detail):
@@ -354,7 +352,7 @@ class SessionController(QObject):
     def run_benchmark(self, variants=None) -> bool:
         """Measure the precision variants (default: all); `benchmarkFinished(doc)` when done,
         with samples streamed through `benchSample` meanwhile."""
-        if self.spec is None or self.busy or not self._has_model() or not self._consented(self.spec):
+        if not self._can_start():
             return False
         spec = self.spec
         self.bench_doc = self._benched_spec = None
@@ -389,6 +387,16 @@ class SessionController(QObject):
             self.progressChanged.emit(0, 0, "Cancelling…")
 
     # -- jobs -----------------------------------------------------------------------------------
+    def _can_start(self) -> bool:
+        """A run of the current spec may start: there is one, nothing else runs, it names a
+        model, and the user said its code may run."""
+        return (self.spec is not None and not self.busy and self._has_model()
+                and self._consented(self.spec))
+
+    def _log_findings(self, findings):
+        for finding in findings:
+            self.logged.emit(finding.severity, f"[{finding.code}] {finding.location}: {finding.message}")
+
     def _has_model(self) -> bool:
         """A blank pipeline (File → New) cannot run yet: say what is missing instead."""
         if self.spec.model:
