@@ -20,6 +20,7 @@ import argparse
 import gc
 import importlib.util
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -38,17 +39,30 @@ from fp16studio.core.trace import Tracer
 
 
 def old_tracer(commit: str):
-    """The Tracer class as it was at `commit` (for before/after figures)."""
+    """The Tracer class as it was at `commit` (for before/after figures), with the modules of
+    fp16studio.core it imports as they were then."""
+    return _old_module(commit, "trace").Tracer
+
+
+def _old_module(commit: str, name: str):
     root = Path(__file__).resolve().parents[1]
-    source = subprocess.run(["git", "show", f"{commit}:fp16studio/core/trace.py"], cwd=root,
+    if f"old_{name}" in sys.modules:
+        return sys.modules[f"old_{name}"]
+    source = subprocess.run(["git", "show", f"{commit}:fp16studio/core/{name}.py"], cwd=root,
                             capture_output=True, text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp()) / "old_trace.py"
-    path.write_text(source.replace("from . import dtypes", "from fp16studio.core import dtypes"))
-    spec = importlib.util.spec_from_file_location("old_trace", path)
+    for package_level, imported in re.findall(r"^from \.(?: import (\w+)|(\w+) import)",
+                                              source, re.M):
+        _old_module(commit, package_level or imported)
+    source = re.sub(r"^from \. import (\w+)", lambda m: f"import old_{m[1]} as {m[1]}", source,
+                    flags=re.M)
+    source = re.sub(r"^from \.(\w+) import", r"from old_\1 import", source, flags=re.M)
+    path = Path(tempfile.mkdtemp()) / f"old_{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"old_{name}", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["old_trace"] = module  # its dataclasses look themselves up there
+    sys.modules[f"old_{name}"] = module  # its dataclasses look themselves up there
     spec.loader.exec_module(module)
-    return module.Tracer
+    return module
 
 
 @contextmanager

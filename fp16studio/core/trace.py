@@ -59,7 +59,9 @@ class Tracer:
     """Context manager: hooks on every module while active, removed on exit even on error.
 
     Per floating tensor one `torch.aminmax` (the abs-max comes from its two ends, and inf/NaN
-    show in them); the values are read back in one sync per device on exit. Counting inf/NaN
+    show in them). On the CPU the values are read at once (nothing to wait for, and no 0-d
+    tensors to keep); on an accelerator they stay there and are read back in one sync per
+    device on exit. Counting inf/NaN
     needs a full pass over a tensor that is usually freed by then, so it is done only with
     `count_nonfinite=True`; otherwise a non-finite abs-max gives `nonfinite = 1` ("at least one")
     and `counted` is False: a caller that shows counts runs the pass again with counting on.
@@ -73,6 +75,8 @@ class Tracer:
     `ModuleHooks`).
     """
 
+    read_now_on = ("cpu",)  # device names whose statistics are read as they are taken
+
     def __init__(self, model, count_nonfinite: bool = False):
         self.model = model
         self.count_nonfinite = count_nonfinite
@@ -80,28 +84,33 @@ class Tracer:
         self.stack: list[ModuleCall] = []
         self.counted = True
         self._hooks = None
-        self._params: dict = {}     # module -> (params, param_devices): fixed during a pass
-        self._stats: list = []      # per measured tensor: (min, max[, nonfinite count]) 0-d
-        self._groups: dict = {}     # (device, dtype) -> indices into _stats
-        self._infos: list = []      # (TensorInfo, index into _stats)
-        self._seen: dict = {}       # id(tensor) -> (weakref, version, index into _stats)
+        self._modules: dict = {}    # module -> (class name, params, param_devices), see below
+        self._values: list = []     # per measured tensor: (abs-max, inf/NaN count) once read
+        self._pending: dict = {}    # (device, dtype) -> [(index, min, max, count)], 0-d tensors
+        self._waiting: list = []    # (TensorInfo, index into _values) until the read-back
+        self._seen: dict = {}       # id(tensor) -> (weakref, version, index into _values)
         self._label_cache: dict = {}  # (device, dtype) -> their names
+        self._shapes: dict = {}     # shape -> the one tuple of it
         self._finished = 0
 
     def __enter__(self):
         import torch
 
         self._tensor_type = torch.Tensor
+        self._aminmax, self._isfinite = torch.aminmax, torch.isfinite
         self._hooks = ModuleHooks(self.model, self._pre_hook, self._post_hook).__enter__()
         return self
 
     def __exit__(self, *exc):
         try:
-            self._materialize()
+            self._read_back()
         finally:
-            self._hooks.__exit__()  # after the read-back, which garbage collection would slow
+            # Before the hooks go and garbage collection resumes: less for it to walk.
             self._seen.clear()
-            self._params.clear()
+            self._modules.clear()
+            self._shapes.clear()
+            self._values.clear()
+            self._hooks.__exit__()
         return False
 
     @property
@@ -110,10 +119,17 @@ class Tracer:
         return self.stack[-1] if self.stack else None
 
     def _pre_hook(self, name, module, args, kwargs):
-        params, devices = self._module_params(module)
-        call = ModuleCall(len(self.calls), name, type(module).__name__, params, devices)
+        known = self._modules.get(module)
+        if known is None:
+            known = self._modules[module] = self._module_record(module)
+        call = ModuleCall(len(self.calls), name, *known)
         if args:
-            self._describe(args, "input", call.inputs)
+            inputs, info, tensor_type = call.inputs, self._info, self._tensor_type
+            for i, value in enumerate(args):  # args is a tuple: most often of tensors
+                if isinstance(value, tensor_type):
+                    inputs.append(info(_INPUT_NAMES[i] if i < 8 else f"input[{i}]", value))
+                else:
+                    self._describe(value, f"input[{i}]", inputs)
         if kwargs:
             self._describe(kwargs, "", call.inputs)
         self.calls.append(call)
@@ -121,114 +137,146 @@ class Tracer:
 
     def _post_hook(self, module, args, kwargs, output):
         call = self.stack.pop()
-        self._describe(output, "output", call.outputs)
+        if isinstance(output, self._tensor_type):  # the common case, without the walk
+            call.outputs.append(self._info("output", output))
+        else:
+            self._describe(output, "output", call.outputs)
         call.completed = True
         call.finished = self._finished
         self._finished += 1
 
-    def _module_params(self, module):
-        known = self._params.get(module)
-        if known is None:
-            params, devices = {}, set()
-            # _parameters: the module's own, without parameters()'s generator machinery, which
-            # costs more than the rest of the hook on models of many small modules.
-            for p in module._parameters.values():
-                if p is None:
-                    continue
-                device, key = self._labels(p.device, p.dtype)
-                devices.add(device)
-                if p.is_floating_point():
-                    params[key] = params.get(key, 0) + p.numel()
-            known = self._params[module] = (params, tuple(sorted(devices)))
-        return known
+    def _module_record(self, module) -> tuple:
+        """(class name, floating dtype -> element count, devices) of the module's own
+        parameters: fixed during a pass."""
+        # _parameters: the module's own, without parameters()'s generator machinery, which
+        # costs more than the rest of the hook on models of many small modules.
+        own = module._parameters
+        if not own:
+            return type(module).__name__, {}, ()
+        params, devices, labels_of = {}, set(), self._label_cache
+        for p in own.values():
+            if p is None:
+                continue
+            key = (p.device, p.dtype)
+            device, dtype = (labels_of.get(key) or self._labels(*key))[:2]
+            devices.add(device)
+            if key[1].is_floating_point:
+                params[dtype] = params.get(dtype, 0) + p.numel()
+        return type(module).__name__, params, tuple(sorted(devices))
 
-    def _labels(self, device, dtype) -> tuple[str, str]:
-        """('cuda:0', 'float16'): the names of a device and a dtype, made once per pass."""
+    def _labels(self, device, dtype) -> tuple[str, str, bool, bool]:
+        """('cuda:0', 'float16', measured, read now): the names of a device and a dtype, whether
+        a tensor of them is measured and whether its statistics are read as they are taken;
+        made once per pass."""
         key = (device, dtype)
         labels = self._label_cache.get(key)
         if labels is None:
-            labels = self._label_cache[key] = (str(device), dtypes.name_of(dtype))
+            device_name = str(device)
+            labels = self._label_cache[key] = (
+                device_name, dtypes.name_of(dtype),
+                dtype.is_floating_point and device_name != "meta",
+                device_name in self.read_now_on)
         return labels
 
     def _describe(self, value, prefix, out):
         """Appends a TensorInfo per tensor in `value` (see `_flatten`)."""
-        if isinstance(value, self._tensor_type):  # the common case, without the walk
-            out.append(self._info(prefix or "input", value))
-            return
         found = []
-        _flatten(value, prefix, found)
+        _flatten(value, prefix, found, self._tensor_type)
         for name, tensor in found:
             out.append(self._info(name or "input", tensor))
 
     def _info(self, name, tensor) -> TensorInfo:
-        device, dtype = tensor.device, tensor.dtype
-        device_name, dtype_name = self._labels(device, dtype)
-        info = TensorInfo(name, dtype_name, device_name, tuple(tensor.shape))
-        if dtype.is_floating_point and device_name != "meta":
+        key = (tensor.device, tensor.dtype)
+        device, dtype_name, measured, now = self._label_cache.get(key) or self._labels(*key)
+        shape = self._shapes.get(tensor.shape)
+        if shape is None:  # one tuple per distinct shape: fewer objects for the collector
+            shape = tuple(tensor.shape)
+            self._shapes[shape] = shape
+        info = TensorInfo(name, dtype_name, device, shape)
+        if measured:
             seen = self._seen.get(id(tensor))
             if seen is not None and seen[0]() is tensor and seen[1] == tensor._version:
-                self._infos.append((info, seen[2]))  # seen unchanged: measured once
+                index = seen[2]  # seen unchanged: measured once
             elif tensor.numel():
-                self._infos.append((info, self._measure(tensor, (device, dtype))))
+                index = self._measure(tensor, key, now)
+            else:
+                return info
+            value = self._values[index]
+            if value is None:
+                self._waiting.append((info, index))
+            else:
+                info.absmax, info.nonfinite = value
         return info
 
-    def _measure(self, tensor, group) -> int:
-        """Index of the tensor's statistics, taken now; `group` is its (device, dtype)."""
-        import torch
-
-        detached = tensor.detach()
-        stats = tuple(torch.aminmax(detached))
-        if self.count_nonfinite:
-            stats += ((~torch.isfinite(detached)).sum(),)
-        self._stats.append(stats)
-        index = len(self._stats) - 1
-        self._groups.setdefault(group, []).append(index)
+    def _measure(self, tensor, key, now: bool) -> int:
+        """Index of the tensor's statistics in `_values`: taken now, and read now too where
+        `now`, else on exit; `key` is the tensor's (device, dtype)."""
+        detached = tensor.detach() if tensor.requires_grad else tensor
+        low, high = self._aminmax(detached)
+        count = (~self._isfinite(detached)).sum() if self.count_nonfinite else None
+        index = len(self._values)
+        if now:
+            low = low.item()  # min <= max: the abs-max is -min or max; aminmax passes NaN on
+            absmax = max(-low, high.item()) if low == low else math.nan
+            self._values.append(self._value(absmax, None if count is None else count.item()))
+        else:
+            self._values.append(None)
+            self._pending.setdefault(key, []).append((index, low, high, count))
         if not tensor.is_inference():  # inference tensors have no version counter
             self._seen[id(tensor)] = (weakref.ref(tensor), tensor._version, index)
         return index
 
-    def _materialize(self):
+    def _value(self, absmax: float, count: int | None) -> tuple[float, int]:
+        """(abs-max, inf/NaN count); without a count, 1 ("at least one") where the abs-max is
+        not finite."""
+        if count is None and not math.isfinite(absmax):
+            count, self.counted = 1, False
+        return absmax, count or 0
+
+    def _read_back(self):
+        """The statistics left on devices, stacked per device and dtype, read back in one sync
+        per device."""
         import torch
 
-        absmax_of, count_of = [0.0] * len(self._stats), [None] * len(self._stats)
-        by_device: dict = {}  # stacked per device and dtype, read back once per device
-        for (device, _), indices in self._groups.items():
-            by_device.setdefault(device, []).append(indices)
+        by_device: dict = {}
+        for (device, _), rows in self._pending.items():
+            by_device.setdefault(device, []).append(rows)
         for groups in by_device.values():
             order, absmax, counts = [], [], []
-            for indices in groups:
-                order += indices
-                ends = [torch.stack([self._stats[i][end] for i in indices]) for end in (0, 1)]
+            for rows in groups:
+                order += [row[0] for row in rows]
+                ends = [torch.stack([row[end] for row in rows]) for end in (1, 2)]
                 absmax.append(torch.maximum(ends[0].abs(), ends[1].abs()).float())  # NaN wins
                 if self.count_nonfinite:
-                    counts.append(torch.stack([self._stats[i][2] for i in indices]))
-            for index, value in zip(order, torch.cat(absmax).tolist()):
-                absmax_of[index] = value
-            if counts:
-                for index, value in zip(order, torch.cat(counts).tolist()):
-                    count_of[index] = value
-        for info, index in self._infos:
-            info.absmax = absmax = absmax_of[index]
-            count = count_of[index]
-            if count is None and not math.isfinite(absmax):
-                count, self.counted = 1, False
-            info.nonfinite = count or 0
-        self._stats.clear()
-        self._groups.clear()
-        self._infos.clear()
+                    counts.append(torch.stack([row[3] for row in rows]))
+            counts = torch.cat(counts).tolist() if counts else [None] * len(order)
+            for index, value, count in zip(order, torch.cat(absmax).tolist(), counts):
+                self._values[index] = self._value(value, count)
+        for info, index in self._waiting:
+            info.absmax, info.nonfinite = self._values[index]
+        self._pending.clear()
+        self._waiting.clear()
 
 
-def _flatten(value, prefix, out, depth=0):
+_INPUT_NAMES = tuple(f"input[{i}]" for i in range(8))
+
+
+def _flatten(value, prefix, out, tensor_type=None, depth=0):
     """(name, tensor) pairs from nested tuples, lists, dicts and ModelOutputs."""
-    import torch
+    if tensor_type is None:
+        import torch
 
-    if depth > 4:
+        tensor_type = torch.Tensor
+    if depth > 4 or value is None:
         return
-    if torch.is_tensor(value):
+    if isinstance(value, tensor_type):
         out.append((prefix, value))
     elif isinstance(value, dict):  # ModelOutput is a dict too
         for key, item in value.items():
-            _flatten(item, f"{prefix}.{key}" if prefix else str(key), out, depth + 1)
+            if item is not None:
+                _flatten(item, f"{prefix}.{key}" if prefix else str(key), out, tensor_type,
+                         depth + 1)
     elif isinstance(value, (tuple, list)):
         for i, item in enumerate(value):
-            _flatten(item, f"{prefix}[{i}]", out, depth + 1)
+            if item is not None:
+                _flatten(item, f"{prefix}[{i}]", out, tensor_type, depth + 1)

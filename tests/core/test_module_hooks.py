@@ -1,0 +1,102 @@
+"""ModuleHooks: every module call of the model seen once, in order, by path; the model's own
+hooks kept and run before the callbacks; `nn.Module.__call__` given back however the pass
+ends."""
+
+import pytest
+import torch
+
+from fp16studio.core.module_hooks import ModuleHooks, module_names
+
+ORIGINAL_CALL = torch.nn.Module._wrapped_call_impl
+
+
+class Recorded:
+    def __init__(self):
+        self.events = []
+
+    def pre(self, name, module, args, kwargs):
+        self.events.append(("pre", name, args[0].dtype if args else None))
+
+    def post(self, module, args, kwargs, output):
+        self.events.append(("post", type(module).__name__))
+
+
+def model():
+    return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Sequential(torch.nn.ReLU()))
+
+
+def test_every_module_call_is_seen_in_order_with_its_path():
+    net, seen = model(), Recorded()
+    with torch.no_grad(), ModuleHooks(net, seen.pre, seen.post):
+        net(torch.ones(1, 4))
+    assert seen.events == [("pre", "", torch.float32), ("pre", "0", torch.float32),
+                           ("post", "Linear"), ("pre", "1", torch.float32),
+                           ("pre", "1.0", torch.float32), ("post", "ReLU"),
+                           ("post", "Sequential"), ("post", "Sequential")]
+    assert torch.nn.Module.__call__ is ORIGINAL_CALL
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in net.modules())
+
+
+def test_the_models_own_hooks_run_first_even_when_added_during_the_pass():
+    net, seen, ran = model(), Recorded(), []
+    net[0].register_forward_pre_hook(lambda m, args: (args[0].double(),))
+    net[0].double()
+
+    def late(module, args, output):  # a hook a forward adds mid-pass, as some libraries do
+        ran.append("late")
+
+    def add_late(module, args):
+        net[1][0].register_forward_hook(late)
+
+    net[1].register_forward_pre_hook(add_late)
+    with torch.no_grad(), ModuleHooks(net, seen.pre, seen.post):
+        net(torch.ones(1, 4))
+    assert ("pre", "0", torch.float64) in seen.events  # after the island-style cast
+    assert ran == ["late"] and ("pre", "1.0", torch.float64) in seen.events
+    assert [e for e in seen.events if e[0] == "post"] == [
+        ("post", "Linear"), ("post", "ReLU"), ("post", "Sequential"), ("post", "Sequential")]
+    assert [len(m._forward_hooks) for m in net.modules()] == [0, 0, 0, 1]  # ours gone, theirs kept
+
+
+def test_global_hooks_and_an_overridden_call_are_honoured():
+    class OwnCall(torch.nn.Linear):
+        def __call__(self, *args, **kwargs):
+            return super().__call__(*args, **kwargs) * 2
+
+    net, seen, ran = torch.nn.Sequential(OwnCall(4, 4)), Recorded(), []
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda m, args, out: ran.append(type(m).__name__))
+    try:
+        with torch.no_grad(), ModuleHooks(net, seen.pre, seen.post):
+            out = net(torch.ones(1, 4))
+    finally:
+        handle.remove()
+    assert ran == ["OwnCall", "Sequential"]
+    assert [e[1] for e in seen.events] == ["", "0", "OwnCall", "Sequential"]
+    assert torch.equal(out, net(torch.ones(1, 4)))
+
+
+def test_call_is_given_back_after_an_error_and_passes_that_end_out_of_order():
+    net, seen = model(), Recorded()
+    with pytest.raises(RuntimeError), ModuleHooks(net, seen.pre, seen.post):
+        net(torch.ones(1, 3))  # shapes do not match
+    assert torch.nn.Module.__call__ is ORIGINAL_CALL
+    assert seen.events[-1] == ("pre", "0", torch.float32)  # the module where it failed
+
+    first, second = Recorded(), Recorded()
+    outer = ModuleHooks(net, first.pre, first.post).__enter__()
+    inner = ModuleHooks(net[1], second.pre, second.post).__enter__()
+    outer.__exit__()  # another thread's pass ending first
+    net(torch.ones(1, 4))
+    assert first.events == [] and [e[1] for e in second.events if e[0] == "pre"] == ["", "0"]
+    inner.__exit__()
+    assert torch.nn.Module.__call__ is ORIGINAL_CALL
+    net(torch.ones(1, 4))
+    assert len(second.events) == 4
+
+
+def test_module_names_match_named_modules_with_shared_modules():
+    shared = torch.nn.Linear(2, 2)
+    net = torch.nn.ModuleDict({"a": torch.nn.Sequential(shared, torch.nn.ReLU()), "b": shared,
+                               "c": torch.nn.ModuleList([torch.nn.Identity(), shared])})
+    assert list(module_names(net).items()) == [(m, n) for n, m in net.named_modules()]
