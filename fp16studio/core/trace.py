@@ -153,21 +153,22 @@ class Tracer:
         own = module._parameters
         if not own:
             return type(module).__name__, {}, ()
-        params, devices, labels_of = {}, set(), self._label_cache
+        params, devices, labels_of = {}, [], self._label_cache
         for p in own.values():
             if p is None:
                 continue
             key = (p.device, p.dtype)
-            device, dtype = (labels_of.get(key) or self._labels(*key))[:2]
-            devices.add(device)
-            if key[1].is_floating_point:
+            device, dtype, _, _, floating = labels_of.get(key) or self._labels(*key)
+            if device not in devices:
+                devices.append(device)
+            if floating:
                 params[dtype] = params.get(dtype, 0) + p.numel()
         return type(module).__name__, params, tuple(sorted(devices))
 
-    def _labels(self, device, dtype) -> tuple[str, str, bool, bool]:
-        """('cuda:0', 'float16', measured, read now): the names of a device and a dtype, whether
-        a tensor of them is measured and whether its statistics are read as they are taken;
-        made once per pass."""
+    def _labels(self, device, dtype) -> tuple[str, str, bool, bool, bool]:
+        """('cuda:0', 'float16', measured, read now, floating): the names of a device and a
+        dtype, whether a tensor of them is measured, whether its statistics are read as they
+        are taken, and whether the dtype is a floating one; made once per pass."""
         key = (device, dtype)
         labels = self._label_cache.get(key)
         if labels is None:
@@ -175,7 +176,7 @@ class Tracer:
             labels = self._label_cache[key] = (
                 device_name, dtypes.name_of(dtype),
                 dtype.is_floating_point and device_name != "meta",
-                device_name in self.read_now_on)
+                device_name in self.read_now_on, dtype.is_floating_point)
         return labels
 
     def _describe(self, value, prefix, out):
@@ -187,7 +188,7 @@ class Tracer:
 
     def _info(self, name, tensor) -> TensorInfo:
         key = (tensor.device, tensor.dtype)
-        device, dtype_name, measured, now = self._label_cache.get(key) or self._labels(*key)
+        device, dtype_name, measured, now, _ = self._label_cache.get(key) or self._labels(*key)
         shape = self._shapes.get(tensor.shape)
         if shape is None:  # one tuple per distinct shape: fewer objects for the collector
             shape = tuple(tensor.shape)
