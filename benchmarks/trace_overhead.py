@@ -7,8 +7,9 @@ on every module, statistics of every floating tensor, read back at the end), so 
 machine's load hits both. The figure is the median of the per-round ratios. Peak memory is what
 the pass adds to the process's resident set at its high-water mark (Linux: VmHWM, reset before
 each pass through /proc/self/clear_refs); the ratio is of the process's peaks, the added MiB
-beside it. `--old COMMIT` also times the tracer of that commit. One torch thread by default:
-on a shared machine more threads wait on each other and the figures swing.
+beside it. `--old COMMIT` also times the tracer of that commit, and compares what both
+recorded (every call and tensor: names, dtypes, devices, shapes, abs-max, inf/NaN). One torch
+thread by default: on a shared machine more threads wait on each other and the figures swing.
 
     python benchmarks/trace_overhead.py                          # every model, fp32 and bf16
     python benchmarks/trace_overhead.py --models llama-1b --dtypes bfloat16 --old ebacb9c
@@ -65,6 +66,15 @@ def _old_module(commit: str, name: str):
     return module
 
 
+def evidence(calls) -> list:
+    """What the rules read of a traced pass, comparable between tracers (NaN as a string)."""
+    def tensors(infos):
+        return [(t.name, t.dtype, t.device, t.shape, str(t.absmax), t.nonfinite) for t in infos]
+
+    return [(c.index, c.name, c.cls, c.params, c.param_devices, c.completed, c.finished,
+             tensors(c.inputs), tensors(c.outputs)) for c in calls]
+
+
 @contextmanager
 def _gc_paused():
     gc.disable()
@@ -105,10 +115,11 @@ def measure(name, dtype, rounds, batch_size, seq, tracers):
             model(**batch)
 
     def traced(cls, grad_mode, gc_mode):
-        def go():
+        def go(keep=False):
             with cls(model) as tracer, grad_mode(), gc_mode():
                 model(**batch)
-            go.tensors = sum(len(c.inputs) + len(c.outputs) for c in tracer.calls)
+            if keep:  # the warm-up's, outside the timed passes
+                go.calls = tracer.calls
         return go
 
     # As diagnose runs them: under no_grad (version counters: a tensor seen again unchanged is
@@ -116,13 +127,18 @@ def measure(name, dtype, rounds, batch_size, seq, tracers):
     # the tracers before, so the old one gets that here.
     modes = {"new": (torch.no_grad, nullcontext), "old": (torch.no_grad, _gc_paused)}
     fns = {"plain": plain, **{label: traced(cls, *modes[label]) for label, cls in tracers.items()}}
-    for fn in fns.values():  # warm-up: lazy init, allocator
-        fn()
+    plain()  # warm-up: lazy init, allocator
+    for label in tracers:
+        fns[label](keep=True)
+    tensors = sum(len(c.inputs) + len(c.outputs) for c in fns["new"].calls)
+    same = all(evidence(fns[label].calls) == evidence(fns["new"].calls) for label in tracers)
+    for label in tracers:
+        del fns[label].calls
     figures = {label: [] for label in fns}
     for _ in range(rounds):
         for label, fn in fns.items():
             figures[label].append(run(fn))
-    out = {"model": name, "dtype": dtype, "tensors": fns["new"].tensors,
+    out = {"model": name, "dtype": dtype, "tensors": tensors, "same_evidence": same,
            "plain_s": statistics.median(f[0] for f in figures["plain"]),
            "rss_before_mib": statistics.median(f[1] for f in figures["plain"]) / 2**20}
     for label in fns:
@@ -162,7 +178,8 @@ def main():
                     f" (+{r['new_peak_added_mib']:.0f} vs +{r['plain_peak_added_mib']:.0f} MiB)")
             if "old" in tracers:
                 line += (f"   old tracer {r['old_ratio']:.3f}x, peak {r['old_peak_ratio']:.3f}x"
-                         f" (+{r['old_peak_added_mib']:.0f} MiB)")
+                         f" (+{r['old_peak_added_mib']:.0f} MiB), same evidence:"
+                         f" {'yes' if r['same_evidence'] else 'NO'}")
             print(line, flush=True)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch "
           f"{args.batch_size}x{args.seq} tokens, {args.rounds} rounds")

@@ -139,7 +139,7 @@ def exhaustive_trace(model, batch):
 
 
 @pytest.mark.parametrize("name", ["overflow", "healthy"])  # inf/NaN; in-place residual adds
-def test_statistics_equal_the_exhaustive_ones(demo_dir, name):
+def test_statistics_equal_the_exhaustive_ones(demo_dir, name, read_back):
     from fp16studio.core.pipeline import prepare
 
     prepared = prepare(demo_spec(name))
