@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from fp16studio.core.bench import VARIANTS, benchmark
+from fp16studio.core.bench_measure import with_tf32
 from fp16studio.core.spec import PipelineSpec
 
 
@@ -56,7 +57,8 @@ def plain_figure(model_dir, variant, device, batch, seconds, warmup):
     from transformers import AutoModel
 
     half = variant.removeprefix("autocast-")
-    dtype = torch.float32 if variant.startswith("autocast-") else getattr(torch, half)
+    dtype = (torch.float32 if variant.startswith("autocast-") or variant == "tf32"
+             else getattr(torch, half))
     model = AutoModel.from_pretrained(model_dir, dtype=dtype).to(device).eval()
     batch = {k: v.to(device) for k, v in batch.items()}
     amp = (torch.autocast(device.type, dtype=getattr(torch, half))
@@ -66,6 +68,9 @@ def plain_figure(model_dir, variant, device, batch, seconds, warmup):
     def call():
         with torch.inference_mode(), amp:
             model(**batch)
+
+    if variant == "tf32":  # TF32 allowed around each call, as the app does it
+        call = with_tf32(call)
 
     for _ in range(warmup):
         call()

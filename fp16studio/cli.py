@@ -63,8 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure each precision variant on the same batch")
     bench.add_argument("spec", metavar="SPEC")
     bench.add_argument("--variants", metavar="V,...",
-                       help="comma-separated: float32,float16,bfloat16,autocast-float16,"
-                            "autocast-bfloat16 (default: all)")
+                       help="comma-separated: float32,tf32,float16,bfloat16,autocast-float16,"
+                            "autocast-bfloat16 (default: all; tf32 on NVIDIA GPUs of compute "
+                            "capability 8.0 and newer)")
     bench.add_argument("--warmup", type=int, default=3, help="untimed calls first (default 3)")
     bench.add_argument("--min-iterations", type=int, default=20,
                        help="timed calls per variant, at least (default 20)")

@@ -21,11 +21,13 @@ from . import dtypes, presentation
 from .bench_device import peak_tflops, variant_support
 from .bench_measure import (STABLE_SPREAD, Limits, MemoryProbe, count_flops, drift, make_timer,
                             output_summary, reference_copy, tf32_settings, time_interleaved,
-                            weights_bytes)
+                            weights_bytes, with_tf32)
 from .errors import Cancelled, InputError, check_cancel, first_line, report_progress
 from .spec import PipelineSpec
 
-VARIANTS = ("float32", "float16", "bfloat16", "autocast-float16", "autocast-bfloat16")
+# tf32: the float32 model with float32 matmuls and convolutions run as TF32 (NVIDIA GPUs of
+# compute capability 8.0 and newer), the one speed-up that keeps the float32 weights and range.
+VARIANTS = ("float32", "tf32", "float16", "bfloat16", "autocast-float16", "autocast-bfloat16")
 
 CPU_NOTE = ("Measured on a CPU: in general no speed-up is expected here. float16 usually runs "
             "slower than float32 on CPUs; bfloat16 is faster only on CPUs with bfloat16 matrix "
@@ -46,7 +48,7 @@ def variant_spec(spec: PipelineSpec, name: str) -> PipelineSpec:
     common = {"map_dtype": None, "format_dtype": None, "format": "torch",
               "input_cast": "floating", "input_device": "model", "model_cast": None,
               "autocast_device": None}
-    if name == "float32":
+    if name in ("float32", "tf32"):  # one model: TF32 is a setting around the calls
         return spec.replace(model_dtype="float32", input_dtype=None, autocast=None, **common)
     if name in dtypes.HALF_NAMES:
         return spec.replace(model_dtype=name, input_dtype=name, autocast=None, **common)
@@ -261,6 +263,8 @@ def _measure(runs, out, reference, device, device_name, limits, progress, cancel
             probes[name].stop()
 
     fns = {name: functools.partial(pipeline.forward, run) for name, run in runs.items()}
+    if "tf32" in fns:
+        fns["tf32"] = with_tf32(fns["tf32"])
     timings, errors = time_interleaved(fns, make_timer(device), limits, cancel, on_iteration,
                                        on_block)
     for name, exc in errors.items():
@@ -380,8 +384,9 @@ def format_table(doc: dict) -> str:
     failures = []
     for v in variants:
         if not v["ok"]:
-            rows.append((v["name"], "failed") + ("",) * (len(header) - 2))
-            failures.append(f"  {v['name']}: {v.get('error') or 'failed'}")
+            rows.append((v["name"], presentation.status(v)) + ("",) * (len(header) - 2))
+            if presentation.status(v) == "failed":  # unsupported: said under "support:"
+                failures.append(f"  {v['name']}: {v.get('error') or 'failed'}")
             continue
         rows.append(tuple("-" if raw(v) in (None, "") else text(raw(v))
                           for _, raw, text, _ in columns))

@@ -16,7 +16,7 @@ GPU_PEAKS = (
 
 
 def compute_dtype(variant: str) -> str:
-    """The dtype a variant's matmuls run in: float32, float16 or bfloat16."""
+    """The dtype a variant's matmuls run in: float32, tf32, float16 or bfloat16."""
     return variant.removeprefix("autocast-")
 
 
@@ -38,6 +38,11 @@ def variant_support(variant: str, device) -> tuple[str, str | None]:
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         major, minor = torch.cuda.get_device_capability(device)
+        if dtype == "tf32":
+            if (major, minor) < (8, 0):
+                return "unsupported", (f"{name} (compute capability {major}.{minor}) has no "
+                                       "TF32 units (8.0 or newer): float32 would run as float32")
+            return "native", "float32 weights; matmuls and convolutions as TF32 (10-bit mantissa)"
         if dtype == "bfloat16" and (major, minor) < (8, 0):
             with torch.cuda.device(device):
                 if torch.cuda.is_bf16_supported(including_emulation=True):
@@ -52,6 +57,8 @@ def variant_support(variant: str, device) -> tuple[str, str | None]:
         if dtype == "float32" and tf32_active(device):
             return "native", "float32 matmuls run as TF32 (torch allows it on this GPU)"
         return "native", None
+    if dtype == "tf32":
+        return "unsupported", "TF32 is a mode of NVIDIA GPUs (compute capability 8.0 or newer)"
     if device.type == "cpu":
         if dtype == "float16":
             return "emulated", "float16 on a CPU: no fast path in most builds, usually slower"
@@ -68,9 +75,9 @@ def peak_tflops(device, device_name: str, variant: str) -> float | None:
     if peaks is None:
         return None
     dtype = compute_dtype(variant)
-    if dtype == "float32":
-        return peaks["tf32"] if tf32_active(device) else peaks["float32"]
-    return peaks["half"]
+    if dtype == "tf32" or dtype == "float32" and tf32_active(device):
+        return peaks["tf32"]
+    return peaks["float32"] if dtype == "float32" else peaks["half"]
 
 
 @functools.cache

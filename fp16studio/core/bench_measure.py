@@ -286,6 +286,24 @@ def tf32_settings() -> dict:
             "float32_matmul_precision": torch.get_float32_matmul_precision()}
 
 
+def with_tf32(fn):
+    """`fn` with float32 matmuls and convolutions allowed to run as TF32, the settings given
+    back after each call: the variants around it run as the user set them."""
+    import torch
+
+    def call():
+        precision, cudnn = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        try:
+            return fn()
+        finally:
+            torch.set_float32_matmul_precision(precision)
+            torch.backends.cudnn.allow_tf32 = cudnn
+
+    return call
+
+
 # -- accuracy -----------------------------------------------------------------------------------
 
 def primary_output(output):

@@ -100,6 +100,14 @@ def with_ratio(doc: dict) -> list[dict]:
              if base and v.get("samples_per_s") else None} for v in variants]
 
 
+def status(variant: dict) -> str:
+    """"ok", "unsupported" (the device cannot run the variant: decided before running, not
+    tried) or "failed"."""
+    if variant.get("ok"):
+        return "ok"
+    return "unsupported" if variant.get("support") == "unsupported" else "failed"
+
+
 def stability(variant: dict) -> str:
     """"stable", or "noisy" when the spread says the machine was busy and the figure is not to
     be trusted; "" for a failed variant or a document that predates the `stable` key."""
@@ -124,7 +132,7 @@ def _latency(key):
 # sorting and CSV exports; optional columns appear only when some variant has the value.
 BENCH_COLUMNS = (
     ("Variant", lambda v: v.get("name"), str, True),
-    ("Status", lambda v: "ok" if v.get("ok") else "failed", str, True),
+    ("Status", status, str, True),
     ("Stability", stability, str, False),
     ("Support", lambda v: v.get("support"), lambda x: x or "", False),
     ("Samples/s", lambda v: v.get("samples_per_s"), _fmt("{:,.1f}"), True),

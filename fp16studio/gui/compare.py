@@ -20,7 +20,7 @@ from PySide6.QtGui import QBrush, QColor, QPen
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton,
                                QSplitter, QTableView, QTabWidget, QVBoxLayout, QWidget)
 
-from fp16studio.core.presentation import bench_columns, stability, with_ratio
+from fp16studio.core.presentation import bench_columns, stability, status, with_ratio
 
 from .palette import DTYPE_COLORS, OKABE_ITO
 from .roles import RAW_ROLE
@@ -31,15 +31,19 @@ BAR_ROW_PX = 26     # the height of one variant's bars: its name stays readable
 
 
 def variant_color(name: str) -> str:
-    """A variant takes its compute dtype's colour; autocast variants are also drawn dashed or
-    hatched, so colour is never the only thing telling them apart."""
-    return DTYPE_COLORS.get(name.removeprefix("autocast-"), OKABE_ITO["grey"])
+    """A variant takes its compute dtype's colour (tf32 float32's: the same weights); autocast
+    variants are also drawn dashed or hatched and tf32 dotted or dense, so colour is never the
+    only thing telling them apart."""
+    dtype = name.removeprefix("autocast-")
+    return DTYPE_COLORS.get("float32" if dtype == "tf32" else dtype, OKABE_ITO["grey"])
 
 
 def _pen(name: str) -> QPen:
     pen = pg.mkPen(variant_color(name), width=2)
     if name.startswith("autocast-"):
         pen.setStyle(Qt.PenStyle.DashLine)
+    elif name == "tf32":
+        pen.setStyle(Qt.PenStyle.DotLine)
     return pen
 
 
@@ -48,7 +52,7 @@ def _brush(name: str, light: bool = False) -> QBrush:
     if light:
         color.setAlpha(110)
     style = (Qt.BrushStyle.BDiagPattern if name.startswith("autocast-")
-             else Qt.BrushStyle.SolidPattern)
+             else Qt.BrushStyle.Dense3Pattern if name == "tf32" else Qt.BrushStyle.SolidPattern)
     return QBrush(color, style)
 
 
@@ -399,9 +403,10 @@ class CompareView(QWidget):
             parts.append("peak memory = the process's resident memory")
         elif "cuda-max-allocated" in kinds:
             parts.append("peak memory = torch.cuda.max_memory_allocated")
-        failed = [v["name"] for v in doc.get("variants", []) if not v.get("ok")]
-        if failed:
-            parts.append("could not run: " + ", ".join(failed) + " (see Error)")
+        for state, label in (("unsupported", "not on this device"), ("failed", "could not run")):
+            names = [v["name"] for v in doc.get("variants", []) if status(v) == state]
+            if names:
+                parts.append(f"{label}: {', '.join(names)} (see Error)")
         if doc.get("reference_error"):
             parts.append(f"no float32 reference: {doc['reference_error']}")
         return " · ".join(parts)

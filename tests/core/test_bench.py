@@ -166,6 +166,23 @@ def test_tf32_settings_name_the_float32_baseline():
     assert isinstance(settings["cuda_matmul_allow_tf32"], bool)
 
 
+def test_the_tf32_variant_allows_tf32_during_its_calls_only(monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    before = bench_measure.tf32_settings()
+    assert not before["cuda_matmul_allow_tf32"]
+    during = bench_measure.with_tf32(bench_measure.tf32_settings)()
+    assert during == {"cuda_matmul_allow_tf32": True, "cudnn_allow_tf32": True,
+                      "float32_matmul_precision": "high"}
+    assert bench_measure.tf32_settings() == before
+
+    def fails():
+        raise RuntimeError("CUDA out of memory")
+
+    with pytest.raises(RuntimeError):
+        bench_measure.with_tf32(fails)()
+    assert bench_measure.tf32_settings() == before
+
+
 # -- variants -------------------------------------------------------------------------------------
 
 def test_variant_specs(tmp_path):
@@ -179,6 +196,7 @@ def test_variant_specs(tmp_path):
     half = bench.variant_spec(spec, "bfloat16")
     assert (half.model_dtype, half.input_dtype, half.input_cast) == ("bfloat16", "bfloat16",
                                                                       "floating")
+    assert bench.variant_spec(spec, "tf32") == fp32  # the same model: TF32 is a setting
     amp = bench.variant_spec(spec, "autocast-float16")
     assert (amp.model_dtype, amp.input_dtype, amp.autocast) == ("float32", None, "float16")
     # A model.half() pipeline's float32 variant runs in float32; its autocast names the model's
@@ -220,7 +238,10 @@ def test_every_variant_runs_on_a_tiny_resnet_and_streams_samples():
     assert set(doc["tf32"]) == {"cuda_matmul_allow_tf32", "cudnn_allow_tf32",
                                 "float32_matmul_precision"}
     assert [v["name"] for v in doc["variants"]] == list(bench.VARIANTS)
-    for v in doc["variants"]:
+    by_name = {v["name"]: v for v in doc["variants"]}
+    tf32 = by_name.pop("tf32")  # a GPU mode: named, not run
+    assert (tf32["ok"], tf32["support"]) == (False, "unsupported") and "GPU" in tf32["error"]
+    for v in by_name.values():
         assert CONTRACT_KEYS <= set(v), v["name"]
         assert v["ok"], v["error"]
         assert set(v["latency_ms"]) == {"p50", "p90", "min"}
@@ -234,7 +255,6 @@ def test_every_variant_runs_on_a_tiny_resnet_and_streams_samples():
         assert v["memory_kind"] == "process-rss" and v["peak_memory_bytes"] > 0
         assert 0.99 < v["cosine_vs_float32"] <= 1.0 + 1e-9
         assert v["top1_agreement"] is not None  # logits of a classifier
-    by_name = {v["name"]: v for v in doc["variants"]}
     assert by_name["float32"]["max_abs_diff_vs_float32"] == 0.0
     assert by_name["float16"]["weights_bytes"] < by_name["float32"]["weights_bytes"]
     assert by_name["autocast-float16"]["weights_bytes"] == by_name["float32"]["weights_bytes"]
@@ -242,7 +262,7 @@ def test_every_variant_runs_on_a_tiny_resnet_and_streams_samples():
     assert by_name["float16"]["max_abs_diff_vs_float32"] > 0
     assert by_name["float16"]["support"] == "emulated"  # float16 on a CPU: named slow
     assert by_name["float16"]["flops_per_sample"] == by_name["float32"]["flops_per_sample"]
-    assert {s["variant"] for s in samples} == set(bench.VARIANTS)
+    assert {s["variant"] for s in samples} == set(bench.VARIANTS) - {"tf32"}
     assert [s["iteration"] for s in samples if s["variant"] == "float32"] == [1, 2, 3]
     assert all(s["latency_ms"] > 0 and s["samples_per_s"] > 0 for s in samples)
     assert "bench" in stages and "model" in stages  # prepare()'s own stages pass through
@@ -333,9 +353,14 @@ def test_support_is_decided_from_the_device_before_running(monkeypatch):
     assert variant_support("float16", t4)[0] == "emulated"
     fake_gpu(monkeypatch, "NVIDIA A100", (8, 0))
     assert variant_support("bfloat16", t4) == ("native", None)
+    assert variant_support("tf32", t4)[0] == "native"
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
     assert "TF32" in variant_support("float32", t4)[1]
+    fake_gpu(monkeypatch, "Tesla T4", (7, 5))
+    support, why = variant_support("tf32", t4)
+    assert support == "unsupported" and "T4" in why and "8.0" in why
     cpu = torch.device("cpu")
+    assert variant_support("tf32", cpu)[0] == "unsupported"
     assert variant_support("float16", cpu)[0] == "emulated"
     assert variant_support("float32", cpu) == ("native", None)
 
@@ -354,7 +379,23 @@ def test_unsupported_variant_is_reported_without_loading(monkeypatch):
     fp32, bf16 = doc["variants"]
     assert fp32["ok"] and not bf16["ok"] and bf16["error"] == "no bfloat16 here"
     assert bf16["support"] == "unsupported" and loads == ["float32"]
+    table = bench.format_table(doc)
+    assert "bfloat16: unsupported, no bfloat16 here" in table and "failed" not in table
+    assert any(line.split()[:2] == ["bfloat16", "unsupported"] for line in table.splitlines())
     assert bench_device.compute_dtype("autocast-float16") == "float16"
+
+
+def test_tf32_runs_its_calls_with_tf32_allowed_and_float32_as_the_user_set_it(monkeypatch):
+    from fp16studio.core import pipeline
+    from fp16studio.core.demo import demo_spec
+
+    monkeypatch.setattr(bench, "variant_support", lambda name, device: ("native", None))
+    seen, forward = set(), pipeline.forward
+    monkeypatch.setattr(pipeline, "forward", lambda run: seen.add(
+        torch.get_float32_matmul_precision()) or forward(run))
+    doc = bench.benchmark(demo_spec("healthy"), variants="tf32,float32", **FAST).to_json()
+    assert [(v["name"], v["ok"]) for v in doc["variants"]] == [("float32", True), ("tf32", True)]
+    assert seen == {"highest", "high"} and torch.get_float32_matmul_precision() == "highest"
 
 
 def test_peak_fraction_only_on_a_known_gpu(monkeypatch):
@@ -366,6 +407,7 @@ def test_peak_fraction_only_on_a_known_gpu(monkeypatch):
     assert peak_tflops(gpu, "NVIDIA H100 80GB HBM3", "float32") == 67.0
     assert peak_tflops(gpu, "NVIDIA H200", "autocast-bfloat16") == 989.0
     assert peak_tflops(gpu, "NVIDIA H100 PCIe", "float16") == 756.0
+    assert peak_tflops(gpu, "NVIDIA H100 80GB HBM3", "tf32") == 495.0
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
     assert peak_tflops(gpu, "NVIDIA H100 80GB HBM3", "float32") == 495.0
     assert peak_tflops(gpu, "NVIDIA L4", "float16") is None

@@ -62,3 +62,17 @@ def test_overflow_on_cuda_fp16(demo_dir):
     fixed = diagnose(apply_fix(report.spec, report.fix("model-bfloat16")))
     if torch.cuda.is_bf16_supported():
         assert fixed.ok
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability() < (8, 0),
+                    reason="TF32 needs compute capability 8.0")
+def test_bench_runs_tf32_beside_float32_and_gives_the_setting_back(demo_dir):
+    from fp16studio.core.bench import benchmark
+
+    before = torch.backends.cuda.matmul.allow_tf32
+    doc = benchmark(demo_spec("healthy").replace(device="cuda"), variants="float32,tf32",
+                    warmup=1, min_iterations=5, min_seconds=0.0, min_rounds=2).to_json()
+    fp32, tf32 = doc["variants"]
+    assert fp32["ok"] and tf32["ok"] and tf32["support"] == "native"
+    assert tf32["weights_bytes"] == fp32["weights_bytes"]
+    assert torch.backends.cuda.matmul.allow_tf32 == before

@@ -147,6 +147,9 @@ def test_per_variant_stability_support_and_throughput_are_shown(view):
     view.set_result(doc)
     assert [_cell(view, r, "Stability") for r in range(3)] == ["stable", "noisy", ""]
     assert [_cell(view, r, "Support") for r in range(3)] == ["native", "emulated", "unsupported"]
+    assert _cell(view, 2, "Status") == "unsupported"  # not tried, rather than failed
+    assert "not on this device: bfloat16" in view.summary.text()
+    assert "could not run" not in view.summary.text()
     assert _cell(view, 1, "Spread") == "40.0%" and _cell(view, 0, "TFLOP/s") == "1.5"
     assert "% of peak" not in view.model.headers()       # no known peak on this device
     labels = [text for _, text in view._speed_plot.getAxis("left")._tickLevels[0]]
@@ -157,10 +160,20 @@ def test_every_variant_fits_in_the_table_and_the_charts_save_at_full_size(view, 
     from PySide6.QtGui import QImage
 
     doc = json.loads(json.dumps(DOC))
-    doc["variants"] += [dict(doc["variants"][0], name=n) for n in ("autocast-float16", "autocast-bfloat16")]
+    doc["variants"] += [dict(doc["variants"][0], name=n)
+                        for n in ("tf32", "autocast-float16", "autocast-bfloat16")]
     view.resize(640, 500)
     view.set_result(doc)
     table = view.table
-    assert table.minimumHeight() >= table.verticalHeader().defaultSectionSize() * 6
+    assert table.minimumHeight() >= table.verticalHeader().defaultSectionSize() * 7
     written = view.export_png(tmp_path / "charts.png")
     assert all(QImage(str(p)).width() >= 1600 for p in written)
+
+
+def test_variants_are_told_apart_by_more_than_colour():
+    from fp16studio.gui.compare import _brush, _pen, variant_color
+
+    assert variant_color("tf32") == variant_color("float32")  # the same weights
+    styles = {name: (_pen(name).style(), _brush(name).style())
+              for name in ("float32", "tf32", "autocast-float16")}
+    assert len(set(styles.values())) == 3
