@@ -30,8 +30,9 @@ class ModuleHooks:
 
     A module copied during the pass (`nn.DataParallel`'s replicas, `copy.copy`) shares the
     original's hook dicts and is named as the original; a deep copy is a module of its own, not
-    the model's, and is not watched. A subclass that overrides `__call__` gets the callbacks in
-    its hook dicts. On exit this object lets go of the model and the callbacks."""
+    the model's, and is not watched (unless it copied the callbacks from its original's hook
+    dicts: then under its class name). A subclass that overrides `__call__` gets the callbacks
+    in its hook dicts. On exit this object lets go of the model and the callbacks."""
 
     def __init__(self, model, pre, post):
         self.model, self._pre, self._post = model, pre, post
@@ -62,8 +63,8 @@ class ModuleHooks:
             hooks = module.__dict__.get("_forward_pre_hooks")
             if hooks is None:
                 return None
-            if not by_hook_dict:  # made on the first module not found by itself
-                by_hook_dict.update((id(m._forward_pre_hooks), n) for m, n in names.items())
+            if not by_hook_dict:  # made on the first module not found by itself, whole at once
+                by_hook_dict.update({id(m._forward_pre_hooks): n for m, n in names.items()})
             return by_hook_dict.get(id(hooks))
 
         def pre_hook(module, args, kwargs):
@@ -94,7 +95,8 @@ class ModuleHooks:
                                    nn_module._global_forward_hooks)
         global_back_pre, global_back = (nn_module._global_backward_pre_hooks,
                                         nn_module._global_backward_hooks)
-        self._previous = previous = torch.nn.Module.__call__
+        # Set under the lock below; __call__ reads them through its closure.
+        previous = direct = None
 
         def __call__(module, *args, **kwargs):
             name = names.get(module)
@@ -109,18 +111,23 @@ class ModuleHooks:
                 hook(module)  # torch's path, the callbacks after the module's own hooks
                 return previous(module, *args, **kwargs)
             pre(name, module, args, kwargs)
-            output = module.forward(*args, **kwargs)
-            post(module, args, kwargs, output)
+            if direct:
+                output = module.forward(*args, **kwargs)
+            else:  # a pass or the script tracer that wrapped __call__ before sees the call too
+                output = previous(module, *args, **kwargs)
+            if live:  # not ended meanwhile by another thread
+                post(module, args, kwargs, output)
             return output
 
         try:
-            own_call = torch.nn.Module.__call__
             names.update(module_names(self.model))
-            for module in names:
-                if type(module).__call__ is not own_call:  # the wrapper never sees its calls
-                    hook(module)
-            hook(self.model)  # also seen by a caller that skips __call__ (script_tracer does)
             with _lock:
+                self._previous = previous = torch.nn.Module.__call__
+                direct = previous is torch.nn.Module._wrapped_call_impl
+                for module in names:
+                    if type(module).__call__ is not previous:  # the wrapper never sees its calls
+                        hook(module)
+                hook(self.model)  # also seen by a caller that skips __call__ (script_tracer does)
                 self._wrapper = torch.nn.Module.__call__ = __call__
         except BaseException:
             self.__exit__()

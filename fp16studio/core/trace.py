@@ -1,8 +1,9 @@
-"""Forward hooks that record, per module call, what went in and what came out.
+"""What went in and what came out of every module call of one forward pass.
 
 Evidence for the rules: dtypes, devices, shapes, abs-max and inf/NaN counts of every floating
-tensor, and a stack that says which module was running when an exception hit. Statistics stay
-on the device as 0-d tensors during the pass and are read back once at the end (one sync).
+tensor, and a stack that says which module was running when an exception hit. Statistics of
+CPU tensors are read as they are taken; on an accelerator they stay there as 0-d tensors during
+the pass and are read back once at the end (one sync per device).
 """
 
 from __future__ import annotations
@@ -56,23 +57,23 @@ class ModuleCall:
 
 
 class Tracer:
-    """Context manager: hooks on every module while active, removed on exit even on error.
+    """Context manager: every module call watched while active (see `ModuleHooks`), and
+    nothing left behind on exit, even on error.
 
     Per floating tensor one `torch.aminmax` (the abs-max comes from its two ends, and inf/NaN
     show in them). On the CPU the values are read at once (nothing to wait for, and no 0-d
     tensors to keep); on an accelerator they stay there and are read back in one sync per
-    device on exit. Counting inf/NaN
-    needs a full pass over a tensor that is usually freed by then, so it is done only with
-    `count_nonfinite=True`; otherwise a non-finite abs-max gives `nonfinite = 1` ("at least one")
-    and `counted` is False: a caller that shows counts runs the pass again with counting on.
+    device on exit. Counting inf/NaN needs a full pass over a tensor that is usually freed by
+    then, so it is done only with `count_nonfinite=True`; otherwise a non-finite abs-max gives
+    `nonfinite = 1` ("at least one") and `counted` is False: a caller that shows counts runs
+    the pass again with counting on.
     A tensor seen again unchanged (a module's output that is its parent's output or the next
     module's input) is measured once; unchanged is known from its version counter, so tensors
     made under `torch.inference_mode()` (which have none) are measured every time.
 
-    The hooks run once per module call, 11k times in a pass of a 640-layer BERT, so they are
-    kept lean: the same two hook functions on every module (not a closure per module), dtype
-    and device names made once per pass, and no garbage collection while they are in (see
-    `ModuleHooks`).
+    The callbacks run once per module call, 11k times in a pass of a 640-layer BERT, so they are
+    kept lean: dtype and device names made once per pass, one tuple per distinct shape, and no
+    garbage collection while the pass lasts (see `ModuleHooks`).
     """
 
     read_now_on = ("cpu",)  # device names whose statistics are read as they are taken
@@ -129,7 +130,7 @@ class Tracer:
                 if isinstance(value, tensor_type):
                     inputs.append(info(_INPUT_NAMES[i] if i < 8 else f"input[{i}]", value))
                 else:
-                    self._describe(value, f"input[{i}]", inputs)
+                    self._describe(value, f"input[{i}]", inputs, depth=1)
         if kwargs:
             self._describe(kwargs, "", call.inputs)
         self.calls.append(call)
@@ -179,10 +180,10 @@ class Tracer:
                 device_name in self.read_now_on, dtype.is_floating_point)
         return labels
 
-    def _describe(self, value, prefix, out):
+    def _describe(self, value, prefix, out, depth=0):
         """Appends a TensorInfo per tensor in `value` (see `_flatten`)."""
         found = []
-        _flatten(value, prefix, found, self._tensor_type)
+        _flatten(value, prefix, found, self._tensor_type, depth)
         for name, tensor in found:
             out.append(self._info(name or "input", tensor))
 
@@ -217,8 +218,8 @@ class Tracer:
         count = (~self._isfinite(detached)).sum() if self.count_nonfinite else None
         index = len(self._values)
         if now:
-            low = low.item()  # min <= max: the abs-max is -min or max; aminmax passes NaN on
-            absmax = max(-low, high.item()) if low == low else math.nan
+            low = low.item()  # aminmax passes NaN on
+            absmax = max(abs(low), abs(high.item())) if low == low else math.nan
             self._values.append(self._value(absmax, None if count is None else count.item()))
         else:
             self._values.append(None)
@@ -244,10 +245,14 @@ class Tracer:
             by_device.setdefault(device, []).append(rows)
         for groups in by_device.values():
             order, absmax, counts = [], [], []
+            # float64 where the device has it (a float64 tensor was measured there): float32
+            # would turn 1e300 into inf; exact for every narrower dtype.
+            wide = torch.float64 if any(rows[0][1].dtype == torch.float64 for rows in groups) \
+                else torch.float32
             for rows in groups:
                 order += [row[0] for row in rows]
                 ends = [torch.stack([row[end] for row in rows]) for end in (1, 2)]
-                absmax.append(torch.maximum(ends[0].abs(), ends[1].abs()).float())  # NaN wins
+                absmax.append(torch.maximum(ends[0].abs(), ends[1].abs()).to(wide))  # NaN wins
                 if self.count_nonfinite:
                     counts.append(torch.stack([row[3] for row in rows]))
             counts = torch.cat(counts).tolist() if counts else [None] * len(order)

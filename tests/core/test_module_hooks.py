@@ -95,6 +95,47 @@ def test_call_is_given_back_after_an_error_and_passes_that_end_out_of_order():
     assert len(second.events) == 4
 
 
+def test_passes_over_the_same_modules_both_see_every_call():
+    net, outer, inner = model(), Recorded(), Recorded()
+    with ModuleHooks(net, outer.pre, outer.post), ModuleHooks(net[1], inner.pre, inner.post):
+        net(torch.ones(1, 4))
+    assert [e[1] for e in outer.events if e[0] == "pre"] == ["", "0", "1", "1.0"]
+    assert [e[1] for e in inner.events if e[0] == "pre"] == ["", "0"]
+    assert len(outer.events) == 8 and len(inner.events) == 4
+    assert torch.nn.Module.__call__ is ORIGINAL_CALL
+
+
+def test_passes_entered_at_once_from_two_threads_keep_both_wrappers(monkeypatch):
+    import threading
+
+    from fp16studio.core import module_hooks
+
+    walk, barrier = module_hooks.module_names, threading.Barrier(2)
+
+    def slow_walk(net):  # both threads walk their models before either wraps __call__
+        names = walk(net)
+        barrier.wait(timeout=10)
+        return names
+
+    monkeypatch.setattr(module_hooks, "module_names", slow_walk)
+    nets, seen, passes = [model(), model()], [Recorded(), Recorded()], [None, None]
+
+    def enter(i):
+        passes[i] = ModuleHooks(nets[i], seen[i].pre, seen[i].post).__enter__()
+
+    threads = [threading.Thread(target=enter, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for net in nets:
+        net(torch.ones(1, 4))
+    for p in passes:
+        p.__exit__()
+    assert [len(s.events) for s in seen] == [8, 8]
+    assert torch.nn.Module.__call__ is ORIGINAL_CALL
+
+
 def test_module_names_match_named_modules_with_shared_modules():
     shared = torch.nn.Linear(2, 2)
     net = torch.nn.ModuleDict({"a": torch.nn.Sequential(shared, torch.nn.ReLU()), "b": shared,

@@ -40,6 +40,24 @@ def test_abs_max_is_the_largest_magnitude_of_either_sign(dtype, read_back):
     assert outputs(tracer, "0").absmax == 7.0 and tracer.counted
 
 
+def test_zeros_large_float64_and_nested_inputs_read_the_same_both_ways(read_back):
+    model = torch.nn.Sequential(torch.nn.Identity())
+    with torch.no_grad(), Tracer(model) as tracer:
+        model(torch.zeros(2, 3))
+    zero = outputs(tracer, "0").absmax
+    assert zero == 0.0 and str(zero) == "0.0"  # not -0.0
+    with torch.no_grad(), Tracer(model) as tracer:
+        model(torch.tensor([1e300, -0.1], dtype=torch.float64))
+    big = outputs(tracer, "0")
+    assert (big.absmax, big.nonfinite, tracer.counted) == (1e300, 0, True)
+    # Nested in the positional arguments: as deep as in outputs, and no deeper.
+    for nested, names in (([[[torch.ones(1)]]], ["input[0][0][0][0]"]),
+                          ([[[[torch.ones(1)]]]], [])):
+        with torch.no_grad(), Tracer(model) as tracer:
+            model[0](nested)
+        assert [t.name for t in tracer.calls[0].inputs] == names
+
+
 def test_nonfinite_is_at_least_one_without_counting_and_exact_with_it(read_back):
     model = torch.nn.Sequential(Blowup(), torch.nn.Identity())
     x = torch.tensor([[1.0, 0.1, 2.0, 0.0]], dtype=torch.float16)  # 1e5 and 2e5 overflow
