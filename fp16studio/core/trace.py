@@ -89,7 +89,7 @@ class Tracer:
         self._values: list = []     # per measured tensor: (abs-max, inf/NaN count) once read
         self._pending: dict = {}    # (device, dtype) -> [(index, min, max, count)], 0-d tensors
         self._waiting: list = []    # (TensorInfo, index into _values) until the read-back
-        self._seen: dict = {}       # id(tensor) -> (weakref, version, index into _values)
+        self._seen: dict = {}       # id(tensor) -> its entry (see _measure)
         self._label_cache: dict = {}  # (device, dtype) -> their names
         self._shapes: dict = {}     # shape -> the one tuple of it
         self._finished = 0
@@ -188,6 +188,14 @@ class Tracer:
             out.append(self._info(name or "input", tensor))
 
     def _info(self, name, tensor) -> TensorInfo:
+        seen = self._seen.get(id(tensor))
+        if seen is not None and seen[0]() is tensor and seen[1] == tensor._version:
+            # Seen unchanged (a module's output that is its parent's output or the next
+            # module's input): measured once, and described once per name in a row.
+            if seen[3] == name:
+                return seen[4]
+        else:
+            seen = None
         key = (tensor.device, tensor.dtype)
         device, dtype_name, measured, now, _ = self._label_cache.get(key) or self._labels(*key)
         shape = self._shapes.get(tensor.shape)
@@ -195,24 +203,21 @@ class Tracer:
             shape = tuple(tensor.shape)
             self._shapes[shape] = shape
         info = TensorInfo(name, dtype_name, device, shape)
-        if measured:
-            seen = self._seen.get(id(tensor))
-            if seen is not None and seen[0]() is tensor and seen[1] == tensor._version:
-                index = seen[2]  # seen unchanged: measured once
-            elif tensor.numel():
-                index = self._measure(tensor, key, now)
-            else:
+        if seen is None:
+            if not measured or not tensor.numel():
                 return info
-            value = self._values[index]
-            if value is None:
-                self._waiting.append((info, index))
-            else:
-                info.absmax, info.nonfinite = value
+            seen = self._measure(tensor, key, now)
+        value = self._values[seen[2]]
+        if value is None:
+            self._waiting.append((info, seen[2]))
+        else:
+            info.absmax, info.nonfinite = value
+        seen[3], seen[4] = name, info
         return info
 
-    def _measure(self, tensor, key, now: bool) -> int:
-        """Index of the tensor's statistics in `_values`: taken now, and read now too where
-        `now`, else on exit; `key` is the tensor's (device, dtype)."""
+    def _measure(self, tensor, key, now: bool) -> list:
+        """The tensor's entry of `_seen`, its statistics taken now (at index 2 in `_values`),
+        and read now too where `now`, else on exit; `key` is the tensor's (device, dtype)."""
         detached = tensor.detach() if tensor.requires_grad else tensor
         low, high = self._aminmax(detached)
         count = (~self._isfinite(detached)).sum() if self.count_nonfinite else None
@@ -224,9 +229,12 @@ class Tracer:
         else:
             self._values.append(None)
             self._pending.setdefault(key, []).append((index, low, high, count))
-        if not tensor.is_inference():  # inference tensors have no version counter
-            self._seen[id(tensor)] = (weakref.ref(tensor), tensor._version, index)
-        return index
+        # [tensor, its version, index into _values, last name described under, that TensorInfo]
+        entry = [weakref.ref(tensor), tensor._version if not tensor.is_inference() else -1,
+                 index, None, None]
+        if entry[1] >= 0:  # inference tensors have no version counter: not known again
+            self._seen[id(tensor)] = entry
+        return entry
 
     def _value(self, absmax: float, count: int | None) -> tuple[float, int]:
         """(abs-max, inf/NaN count); without a count, 1 ("at least one") where the abs-max is

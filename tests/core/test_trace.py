@@ -84,6 +84,8 @@ def test_a_tensor_seen_again_unchanged_is_measured_once(monkeypatch, read_back):
     # input, Linear's output = Identity's input = Identity's output = the model's output.
     assert len(measured) == 2
     assert outputs(tracer, "").absmax == outputs(tracer, "0").absmax
+    # Under the same name in a row (the Identity's output is the model's): one description.
+    assert outputs(tracer, "") is outputs(tracer, "1")
     with torch.inference_mode(), Tracer(model):  # no version counter: measured every time
         model(torch.randn(2, 4))
     assert len(measured) == 2 + 6
