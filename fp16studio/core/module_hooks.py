@@ -99,10 +99,12 @@ class ModuleHooks:
         previous = direct = None
 
         def __call__(module, *args, **kwargs):
+            if not live:  # ended, left in a later pass's chain: passes the call on
+                return previous(module, *args, **kwargs)
             name = names.get(module)
             if name is None:
                 name = copy_name(module)
-            if name is None or not live:
+            if name is None:
                 return previous(module, *args, **kwargs)
             if (module._forward_pre_hooks or module._forward_hooks or module._backward_hooks
                     or module._backward_pre_hooks or module._compiled_call_impl is not None
