@@ -384,8 +384,9 @@ def format_table(doc: dict) -> str:
     failures = []
     for v in variants:
         if not v["ok"]:
-            rows.append((v["name"], presentation.status(v)) + ("",) * (len(header) - 2))
-            if presentation.status(v) == "failed":  # unsupported: said under "support:"
+            status = presentation.status(v)
+            rows.append((v["name"], status) + ("",) * (len(header) - 2))
+            if status == "failed":  # unsupported: said under "support:"
                 failures.append(f"  {v['name']}: {v.get('error') or 'failed'}")
             continue
         rows.append(tuple("-" if raw(v) in (None, "") else text(raw(v))

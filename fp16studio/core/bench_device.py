@@ -75,7 +75,7 @@ def peak_tflops(device, device_name: str, variant: str) -> float | None:
     if peaks is None:
         return None
     dtype = compute_dtype(variant)
-    if dtype == "tf32" or dtype == "float32" and tf32_active(device):
+    if dtype == "tf32" or (dtype == "float32" and tf32_active(device)):
         return peaks["tf32"]
     return peaks["float32"] if dtype == "float32" else peaks["half"]
 

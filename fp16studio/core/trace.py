@@ -249,15 +249,15 @@ class Tracer:
         import torch
 
         by_device: dict = {}
-        for (device, _), rows in self._pending.items():
-            by_device.setdefault(device, []).append(rows)
+        for (device, dtype), rows in self._pending.items():
+            by_device.setdefault(device, []).append((dtype, rows))
         for groups in by_device.values():
             order, absmax, counts = [], [], []
             # float64 where the device has it (a float64 tensor was measured there): float32
             # would turn 1e300 into inf; exact for every narrower dtype.
-            wide = torch.float64 if any(rows[0][1].dtype == torch.float64 for rows in groups) \
-                else torch.float32
-            for rows in groups:
+            wide = (torch.float64 if any(dtype == torch.float64 for dtype, _ in groups)
+                    else torch.float32)
+            for _, rows in groups:
                 order += [row[0] for row in rows]
                 ends = [torch.stack([row[end] for row in rows]) for end in (1, 2)]
                 absmax.append(torch.maximum(ends[0].abs(), ends[1].abs()).to(wide))  # NaN wins
