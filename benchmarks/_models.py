@@ -63,7 +63,7 @@ def _build(name: str, folder: Path):
     import torch
     from transformers import AutoModel, LlamaForCausalLM
 
-    from fp16studio.core.demo import tiny_tokenizer
+    from fp16studio.core.demo.pipelines import tiny_tokenizer
 
     config = _config(name)
     cls = LlamaForCausalLM if name in LLAMA else AutoModel

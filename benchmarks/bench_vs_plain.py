@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from fp16studio.core.bench import VARIANTS, benchmark
-from fp16studio.core.bench_measure import with_tf32
-from fp16studio.core.spec import PipelineSpec
+from fp16studio.core.precision.bench import VARIANTS, benchmark
+from fp16studio.core.precision.measure import with_tf32
+from fp16studio.core.spec.value import PipelineSpec
 
 
 def app_figure(spec, variant, seconds, warmup):
@@ -46,7 +46,7 @@ def app_figure(spec, variant, seconds, warmup):
 
 def app_batch(spec):
     """A CPU copy of the batch the app builds (token ids and masks: no dtype to vary)."""
-    from fp16studio.core.pipeline import prepare
+    from fp16studio.core.run.pipeline import prepare
 
     return {k: v.detach().cpu().clone() for k, v in prepare(spec).batch.items()}
 

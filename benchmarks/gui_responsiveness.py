@@ -104,7 +104,7 @@ def main(argv=None) -> int:
             return finish()
         from _models import model_dir
 
-        from fp16studio.core.spec import PipelineSpec
+        from fp16studio.core.spec.value import PipelineSpec
 
         phase[0] = "open"
         window.diagnosisFinished.disconnect(after_fix)
@@ -158,10 +158,10 @@ def main(argv=None) -> int:
 def _tree_costs(tensors: int) -> dict:
     """GUI-thread milliseconds for the tensor tree of a model with `tensors` parameters: show it,
     expand a module, filter, and refresh it after a re-run; and its arrival on the worker."""
-    from fp16studio.core.report import Diagnosis
-    from fp16studio.core.spec import PipelineSpec
-    from fp16studio.core.tree import TensorNode
-    from fp16studio.core.tree_index import TreeIndex
+    from fp16studio.core.diagnostics.report import Diagnosis
+    from fp16studio.core.spec.value import PipelineSpec
+    from fp16studio.core.diagnostics.tree import TensorNode, summary
+    from fp16studio.core.diagnostics.tree_index import TreeIndex
     from fp16studio.gui.tree_panel import TensorPanel
 
     def model(seed_dtype):
@@ -192,12 +192,11 @@ def _tree_costs(tensors: int) -> dict:
     first, second = model("float16"), model("bfloat16")
     first_index, second_index = TreeIndex(first), TreeIndex(second)
     costs.update(_arrival_costs(first_index))
-    # The result's --json document on the GUI thread: the inventory from the index's totals
-    # (what the window does) against a walk of every node (what it did before).
+    # The result's --json document on the GUI thread, its inventory (tree.summary) taken on the
+    # worker thread where the result arrived, as the window does.
     spec = PipelineSpec(model="m", dataset="synthetic")
-    timed("document_with_index_totals",
-          lambda: Diagnosis(spec, "cpu", tree=first, inventory=first_index.summary()).to_json())
-    timed("document_by_walking_the_tree", lambda: Diagnosis(spec, "cpu", tree=first).to_json())
+    inventory = summary(first)
+    timed("document", lambda: Diagnosis(spec, "cpu", tree=first, inventory=inventory).to_json())
     timed("show", lambda: panel.set_tree(first, first_index))
     net = panel.proxy.index(0, 0)
     timed("expand_model", lambda: panel.tree.expand(net))

@@ -23,13 +23,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from fp16studio.core.demo.pipelines import open_spec
+
 
 def build(root: Path) -> dict:
     import torch
     from transformers import (BertConfig, BertForSequenceClassification, LlamaConfig,
                               LlamaForCausalLM)
 
-    from fp16studio.core.demo import tiny_tokenizer
+    from fp16studio.core.demo.pipelines import tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     made = {}
@@ -69,8 +71,8 @@ def build(root: Path) -> dict:
 
 def measure(name: str, spec) -> dict:
     from fp16studio.core import apply_fix, diagnose
-    from fp16studio.core.drift import drift
-    from fp16studio.core.islands import max_passes
+    from fp16studio.core.precision.drift import drift
+    from fp16studio.core.diagnostics.islands import max_passes
 
     start = time.perf_counter()
     report = diagnose(spec)
@@ -94,9 +96,9 @@ def measure(name: str, spec) -> dict:
 
 
 def main():
-    from fp16studio.core.demo import ensure_demo_files
-    from fp16studio.core.loading import quiet_hf
-    from fp16studio.core.spec import PipelineSpec
+    from fp16studio.core.demo.pipelines import ensure_demo_files
+    from fp16studio.core.hf.loading import quiet_hf
+    from fp16studio.core.spec.value import PipelineSpec
 
     demo = ensure_demo_files()
     with quiet_hf():
@@ -105,7 +107,7 @@ def main():
                                            "model_dtype": "float16", "device": "cpu"},
                                           base_dir=demo)
              for name, path in models.items()}
-    specs["demo overflow (bert-2)"] = PipelineSpec.load("demo:overflow").replace(device="cpu")
+    specs["demo overflow (bert-2)"] = open_spec("demo:overflow").replace(device="cpu")
     for name, spec in specs.items():
         row = measure(name, spec)
         print(f"{row['model']}: plain float16 finite={row['fp16 finite']}; islands "

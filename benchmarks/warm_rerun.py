@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _models import NAMES, stored_in
-from fp16studio.core.diagnosis import diagnose
-from fp16studio.core.spec import PipelineSpec
-from fp16studio.core.warm import WarmModel
+from fp16studio.core.diagnostics.diagnosis import diagnose
+from fp16studio.core.spec.value import PipelineSpec
+from fp16studio.core.run.warm import WarmModel
 
 
 def evict(folder: Path):

@@ -1,7 +1,7 @@
 """The freedesktop launcher: the .desktop entry, and `fp16studio --install-desktop`.
 
-The entry's text is rendered here, once; packaging/ holds a copy for system packages, and a test
-keeps the two identical. A user-level install writes to $XDG_DATA_HOME (~/.local/share):
+The entry's text is rendered here, once; resources/desktop/ holds a copy for system packages, and a
+test keeps the two identical. A user-level install writes to $XDG_DATA_HOME (~/.local/share):
 applications/APP_ID.desktop and icons/hicolor/<size>/apps/APP_ID.{png,svg}.
 """
 
@@ -13,8 +13,9 @@ import struct
 import sys
 from pathlib import Path
 
+from fp16studio import resource_paths
+
 APP_ID = "io.github.fp16studio.fp16studio"
-ICON_DIR = Path(__file__).parent / "resources" / "app"
 
 # Characters that force an Exec argument into double quotes (Desktop Entry spec, "Exec key").
 _RESERVED = set(" \t\n\"'\\><~|&;$*?#()`")
@@ -55,7 +56,7 @@ def launch_command() -> list[str]:
 
 def install_desktop(data_home: str | Path | None = None) -> list[Path]:
     """Install the launcher and icons for the current user; returns the files written."""
-    from fp16studio.core.spec import write_text_atomic
+    from fp16studio.core.common.files import write_text_atomic
 
     root = Path(data_home) if data_home else xdg_data_home()
     applications = root / "applications"
@@ -73,9 +74,10 @@ def install_desktop(data_home: str | Path | None = None) -> list[Path]:
 
 def app_icons() -> list[tuple[Path, str]]:
     """(file, hicolor size folder) for each app icon: PNGs by their pixel size, SVG scalable."""
-    sized = sorted((png_size(path), path) for path in ICON_DIR.glob("*.png"))
+    files = resource_paths.app_icon_files()
+    sized = sorted((png_size(path), path) for path in files if path.suffix == ".png")
     icons = [(path, f"{width}x{height}") for (width, height), path in sized]
-    return icons + [(path, "scalable") for path in sorted(ICON_DIR.glob("*.svg"))]
+    return icons + [(path, "scalable") for path in files if path.suffix == ".svg"]
 
 
 def png_size(path: Path) -> tuple[int, int]:

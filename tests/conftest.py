@@ -20,7 +20,7 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def demo_dir():
     """The built-in demo's files (models, data, specs), built once per test session."""
-    from fp16studio.core.demo import ensure_demo_files
+    from fp16studio.core.demo.pipelines import ensure_demo_files
 
     return ensure_demo_files()
 

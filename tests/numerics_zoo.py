@@ -37,7 +37,7 @@ def build_numerics_zoo(root: Path) -> dict[str, Path]:
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
-    from fp16studio.core.demo import tiny_tokenizer
+    from fp16studio.core.demo.pipelines import tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=4,

@@ -1,6 +1,6 @@
 """Tiny models and datasets for tests, built from configs with fixed seeds (kilobytes, fast).
 
-The demo's own models (ResNet, ViT, BERT, an overflowing BERT) come from fp16studio.core.demo;
+The demo's own models (ResNet, ViT, BERT, an overflowing BERT) come from fp16studio.core.demo.pipelines;
 this adds ConvNeXt, CLIP vision, a T5 encoder, FNet (an FFT without a CPU half kernel), a Llama,
 and for audio a Whisper (input_features) and a Wav2Vec2 classifier (input_values), plus folders
 of sine-wave clips written with soundfile.
@@ -23,7 +23,7 @@ def build_zoo(root: Path) -> dict[str, Path]:
                               Wav2Vec2ForSequenceClassification, WhisperConfig,
                               WhisperFeatureExtractor, WhisperForConditionalGeneration)
 
-    from fp16studio.core.demo import image_processor, tiny_tokenizer
+    from fp16studio.core.demo.pipelines import image_processor, tiny_tokenizer
 
     images = image_processor(32)
     tokenizer = tiny_tokenizer()

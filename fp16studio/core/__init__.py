@@ -1,21 +1,24 @@
 """The Qt-free engine (CONTRACT §4). Cheap to import: torch, transformers and datasets load
 lazily, inside the work."""
 
-from .errors import CancelToken, Cancelled, InputError
-from .findings import Finding, Fix
-from .spec import PipelineSpec
+from .common.errors import CancelToken, Cancelled, InputError
+from .diagnostics.findings import Finding, Fix
+from .spec.value import PipelineSpec
 
 __all__ = ["PipelineSpec", "diagnose", "apply_fix", "fix_until_clean", "benchmark",
            "export_script", "inspect_model", "InputError", "Cancelled", "CancelToken",
-           "Finding", "Fix"]
+           "Finding", "Fix", "open_spec", "load_spec", "save_spec"]
 
 _LAZY = {
-    "diagnose": ".diagnosis",
-    "apply_fix": ".fixing",
-    "fix_until_clean": ".fixing",
-    "benchmark": ".bench",
-    "export_script": ".export",
-    "inspect_model": ".inspect",
+    "diagnose": ".diagnostics.diagnosis",
+    "apply_fix": ".diagnostics.fixing",
+    "fix_until_clean": ".diagnostics.fixing",
+    "benchmark": ".precision.bench",
+    "export_script": ".present.export",
+    "inspect_model": ".hf.model_info",
+    "open_spec": ".demo.pipelines",
+    "load_spec": ".spec.documents",
+    "save_spec": ".spec.documents",
 }
 
 

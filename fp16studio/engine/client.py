@@ -24,8 +24,7 @@ import time
 import types
 from multiprocessing.connection import wait
 
-from fp16studio.core.errors import CancelToken
-
+from fp16studio.core.common.errors import CancelToken
 from . import messages as m
 
 KILL_AFTER_CANCEL_S = 5.0  # a task that ignores Cancel this long ends with its process

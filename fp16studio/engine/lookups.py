@@ -1,7 +1,7 @@
 """Qt-free look-ups behind the model and dataset pickers; all run on the worker thread.
 
 They read local files and the Hugging Face cache, and touch the network only when the Hub is
-reachable (fp16studio.core.hub decides), so a picker never hangs a machine that is offline.
+reachable (fp16studio.core.hf.hub decides), so a picker never hangs a machine that is offline.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def scan_cache(cache_dir: str | None = None) -> dict:
 
 def hub_search(query: str, repo_type: str = "model") -> list[str]:
     """Hub repo ids matching `query`, or [] when offline; never waits more than a few seconds."""
-    from fp16studio.core.hub import online
+    from fp16studio.core.hf.hub import online
 
     if not online():
         return []
@@ -62,7 +62,7 @@ def hub_search(query: str, repo_type: str = "model") -> list[str]:
 def source_folder(spec, value: str, repo_type: str, revision: str | None = None) -> Path | None:
     """The local folder of a model or dataset: the path itself, or the cached snapshot of a Hub
     id (never downloaded); None for a file, or a repo that is not cached."""
-    from fp16studio.core.hub import cached_snapshot, looks_like_repo_id
+    from fp16studio.core.hf.hub import cached_snapshot, looks_like_repo_id
 
     local = spec.local_path(value)
     if local is not None:
@@ -79,7 +79,7 @@ def model_folder(spec) -> Path | None:
 
 def model_info(spec) -> dict:
     """Checkpoint size and dtypes, from the safetensors headers alone (no weights read)."""
-    from fp16studio.core.inspect import checkpoint_dtypes
+    from fp16studio.core.hf.checkpoint import checkpoint_dtypes
 
     folder = model_folder(spec)
     if folder is None:
@@ -100,7 +100,7 @@ def dataset_splits(spec) -> list[str]:
         if manifest.is_file():
             return list(json.loads(manifest.read_text(encoding="utf-8")).get("splits", []))
         return [spec.split]
-    from fp16studio.core.hub import online
+    from fp16studio.core.hf.hub import online
 
     if spec.dataset == "synthetic" or not online():
         return [spec.split]
@@ -113,7 +113,7 @@ def dataset_configs(spec) -> list[str]:
     """Config names for the dataset chooser: from the dataset card's `configs:` metadata (a
     local folder or the cached snapshot), else from the Hub when it is reachable. (`revision`
     is the model's: datasets are read at their default revision.)"""
-    from fp16studio.core.hub import looks_like_repo_id, online
+    from fp16studio.core.hf.hub import looks_like_repo_id, online
 
     if spec.dataset == "synthetic":
         return []
@@ -141,7 +141,8 @@ def dataset_preview(spec) -> dict:
     the rows cannot be read (often: the dataset needs a config), "note" says why and the
     configs are still offered.
     """
-    from fp16studio.core.data import detect_columns, load_rows
+    from fp16studio.core.data.columns import detect_columns
+    from fp16studio.core.data.sources import load_rows
 
     if spec.dataset == "synthetic":
         return {"columns": [], "roles": {}, "configs": [], "splits": [spec.split], "rows": [],

@@ -14,8 +14,7 @@ import signal
 import threading
 import traceback
 
-from fp16studio.core.errors import Cancelled, CancelToken, InputError
-
+from fp16studio.core.common.errors import Cancelled, CancelToken, InputError
 from . import messages as m
 from .tasks import resolve, takes
 

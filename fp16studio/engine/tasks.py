@@ -5,7 +5,7 @@ Adding a task is one function here, decorated with `@task("name")`. A task that 
 `on_sample` streams samples. Each returns a plain snapshot that pickles back to the window
 (numbers, strings, pure-Python trees), never a tensor or a module.
 
-The engine keeps the last loaded model warm (core.warm): a run whose loading keys did not
+The engine keeps the last loaded model warm (core.run.warm): a run whose loading keys did not
 change (a fix that casts inputs, a new batch size) reuses its weights.
 """
 
@@ -16,7 +16,7 @@ import inspect
 from typing import Callable
 
 TASKS: dict[str, Callable] = {}
-_warm = None   # this engine process's core.warm.WarmModel, made on the first run
+_warm = None   # this engine process's core.run.warm.WarmModel, made on the first run
 
 
 def task(name: str):
@@ -48,7 +48,7 @@ def diagnose(spec, progress, cancel):
     import torch
 
     from fp16studio.core import diagnose as run
-    from fp16studio.core.tree_index import IndexOnArrival
+    from fp16studio.core.diagnostics.tree_index import IndexOnArrival
 
     diagnosis = run(spec, progress=progress, cancel=cancel, warm=warm_model())
     index = IndexOnArrival(diagnosis.tree) if diagnosis.tree is not None else None
@@ -61,7 +61,7 @@ def warm_model():
     so two models never share the memory."""
     global _warm
     if _warm is None:
-        from fp16studio.core.warm import WarmModel
+        from fp16studio.core.run.warm import WarmModel
 
         _warm = WarmModel()
     return _warm
@@ -71,8 +71,8 @@ def warm_model():
 def trace(path: str, args, progress, cancel, on_sample):
     """A user's script, traced: (ScriptTrace, its TreeIndex or None, None) like `diagnose`. The
     script's stdout/stderr lines stream as samples ("stdout"|"stderr", line) for the Log."""
-    from fp16studio.core.script_trace import trace_script
-    from fp16studio.core.tree_index import IndexOnArrival
+    from fp16studio.core.script.trace import trace_script
+    from fp16studio.core.diagnostics.tree_index import IndexOnArrival
 
     result = trace_script(path, tuple(args), progress=progress, cancel=cancel,
                           output=lambda stream, line: on_sample((stream, line)))
@@ -83,7 +83,7 @@ def trace(path: str, args, progress, cancel, on_sample):
 def drift(spec, variant, progress, cancel):
     """float32 against `variant` (None: the spec's own half precision), module by module: a
     DriftResult (plain values)."""
-    from fp16studio.core.drift import drift as run
+    from fp16studio.core.precision.drift import drift as run
 
     warm_model().clear()   # drift loads the spec twice (float32 and half): no third model beside
     return run(spec, variant, progress=progress, cancel=cancel)
@@ -99,7 +99,7 @@ def benchmark(spec, variants, progress, cancel, on_sample=None) -> dict:
 
 @task("export")
 def export(spec, path: str) -> str:
-    """Write the standalone script for `spec` (atomically; see core.export); returns the path."""
+    """Write the standalone script for `spec` (atomically; see core.present.export); returns the path."""
     from fp16studio.core import export_script
 
     export_script(spec, path)
@@ -118,7 +118,7 @@ def warm_up():
 @task("demo")
 def demo(name: str):
     """A built-in demo spec (builds its tiny model and data on first use: imports torch)."""
-    from fp16studio.core.demo import demo_spec
+    from fp16studio.core.demo.pipelines import demo_spec
 
     return demo_spec(name)
 
@@ -126,11 +126,11 @@ def demo(name: str):
 @task("open")
 def open_source(path: str):
     """A spec or session file -> (spec, diagnosis document or None, bench document or None)."""
-    from fp16studio.core.spec import DEMO_PREFIX, PipelineSpec
+    from fp16studio.core.demo.pipelines import DEMO_PREFIX, open_spec
 
     if str(path).startswith(DEMO_PREFIX):
-        return PipelineSpec.load(path), None, None
-    from fp16studio.core.session import open_session
+        return open_spec(path), None, None
+    from fp16studio.core.spec.session import open_session
 
     session = open_session(path)
     return session.spec, session.diagnosis, session.bench

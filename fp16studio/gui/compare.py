@@ -14,14 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from pyqtgraph.exporters import ImageExporter
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, QTimer
 from PySide6.QtGui import QBrush, QColor, QPen
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton,
                                QSplitter, QTableView, QTabWidget, QVBoxLayout, QWidget)
+from pyqtgraph.exporters import ImageExporter
 
-from fp16studio.core.presentation import bench_columns, stability, status, with_ratio
-
+from fp16studio.core.present.vocabulary import bench_columns, stability, status, with_ratio
 from .palette import DTYPE_COLORS, OKABE_ITO
 from .roles import RAW_ROLE
 
@@ -60,7 +59,7 @@ def _brush(name: str, light: bool = False) -> QBrush:
 
 class ResultsModel(QAbstractTableModel):
     """One row per variant of a bench document: text to read, RAW_ROLE to sort and export. The
-    columns are the shared ones (core.presentation) that this document fills."""
+    columns are the shared ones (core.present.vocabulary) that this document fills."""
 
     def __init__(self, parent=None):
         super().__init__(parent)

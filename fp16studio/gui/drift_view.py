@@ -1,5 +1,5 @@
 """The Drift tab ("Compare with float32"): the spec in float32 and in its half variant on one
-batch, compared module by module (core.drift, run in the engine).
+batch, compared module by module (core.precision.drift, run in the engine).
 
 A table of each module call (max |diff|, cosine, SQNR, abs-max in both runs, non-finite values)
 with the first divergent module highlighted, over a strip plot along the model's depth: SQNR per
@@ -17,10 +17,10 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import QHeaderView, QLabel, QSplitter, QTableView, QVBoxLayout, QWidget
 
-from fp16studio.core.drift import DRIFT_SQNR_DB, SQNR_CEILING_DB
-from fp16studio.core.inventory import range_used
-
-from . import format as fmt
+from fp16studio.core.diagnostics.inventory import range_used
+from fp16studio.core.present import vocabulary
+from fp16studio.core.run.compare import DRIFT_SQNR_DB
+from fp16studio.core.run.distance import SQNR_CEILING_DB
 from .palette import OKABE_ITO
 from .roles import RAW_ROLE
 
@@ -28,18 +28,18 @@ HINT = ("Compare with float32 (Ctrl+D) runs this spec in float32 and in its half
         "the same batch and shows where, module by module, the half run parts from float32.")
 
 
-def _number(value) -> str:
-    return "" if value is None else f"{value:.4g}"
+def _number(pattern):
+    return lambda value: vocabulary.number(value, pattern)
 
 
 COLUMNS = (  # header, key of the module's JSON, text
     ("Module", "name", lambda v: v or "model"),
     ("Class", "class", str),
-    ("Max |diff|", "max_abs_diff", _number),
-    ("Cosine", "cosine", lambda v: "" if v is None else f"{v:.6f}"),
-    ("SQNR dB", "sqnr_db", lambda v: "" if v is None else f"{v:.1f}"),
-    ("Abs-max float32", "abs_max_float32", fmt.absmax),
-    ("Abs-max variant", "abs_max_variant", fmt.absmax),
+    ("Max |diff|", "max_abs_diff", _number("{:.4g}")),
+    ("Cosine", "cosine", _number("{:.6f}")),
+    ("SQNR dB", "sqnr_db", _number("{:.1f}")),
+    ("Abs-max float32", "abs_max_float32", _number("{:.4g}")),
+    ("Abs-max variant", "abs_max_variant", _number("{:.4g}")),
     ("Non-finite", "nonfinite", str),
 )
 
@@ -109,7 +109,7 @@ def strip_series(doc: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         share = range_used(row["abs_max_float32"], dtype)
         used.append(math.nan if share is None or share <= 0 else share)
         broken.append(bool(row["nonfinite"]))
-    return np.array(sqnr, float), np.array(used, float), np.array(broken)
+    return np.array(sqnr, float), np.array(used, float), np.array(broken, bool)
 
 
 class DriftView(QWidget):

@@ -15,7 +15,7 @@ from fp16studio import __version__
 
 def settings() -> QSettings:
     """The window's own settings (theme, last folder), beside the sessions' config files."""
-    from fp16studio.core.session import config_dir
+    from fp16studio.core.common.config_folder import config_dir
 
     return QSettings(str(config_dir() / "window.ini"), QSettings.Format.IniFormat)
 
@@ -34,7 +34,7 @@ class FileActions:
             "Discard changes?", "This pipeline has changes that are not saved. Discard them?")
 
     def _open_dialog(self):
-        from fp16studio.core.session import FILE_FILTER
+        from fp16studio.core.spec.session import FILE_FILTER
 
         path, _ = QFileDialog.getOpenFileName(self, "Open spec or session", self._dialog_dir(), FILE_FILTER)
         if path and self._may_discard():
@@ -64,7 +64,7 @@ class FileActions:
         self.open_script(path, args)
 
     def _fill_recent(self):
-        from fp16studio.core.session import recent_files
+        from fp16studio.core.spec.session import recent_files
 
         self.recent_menu.clear()
         files = recent_files()
@@ -76,7 +76,7 @@ class FileActions:
             self.recent_menu.addAction("No recent files").setEnabled(False)
 
     def save_session(self, ask: bool = False, path: str | None = None) -> bool:
-        from fp16studio.core.session import FILE_FILTER, SUFFIX
+        from fp16studio.core.spec.session import FILE_FILTER, SUFFIX
 
         if self.spec is None:
             return False
@@ -145,7 +145,7 @@ class FileActions:
         import PySide6
         from PySide6.QtCore import qVersion
 
-        from fp16studio.core.demo import DEMOS
+        from fp16studio.core.demo.pipelines import DEMOS
 
         env = self.diagnosis.environment if self.diagnosis else {}
         engine = ", ".join(f"{k} {v}" for k, v in env.items() if isinstance(v, (str, int, float)))

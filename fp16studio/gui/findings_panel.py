@@ -13,10 +13,9 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QCommandLinkButton, QFrame, QHBoxLayout, QHeaderView, QLabel,
                                QPushButton, QScrollArea, QSplitter, QToolButton, QTreeView, QVBoxLayout, QWidget)
 
-from fp16studio.core.script_fixes import fix_code
-
-from fp16studio.core.presentation import SEVERITY_RANK, by_severity, evidence_value, severity_counts
-
+from fp16studio.core.diagnostics.findings import by_severity, severity_rank
+from fp16studio.core.present.vocabulary import evidence_value, severity_counts
+from fp16studio.core.script.fixes import fix_code
 from .roles import NODE_ROLE, RAW_ROLE
 from .theme import icon
 
@@ -62,7 +61,7 @@ class FindingsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             return finding.message if column != 2 or not finding.source else finding.location
         if role == RAW_ROLE:
-            return (SEVERITY_RANK[finding.severity], finding.code, finding.location)[column]
+            return (-severity_rank(finding.severity), finding.code, finding.location)[column]
         if role == NODE_ROLE:
             return finding
         return None

@@ -6,9 +6,8 @@ from PySide6.QtGui import QUndoCommand, QUndoStack
 from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QSplitter, QTableWidget,
                                QTableWidgetItem, QUndoView, QVBoxLayout, QWidget)
 
-from fp16studio.core.spec import KEYS
-
-from . import format as fmt
+from fp16studio.core.present import vocabulary
+from fp16studio.core.spec.value import KEYS
 
 
 class SpecChange(QUndoCommand):
@@ -32,7 +31,7 @@ def spec_diff(before, after) -> list[tuple[str, str, str]]:
     if before is None or after is None:
         return []
     a, b = before.to_dict(), after.to_dict()
-    return [(key, fmt.value(a[key]), fmt.value(b[key])) for key in KEYS if a[key] != b[key]]
+    return [(key, vocabulary.spec_value(a[key]), vocabulary.spec_value(b[key])) for key in KEYS if a[key] != b[key]]
 
 
 class HistoryPanel(QWidget):

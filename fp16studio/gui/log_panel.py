@@ -7,6 +7,7 @@ on the worker thread; the handler hands them over through a queued signal.
 from __future__ import annotations
 
 import html
+import itertools
 import logging
 import time
 
@@ -63,3 +64,16 @@ class LogPanel(QPlainTextEdit):
             logging.getLogger(name).removeHandler(self._handler)
 
 
+def script_output_entries(payloads, shown: int) -> list[tuple[str, str]]:
+    """A batch of a script's (stream, line)s as Log entries (level, text): one per run of lines
+    from one stream, and only the last `shown` lines (a script printing in a tight loop would
+    otherwise hold the GUI thread for the Log's layout of every line)."""
+    entries = []
+    hidden = len(payloads) - shown
+    if hidden > 0:
+        entries.append(("info", f"… {hidden} lines of the script's output not shown"))
+        payloads = payloads[hidden:]
+    for stream, group in itertools.groupby(payloads, key=lambda payload: payload[0]):
+        entries.append(("warning" if stream == "stderr" else "info",
+                        "\n".join(f"{stream}: {line}" for _, line in group)))
+    return entries

@@ -1,39 +1,39 @@
-"""The main window: layout, actions and wiring around one SessionController.
+"""The main window: layout and wiring around one SessionController.
 
-The controller holds the app state (spec, last diagnosis, last benchmark, file, unsaved changes)
-and does the work; the panels observe its signals; this class lays them out, makes the actions
-and menus, and keeps the CONTRACT §5 surface by forwarding. The File menu's dialogs (what to
-open, where to save, whether to discard) are in file_actions.py.
+The controller adapts the session (fp16studio.session_state: the spec, its file, the findings,
+benchmark and drift and what follows from them) to Qt and does the work; the panels observe its
+signals; this class lays them out, wires them, and keeps the CONTRACT §5 surface by forwarding.
+The actions, menus and toolbar are in actions.py, the File menu's dialogs (what to open, where
+to save, whether to discard) in file_actions.py.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QProgressBar, QSizePolicy, QSplitter,
-                               QTabWidget, QToolBar, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from fp16studio.core import PipelineSpec
-from fp16studio.core.inventory import drift_by_module, rolled_up
-
+from fp16studio.core.diagnostics.inventory import drift_by_module, rolled_up
+from fp16studio.session_state import NO_MODEL
+from .actions import WindowActions
 from .compare import CompareView
 from .drift_view import DriftView
-from .file_actions import FileActions, settings
+from .file_actions import FileActions
 from .findings_panel import FindingsPanel
 from .history import HistoryPanel
 from .log_panel import LogPanel
 from .preview_panel import PreviewPanel
-from .session_controller import NO_MODEL, SessionController
+from .session_controller import SessionController
 from .source_lookups import SourceLookups
 from .spec_form import SpecForm
 from .status_bar import StatusInfo
-from .theme import CHOICES, app_icon, app_theme, icon
+from .theme import app_icon
 from .tree_panel import TensorPanel
 
 WINDOW_SIZE = QSize(1280, 800)
 
 
-class MainWindow(FileActions, QMainWindow):
+class MainWindow(WindowActions, FileActions, QMainWindow):
     """CONTRACT §5: `run_diagnosis`, `apply_fix`, `run_benchmark`, `export_script`, the
     `diagnosisFinished`/`benchmarkFinished`/`diagnosisFailed` signals (the --json documents) and
     the `tensorTree`, `findingsView` and `benchPlot` attributes. The actions return at once and
@@ -164,142 +164,6 @@ class MainWindow(FileActions, QMainWindow):
         self.splitter.setChildrenCollapsible(False)
         self.setCentralWidget(self.splitter)
 
-    def _action(self, text, slot, icon_name=None, shortcut=None, tip=None) -> QAction:
-        action = QAction(text, self)
-        if icon_name:
-            action.setIcon(icon(icon_name))
-            action.setProperty("iconName", icon_name)
-        if shortcut:
-            action.setShortcut(QKeySequence(shortcut))
-        if tip:
-            action.setToolTip(tip)
-            action.setStatusTip(tip)
-        action.triggered.connect(lambda _checked=False: slot())
-        return action
-
-    def _build_actions(self):
-        a, c, keys = self._action, self.controller, QKeySequence.StandardKey
-        self.act_new = a("&New Pipeline", self.new_pipeline, "new", keys.New,
-                         "Start over with a blank pipeline in this window")
-        self.act_new_window = a("New &Window", self._new_window, None, "Ctrl+Shift+N",
-                                "Open another window on the demo pipeline")
-        self.act_open = a("&Open…", self._open_dialog, "open", keys.Open, "Open a pipeline spec or a saved session")
-        self.act_save = a("&Save Session", self.save_session, "save", keys.Save,
-                          "Save the spec with its latest findings and benchmark")
-        self.act_save_as = a("Save Session &As…", lambda: self.save_session(ask=True), None, keys.SaveAs)
-        self.act_trace = a("&Trace Script…", self._trace_dialog, "file", "Ctrl+T",
-                           "Run your own Python script as it is and diagnose the models it runs")
-        self.act_continue = a("&Continue as a Pipeline", self.continue_as_pipeline, "fix", None,
-                              "Make the pipeline recovered from the traced script the spec, so "
-                              "Run, fixes, Benchmark and Export work on it")
-        self.act_continue.setEnabled(False)
-        self.act_export = a("&Export Script…", self._export_dialog, "export", "Ctrl+E",
-                            "Write a runnable Python script of this pipeline")
-        self.act_report = a("Export &HTML Report…", self._report_dialog, "html", None,
-                            "Write the findings and benchmark as one HTML file")
-        # Closing asks before discarding unsaved changes (closeEvent), so Quit only closes.
-        self.act_quit = a("&Quit", self.close, "quit", keys.Quit)
-        self.act_run = a("&Run", c.run_diagnosis, "run", "Ctrl+R",
-                         "Load the model and dataset and run one traced forward pass (Ctrl+R)")
-        self.act_cancel = a("&Cancel", c.cancel, "stop", "Esc", "Stop the running job")
-        self.act_bench = a("&Benchmark", self.run_benchmark, "bench", "Ctrl+B",
-                           "Measure each precision variant on the same batch (Ctrl+B)")
-        self.act_drift = a("Compare with &float32", self.compare_with_float32, "search", "Ctrl+D",
-                           "Run in float32 and in the half precision on one batch and show, "
-                           "module by module, where they part (Ctrl+D)")
-        self.act_undo = self.undo_stack.createUndoAction(self, "&Undo")
-        self.act_redo = self.undo_stack.createRedoAction(self, "&Redo")
-        for action, name, key in ((self.act_undo, "undo", keys.Undo), (self.act_redo, "redo", keys.Redo)):
-            action.setShortcut(QKeySequence(key))
-            action.setIcon(icon(name))
-            action.setProperty("iconName", name)
-        # Short labels in the toolbar; what would be undone is in the tooltip (bound methods,
-        # so the connections end with the window).
-        self.undo_stack.undoTextChanged.connect(self._label_undo)
-        self.undo_stack.redoTextChanged.connect(self._label_redo)
-        self._label_undo("")
-        self._label_redo("")
-        self.act_about = a("&About fp16studio", self._about, "info")
-
-    def _label_undo(self, text: str):
-        self.act_undo.setText("&Undo")
-        self.act_undo.setToolTip(f"Undo: {text}" if text else "Nothing to undo")
-
-    def _label_redo(self, text: str):
-        self.act_redo.setText("&Redo")
-        self.act_redo.setToolTip(f"Redo: {text}" if text else "Nothing to redo")
-
-    def _build_menus(self):
-        bar = self.menuBar()
-        file = bar.addMenu("&File")
-        file.addActions([self.act_new, self.act_new_window, self.act_open])
-        self.recent_menu = file.addMenu("Open &Recent")
-        self.recent_menu.aboutToShow.connect(self._fill_recent)
-        file.addSeparator()
-        file.addActions([self.act_trace, self.act_continue])
-        for group in ([self.act_save, self.act_save_as], [self.act_export, self.act_report], [self.act_quit]):
-            file.addSeparator()
-            file.addActions(group)
-        bar.addMenu("&Edit").addActions([self.act_undo, self.act_redo])
-        view = bar.addMenu("&View").addMenu("&Theme")
-        self.theme_actions = QActionGroup(self)
-        current = settings().value("theme", "system")
-        for choice in CHOICES:
-            action = view.addAction(choice.capitalize() if choice != "system" else "Follow the System")
-            action.setCheckable(True)
-            action.setChecked(choice == current)
-            action.setData(choice)
-            self.theme_actions.addAction(action)
-        self.theme_actions.triggered.connect(lambda action: self.choose_theme(action.data()))
-        bar.addMenu("&Run").addActions([self.act_run, self.act_bench, self.act_drift, self.act_cancel])
-        helpm = bar.addMenu("&Help")
-        demos = helpm.addMenu(icon("demo"), "&Demo Pipelines")
-        from fp16studio.core.demo import DEMOS
-
-        for name, description in DEMOS.items():
-            action = demos.addAction(name)
-            action.setToolTip(description)
-            action.setStatusTip(description)
-            action.triggered.connect(lambda _c=False, n=name: self._may_discard() and self.controller.load_demo(n))
-        demos.setToolTipsVisible(True)
-        helpm.addSeparator()
-        helpm.addAction(self.act_about)
-
-    def _build_toolbar(self):
-        tools = QToolBar("Main", objectName="mainToolbar", movable=False)
-        tools.setIconSize(QSize(20, 20))
-        tools.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        for group in ([self.act_run, self.act_cancel], [self.act_bench, self.act_drift],
-                      [self.act_undo, self.act_redo]):
-            tools.addActions(group)
-            tools.addSeparator()
-        tools.widgetForAction(self.act_run).setObjectName("runButton")
-        tools.addAction(self.act_export)
-        spacer = QWidget()
-        spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
-        tools.addWidget(spacer)
-        self.stage_label = QLabel("", objectName="stageLabel")
-        self.stage_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.progress = QProgressBar(fixedWidth=180, textVisible=False)
-        tools.addWidget(self.stage_label)
-        # A widget in a toolbar is shown and hidden through its action.
-        self._progress_action = tools.addWidget(self.progress)
-        self.addToolBar(tools)
-        self.toolbar = tools
-
-    def refresh_icons(self):
-        """Re-tint icons after the theme switched between light and dark."""
-        for item in self.findChildren(QAction) + self.findChildren(QToolButton):
-            name = item.property("iconName")
-            if name:
-                item.setIcon(icon(name))
-
-    def choose_theme(self, choice: str):
-        """View → Theme: light, dark, or following the system (remembered)."""
-        app_theme(QApplication.instance()).choose(choice)
-        settings().setValue("theme", choice)
-        self.refresh_icons()
-
     # -- wiring ---------------------------------------------------------------------------------
     def _wire(self):
         c = self.controller
@@ -336,27 +200,29 @@ class MainWindow(FileActions, QMainWindow):
         self.lookups.spec_changed(spec)
 
     def _on_diagnosis(self, diagnosis):
-        c = self.controller
-        self.tensors.set_module_values("headroom", c.tree_index.headroom if c.tree_index else None)
+        state = self.controller.state
+        index = state.tree_index
+        self.tensors.set_module_values("headroom", index.headroom if index else None)
+        self.tensors.set_inventory(state.inventory)   # core's, as the --json document has it
         if diagnosis is None:
             self.tensors.set_tree(None)
             self.findings.set_findings([], ok=False)
-            self.findings.detail.show_text(NO_MODEL if not c.spec.model else "Press Run to diagnose this pipeline.")
+            self.findings.detail.show_text(state.missing() or "Press Run to diagnose this pipeline.")
             return
-        self.tensors.set_tree(diagnosis.tree, c.tree_index)
-        self.tensors.model.set_highlighted(node.path for node in c.located.values())
+        self.tensors.set_tree(diagnosis.tree, index)
+        self.tensors.model.set_highlighted(node.path for node in state.located.values())
         self._show_findings()
         if diagnosis.error and not diagnosis.findings:
             self.findings.show_failure(diagnosis.error.get("message", ""))
         if diagnosis.tree is not None:
-            self.status.set_environment(diagnosis.environment, diagnosis.device, c.gpu_memory)
+            self.status.set_environment(diagnosis.environment, diagnosis.device, state.gpu_memory)
 
     def _show_findings(self):
-        c = self.controller
-        findings = c.current_findings()
-        ok = not findings and (c.diagnosis is None or c.diagnosis.ok)
-        self.findings.set_fixes_enabled(c.fixes_enabled)
-        self.findings.set_findings(findings, ok, c.located, code_fixes=c.script_trace is not None)
+        state = self.controller.state
+        findings = state.findings_shown()
+        ok = not findings and (state.diagnosis is None or state.diagnosis.ok)
+        self.findings.set_fixes_enabled(self.controller.fixes_enabled)
+        self.findings.set_findings(findings, ok, state.located, code_fixes=state.trace is not None)
 
     def _on_drift(self, result):
         self.drift.set_result(result.to_json() if result is not None else None)
@@ -365,41 +231,13 @@ class MainWindow(FileActions, QMainWindow):
         if result is not None:
             self._show_findings()
 
-    def _on_trace(self, trace):
-        recovered = trace is not None and trace.recovered_spec is not None
-        self.act_continue.setEnabled(recovered and not self.controller.busy)
-        self.findings.header_buttons[self.act_continue].setVisible(recovered)
-
     def _on_failed(self, message: str):
         self.findings.show_failure(message)
         if message == NO_MODEL:
             self.form.model_picker.setFocus()
 
-    def _on_busy(self, busy: bool):
-        self.act_run.setEnabled(not busy)
-        self.act_bench.setEnabled(not busy)
-        self.act_drift.setEnabled(not busy)
-        self.act_trace.setEnabled(not busy)
-        trace = self.controller.script_trace
-        self.act_continue.setEnabled(not busy and trace is not None and trace.recovered_spec is not None)
-        self.act_cancel.setEnabled(busy)
-        self.findings.set_fixes_enabled(self.controller.fixes_enabled)
-        self._progress_action.setVisible(busy)
-        if not busy:
-            self.progress.setValue(0)
-            self.stage_label.setText("")
-
-    def _on_progress(self, value: int, maximum: int, label: str):
-        # QProgressBar.setValue repaints at once, and a synchronous repaint flushes every dirty
-        # region of the window with it (25 ms here); with updates off it only schedules one.
-        self.progress.setUpdatesEnabled(False)
-        self.progress.setRange(0, maximum)
-        self.progress.setValue(value)
-        self.progress.setUpdatesEnabled(True)
-        self.stage_label.setText(label)
-
     def reveal_location(self, location: str):
-        node = self.controller.located.get(location)
+        node = self.controller.state.located.get(location)
         if node is not None and self.tensors.reveal(node):
             self.main_tabs.setCurrentWidget(self.tensors)
 

@@ -7,7 +7,7 @@ icons and words.
 
 from __future__ import annotations
 
-from fp16studio.core.presentation import OKABE_ITO, SEVERITY_COLORS  # noqa: F401  (one palette)
+from fp16studio.core.present.vocabulary import OKABE_ITO, SEVERITY_COLORS  # noqa: F401  (one palette)
 
 # The half dtypes get the warm, loud colours: they are what this tool is about.
 DTYPE_COLORS = {

@@ -12,8 +12,7 @@ from PySide6.QtCore import QStringListModel, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QCompleter, QFileDialog, QHBoxLayout, QLabel, QLineEdit,
                                QToolButton, QVBoxLayout, QWidget)
 
-from fp16studio.core.files import expand_user
-
+from fp16studio.core.common.files import expand_user
 from .theme import icon
 
 SEARCH_DELAY_MS = 400

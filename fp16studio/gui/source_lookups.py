@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject
 
-from fp16studio.core.presentation import size
+from fp16studio.core.present.vocabulary import size
 from fp16studio.engine import lookups
-
 from .lookup_pool import LookupPool
 from .worker import Job
 
@@ -22,7 +21,7 @@ class SourceLookups(QObject):
         self.form, self.preview, self.worker, self.log = form, preview, worker, log
         self.pool = LookupPool(self)
         self._last = None
-        from fp16studio.core.hub import offline_requested
+        from fp16studio.core.hf.hub import offline_requested
 
         online_allowed = not offline_requested()
         for picker, repo_type in ((form.model_picker, "model"), (form.dataset_picker, "dataset")):

@@ -15,8 +15,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QLa
                                QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget)
 
 from fp16studio.core import InputError
-from fp16studio.core.spec import COLUMN_ROLES, DEVICE_TYPES, LABEL_DTYPES, TASKS
-
+from fp16studio.core.spec.value import COLUMN_ROLES, DEVICE_TYPES, LABEL_DTYPES, TASKS
 from .pickers import SourcePicker
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -156,7 +155,7 @@ class SpecForm(QScrollArea):
                              or "None yet. Fixes you apply from the Findings panel are listed here.")
 
     def _show_auto_dtype(self, spec):
-        from fp16studio.core.loading import auto_dtype_note
+        from fp16studio.core.hf.loading import auto_dtype_note
 
         auto = spec.model_dtype == "auto" and bool(spec.model)
         self.auto_dtype.setVisible(auto)

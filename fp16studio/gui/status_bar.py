@@ -12,7 +12,7 @@ import os
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar
 
-from . import format as fmt
+from fp16studio.core.present import vocabulary
 
 MEMORY_INTERVAL_MS = 2000
 
@@ -46,7 +46,7 @@ class StatusInfo:
                  f"transformers {env['transformers']}" if env.get("transformers") else None,
                  f"CUDA {env['cuda']}" if env.get("cuda") else "no CUDA"]
         self.versions.setText(" · ".join(p for p in parts if p))
-        self._gpu = f" · GPU {fmt.size(gpu_memory)} reserved" if gpu_memory else ""
+        self._gpu = f" · GPU {vocabulary.size(gpu_memory)} reserved" if gpu_memory else ""
         self._sample()
 
     def watch_engine(self, pid):
@@ -57,8 +57,8 @@ class StatusInfo:
     def _sample(self):
         window = self._process.memory_info().rss
         engine = self._engine_rss()
-        text = f"RAM {fmt.size(window)}" if engine is None else (
-            f"RAM engine {fmt.size(engine)} · window {fmt.size(window)}")
+        text = f"RAM {vocabulary.size(window)}" if engine is None else (
+            f"RAM engine {vocabulary.size(engine)} · window {vocabulary.size(window)}")
         self.memory.setText(text + self._gpu)
 
     def _engine_rss(self) -> int | None:

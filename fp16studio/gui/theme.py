@@ -1,4 +1,4 @@
-"""Stylesheets, icons and the light/dark choice, all read from fp16studio/resources.
+"""Stylesheets, icons and the light/dark choice, all read from resources/ (via resource_paths).
 
 The window follows the system colour scheme (QStyleHints.colorScheme) and restyles itself when
 it changes. Line icons are drawn in the theme's text colour: the SVGs say `currentColor`, which is
@@ -14,7 +14,8 @@ from PySide6.QtCore import QByteArray, QObject, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
 from PySide6.QtSvg import QSvgRenderer
 
-RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+from fp16studio import resource_paths
+
 ICON_SIZES = (16, 20, 24, 32, 48)
 
 # Text colours the icons are tinted with; they match light.qss / dark.qss.
@@ -26,7 +27,7 @@ _current: dict = {"scheme": "light"}
 
 
 def resource(*parts: str) -> Path:
-    return RESOURCES.joinpath(*parts)
+    return resource_paths.resource(*parts)
 
 
 def system_scheme() -> str:
@@ -37,8 +38,8 @@ def system_scheme() -> str:
 
 def stylesheet(scheme: str) -> str:
     # url(...) in a stylesheet needs a real path; the files say @RESOURCES@ for this folder.
-    text = resource(f"{scheme}.qss").read_text(encoding="utf-8")
-    return text.replace("@RESOURCES@", RESOURCES.as_posix())
+    text = resource_paths.stylesheet_file(scheme).read_text(encoding="utf-8")
+    return text.replace("@RESOURCES@", resource_paths.resources_dir().as_posix())
 
 
 def icon(name: str) -> QIcon:
@@ -48,7 +49,7 @@ def icon(name: str) -> QIcon:
 
 @lru_cache(maxsize=None)
 def _icon(name: str, scheme: str) -> QIcon:
-    svg = resource("icons", f"{name}.svg").read_text(encoding="utf-8")
+    svg = resource_paths.icon_file(name).read_text(encoding="utf-8")
     svg = svg.replace("currentColor", ICON_TINT[scheme])
     renderer = QSvgRenderer(QByteArray(svg.encode()))
     result = QIcon()
@@ -66,8 +67,9 @@ def _icon(name: str, scheme: str) -> QIcon:
 
 def app_icon() -> QIcon:
     result = QIcon()
-    for png in sorted(resource("app").glob("fp16studio-*.png")):
-        result.addFile(str(png))
+    for path in resource_paths.app_icon_files():
+        if path.suffix == ".png":
+            result.addFile(str(path))
     return result
 
 

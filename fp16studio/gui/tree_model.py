@@ -13,10 +13,10 @@ import math
 from PySide6.QtCore import QAbstractItemModel, QModelIndex, QSortFilterProxyModel, Qt
 from PySide6.QtGui import QColor, QFont
 
-from . import format as fmt
+from fp16studio.core.diagnostics.tree_index import STATUS_RANK, TreeIndex
+from fp16studio.core.present import vocabulary
 from .palette import SEVERITY_COLORS, device_color, dtype_color, scale_color
 from .roles import COLOR_ROLE, NODE_ROLE, PATH_ROLE, RAW_ROLE
-from fp16studio.core.tree_index import STATUS_RANK, TreeIndex
 
 COLUMNS = ("Name", "Kind", "Shape", "Dtype", "Device", "Size", "Abs-max", "Status")
 NAME, KIND, SHAPE, DTYPE, DEVICE, SIZE, ABSMAX, STATUS = range(len(COLUMNS))
@@ -287,15 +287,15 @@ class TensorTreeModel(QAbstractItemModel):
         if column == KIND:
             return node.kind
         if column == SHAPE:
-            return fmt.shape(node.shape) if node.is_tensor else ""
+            return vocabulary.shape(node.shape) if node.is_tensor else ""
         if column == DTYPE:
             return self._dtype(node) or ""
         if column == DEVICE:
             return (node.device if node.is_tensor else self._agg(node).device) or ""
         if column == SIZE:
-            return fmt.size(node.bytes if node.is_tensor else self._agg(node).bytes)
+            return vocabulary.size(node.bytes if node.is_tensor else self._agg(node).bytes)
         if column == ABSMAX:
-            text = fmt.absmax(node.absmax)
+            text = vocabulary.number(node.absmax, "{:.4g}")
             return f"{text}  ({node.nonfinite} non-finite)" if node.nonfinite else text
         return self._status(node)
 
@@ -320,7 +320,7 @@ class TensorTreeModel(QAbstractItemModel):
             lines.append(f"SQNR against float32: {value:.1f} dB (worst call below)")
         if not node.is_tensor:
             agg = self._agg(node)
-            lines.append(f"{agg.tensors} tensors, {fmt.size(agg.bytes)}")
+            lines.append(f"{agg.tensors} tensors, {vocabulary.size(agg.bytes)}")
         if node.note:
             lines.append(node.note)
         return "\n".join(lines)

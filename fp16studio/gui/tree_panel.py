@@ -8,7 +8,7 @@ from PySide6.QtGui import QColor, QPainter, QPixmap
 from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QHBoxLayout, QHeaderView,
                                QLabel, QLineEdit, QMenu, QTreeView, QVBoxLayout, QWidget)
 
-from . import format as fmt
+from fp16studio.core.present import vocabulary
 from .delegates import BadgeDelegate, ChipDelegate
 from .palette import LEGEND_DTYPES, dtype_color
 from .roles import NODE_ROLE
@@ -17,6 +17,19 @@ from .tree_model import (ABSMAX, COLOUR_BY, DEVICE, DTYPE, KIND, NAME, SHAPE, SI
 
 # Expanding every match of a filter is only friendly while the matches are few.
 AUTO_EXPAND_LIMIT = 200
+INVENTORY_TIP = ("The run's tensor inventory, as `fp16studio diagnose --json` reports it: every "
+                 "tensor seen (weights, the batch and the activations of the pass; activations are "
+                 "made one after another, not all held at once). Each group's share is on its row.")
+
+
+def inventory_text(inventory: dict) -> str:
+    """Core's inventory in one line: parameters, tensors per dtype, bytes."""
+    dtypes = ", ".join(f"{dtype} {count:,}" for dtype, count in sorted(
+        (inventory.get("dtypes") or {}).items(), key=lambda item: -item[1]))
+    tensors = inventory.get("tensors", 0)
+    return (f"{inventory.get('parameters', 0):,} parameters · {tensors:,} tensor"
+            f"{'s' if tensors != 1 else ''}" + (f" ({dtypes})" if dtypes else "")
+            + f" · {vocabulary.size(inventory.get('bytes', 0))}")
 
 
 class TensorTreeView(QTreeView):
@@ -80,7 +93,8 @@ class TensorPanel(QWidget):
         self.colour_by.currentIndexChanged.connect(self._apply_colour)
         self._module_values: dict = {}   # "headroom" / "drift" -> {module path: value}
         self._name_chips = ChipDelegate(self.tree)
-        self.summary = QLabel(objectName="muted")
+        self.summary = QLabel(objectName="muted", toolTip=INVENTORY_TIP)
+        self.inventory: dict | None = None
         self._reset_choices(set(), set())
         self._debounce = QTimer(self, singleShot=True, interval=150, timeout=self._apply_filter)
         self.search.textChanged.connect(self._debounce.start)
@@ -112,18 +126,16 @@ class TensorPanel(QWidget):
         index = self.model.tree_index
         self._reset_choices(index.dtypes if index else set(), index.devices if index else set())
         self._apply_filter()
-        if index is not None and root is not None:
-            # Per group: the activations were made one after another during the pass, not held
-            # beside the weights, so one total would overstate what the model keeps.
-            groups = [(child.name, index.aggregate(child)) for child in root.children]
-            self.summary.setText("   ".join(
-                f"{name}: {agg.tensors:,} tensor{'s' if agg.tensors != 1 else ''} · "
-                f"{fmt.size(agg.bytes)}" for name, agg in groups))
-        else:
-            self.summary.setText("")
         if self.tree.model().rowCount() and not any(
                 self.tree.isExpanded(self.proxy.index(r, 0)) for r in range(self.proxy.rowCount())):
             self.tree.expandToDepth(0)
+
+    def set_inventory(self, inventory: dict | None):
+        """The footer: the run's inventory as core summarised it (the `inventory` of its
+        --json document, the same numbers `fp16studio diagnose --json` gives), or nothing. The
+        window counts nothing itself: what each group holds is on the group's own row."""
+        self.inventory = inventory
+        self.summary.setText(inventory_text(inventory) if inventory else "")
 
     def set_module_values(self, kind: str, values: dict | None):
         """The per-module headroom or drift the tree can be coloured by (None: none known)."""

@@ -29,6 +29,8 @@ class Job:
     `progress`, `cancel` and `on_sample` where its signature asks for them. Callbacks run on the
     GUI thread; `on_samples` gets what the task's `on_sample` sent (a benchmark's live samples, a
     script's output lines) as lists, at most every 50 ms: a fast stream is handled in batches.
+    `on_arrival`, if given, runs on the worker thread with the result and returns what
+    `on_result` gets: work on the result that would otherwise hold the GUI thread.
 
     `kind` groups jobs: a look-up kind (`supersede=True`) keeps only the latest job pending.
     """
@@ -42,6 +44,7 @@ class Job:
     on_error: Callable[[str, str], None] | None = None
     on_cancel: Callable[[], None] | None = None
     on_samples: Callable[[list], None] | None = None
+    on_arrival: Callable[[Any], Any] | None = None
     token: CancelToken = field(default_factory=CancelToken)
     id: int = field(default_factory=itertools.count(1).__next__)
 
@@ -83,6 +86,11 @@ class _Worker(QObject):
         except Exception as exc:  # noqa: BLE001 - e.g. no process could start: say so, stay up
             ending = m.Failed(0, f"The engine process could not run the job: {exc}",
                               traceback.format_exc())
+        if job.on_arrival is not None and isinstance(ending, m.Result) and not job.token.cancelled:
+            try:
+                ending = m.Result(ending.job_id, job.on_arrival(ending.value))
+            except Exception as exc:  # noqa: BLE001 - a bug in the callback: the job fails, said
+                ending = m.Failed(0, f"The result could not be read: {exc}", traceback.format_exc())
         if isinstance(ending, m.Failed):
             self.failed.emit(job, ending.message, ending.detail)
         elif isinstance(ending, m.Cancelled) or job.token.cancelled:

@@ -7,7 +7,7 @@ import datasets
 import pytest
 
 from fp16studio.core import InputError, PipelineSpec, apply_fix, diagnose
-from fp16studio.core.pipeline import prepare
+from fp16studio.core.run.pipeline import prepare
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_a_file_that_is_not_audio_is_bad_input(zoo, clips, tmp_path):
 
 def test_rows_read_from_a_saved_audio_column_can_be_iterated(clips, tmp_path):
     # What the window's preview does with them: datasets would decode with torchcodec here.
-    from fp16studio.core.data import load_rows
+    from fp16studio.core.data.sources import load_rows
 
     paths = sorted(str(p) for p in clips.rglob("*.*"))
     datasets.Dataset.from_dict({"audio": paths}).cast_column(

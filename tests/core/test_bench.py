@@ -4,13 +4,18 @@ No timing asserts: figures are checked for shape and sanity, never for speed.
 """
 
 import json
+import math
 
 import pytest
 import torch
 
-from fp16studio.core import bench, bench_measure
-from fp16studio.core.bench_measure import Limits
-from fp16studio.core.errors import Cancelled, CancelToken, InputError
+from fp16studio.core.common.errors import Cancelled, CancelToken, InputError
+from fp16studio.core.precision import bench
+from fp16studio.core.precision import measure as bench_measure
+from fp16studio.core.precision.measure import Limits
+from fp16studio.core.present.terminal import format_bench
+from fp16studio.core.run.distance import (SQNR_CEILING_DB, distance_sums, distances,
+                                          reference_copy)
 
 FAST = {"warmup": 1, "min_iterations": 2, "min_seconds": 0.0, "min_rounds": 2}
 
@@ -137,27 +142,51 @@ def test_cpu_memory_probe_reports_resident_memory():
 def test_drift_against_float32():
     torch.manual_seed(0)
     logits = torch.randn(8, 5)
-    ref = bench_measure.reference_copy({"logits": logits})
-    same = bench_measure.drift(ref, bench_measure.reference_copy({"logits": logits.half()}))
+    ref = reference_copy({"logits": logits})
+    same = bench_measure.drift(ref, reference_copy({"logits": logits.half()}))
     assert 0 < same["max_abs_diff_vs_float32"] < 1e-2
     assert same["cosine_vs_float32"] == pytest.approx(1.0, abs=1e-5)
     assert same["top1_agreement"] == 1.0 and same["nonfinite_outputs"] == 0
 
     flipped = logits.clone()
     flipped[0] = -flipped[0]  # one row of eight now picks another class
-    worse = bench_measure.drift(ref, bench_measure.reference_copy({"logits": flipped}))
+    worse = bench_measure.drift(ref, reference_copy({"logits": flipped}))
     assert worse["top1_agreement"] == pytest.approx(7 / 8)
     assert worse["cosine_vs_float32"] < 1.0
 
-    hidden = bench_measure.drift(bench_measure.reference_copy({"last_hidden_state": logits}),
-                                 bench_measure.reference_copy({"last_hidden_state": logits}))
+    hidden = bench_measure.drift(reference_copy({"last_hidden_state": logits}),
+                                 reference_copy({"last_hidden_state": logits}))
     assert hidden["max_abs_diff_vs_float32"] == 0.0 and hidden["top1_agreement"] is None
 
     overflow = logits.clone()
     overflow[1, 2] = float("inf")
-    broken = bench_measure.drift(ref, bench_measure.reference_copy({"logits": overflow}))
+    broken = bench_measure.drift(ref, reference_copy({"logits": overflow}))
     assert broken["nonfinite_outputs"] == 1
     assert broken["max_abs_diff_vs_float32"] is None and broken["top1_agreement"] is None
+
+
+def test_distances_are_over_the_whole_tensor_and_exact_near_identity():
+    """bench's figures are drift's (`run.distance`): over the flattened tensor. A float16
+    copy's 1 - cosine (2e-8) is under float32's rounding of a dot product, and still right."""
+    torch.manual_seed(0)
+    logits = torch.randn(64, 1000) * 3
+    half = logits.half()
+    ref, out = logits.double().reshape(-1), half.double().reshape(-1)
+    figures = bench_measure.drift(reference_copy({"logits": logits}),
+                                  reference_copy({"logits": half}))
+    assert figures["cosine_vs_float32"] == pytest.approx(
+        float(ref @ out / (ref.norm() * out.norm())), abs=1e-10)
+    assert figures["max_abs_diff_vs_float32"] == float((out - ref).abs().max())
+    sqnr = distances(distance_sums(logits, half).tolist())["sqnr_db"]
+    assert sqnr == pytest.approx(10 * math.log10(float(ref @ ref / ((out - ref) @ (out - ref)))),
+                                 abs=1e-4)
+    zero, one = torch.zeros(3), torch.ones(3)
+    assert distances(distance_sums(zero, zero).tolist()) == {
+        "max_abs_diff": 0.0, "cosine": 1.0, "sqnr_db": SQNR_CEILING_DB}
+    assert distances(distance_sums(zero, one).tolist()) == {
+        "max_abs_diff": 1.0, "cosine": 0.0, "sqnr_db": -SQNR_CEILING_DB}
+    assert distances(distance_sums(one, -one).tolist())["cosine"] == -1.0
+    assert distance_sums(zero, torch.zeros(4)) is None  # not the same tensor
 
 
 def test_tf32_settings_name_the_float32_baseline():
@@ -186,7 +215,7 @@ def test_the_tf32_variant_allows_tf32_during_its_calls_only(monkeypatch):
 # -- variants -------------------------------------------------------------------------------------
 
 def test_variant_specs(tmp_path):
-    from fp16studio.core.spec import PipelineSpec
+    from fp16studio.core.spec.value import PipelineSpec
 
     spec = PipelineSpec(model=str(tmp_path), dataset="synthetic", model_dtype="float16",
                         input_dtype="float16", input_cast="all", format_dtype="float16",
@@ -227,7 +256,7 @@ CONTRACT_KEYS = {"name", "ok", "samples_per_s", "latency_ms", "peak_memory_bytes
 
 
 def test_every_variant_runs_on_a_tiny_resnet_and_streams_samples():
-    from fp16studio.core.demo import demo_spec
+    from fp16studio.core.demo.pipelines import demo_spec
 
     samples, stages = [], []
     result = bench.benchmark(demo_spec("healthy"), on_sample=samples.append,
@@ -266,12 +295,12 @@ def test_every_variant_runs_on_a_tiny_resnet_and_streams_samples():
     assert [s["iteration"] for s in samples if s["variant"] == "float32"] == [1, 2, 3]
     assert all(s["latency_ms"] > 0 and s["samples_per_s"] > 0 for s in samples)
     assert "bench" in stages and "model" in stages  # prepare()'s own stages pass through
-    table = bench.format_table(doc)
+    table = format_bench(doc)
     assert "autocast-bfloat16" in table and "no speed-up is expected" in table
 
 
 def test_float16_overflow_shows_as_nonfinite_drift_and_bfloat16_does_not():
-    from fp16studio.core.demo import demo_spec
+    from fp16studio.core.demo.pipelines import demo_spec
 
     doc = bench.benchmark(demo_spec("overflow"), variants="float32,float16,bfloat16",
                           **FAST).to_json()
@@ -280,11 +309,11 @@ def test_float16_overflow_shows_as_nonfinite_drift_and_bfloat16_does_not():
     assert fp16["ok"] and fp16["nonfinite_outputs"] > 0
     assert fp16["max_abs_diff_vs_float32"] is None and fp16["top1_agreement"] is None
     assert bf16["nonfinite_outputs"] == 0 and bf16["max_abs_diff_vs_float32"] is not None
-    assert "inf/NaN" in bench.format_table(doc)
+    assert "inf/NaN" in format_bench(doc)
 
 
 def test_without_float32_in_the_list_drift_still_compares_with_float32():
-    from fp16studio.core.demo import demo_spec
+    from fp16studio.core.demo.pipelines import demo_spec
 
     doc = bench.benchmark(demo_spec("blind-half"), variants=["bfloat16"], **FAST).to_json()
     [v] = doc["variants"]
@@ -292,8 +321,8 @@ def test_without_float32_in_the_list_drift_still_compares_with_float32():
 
 
 def test_a_failing_variant_is_reported_and_the_others_still_run(monkeypatch):
-    from fp16studio.core import pipeline
-    from fp16studio.core.demo import demo_spec
+    from fp16studio.core.run import pipeline
+    from fp16studio.core.demo.pipelines import demo_spec
 
     real_forward = pipeline.forward
 
@@ -309,11 +338,11 @@ def test_a_failing_variant_is_reported_and_the_others_still_run(monkeypatch):
     assert fp32["ok"] and amp["ok"]
     assert not bf16["ok"] and bf16["samples_per_s"] is None and bf16["latency_ms"] is None
     assert bf16["error"] == "RuntimeError: \"addmm_impl_cpu_\" not implemented for 'BFloat16'"
-    assert "bfloat16: RuntimeError" in bench.format_table(doc)
+    assert "bfloat16: RuntimeError" in format_bench(doc)
 
 
 def test_a_spec_that_cannot_load_is_bad_input(tmp_path):
-    from fp16studio.core.spec import PipelineSpec
+    from fp16studio.core.spec.value import PipelineSpec
 
     spec = PipelineSpec(model=str(tmp_path / "missing"), dataset="synthetic", device="cpu")
     with pytest.raises(InputError):
@@ -321,7 +350,7 @@ def test_a_spec_that_cannot_load_is_bad_input(tmp_path):
 
 
 def test_cancel_stops_the_run():
-    from fp16studio.core.demo import demo_spec
+    from fp16studio.core.demo.pipelines import demo_spec
 
     token = CancelToken()
     with pytest.raises(Cancelled):
@@ -341,7 +370,7 @@ def fake_gpu(monkeypatch, name, capability, bf16_emulated=False):
 
 
 def test_support_is_decided_from_the_device_before_running(monkeypatch):
-    from fp16studio.core.bench_device import variant_support
+    from fp16studio.core.precision.device import variant_support
 
     t4 = fake_gpu(monkeypatch, "Tesla T4", (7, 5))
     support, why = variant_support("autocast-bfloat16", t4)
@@ -366,8 +395,8 @@ def test_support_is_decided_from_the_device_before_running(monkeypatch):
 
 
 def test_unsupported_variant_is_reported_without_loading(monkeypatch):
-    from fp16studio.core import bench_device
-    from fp16studio.core.demo import demo_spec
+    from fp16studio.core.precision import device as bench_device
+    from fp16studio.core.demo.pipelines import demo_spec
 
     monkeypatch.setattr(bench, "variant_support", lambda name, device: (
         ("unsupported", "no bfloat16 here") if "bfloat16" in name else ("native", None)))
@@ -379,15 +408,15 @@ def test_unsupported_variant_is_reported_without_loading(monkeypatch):
     fp32, bf16 = doc["variants"]
     assert fp32["ok"] and not bf16["ok"] and bf16["error"] == "no bfloat16 here"
     assert bf16["support"] == "unsupported" and loads == ["float32"]
-    table = bench.format_table(doc)
+    table = format_bench(doc)
     assert "bfloat16: unsupported, no bfloat16 here" in table and "failed" not in table
     assert any(line.split()[:2] == ["bfloat16", "unsupported"] for line in table.splitlines())
     assert bench_device.compute_dtype("autocast-float16") == "float16"
 
 
 def test_tf32_runs_its_calls_with_tf32_allowed_and_float32_as_the_user_set_it(monkeypatch):
-    from fp16studio.core import pipeline
-    from fp16studio.core.demo import demo_spec
+    from fp16studio.core.run import pipeline
+    from fp16studio.core.demo.pipelines import demo_spec
 
     monkeypatch.setattr(bench, "variant_support", lambda name, device: ("native", None))
     seen, forward = set(), pipeline.forward
@@ -399,7 +428,7 @@ def test_tf32_runs_its_calls_with_tf32_allowed_and_float32_as_the_user_set_it(mo
 
 
 def test_peak_fraction_only_on_a_known_gpu(monkeypatch):
-    from fp16studio.core.bench_device import peak_tflops
+    from fp16studio.core.precision.device import peak_tflops
 
     gpu = fake_gpu(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0))
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
@@ -414,7 +443,7 @@ def test_peak_fraction_only_on_a_known_gpu(monkeypatch):
     assert peak_tflops(torch.device("cpu"), "x86_64", "float32") is None
 
 
-def test_format_table_of_a_cuda_document_names_tf32_and_memory_kind():
+def test_format_bench_of_a_cuda_document_names_tf32_and_memory_kind():
     doc = {"device": "cuda:0", "device_name": "NVIDIA H100", "note": None,
            "tf32": {"cuda_matmul_allow_tf32": True, "cudnn_allow_tf32": True,
                     "float32_matmul_precision": "high"},
@@ -425,7 +454,7 @@ def test_format_table_of_a_cuda_document_names_tf32_and_memory_kind():
                 "max_abs_diff_vs_float32": 0.0, "top1_agreement": 1.0,
                 "memory_kind": "cuda-max-allocated"},
                {"name": "bfloat16", "ok": False, "error": "out of memory: CUDA out of memory"}]}
-    table = bench.format_table(doc)
+    table = format_bench(doc)
     assert "TF32 matmul on" in table and "precision high" in table
     assert "max_memory_allocated" in table and "3.0 GiB" in table
     assert "bfloat16: out of memory" in table
@@ -434,7 +463,7 @@ def test_format_table_of_a_cuda_document_names_tf32_and_memory_kind():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_on_cuda_memory_comes_from_the_allocator_and_timing_from_events():
-    from fp16studio.core.demo import demo_spec
+    from fp16studio.core.demo.pipelines import demo_spec
 
     doc = bench.benchmark(demo_spec("overflow").replace(device="cuda"), **FAST).to_json()
     assert doc["device"].startswith("cuda") and doc["note"] is None
@@ -446,7 +475,7 @@ def test_on_cuda_memory_comes_from_the_allocator_and_timing_from_events():
         assert v["peak_memory_bytes"] >= v["weights_bytes"] > 0
         assert v["reserved_memory_bytes"] >= v["peak_memory_bytes"]
         assert v["latency_ms"]["min"] > 0
-    assert "max_memory_allocated" in bench.format_table(doc)
+    assert "max_memory_allocated" in format_bench(doc)
 
 
 # -- the command line -----------------------------------------------------------------------------
@@ -476,7 +505,7 @@ def test_cli_bench_table_shows_the_spread_and_flags_unstable_figures(demo_dir, c
         {"name": "float32", "ok": True, "samples_per_s": 10.0, "stable": False, "spread": 0.4,
          "latency_ms": {"p50": 400.0, "p90": 500.0, "min": 300.0}, "peak_memory_bytes": None,
          "weights_bytes": None, "max_abs_diff_vs_float32": 0.0, "top1_agreement": None}]}
-    table = bench.format_table(doc)
+    table = format_bench(doc)
     assert "40.0%" in table and "noisy" in table and "UNSTABLE (float32)" in table
 
 
@@ -490,7 +519,7 @@ def test_cli_bench_rejects_nonsense_limits_with_exit_2(demo_dir, capsys):
 def test_nothing_holds_a_model_when_bench_gives_memory_back(monkeypatch):
     import weakref
 
-    from fp16studio.core.demo import demo_spec
+    from fp16studio.core.demo.pipelines import demo_spec
 
     refs, alive = [], []
     prepare = bench._Loader.prepare

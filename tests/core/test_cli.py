@@ -87,7 +87,7 @@ def test_inspect_a_70b_config_on_the_meta_device(tmp_path, capsys):
 def test_demo_writes_runnable_specs(tmp_path, capsys):
     assert main(["demo", tmp_path / "demo"]) == 0
     specs = sorted(p.stem for p in (tmp_path / "demo").glob("*.json"))
-    from fp16studio.core.demo import DEMOS
+    from fp16studio.core.demo.pipelines import DEMOS
 
     assert specs == sorted(DEMOS)
     assert main(["diagnose", tmp_path / "demo" / "healthy.json"]) == 0
@@ -167,6 +167,14 @@ def test_a_wrong_command_line_is_one_line_and_exit_2(capsys):
     assert exit_.value.code == 2 and err.count("\n") == 1 and "-o/--output" in err
 
 
+def test_script_arguments_without_the_double_dash_say_where_they_go(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["trace", "train.py", "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1
+    assert "--epochs 1" in err and "fp16studio trace SCRIPT -- ARGS" in err
+
+
 def test_a_reader_that_goes_away_is_not_an_internal_error(monkeypatch, demo_dir):
     import os
     import sys
@@ -179,7 +187,7 @@ def test_a_reader_that_goes_away_is_not_an_internal_error(monkeypatch, demo_dir)
 
 def test_variants_take_the_dtype_aliases():
     from fp16studio.core import InputError
-    from fp16studio.core.bench import parse_variants
+    from fp16studio.core.precision.bench import parse_variants
 
     assert parse_variants("fp16,bf16,autocast-half") == ["float16", "bfloat16",
                                                           "autocast-float16"]

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from fp16studio.core import InputError, PipelineSpec, diagnose
-from fp16studio.core.pipeline import forward, prepare
+from fp16studio.core.run.pipeline import forward, prepare
 
 TEXTS = ["half precision", "float16 weights", "a cast inside map", "token ids stay integer"]
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from fp16studio.core import InputError, PipelineSpec, export_script
-from fp16studio.core.demo import DEMOS, demo_spec
+from fp16studio.core.demo.pipelines import DEMOS, demo_spec
 
 FAILING_DEMOS = ("map-cast", "fp16-inputs", "pil-preprocess", "blind-half", "overflow",
                  "audio-fp16", "half-t5", "csv-labels", "auto-bf16")
@@ -37,7 +37,7 @@ def variants():
 
 def fixed_specs():
     """Each failing demo after the engine's own fix loop: the applied fixes must work in code."""
-    from fp16studio.core.fixing import fix_until_clean
+    from fp16studio.core.diagnostics.fixing import fix_until_clean
 
     for name in FAILING_DEMOS:
         report, _ = fix_until_clean(demo_spec(name).replace(device="cpu"))
@@ -76,8 +76,8 @@ def runs(demo_dir, tmp_path_factory):
 
 def in_app(spec):
     """(output name, tensor) of the in-app forward pass, or the exception the pipeline raised."""
-    from fp16studio.core.data import PipelineFailure
-    from fp16studio.core.pipeline import forward, prepare, primary_output
+    from fp16studio.core.data.batch import PipelineFailure
+    from fp16studio.core.run.pipeline import forward, prepare, primary_output
 
     try:
         return primary_output(forward(prepare(spec)))
@@ -245,3 +245,27 @@ def test_scripts_write_the_pipeline_the_way_the_user_did(runs, pipeline_runs):
     assert 'Audio(decode=False)' in text["saved-audio-column"]
     assert "processor(text=rows[" in text["clip-text-and-images"]
     assert "AutoProcessor.from_pretrained" in text["clip-text-and-images"]
+
+
+def test_a_preprocess_that_makes_the_inputs_and_the_labels_exports_and_runs(demo_dir, tmp_path):
+    """No column the processor takes and no label column in the rows: the user's function makes
+    `input_ids` and `labels`. The script must be valid Python, leave both to the function, and
+    run to the in-app output."""
+    (tmp_path / "data.jsonl").write_text(
+        "".join(json.dumps({"n": i, "y": i % 2}) + "\n" for i in range(8)))
+    (tmp_path / "pre.py").write_text(
+        "def fn(example):\n"
+        "    ids = [1 + (example['n'] + k) % 50 for k in range(6)]\n"
+        "    return {'input_ids': ids, 'attention_mask': [1] * 6, 'labels': example['y']}\n")
+    spec = PipelineSpec(model=str(demo_dir / "models/tiny-bert"), dataset="data.jsonl",
+                        preprocess="pre.py:fn", with_labels=True, device="cpu", base_dir=str(tmp_path))
+    script = tmp_path / "out.py"
+    export_script(spec, script)
+    py_compile.compile(str(script), doraise=True)
+    proc = subprocess.run([sys.executable, str(script), "--save-output", str(tmp_path / "out.pt")],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                          env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    name, value = in_app(spec)
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["output"] == name
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt"), value.cpu())

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from fp16studio.core import PipelineSpec, apply_fix, diagnose
-from fp16studio.core.demo import demo_spec
-from fp16studio.core.rules import Evidence, run_rules
-from fp16studio.core.trace import ModuleCall, TensorInfo
+from fp16studio.core.demo.pipelines import demo_spec
+from fp16studio.core.diagnostics.rules import Evidence, run_rules
+from fp16studio.core.run.trace import ModuleCall, TensorInfo
 
 
 def codes(report):
@@ -229,6 +229,15 @@ def test_autocast_that_changed_nothing_is_inactive():
     assert "autocast-inactive" not in {f.code for f in run_rules(active)}
 
 
+def test_an_autocast_naming_another_device_does_nothing_even_when_the_forward_fails(demo_dir):
+    """autocast('cuda') around a model on the CPU: no false half-on-cpu for a float32 model, and
+    the autocast is still named as doing nothing when the forward fails for another reason."""
+    spec = demo_spec("healthy").replace(device="cpu", autocast="float16", autocast_device="cuda")
+    assert codes(diagnose(spec)) == {"autocast-inactive"}
+    failing = diagnose(spec.replace(input_dtype="float16"))
+    assert not failing.ok and "autocast-inactive" in codes(failing) and "half-on-cpu" not in codes(failing)
+
+
 # -- device-mismatch / device-unavailable / out-of-memory / mixed-precision-params -----------
 
 def test_inputs_left_on_another_device_are_a_device_mismatch():
@@ -295,7 +304,7 @@ def test_out_of_memory_while_loading_is_a_finding_not_a_crash(demo_dir, monkeypa
     def too_big(spec, progress=None):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 28.00 GiB")
 
-    monkeypatch.setattr("fp16studio.core.diagnosis.prepare_model", too_big)
+    monkeypatch.setattr("fp16studio.core.diagnostics.diagnosis.prepare_model", too_big)
     report = diagnose(demo_spec("healthy"))
     assert [f.code for f in report.findings] == ["out-of-memory"]
     assert report.error["stage"] == "model" and not report.ok
@@ -303,7 +312,7 @@ def test_out_of_memory_while_loading_is_a_finding_not_a_crash(demo_dir, monkeypa
 
 @pytest.mark.parametrize("key", ["keep_fp32", "run_in_float32"])
 def test_a_module_pattern_that_matches_nothing_is_bad_input_naming_the_closest(demo_dir, key):
-    from fp16studio.core.errors import InputError
+    from fp16studio.core.common.errors import InputError
 
     spec = demo_spec("healthy").replace(model_dtype="float16", **{key: ["resnet.poolr"]})
     with pytest.raises(InputError, match=rf"^{key}: 'resnet.poolr' matches no module of "
@@ -312,10 +321,31 @@ def test_a_module_pattern_that_matches_nothing_is_bad_input_naming_the_closest(d
 
 
 def test_a_shared_modules_second_path_is_a_module_pattern_too():
-    from fp16studio.core.loading import check_module_patterns, keep_in_float32
+    from fp16studio.core.hf.loading import check_module_patterns, keep_in_float32
 
     shared = torch.nn.Linear(2, 2)
     model = torch.nn.ModuleDict({"a": shared, "b": shared})   # tied: one module, two paths
     spec = PipelineSpec(model="m", dataset="synthetic", keep_fp32=["b"])
     check_module_patterns(model, spec)
     assert keep_in_float32(model, spec.keep_fp32) == ["b"]
+
+
+def test_multi_label_classifier_fed_integer_multi_hot_labels_is_label_dtype(demo_dir, tmp_path):
+    """BCE-with-logits takes float targets: int64 multi-hot labels fail in the loss
+    ("result type Float can't be cast to the desired output type Long"); the fix casts them."""
+    import json
+    import shutil
+
+    shutil.copytree(demo_dir / "models/tiny-bert", tmp_path / "model")
+    config = json.loads((tmp_path / "model/config.json").read_text())
+    config["problem_type"] = "multi_label_classification"
+    (tmp_path / "model/config.json").write_text(json.dumps(config))
+    (tmp_path / "data.jsonl").write_text(
+        "".join(json.dumps({"text": f"a sentence {i}", "label": [i % 2, 1, 0]}) + "\n" for i in range(8)))
+    spec = PipelineSpec(model="model", dataset="data.jsonl", with_labels=True, device="cpu",
+                        base_dir=str(tmp_path))
+    report = diagnose(spec)
+    assert not report.ok and [f.code for f in report.findings] == ["label-dtype"]
+    fix = report.findings[0].fixes[0]
+    assert fix.edits == {"label_dtype": "float32"}
+    assert diagnose(apply_fix(spec, fix)).ok

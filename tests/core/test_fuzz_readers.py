@@ -10,9 +10,10 @@ from contextlib import contextmanager
 import pytest
 
 from fp16studio.cli import main
-from fp16studio.core import InputError, PipelineSpec
-from fp16studio.core.session import open_session
-from fp16studio.core.spec import KEYS
+from fp16studio.core import InputError
+from fp16studio.core.spec.documents import load_spec
+from fp16studio.core.spec.session import open_session
+from fp16studio.core.spec.value import KEYS
 
 SEED = 20261122
 DOCUMENTS = 400
@@ -112,7 +113,7 @@ def test_random_and_truncated_documents_are_read_or_refused(tmp_path):
         for n, (name, data) in enumerate(_documents(rng)):
             path = tmp_path / f"{n}-{name}"
             path.write_bytes(data)
-            for reader in (PipelineSpec.load, open_session):
+            for reader in (load_spec, open_session):
                 try:
                     reader(path)
                     outcomes["read"] += 1

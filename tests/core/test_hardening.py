@@ -113,6 +113,10 @@ SPEC_FILES = {
     "spec with a very long model name": ("long.json", json.dumps(
         {"model": "m" * 100_000, "dataset": "synthetic"}).encode()),
     "spec with a NUL in a path": ("nul.json", b'{"model": "a\\u0000b", "dataset": "synthetic"}'),
+    "spec with model_dtype null": ("null-dtype.json", b'{"model": "m", "dataset": "synthetic", '
+                                   b'"model_dtype": null}'),
+    "spec whose applied fix has edits 5": ("edits.json", b'{"model": "m", "dataset": "synthetic", '
+                                           b'"applied_fixes": [{"id": "a", "title": "b", "edits": 5}]}'),
 }
 
 
@@ -174,6 +178,18 @@ def test_datasets_that_cannot_be_parsed_are_bad_input_or_a_finding(case, demo_di
     assert code == 2 or (code == 1 and not err), err
     if code == 2:
         assert_one_line(err, dataset.name)
+        assert "DatasetGenerationError" not in err  # the cause, not the wrapper's name
+
+
+@pytest.mark.parametrize("case, cause", [("broken JSONL", "JSON parse error"),
+                                         ("latin-1 CSV", "UnicodeDecodeError")])
+def test_an_unparsable_dataset_is_one_line_with_its_cause(case, cause, demo_dir, tmp_path):
+    """In a process of its own: datasets logs its own line to the real stderr first."""
+    dataset = DATASETS[case](tmp_path)
+    spec = spec_file(tmp_path, demo_dir, model=str(demo_dir / "models/tiny-bert"), dataset=str(dataset))
+    proc = run_cli("diagnose", spec)
+    assert proc.returncode == 2
+    assert_one_line(proc.stderr, dataset.name, cause)
 
 
 def test_synthetic_samples_are_bounded(demo_dir, tmp_path, capsys):
@@ -199,6 +215,18 @@ def test_a_fifo_is_refused_never_read(role, demo_dir, tmp_path):
     proc = run_cli("diagnose", spec, *(["--trust"] if role == "preprocess" else []))
     assert proc.returncode == 2
     assert_one_line(proc.stderr, "not a regular file")
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "1e300", "inf"])
+def test_a_timeout_that_is_no_number_of_seconds_is_bad_input_or_no_limit(value, capsys):
+    """nan, 0 and less are bad input; inf and what no timer can hold (1e300) mean no limit."""
+    code = main(["diagnose", "/nonexistent/spec.json", "--timeout", value])
+    err = capsys.readouterr().err
+    assert code == 2
+    if value in ("nan", "-1", "0"):
+        assert_one_line(err, "--timeout")
+    else:  # no limit: the run goes on, to the missing spec
+        assert_one_line(err, "spec.json")
 
 
 def test_timeout_stops_a_preprocess_that_never_returns(demo_dir, tmp_path):
@@ -320,6 +348,55 @@ def test_outputs_never_replace_inputs_or_other_files(case, project, demo_dir, tm
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
+def test_the_config_folders_files_are_never_outputs(project, tmp_path, capsys):
+    """`fix -o trusted.json --force` would have the trust store overwrite the fixed spec."""
+    from fp16studio.core.common.config_folder import config_dir
+    from fp16studio.core.spec import trust
+
+    assert main(["diagnose", str(project), "--trust"]) in (0, 1)   # a consent in the store
+    store = config_dir() / trust.STORE
+    before = store.read_bytes()
+    assert main(["fix", str(project), "-o", str(store), "--force", "--trust"]) == 2
+    assert_one_line(capsys.readouterr().err, "config folder")
+    assert store.read_bytes() == before
+
+
+@pytest.mark.parametrize("store", ["fifo", "/dev/zero", "nested 100k deep"])
+def test_a_strange_trust_store_is_read_as_empty_never_blocks(store, project, tmp_path):
+    """trusted.json and recent.json are read like the user's files: a FIFO, a link to /dev/zero
+    or deep nesting never hangs nor crashes a run; the consent is asked for (or given) again."""
+    config = tmp_path / "config"
+    config.mkdir()
+    for name in ("trusted.json", "recent.json"):
+        if store == "fifo":
+            os.mkfifo(config / name)
+        elif store == "/dev/zero":
+            (config / name).symlink_to("/dev/zero")
+        else:
+            (config / name).write_text("[" * 100_000 + "]" * 100_000)
+    proc = run_cli("diagnose", project, "--trust", env={"FP16STUDIO_CONFIG_DIR": str(config)}, timeout=180)
+    assert proc.returncode in (0, 1), proc.stderr
+
+
+def test_concurrent_consents_are_all_kept(tmp_path):
+    """Processes recording consent at once (several `--trust` runs) lose none of them."""
+    from fp16studio.core.spec import trust
+
+    code = ("import sys; from fp16studio.core import open_spec; from fp16studio.core.spec import trust;"
+            "p = sys.argv[1]; trust.trust(p, open_spec(p))")
+    specs = []
+    for i in range(8):
+        (tmp_path / f"pre{i}.py").write_text(f"def fn(example):\n    return example  # {i}\n")
+        spec = tmp_path / f"s{i}.json"
+        spec.write_text(json.dumps({"model": "m", "dataset": "synthetic", "preprocess": f"pre{i}.py:fn"}))
+        specs.append(spec)
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(s)]) for s in specs]
+    assert all(p.wait(timeout=CHILD_TIMEOUT_S) == 0 for p in procs)
+    from fp16studio.core import open_spec
+
+    assert all(trust.consent_needed(s, open_spec(s)) is None for s in specs)
+
+
 def test_force_replaces_another_kind_and_keeps_a_backup(project, tmp_path, capsys):
     other = tmp_path / "other.json"
     other.write_text('{"model": "m", "dataset": "d"}')
@@ -388,10 +465,41 @@ def test_demo_never_overwrites_the_users_files(case, tmp_path, capsys):
 
 
 def test_a_damaged_demo_cache_is_rebuilt_not_downloaded(tmp_path, monkeypatch, capsys):
-    from fp16studio.core.demo import ensure_demo_files
+    from fp16studio.core.demo.pipelines import ensure_demo_files
 
     monkeypatch.setenv("FP16STUDIO_CACHE", str(tmp_path / "cache"))
     root = ensure_demo_files()
     shutil.rmtree(root / "models" / "tiny-resnet")
     assert main(["diagnose", "demo:healthy"]) == 0
     assert "hf download" not in capsys.readouterr().err
+
+
+@pytest.fixture
+def int_forward_model(demo_dir, tmp_path):
+    """A model of the user's own (remote code) whose forward returns an int, not a tensor."""
+    model = tmp_path / "model"
+    shutil.copytree(demo_dir / "models/tiny-bert", model)
+    config = json.loads((model / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForSequenceClassification": "modeling_int.IntModel"}
+    (model / "config.json").write_text(json.dumps(config))
+    (model / "modeling_int.py").write_text(
+        "from transformers import BertForSequenceClassification\n\n\n"
+        "class IntModel(BertForSequenceClassification):\n"
+        "    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None):\n"
+        "        return 3\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"model": "model", "dataset": "synthetic", "trust_remote_code": True,
+                                "task": "sequence-classification"}))
+    return spec
+
+
+def test_a_forward_that_returns_no_tensor_is_said_so_never_a_bug(int_forward_model, capsys):
+    said = "the model returned no tensor (its forward returned int)"
+    assert main(["diagnose", str(int_forward_model), "--trust", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["error"]["message"] == said
+    assert main(["drift", str(int_forward_model), "--trust", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["error"]["message"] == said
+    assert main(["bench", str(int_forward_model), "--trust", "--json", "--variants", "float32",
+                 "--warmup", "0", "--min-iterations", "1", "--min-seconds", "0", "--min-rounds", "1"]) == 0
+    [variant] = json.loads(capsys.readouterr().out)["variants"]
+    assert not variant["ok"] and variant["error"] == said

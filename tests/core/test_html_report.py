@@ -2,7 +2,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from fp16studio.core.html_report import render_report
+from fp16studio.core.present.html import render_report
 
 EVIL = '<script>alert("x")</script> & <img src=x onerror=1>'
 
@@ -78,9 +78,13 @@ def test_self_contained():
 
 
 def test_findings_in_order_with_severity_in_words_and_fixes():
-    root = parse(render_report(diagnosis()))
+    # Listed least severe first, as a document from elsewhere may list them: shown errors first.
+    shuffled = diagnosis()["findings"][::-1]
+    shuffled.insert(1, {"code": "half-on-cpu", "severity": "info", "location": "x", "message": "m",
+                        "evidence": {}, "fixes": []})
+    root = parse(render_report(diagnosis(findings=shuffled)))
     findings = root.findall(".//div[@class='finding']")
-    assert [texts(f.find("h3/span")) for f in findings] == ["error", "warning"]
+    assert [texts(f.find("h3/span")) for f in findings] == ["error", "warning", "info"]
     fixes = [texts(li) for li in findings[0].findall("ol/li")]
     assert fixes[0].startswith("Cast inputs") and "load-fp32" in fixes[1]
     assert "RuntimeError" in texts(root.find(".//section[@id='error']"))

@@ -5,8 +5,8 @@ import sys
 
 
 def test_core_imports_neither_qt_nor_torch():
-    code = ("import sys, fp16studio.core, fp16studio.cli, fp16studio.core.presentation, "
-            "fp16studio.core.tree_index, fp16studio.engine.client, fp16studio.engine.server, "
+    code = ("import sys, fp16studio.core, fp16studio.cli, fp16studio.core.present.vocabulary, "
+            "fp16studio.core.diagnostics.tree_index, fp16studio.engine.client, fp16studio.engine.server, "
             "fp16studio.engine.tasks, fp16studio.engine.lookups; "
             "heavy = [m for m in ('torch', 'transformers', 'datasets', 'PySide6', 'pyqtgraph') "
             "if m in sys.modules]; print(heavy)")

@@ -7,19 +7,19 @@ import sys
 
 import pytest
 import torch
+from numerics_zoo import shrunken_tiny_bert, text_spec
 
 from fp16studio.core import PipelineSpec, apply_fix, diagnose, export_script
-from fp16studio.core.demo import demo_spec
-from fp16studio.core.drift import drift
-from fp16studio.core.islands import bisect, candidates, max_passes
-from fp16studio.core.trace import Tracer
-from numerics_zoo import shrunken_tiny_bert, text_spec
+from fp16studio.core.demo.pipelines import demo_spec
+from fp16studio.core.diagnostics.islands import bisect, candidates, max_passes
+from fp16studio.core.precision.drift import drift
+from fp16studio.core.run.trace import Tracer
 
 
 # -- run_in_float32 as loaded -------------------------------------------------------------------
 
 def test_islands_keep_float32_weights_and_cast_at_their_boundaries(demo_dir):
-    from fp16studio.core.pipeline import forward, prepare
+    from fp16studio.core.run.pipeline import forward, prepare
 
     island = "bert.encoder.layer.0"
     spec = demo_spec("overflow").replace(run_in_float32=[island, island + ".output*"])
@@ -131,7 +131,7 @@ def test_no_islands_fix_when_they_would_hold_most_of_the_model(demo_dir, tmp_pat
 # -- the export ---------------------------------------------------------------------------------
 
 def test_exported_islands_reproduce_the_in_app_output(demo_dir, numerics_models, tmp_path):
-    from fp16studio.core.pipeline import forward, prepare, primary_output
+    from fp16studio.core.run.pipeline import forward, prepare, primary_output
 
     spec = text_spec(demo_dir, numerics_models["overflow-bert4"], model_dtype="float16",
                      device="cpu", run_in_float32=["bert.encoder.layer.1"])
@@ -151,7 +151,7 @@ def test_exported_islands_reproduce_the_in_app_output(demo_dir, numerics_models,
 
 def test_islands_in_a_model_cast_to_half(demo_dir, numerics_models, tmp_path):
     # model.half() after a float32 load: the islands keep the float32 weights all the same.
-    from fp16studio.core.pipeline import forward, prepare
+    from fp16studio.core.run.pipeline import forward, prepare
 
     spec = text_spec(demo_dir, numerics_models["overflow-bert4"], model_cast="float16", device="cpu",
                      run_in_float32=["bert.encoder.layer.1"])
@@ -172,7 +172,7 @@ def test_islands_in_a_model_cast_to_half(demo_dir, numerics_models, tmp_path):
 def test_island_names_become_patterns_that_match_exactly_themselves():
     import fnmatch
 
-    from fp16studio.core.islands import with_islands
+    from fp16studio.core.diagnostics.islands import with_islands
 
     names = ["blocks.x[1].mlp", "heads.a*b", "encoder.layer.0"]
     patterns = with_islands(PipelineSpec(model="m", dataset="synthetic"), names)

@@ -1,11 +1,13 @@
 """ModuleHooks: every module call of the model seen once, in order, by path; the model's own
-hooks kept and run before the callbacks; `nn.Module.__call__` given back however the pass
-ends."""
+hooks kept and run before the callbacks; one dispatcher of `nn.Module.__call__` for the passes
+and the watchers, given back however they end."""
+
+from pathlib import Path
 
 import pytest
 import torch
 
-from fp16studio.core.module_hooks import ModuleHooks, module_names
+from fp16studio.core.run.module_hooks import ModuleHooks, add_watcher, module_names, remove_watcher
 
 ORIGINAL_CALL = torch.nn.Module._wrapped_call_impl
 
@@ -105,14 +107,14 @@ def test_passes_over_the_same_modules_both_see_every_call():
     assert torch.nn.Module.__call__ is ORIGINAL_CALL
 
 
-def test_passes_entered_at_once_from_two_threads_keep_both_wrappers(monkeypatch):
+def test_passes_entered_at_once_from_two_threads_are_both_kept(monkeypatch):
     import threading
 
-    from fp16studio.core import module_hooks
+    from fp16studio.core.run import module_hooks
 
     walk, barrier = module_hooks.module_names, threading.Barrier(2)
 
-    def slow_walk(net):  # both threads walk their models before either wraps __call__
+    def slow_walk(net):  # both threads walk their models before either joins the dispatcher
         names = walk(net)
         barrier.wait(timeout=10)
         return names
@@ -133,6 +135,47 @@ def test_passes_entered_at_once_from_two_threads_keep_both_wrappers(monkeypatch)
     for p in passes:
         p.__exit__()
     assert [len(s.events) for s in seen] == [8, 8]
+    assert torch.nn.Module.__call__ is ORIGINAL_CALL
+
+
+def test_a_script_trace_and_a_pass_share_one_dispatcher_and_both_see_every_call():
+    from fp16studio.core.script.tracer import ScriptTracer, UserCode
+
+    script = ScriptTracer(UserCode(Path(__file__)))
+    net, seen = model(), Recorded()
+    script.install()
+    try:
+        dispatcher = torch.nn.Module.__call__
+        assert dispatcher is not ORIGINAL_CALL
+        with torch.no_grad(), ModuleHooks(net, seen.pre, seen.post):
+            assert torch.nn.Module.__call__ is dispatcher  # not wrapped a second time
+            net(torch.ones(1, 4))  # the script's first call of net: traced too
+            net(torch.ones(1, 4))
+        assert torch.nn.Module.__call__ is dispatcher
+    finally:
+        script.uninstall()
+    assert torch.nn.Module.__call__ is ORIGINAL_CALL
+    (trace,) = script.traces
+    assert [c.name for c in trace.calls] == ["", "0", "1", "1.0"] and trace.count == 2
+    assert [e[1] for e in seen.events if e[0] == "pre"] == ["", "0", "1", "1.0"] * 2
+    assert len(seen.events) == 16
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in net.modules())
+
+
+def test_the_dispatcher_stays_until_its_last_listener_leaves_in_any_order():
+    net, seen, watched = model(), Recorded(), []
+
+    def watch(module, args, kwargs):
+        watched.append(type(module).__name__)
+
+    add_watcher(watch)
+    net(torch.ones(1, 4))
+    assert watched == ["Sequential", "Linear", "Sequential", "ReLU"]
+    hooks = ModuleHooks(net, seen.pre, seen.post).__enter__()
+    remove_watcher(watch)  # the first listener leaves first
+    net(torch.ones(1, 4))
+    assert len(watched) == 4 and len(seen.events) == 8
+    hooks.__exit__()
     assert torch.nn.Module.__call__ is ORIGINAL_CALL
 
 

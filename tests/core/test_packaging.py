@@ -2,22 +2,26 @@
 (desktop-file-validate, appstreamcli); without them the same files get a pure-Python check."""
 
 import configparser
+import json
 import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from fp16studio import __version__, desktop
+from fp16studio import __version__, desktop, resource_paths
 from fp16studio.desktop import APP_ID, desktop_entry, install_desktop, launch_command, png_size
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGING = ROOT / "packaging"
-ENTRY = PACKAGING / f"{APP_ID}.desktop"
-METAINFO = PACKAGING / f"{APP_ID}.metainfo.xml"
+RESOURCES = ROOT / "resources"
+ENTRY = RESOURCES / "desktop" / f"{APP_ID}.desktop"
+METAINFO = RESOURCES / "desktop" / f"{APP_ID}.metainfo.xml"
 AWKWARD = ["/opt/my apps/py%thon$1\\bin", "-m", "fp16studio"]
 
 
@@ -61,7 +65,8 @@ def validate_entry(path: Path):
 
 
 def test_packaged_entry_is_the_rendered_one():
-    # One source of truth: desktop.py renders it, packaging/ keeps a copy for system packages.
+    # One source of truth: desktop.py renders it, resources/desktop/ keeps a copy for system
+    # packages.
     assert ENTRY.read_text() == desktop_entry()
     validate_entry(ENTRY)
     assert exec_args(read_entry(ENTRY.read_text())["Exec"]) == ["fp16studio", "gui", "%f"]
@@ -153,4 +158,100 @@ def test_pyinstaller_spec_compiles_and_points_at_real_files():
     text = spec.read_text()
     compile(text, str(spec), "exec")
     assert (ROOT / "fp16studio" / "__main__.py").is_file()
-    assert 'collect_data_files("fp16studio")' in text
+    # The frozen build has the folder where a wheel has it, the first place the finder looks.
+    assert 'datas=[(str(ROOT / "resources"), "fp16studio/resources")]' in text
+    assert resource_paths.CANDIDATES[0] == resource_paths.PACKAGE / "resources"
+
+
+def test_the_checkout_reads_its_top_level_resources():
+    # A source checkout and an editable install (CI's `pip install -e .`) read resources/ itself.
+    assert resource_paths.resources_dir() == RESOURCES
+    assert not (ROOT / "fp16studio" / "resources").exists()
+    assert {"light.qss", "dark.qss", "icons", "app", "desktop"} <= {p.name for p in RESOURCES.iterdir()}
+    assert resource_paths.stylesheet_file("dark").is_file() and resource_paths.icon_file("run").is_file()
+    assert resource_paths.desktop_file(APP_ID, ".desktop") == ENTRY
+    assert resource_paths.desktop_file(APP_ID, ".metainfo.xml") == METAINFO
+
+
+# Runs in the venv the wheel is installed into, from a folder outside the checkout.
+INSTALLED_CHECK = textwrap.dedent("""
+    import json, sys
+    import fp16studio
+    from fp16studio import desktop, resource_paths
+    from fp16studio.gui import theme
+    from PySide6.QtGui import QGuiApplication
+
+    app = QGuiApplication([])
+    sheet = theme.stylesheet("dark")
+    print(json.dumps({
+        "package": fp16studio.__file__,
+        "resources": str(resource_paths.resources_dir()),
+        "files": sorted(str(p.relative_to(resource_paths.resources_dir()))
+                        for p in resource_paths.resources_dir().rglob("*") if p.is_file()),
+        "icons": [str(p) for p in resource_paths.icon_files()],
+        "stylesheets": [str(resource_paths.stylesheet_file(s)) for s in ("light", "dark")],
+        "stylesheet_urls": [u.split(")")[0] for u in sheet.split("url(")[1:]],
+        "app_icons": [[str(p), size] for p, size in desktop.app_icons()],
+        "desktop": [str(resource_paths.desktop_file(desktop.APP_ID, s))
+                    for s in (".desktop", ".metainfo.xml")],
+        "icon_renders": not theme.icon("run").pixmap(24, 24).isNull(),
+        "app_icon_sizes": sorted(s.width() for s in theme.app_icon().availableSizes()),
+    }))
+""")
+
+
+def test_the_wheel_ships_the_resources_and_an_install_finds_them(tmp_path):
+    """Build the wheel from what an sdist holds, install it into a fresh venv, and find every
+    resource there: inside the installed package, never in this checkout."""
+    # Offline (no build isolation): the build uses this environment's setuptools, with bdist_wheel.
+    pytest.importorskip("setuptools", minversion="70.1", reason="needs setuptools>=70.1 installed")
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    for name in ("fp16studio", "resources", "packaging"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    wheels = tmp_path / "wheels"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    proc = subprocess.run([*pip, "wheel", str(source), "--no-deps", "--no-build-isolation",
+                           "--no-index", "-w", str(wheels)],
+                          cwd=source, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (wheel,) = wheels.glob("fp16studio-*.whl")
+
+    expected = sorted(str(p.relative_to(RESOURCES)) for p in RESOURCES.rglob("*") if p.is_file())
+    names = zipfile.ZipFile(wheel).namelist()
+    assert sorted(n.removeprefix("fp16studio/resources/") for n in names
+                  if n.startswith("fp16studio/resources/")) == expected
+    assert not [n for n in names if n.split("/")[0] in ("resources", "packaging")]
+
+    # The venv sees the system's packages (torch, PySide6, ...) but gets fp16studio from the wheel;
+    # -I keeps this checkout, PYTHONPATH and the user's site off sys.path.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    proc = subprocess.run([*pip, "--python", str(python), "install", "--no-deps", "--no-index",
+                           "--ignore-installed", str(wheel)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    proc = subprocess.run([str(python), "-I", "-c", INSTALLED_CHECK], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    package = Path(found["package"]).parent
+    assert package.is_relative_to(venv), found["package"]
+    resources = Path(found["resources"])
+    assert resources == package / "resources"
+    assert found["files"] == expected
+    paths = [*found["icons"], *found["stylesheets"], *found["stylesheet_urls"], *found["desktop"],
+             *(path for path, _ in found["app_icons"])]
+    for path in paths:
+        assert Path(path).is_relative_to(resources) and Path(path).is_file(), path
+    assert {"run", "stop", "fix", "status-error"} <= {Path(p).stem for p in found["icons"]}
+    assert found["stylesheet_urls"]
+    assert {"16x16", "48x48", "256x256", "scalable"} <= {size for _, size in found["app_icons"]}
+    assert found["icon_renders"]
+    assert {16, 24, 32, 48, 64, 128, 256, 512} <= set(found["app_icon_sizes"])

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from fp16studio.core import InputError, PipelineSpec, apply_fix, diagnose
-from fp16studio.core.demo import demo_spec
-from fp16studio.core.pipeline import prepare
-from fp16studio.core.rules import Evidence, run_rules
-from fp16studio.core.trace import ModuleCall, TensorInfo
+from fp16studio.core.demo.pipelines import demo_spec
+from fp16studio.core.diagnostics.rules import Evidence, run_rules
+from fp16studio.core.run.pipeline import prepare
+from fp16studio.core.run.trace import ModuleCall, TensorInfo
 
 
 def codes(report):
@@ -172,7 +172,7 @@ def test_a_float64_preprocess_is_no_map_cast_lost_and_no_fix_is_rejected(demo_di
 
 
 def test_integer_cast_is_located_at_the_tensor_the_failing_module_received():
-    from fp16studio.core.data import ColumnFacts
+    from fp16studio.core.data.columns import ColumnFacts
 
     shape = (4, 7)
     facts = {key: ColumnFacts(key, stored="int64", final="float16", shape=shape)
@@ -269,7 +269,7 @@ def test_auto_dtype_is_read_from_the_config_else_the_weights(bf16_checkpoint, tm
     import json
     import shutil
 
-    from fp16studio.core.loading import auto_dtype, auto_dtype_note
+    from fp16studio.core.hf.loading import auto_dtype, auto_dtype_note
 
     assert auto_dtype(bf16_checkpoint) == ("bfloat16", "config.json dtype")
     bare = tmp_path / "bare"

@@ -3,8 +3,8 @@
 import gc
 import weakref
 
-from fp16studio.core import diagnosis
-from fp16studio.core.demo import demo_spec
+from fp16studio.core.demo.pipelines import demo_spec
+from fp16studio.core.diagnostics import diagnosis
 
 
 def test_nothing_holds_the_model_when_memory_is_released(demo_dir, monkeypatch):

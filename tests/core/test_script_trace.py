@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fp16studio.core.errors import Cancelled, CancelToken, InputError
-from fp16studio.core.script_trace import trace_script
+import fp16studio
+from fp16studio.core.common.errors import Cancelled, CancelToken, InputError
+from fp16studio.core.script.trace import trace_script
 
 SCRIPTS = Path(__file__).parent.parent / "scripts"
 
@@ -183,7 +184,8 @@ def test_cli_json_keeps_the_scripts_output_out():
     assert doc["spec"] is None and doc["findings"][0]["source"]["line"] == line_of(
         SCRIPTS / "own_model.py", "hidden = self.encoder(features)")
     assert failed.stderr.startswith("Traceback") and "own_model.py" in failed.stderr.splitlines()[1]
-    assert "script_tracer.py" not in failed.stderr   # as python would print it: no frames of ours
+    ours = str(Path(fp16studio.__file__).parent)
+    assert ours not in failed.stderr   # as python would print it: no frames of ours
     missing = cli("nope.py")
     assert missing.returncode == 2 and missing.stderr.strip() == "fp16studio: no such script: nope.py"
 
@@ -242,9 +244,9 @@ def test_a_script_that_ends_its_own_process_is_said_so_without_a_device(tmp_path
 def test_a_traceback_keeps_our_frames_only_where_the_exception_was_raised():
     import traceback
 
-    from fp16studio.core import script_runner
+    from fp16studio.core.script import runner as script_runner
 
-    ours = script_runner._OURS + "core/script_tracer.py"
+    ours = script_runner._OURS + "core/run/module_hooks.py"
     frames = [traceback.FrameSummary(name, 1, "f") for name in
               ("/home/u/script.py", ours, "/lib/torch/module.py", ours)]
     kept = [f.filename for f in script_runner._without_our_wrappers(frames)]

@@ -3,9 +3,13 @@ import json
 import pytest
 
 from fp16studio.core import InputError, PipelineSpec
-from fp16studio.core import session as sessions
-from fp16studio.core.session import (Session, add_recent, autosave, clear_autosave, config_dir,
-                                     open_session, recent_files, restore_autosave, save_session)
+from fp16studio.core.common import config_folder
+from fp16studio.core.common.config_folder import config_dir
+from fp16studio.core.spec import session as sessions
+from fp16studio.core.spec.documents import Session
+from fp16studio.core.spec.documents import load_spec
+from fp16studio.core.spec.session import (add_recent, autosave, clear_autosave,
+                                          open_session, recent_files, restore_autosave, save_session)
 
 DIAGNOSIS = {"ok": False, "device": "cpu", "findings": [{"code": "dtype-mismatch"}]}
 BENCH = {"device": "cpu", "variants": [{"name": "float32", "ok": True}]}
@@ -28,7 +32,7 @@ def project(tmp_path):
     spec_path = folder / "spec.json"
     spec_path.write_text(json.dumps({"model": "model", "dataset": "data", "preprocess": "prep.py:fn",
                                      "model_dtype": "fp16"}))
-    return PipelineSpec.load(spec_path)
+    return load_spec(spec_path)
 
 
 def test_round_trip_keeps_spec_findings_and_bench(tmp_path, project):
@@ -45,7 +49,7 @@ def test_round_trip_keeps_spec_findings_and_bench(tmp_path, project):
 
 def test_spec_load_reads_a_session_file(tmp_path, project):
     path = save_session(Session(project, DIAGNOSIS), tmp_path / "project" / "s.fp16studio").path
-    assert PipelineSpec.load(path) == project
+    assert load_spec(path) == project
 
 
 def test_saving_in_another_folder_keeps_local_paths_valid(tmp_path, project):
@@ -180,7 +184,7 @@ def test_unreadable_autosave_is_not_restored(config):
 
 def test_config_dir_follows_xdg(tmp_path, monkeypatch):
     monkeypatch.delenv("FP16STUDIO_CONFIG_DIR")
-    monkeypatch.setattr(sessions.sys, "platform", "linux")
+    monkeypatch.setattr(config_folder.sys, "platform", "linux")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     assert config_dir() == tmp_path / "xdg" / "fp16studio"
     monkeypatch.setenv("XDG_CONFIG_HOME", "relative/ignored")
@@ -191,7 +195,7 @@ def test_config_dir_follows_xdg(tmp_path, monkeypatch):
 def test_each_window_has_its_own_autosave(project):
     """Two windows of one process: closing one keeps the other's crash copy, and a copy is
     offered for restoring only once its process is gone."""
-    from fp16studio.core.session import autosave_owner, clear_orphan_autosaves
+    from fp16studio.core.spec.session import autosave_owner, clear_orphan_autosaves
 
     first, second = autosave_owner(1), autosave_owner(2)
     autosave(Session(project.replace(model_dtype="float16")), first)

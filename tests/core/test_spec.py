@@ -5,7 +5,8 @@ import json
 import pytest
 
 from fp16studio.core import InputError, PipelineSpec
-from fp16studio.core.spec import KEYS
+from fp16studio.core.spec.documents import load_spec, save_spec
+from fp16studio.core.spec.value import KEYS
 
 
 def test_defaults_follow_the_contract():
@@ -63,16 +64,16 @@ def test_unknown_and_missing_keys():
 
 def test_toml_and_json_files(tmp_path):
     (tmp_path / "a.toml").write_text('model = "m"\ndataset = "d"\nmodel_dtype = "half"\n')
-    spec = PipelineSpec.load(tmp_path / "a.toml")
+    spec = load_spec(tmp_path / "a.toml")
     assert spec.model_dtype == "float16" and spec.base_dir == str(tmp_path)
-    spec.save(tmp_path / "b.json")
-    assert PipelineSpec.load(tmp_path / "b.json") == spec
+    save_spec(spec, tmp_path / "b.json")
+    assert load_spec(tmp_path / "b.json") == spec
 
 
 def test_a_saved_session_opens_as_its_spec(tmp_path):
     doc = {"fp16studio_session": 1, "spec": {"model": "m", "dataset": "d"}, "diagnosis": None}
     (tmp_path / "s.json").write_text(json.dumps(doc))
-    assert PipelineSpec.load(tmp_path / "s.json").model == "m"
+    assert load_spec(tmp_path / "s.json").model == "m"
 
 
 def test_save_elsewhere_keeps_local_paths_reachable(tmp_path):
@@ -81,20 +82,40 @@ def test_save_elsewhere_keeps_local_paths_reachable(tmp_path):
     spec = PipelineSpec(model="model", dataset="org/hub-data", preprocess="pre.py:f",
                         base_dir=str(tmp_path / "here"))
     (tmp_path / "there").mkdir()
-    spec.save(tmp_path / "there" / "s.json")
-    moved = PipelineSpec.load(tmp_path / "there" / "s.json")
+    save_spec(spec, tmp_path / "there" / "s.json")
+    moved = load_spec(tmp_path / "there" / "s.json")
     assert moved.local_path(moved.model) == (tmp_path / "here" / "model").resolve()
     assert moved.preprocess == f"{(tmp_path / 'here' / 'pre.py').resolve()}:f"
     assert moved.dataset == "org/hub-data"  # a Hub id is not a path
 
 
 def test_save_is_atomic_and_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
+    """A write cut off half-way (a full disk, an interrupt) leaves the old spec whole and no
+    stray temporary file."""
+    import pathlib
+
     path = tmp_path / "s.json"
-    PipelineSpec(model="old", dataset="d").save(path)
-    monkeypatch.setattr("json.dumps", lambda *a, **k: (_ for _ in ()).throw(ValueError("x")))
-    with pytest.raises(ValueError):
-        PipelineSpec(model="new", dataset="d").save(path)
+    save_spec(PipelineSpec(model="old", dataset="d"), path)
+    real_write = pathlib.Path.write_text
+
+    def half_then_fail(self, text, *args, **kwargs):
+        real_write(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pathlib.Path, "write_text", half_then_fail)
+    with pytest.raises(InputError, match="No space left"):
+        save_spec(PipelineSpec(model="new", dataset="d"), path)
+    monkeypatch.undo()
     assert json.loads(path.read_text())["model"] == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+
+
+def test_writing_never_takes_a_users_file_for_its_temporary(tmp_path):
+    """The temporary file has a fresh name: a user's own `.s.json.tmp` survives a save."""
+    mine = tmp_path / ".s.json.tmp"
+    mine.write_text("the user's notes")
+    save_spec(PipelineSpec(model="m", dataset="d"), tmp_path / "s.json")
+    assert mine.read_text() == "the user's notes"
 
 
 def test_new_keys_are_normalised():

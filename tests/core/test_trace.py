@@ -6,9 +6,11 @@ import weakref
 import pytest
 import torch
 
-from fp16studio.core import diagnose, diagnosis
-from fp16studio.core.demo import demo_spec
-from fp16studio.core.trace import Tracer
+from fp16studio.core import diagnose
+from fp16studio.core.demo.pipelines import demo_spec
+from fp16studio.core.diagnostics import diagnosis
+from fp16studio.core.run.named_tensors import named_tensors
+from fp16studio.core.run.trace import Tracer
 
 
 class Blowup(torch.nn.Module):
@@ -20,15 +22,6 @@ class Blowup(torch.nn.Module):
 
 def outputs(tracer, name):
     return next(c for c in tracer.calls if c.name == name).outputs[0]
-
-
-@pytest.fixture(params=["read now", "read back on exit"])
-def read_back(request, monkeypatch):
-    """Both ways statistics come back: read as taken (the CPU) and stacked on the device and
-    read back on exit (an accelerator), here with the CPU standing in for it."""
-    if request.param == "read back on exit":
-        monkeypatch.setattr(Tracer, "read_now_on", ())
-    return request.param
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -101,6 +94,33 @@ def test_a_tensor_changed_in_place_is_measured_again(read_back):
     assert relu.inputs[0].absmax == 4.0 and relu.outputs[0].absmax == 0.0
 
 
+class ChangedBetweenModules(torch.nn.Module):
+    """A module's output changed in place by functional code before the next module gets it."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.after = torch.nn.Identity()
+
+    def forward(self, x):
+        h = self.linear(x)
+        h.masked_fill_(h < 0, 0.0).add_(1.0)
+        return self.after(h)
+
+
+def test_functional_in_place_operations_between_modules_are_seen(read_back):
+    model = ChangedBetweenModules()
+    with torch.no_grad():
+        model.linear.weight.copy_(torch.diag(torch.tensor([-8.0, 1.0, 2.0, 3.0])))
+        model.linear.bias.zero_()
+    with torch.no_grad(), Tracer(model, count_nonfinite=True) as tracer:
+        model(torch.ones(1, 4))
+    assert outputs(tracer, "linear").absmax == 8.0       # as it returned: -8, 1, 2, 3
+    after = next(c for c in tracer.calls if c.name == "after")
+    assert after.inputs[0].absmax == 4.0                 # then 1, 2, 3, 4
+    assert outputs(tracer, "after").absmax == outputs(tracer, "").absmax == 4.0
+
+
 def test_diagnose_counts_every_nonfinite_value_of_an_overflow(demo_dir):
     report = diagnose(demo_spec("overflow"))
     f = next(f for f in report.findings if f.code == "overflow")
@@ -131,13 +151,11 @@ def test_nothing_holds_the_model_when_diagnose_gives_memory_back(demo_dir, monke
 def exhaustive_trace(model, batch):
     """Every floating tensor's statistics the slow, obvious way: abs().max() and an inf/NaN
     count of each, in its hook, for each module call in start order."""
-    from fp16studio.core.trace import _flatten
-
     records, handles = {}, []
 
     def stats(value, prefix):
         found = []
-        _flatten(value, prefix, found)
+        named_tensors(value, prefix, found)
         return [(n or "input", str(float(t.abs().max())), int((~torch.isfinite(t)).sum()))
                 for n, t in found if t.is_floating_point() and t.numel()]
 
@@ -160,7 +178,7 @@ def exhaustive_trace(model, batch):
 
 @pytest.mark.parametrize("name", ["overflow", "healthy"])  # inf/NaN; in-place residual adds
 def test_statistics_equal_the_exhaustive_ones(demo_dir, name, read_back):
-    from fp16studio.core.pipeline import prepare
+    from fp16studio.core.run.pipeline import prepare
 
     prepared = prepare(demo_spec(name))
     model, batch = prepared.model, prepared.batch
@@ -224,7 +242,7 @@ class Replicates(torch.nn.Module):
 
 
 def test_copies_of_a_module_made_during_the_pass_are_traced_not_broken():
-    from fp16studio.core.drift import Recorder
+    from fp16studio.core.run.compare import OutputRecorder
 
     model = Replicates()
     with torch.no_grad(), Tracer(model) as tracer:
@@ -232,7 +250,7 @@ def test_copies_of_a_module_made_during_the_pass_are_traced_not_broken():
     # Shallow copies share the original's hook dicts and its name; a deep copy is not the
     # model's module: it runs, unwatched.
     assert [c.name for c in tracer.calls] == ["", "layer", "layer"]
-    with torch.no_grad(), Recorder(model) as recorder:
+    with torch.no_grad(), OutputRecorder(model) as recorder:
         model(torch.ones(1, 4))
     assert [row["name"] for row in recorder.calls] == ["", "layer", "layer"]
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
@@ -242,7 +260,7 @@ def test_copies_of_a_module_made_during_the_pass_are_traced_not_broken():
 def test_garbage_collection_pauses_nest_and_may_end_in_any_order():
     import gc
 
-    from fp16studio.core.gc_pause import gc_paused
+    from fp16studio.core.common.gc_pause import gc_paused
 
     outer, inner = gc_paused(), gc_paused()
     outer.__enter__()

@@ -3,14 +3,17 @@ preprocess only once trusted, for that content; export never runs it; preprocess
 installed module."""
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 from fp16studio.cli import main
-from fp16studio.core import InputError, PipelineSpec, trust
-from fp16studio.core.session import Session, open_session, save_session
+from fp16studio.core import InputError, PipelineSpec
+from fp16studio.core.spec import trust
+from fp16studio.core.spec.documents import load_spec, save_spec
+from fp16studio.core.spec.session import Session, open_session, save_session
 
 # A preprocess that leaves a mark when its file is executed: proof that code ran.
 MARKING = ("import pathlib\n"
@@ -68,18 +71,18 @@ def test_export_never_runs_the_preprocess(received, tmp_path, capsys):
 
 
 def test_specs_and_sessions_written_by_the_app_are_the_users_own(received, tmp_path):
-    spec = PipelineSpec.load(received)
+    spec = load_spec(received)
     assert trust.consent_needed(received, spec)
     saved = received.parent / "mine.json"
-    spec.save(saved)
-    assert trust.consent_needed(saved, PipelineSpec.load(saved)) is None
+    save_spec(spec, saved)
+    assert trust.consent_needed(saved, load_spec(saved)) is None
     session = save_session(Session(spec), tmp_path / "run.fp16studio").path
     assert trust.consent_needed(session, open_session(session).spec) is None
     assert not ran(received)
 
 
 def test_a_received_session_needs_consent_and_a_spec_without_code_never(received, tmp_path):
-    path = save_session(Session(PipelineSpec.load(received)), tmp_path / "s.fp16studio").path
+    path = save_session(Session(load_spec(received)), tmp_path / "s.fp16studio").path
     copy = tmp_path / "from-a-colleague.fp16studio"
     copy.write_text(path.read_text().replace('"version"', '"note": 1, "version"'))
     assert trust.consent_needed(copy, open_session(copy).spec)
@@ -87,13 +90,13 @@ def test_a_received_session_needs_consent_and_a_spec_without_code_never(received
     assert trust.consent_needed(copy, open_session(copy).spec) is None
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps({"model": "m", "dataset": "synthetic"}))
-    assert trust.consent_needed(plain, PipelineSpec.load(plain)) is None
+    assert trust.consent_needed(plain, load_spec(plain)) is None
 
 
 def test_the_demo_folder_is_trusted(tmp_path, capsys):
     assert main(["demo", str(tmp_path / "demo")]) == 0
     spec_path = tmp_path / "demo" / "pil-preprocess.json"
-    assert trust.consent_needed(spec_path, PipelineSpec.load(spec_path)) is None
+    assert trust.consent_needed(spec_path, load_spec(spec_path)) is None
 
 
 def _installed_file(module):
@@ -151,3 +154,72 @@ def test_another_pythons_library_is_refused_too(demo_dir, tmp_path, capsys, fold
     library.mkdir(parents=True)
     (library / "subprocess.py").write_text("def run(example):\n    return example\n")
     assert_library_refused(demo_dir, tmp_path, capsys, f"{library / 'subprocess.py'}:run")
+
+
+@pytest.fixture
+def remote_code(demo_dir, tmp_path):
+    """A received spec whose model folder carries its own code (auto_map) and says
+    trust_remote_code: true; the code leaves a mark when transformers imports it."""
+    import shutil
+
+    model = tmp_path / "received" / "model"
+    shutil.copytree(demo_dir / "models/tiny-bert", model)
+    config = json.loads((model / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForSequenceClassification": "modeling_marked.MarkedModel"}
+    (model / "config.json").write_text(json.dumps(config))
+    mark = model.parent / "ran.txt"  # transformers runs a copy of the code, from its own cache
+    (model / "modeling_marked.py").write_text(
+        f"import pathlib\npathlib.Path({str(mark)!r}).write_text('ran')\n"
+        "from transformers import BertForSequenceClassification\n\n\n"
+        "class MarkedModel(BertForSequenceClassification):\n    pass\n")
+    path = tmp_path / "received" / "spec.json"
+    path.write_text(json.dumps({"model": "model", "dataset": "synthetic", "task": "sequence-classification",
+                                "trust_remote_code": True}))
+    return path
+
+
+@pytest.mark.parametrize("command", [["diagnose"], ["drift"], ["bench", "--variants", "float32"],
+                                     ["report", "-o", "{out}.html"]])
+def test_a_received_spec_runs_no_model_code_without_consent(remote_code, tmp_path, capsys, command):
+    args = [a.format(out=tmp_path / "out") for a in command]
+    assert main([args[0], str(remote_code), *args[1:]]) == 2
+    err = capsys.readouterr().err
+    assert "trust_remote_code" in err and "--trust" in err and err.count("\n") == 1
+    assert not ran(remote_code)
+
+
+def test_consent_covers_the_model_code_and_is_asked_again_when_it_changes(remote_code, capsys):
+    main(["diagnose", str(remote_code), "--trust"])
+    assert ran(remote_code)
+    assert trust.consent_needed(remote_code, load_spec(remote_code)) is None
+    code = remote_code.parent / "model" / "modeling_marked.py"
+    code.write_text(code.read_text() + "\n# changed\n")
+    assert "trust_remote_code" in trust.consent_needed(remote_code, load_spec(remote_code))
+
+
+def test_a_preprocess_swapped_after_consent_is_refused_not_run(received):
+    """Consent is for the bytes that were read: a file changed between the question and the
+    import (the model loads in between) does not run."""
+    from fp16studio.core.data.user_code import load_user_function
+
+    spec = load_spec(received)
+    trust.require(received, spec, grant=True)
+    (received.parent / "pre.py").write_text(MARKING.replace("'ran'", "'swapped'"))
+    with pytest.raises(InputError, match="changed since you agreed"):
+        load_user_function(spec)
+    assert not ran(received)
+
+
+def test_a_preprocess_imports_its_neighbours_however_fp16studio_was_started(received, tmp_path):
+    """`python -m fp16studio` has the working folder on sys.path, the `fp16studio` command does
+    not: a module beside the preprocess file is found either way."""
+    folder = received.parent
+    (folder / "helpers.py").write_text("def same(example):\n    return example\n")
+    (folder / "pre.py").write_text("from helpers import same\n\n\ndef fn(example):\n    return same(example)\n")
+    # The console script's sys.path has no working folder: -I leaves it out as well.
+    entry = "import sys; from fp16studio.cli import main; sys.exit(main())"
+    for command in ([sys.executable, "-m", "fp16studio"], [sys.executable, "-I", "-c", entry]):
+        proc = subprocess.run([*command, "diagnose", str(received), "--trust"], cwd=folder,
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "FP16STUDIO_CONFIG_DIR": str(tmp_path / "config")})
+        assert proc.returncode == 0, proc.stderr

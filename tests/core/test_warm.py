@@ -6,9 +6,10 @@ import weakref
 
 import torch
 
-from fp16studio.core import diagnose, fixing
-from fp16studio.core.demo import demo_spec
-from fp16studio.core.warm import WarmModel, loading_key
+from fp16studio.core import diagnose
+from fp16studio.core.demo.pipelines import demo_spec
+from fp16studio.core.diagnostics import fixing
+from fp16studio.core.run.warm import WarmModel, loading_key
 
 
 def summary(report):
@@ -27,7 +28,7 @@ def test_a_data_side_edit_reuses_the_model_and_finds_the_same(demo_dir):
 
 
 def test_a_loading_edit_loads_again_and_frees_the_old_model_first(demo_dir, monkeypatch):
-    from fp16studio.core import pipeline
+    from fp16studio.core.run import pipeline
 
     cache, refs, old_alive = WarmModel(), [], []
     prepare_model = pipeline.prepare_model

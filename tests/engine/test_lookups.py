@@ -19,7 +19,7 @@ def checkpoint(tmp_path):
 
 
 def test_dtypes_come_from_the_header_alone(checkpoint):
-    from fp16studio.core.inspect import safetensors_header_dtypes
+    from fp16studio.core.hf.checkpoint import safetensors_header_dtypes
 
     assert sorted(safetensors_header_dtypes(checkpoint / "model.safetensors")) == [
         "float16", "float32", "int64"]
@@ -40,7 +40,7 @@ def test_model_info_on_a_missing_model_is_an_input_error(tmp_path):
 def test_a_file_that_is_not_safetensors_is_refused(tmp_path):
     bogus = tmp_path / "x.safetensors"
     bogus.write_bytes(b"\xff" * 16)
-    from fp16studio.core.inspect import safetensors_header_dtypes
+    from fp16studio.core.hf.checkpoint import safetensors_header_dtypes
 
     with pytest.raises(InputError, match="not a readable safetensors file"):
         safetensors_header_dtypes(bogus)

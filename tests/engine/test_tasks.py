@@ -1,6 +1,6 @@
 """The engine's tasks: a re-run that does not change loading reuses the warm model."""
 
-from fp16studio.core.demo import demo_spec
+from fp16studio.core.demo.pipelines import demo_spec
 from fp16studio.engine import tasks
 
 

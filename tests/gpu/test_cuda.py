@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fp16studio.core import apply_fix, diagnose
-from fp16studio.core.demo import demo_spec
+from fp16studio.core.demo.pipelines import demo_spec
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -67,7 +67,7 @@ def test_overflow_on_cuda_fp16(demo_dir):
 @pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability() < (8, 0),
                     reason="TF32 needs compute capability 8.0")
 def test_bench_runs_tf32_beside_float32_and_gives_the_setting_back(demo_dir):
-    from fp16studio.core.bench import benchmark
+    from fp16studio.core.precision.bench import benchmark
 
     before = torch.backends.cuda.matmul.allow_tf32
     doc = benchmark(demo_spec("healthy").replace(device="cuda"), variants="float32,tf32",

@@ -1,6 +1,6 @@
 import pytest
 
-from fp16studio.core.tree import TensorNode
+from fp16studio.core.diagnostics.tree import TensorNode
 
 
 @pytest.fixture(autouse=True)

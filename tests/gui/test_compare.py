@@ -117,8 +117,8 @@ def test_clear_forgets_the_previous_run(view):
 
 
 def test_a_real_benchmark_streams_into_the_view(view, qtbot):
-    from fp16studio.core.bench import benchmark
-    from fp16studio.core.demo import demo_spec
+    from fp16studio.core.precision.bench import benchmark
+    from fp16studio.core.demo.pipelines import demo_spec
 
     result = benchmark(demo_spec("healthy"), variants="float32,bfloat16",
                        on_sample=view.add_sample, warmup=1, min_iterations=3, min_seconds=0.0)

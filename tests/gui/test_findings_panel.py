@@ -2,7 +2,7 @@
 
 from PySide6.QtCore import Qt
 
-from fp16studio.core.findings import Finding, Fix
+from fp16studio.core.diagnostics.findings import Finding, Fix
 from fp16studio.gui.findings_panel import FindingsModel, FindingsPanel
 from fp16studio.gui.roles import NODE_ROLE
 

@@ -69,6 +69,24 @@ def test_demo_loop_run_fix_run_clean_undo(qtbot, window):
     assert window.spec.applied_fixes[-1]["id"] == first.fixes[0].id
 
 
+def test_the_inventory_shown_is_cores(qtbot, window):
+    """One inventory summary, core's: the run's document and the Tensors footer give what
+    `tree.summary` (what `diagnose --json` reports) says of the tree that run made."""
+    from fp16studio.core.diagnostics.tree import summary
+    from fp16studio.core.common.units import format_bytes
+
+    doc = run(qtbot, window)
+    core = summary(window.diagnosis.tree)
+    assert core["parameters"] > 0 and core["tensors"] > 0 and len(core["dtypes"]) > 1
+    assert doc["inventory"] == core
+    assert window.tensors.inventory == core
+    footer = window.tensors.summary.text()
+    assert footer.startswith(f"{core['parameters']:,} parameters · {core['tensors']:,} tensors (")
+    assert footer.endswith(f" · {format_bytes(core['bytes'])}")
+    for dtype, count in core["dtypes"].items():
+        assert f"{dtype} {count:,}" in footer
+
+
 def test_apply_fix_by_id_and_the_tree_survives_the_rerun(qtbot, window):
     run(qtbot, window)
     tree = window.tensorTree
@@ -243,7 +261,7 @@ def test_a_failed_save_says_so_and_stays_unsaved(qtbot, window, tmp_path, monkey
 
 
 def test_a_blank_pipeline_is_not_autosaved(qtbot, window):
-    from fp16studio.core.session import config_dir
+    from fp16studio.core.common.config_folder import config_dir
 
     def crash_copy():
         return config_dir() / f"autosave-{window.controller.autosave_owner}.fp16studio"
@@ -279,3 +297,4 @@ def test_saved_findings_offer_no_tree_to_show(qtbot, window, tmp_path):
     assert other.tensorTree.model().rowCount() == 0
     assert not other.findings.detail.reveal.isVisible()      # nothing to show it in
     assert not other.findings.detail.fix_buttons[0].isEnabled()
+    assert other.tensors.inventory == window.diagnosis_doc["inventory"]   # the saved one

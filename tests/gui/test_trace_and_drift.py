@@ -52,6 +52,8 @@ def test_trace_a_script_cancel_then_continue_as_a_pipeline_and_fix_it(qtbot, win
     doc = finished.args[0]
     script = Path(doc["script"])
     assert script.name == "map_cast.py" and doc["spec"] is not None
+    from fp16studio.core.diagnostics.tree import summary   # the inventory is core's, as for a run
+    assert doc["inventory"] == summary(window.diagnosis.tree) == window.tensors.inventory
     # The script's own output reached the Log as it ran (it fails: the float16 model gets
     # float32 pixels).
     assert "stderr: Traceback (most recent call last):" in window.log.toPlainText()
@@ -143,3 +145,19 @@ def test_a_flood_of_script_output_reaches_the_log_in_few_entries(qtbot):
         assert [level for level, _ in logged[1:]] == ["info", "warning"]  # one entry per stream run
     finally:
         controller.shutdown()
+
+
+def test_a_comparison_that_failed_before_any_module_is_shown_not_raised(qtbot):
+    """A drift whose run failed at once (the model did not load) has no modules: the view says
+    why, with empty curves (an empty mask indexed the curve as floats once)."""
+    from fp16studio.gui.drift_view import DriftView
+
+    view = DriftView()
+    qtbot.addWidget(view)
+    view.set_result({"reference": "float32", "variant": "float16", "ok": False, "device": "cpu",
+                     "first_divergent": None, "output": None, "modules": [],
+                     "error": {"type": "OSError", "message": "no such model", "stage": "model"}})
+    assert view.model.rowCount() == 0
+    assert "could not be compared: no such model" in view.verdict.text()
+    xs, _ = view.sqnr_curve.getData()
+    assert xs is None or len(xs) == 0

@@ -5,7 +5,7 @@ import copy
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
 
 from fp16studio.gui.roles import NODE_ROLE, PATH_ROLE
-from fp16studio.gui.tree_model import (CHUNK, DTYPE, SIZE, STATUS, TensorFilterProxy,
+from fp16studio.gui.tree_model import (CHUNK, DTYPE, NAME, SIZE, STATUS, TensorFilterProxy,
                                        TensorTreeModel)
 from fp16studio.gui.tree_panel import TensorPanel
 
@@ -170,7 +170,7 @@ def test_highlighted_rows_are_bold(make_tree):
 def test_a_tree_and_its_index_survive_the_trip_from_the_engine_process(make_tree):
     import pickle
 
-    from fp16studio.core.tree_index import IndexOnArrival, TreeIndex
+    from fp16studio.core.diagnostics.tree_index import IndexOnArrival, TreeIndex
 
     tree = make_tree(problem_at="layer1.w0")
     index = TreeIndex(tree)
@@ -189,7 +189,7 @@ def test_a_tree_and_its_index_survive_the_trip_from_the_engine_process(make_tree
 
 def wrapped_tree():
     """A model whose layers sit under wrapper modules, as in transformers' encoders."""
-    from fp16studio.core.tree import TensorNode
+    from fp16studio.core.diagnostics.tree import TensorNode
 
     root = TensorNode("pipeline", "", "group")
     model = root.add(TensorNode("Bert", "model", "module"))
@@ -258,7 +258,7 @@ def test_column_titles_fit(qtbot, make_tree):
 def test_colour_by_device_headroom_and_drift_with_parents_showing_their_worst(qtbot, make_tree):
     from PySide6.QtGui import QColor
 
-    from fp16studio.core.inventory import rolled_up
+    from fp16studio.core.diagnostics.inventory import rolled_up
     from fp16studio.gui.delegates import ChipDelegate
     from fp16studio.gui.palette import OKABE_ITO, device_color
     from fp16studio.gui.roles import COLOR_ROLE
@@ -291,9 +291,11 @@ def test_colour_by_device_headroom_and_drift_with_parents_showing_their_worst(qt
     assert layer0.data(COLOR_ROLE) is None
 
 
-def test_the_summary_counts_each_group_apart(qtbot):
-    """The activations were made during the pass, not held beside the weights: not one total."""
-    from fp16studio.core.tree import TensorNode
+def test_the_footer_shows_the_inventory_it_is_given_and_counts_nothing_itself(qtbot):
+    """The footer is core's inventory (the run's document); a tree alone sets no footer, and
+    each group's own total is on its row."""
+    from fp16studio.core.diagnostics.tree import TensorNode, summary
+    from fp16studio.core.diagnostics.tree_index import TreeIndex
 
     root = TensorNode("pipeline", "", "group")
     model = root.add(TensorNode("Net", "model", "module"))
@@ -301,8 +303,16 @@ def test_the_summary_counts_each_group_apart(qtbot):
     acts = root.add(TensorNode("activations", "activations", "group"))
     for i in range(3):
         acts.add(TensorNode(f"out{i}", f"activations.out{i}", "activation", shape=(1, 8),
-                            dtype="float16", bytes=16))
+                            dtype="float32" if i else "float16", bytes=16))
     panel = TensorPanel()
     qtbot.addWidget(panel)
-    panel.set_tree(root)
-    assert panel.summary.text() == "Net: 1 tensor · 128.0 KiB   activations: 3 tensors · 48 B"
+    panel.set_tree(root, TreeIndex(root))
+    assert panel.summary.text() == "" and panel.inventory is None
+    panel.set_inventory(summary(root))
+    assert panel.summary.text() == "65,536 parameters · 4 tensors (float16 2, float32 2) · 128.0 KiB"
+    assert "activations" in panel.summary.toolTip()
+    groups = {panel.model.index(r, NAME).data(): panel.model.index(r, SIZE).data()
+              for r in range(panel.model.rowCount())}
+    assert groups == {"Net": "128.0 KiB", "activations": "48 B"}
+    panel.set_inventory(None)
+    assert panel.summary.text() == ""

@@ -40,6 +40,25 @@ def test_result_and_progress_arrive_from_the_engine_process(qtbot, host):
     assert host.pending() == []
 
 
+def test_on_arrival_runs_on_the_worker_thread_before_the_result_is_handed_over(qtbot, host):
+    import threading
+
+    seen, results = [], []
+
+    def arrive(result):
+        seen.append(threading.current_thread() is not threading.main_thread())
+        return {**result, "seen": True}
+    job = Job("diagnose", work.report, (1,), on_arrival=arrive, on_result=results.append)
+    assert run(qtbot, host, job) == "finished"
+    assert seen == [True] and results[0]["seen"]
+
+    errors = []
+    job = Job("diagnose", work.report, (1,), on_arrival=lambda result: 1 / 0,
+              on_result=results.append, on_error=lambda m, d: errors.append((m, d)))
+    assert run(qtbot, host, job) == "failed"
+    assert "division by zero" in errors[0][0] and "ZeroDivisionError" in errors[0][1]
+
+
 def test_the_engine_process_imports_neither_qt_nor_torch_by_itself(qtbot, host):
     loaded = []
     assert run(qtbot, host, Job("cache", work.modules_loaded,
@@ -135,7 +154,7 @@ def test_a_lambda_is_refused_at_once():
 
 
 def test_a_task_runs_by_its_registered_name(qtbot, host):
-    from fp16studio.core.spec import PipelineSpec
+    from fp16studio.core.spec.value import PipelineSpec
 
     results = []
     assert run(qtbot, host, Job("open", "open", ("demo:healthy",), on_result=results.append)) == "finished"

@@ -1,6 +1,7 @@
 """A text pipeline under the article's torch.cuda.amp.autocast(): on a machine without CUDA it does nothing."""
 import sys
 from pathlib import Path
+
 import torch
 from datasets import load_dataset
 from transformers import AutoModelForSequenceClassification, AutoTokenizer

@@ -1,0 +1,48 @@
+"""The `fp16studio` command: the same engine as the window, for remote GPU boxes and CI.
+
+Exit codes (CONTRACT §3): 0 fine, 1 error findings / not fixed, 2 bad input (one line on stderr),
+3 a bug of ours, 141 a closed stdout.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..core.common.errors import InputError
+from .commands import COMMANDS
+from .parser import parse
+from .process import BAD_INPUT, run
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(list(sys.argv[1:] if argv is None else argv))
+    if args.install_desktop:
+        return _install_desktop()
+    if args.command in (None, "gui"):
+        return _gui(getattr(args, "spec", None))
+    return run(COMMANDS[args.command], args)
+
+
+def _install_desktop() -> int:
+    from ..desktop import install_desktop
+
+    try:
+        paths = install_desktop()
+    except (OSError, InputError) as exc:
+        print(f"fp16studio: cannot install the desktop entry: {exc}", file=sys.stderr)
+        return BAD_INPUT
+    for path in paths:
+        print(f"installed {path}")
+    return 0
+
+
+def _gui(spec: str | None) -> int:
+    from .gui.app import main as gui_main
+
+    return gui_main([spec] if spec else [])
+
+
+def _gui(spec: str | None) -> int:
+    from ..gui.app import main as gui_main
+
+    return gui_main([spec] if spec else [])

@@ -1,0 +1,205 @@
+"""The commands: each reads its inputs, runs core, and prints the result (--json or text)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..core.common.errors import InputError
+from ..core.demo.pipelines import DEMO_PREFIX
+from ..core.present.terminal import (format_bench, format_diagnosis, format_drift, format_fix,
+                                     format_inspect, format_trace)
+
+
+def _load_spec(text: str, trust: bool | None = None):
+    """The spec; with `trust` given (the commands that run it), only once its code is trusted."""
+    from ..core.demo.pipelines import open_spec
+
+    spec = open_spec(text)
+    if trust is not None and not str(text).startswith(DEMO_PREFIX):  # demos are our own code
+        from ..core.spec import trust as trust_store
+
+        trust_store.require(text, spec, grant=trust)
+    return spec
+
+
+def _output(args, spec_text: str, spec, is_own_kind):
+    """args.output once it is safe to write: never one of the command's inputs, a file of
+    another kind only with --force; a file that is there is kept as NAME.bak."""
+    from pathlib import Path
+
+    from ..core.common.config_folder import config_dir
+    from ..core.common.files import check_output, keep_backup
+
+    inputs = [] if str(spec_text).startswith(DEMO_PREFIX) else [Path(spec_text)]
+    if spec.preprocess:
+        inputs.append(spec.resolve_path(spec.preprocess.rpartition(":")[0]))
+    inputs += [path for path in (spec.local_path(spec.model), spec.local_path(spec.dataset))
+               if path is not None]
+    path = check_output(args.output, inputs, is_own_kind, force=args.force)
+    folder = config_dir().resolve()
+    if folder == path.resolve() or folder in path.resolve().parents:
+        raise InputError(f"output {args.output}: in fp16studio's own config folder ({folder}), where "
+                         "it keeps the trust store and the recent files; write somewhere else")
+    keep_backup(path)
+    return path
+
+
+def _is_spec_file(path) -> bool:
+    from ..core.spec.documents import load_spec
+
+    try:
+        load_spec(path)
+    except (InputError, OSError):
+        return False
+    return True
+
+
+def _is_script(path) -> bool:
+    from ..core.present.export import SIGNATURE
+    from ..core.common.files import starts_with
+
+    return starts_with(path, SIGNATURE)
+
+
+def _is_report(path) -> bool:
+    from ..core.common.files import starts_with
+    from ..core.present.html import SIGNATURE
+
+    return starts_with(path, SIGNATURE)
+
+
+def cmd_diagnose(args) -> int:
+    from ..core.diagnostics.diagnosis import diagnose
+
+    report = diagnose(_load_spec(args.spec, trust=args.trust))
+    _emit(report.to_json(), args, format_diagnosis)
+    return 0 if report.ok else 1
+
+
+def cmd_fix(args) -> int:
+    from ..core.diagnostics.fixing import fix_until_clean
+    from ..core.spec.documents import save_spec
+
+    if args.rounds < 1:
+        raise InputError("--rounds must be at least 1")
+    spec = _load_spec(args.spec, trust=args.trust)
+    output = _output(args, args.spec, spec, _is_spec_file)
+    report, applied = fix_until_clean(spec, max_rounds=args.rounds)
+    save_spec(report.spec, output)
+    doc = report.to_json()
+    doc["applied"] = applied
+    doc["fixed_spec"] = report.spec.to_dict()
+    _emit(doc, args, lambda d: format_fix(d, args.output))
+    return 0 if report.ok else 1
+
+
+def cmd_bench(args) -> int:
+    from ..core.precision.bench import benchmark
+
+    if (args.warmup < 0 or args.min_iterations < 1 or args.min_seconds < 0
+            or args.min_rounds < 1):
+        raise InputError("bench: --warmup >= 0, --min-iterations >= 1, --min-seconds >= 0, "
+                         "--min-rounds >= 1")
+    result = benchmark(_load_spec(args.spec, trust=args.trust), variants=args.variants,
+                       warmup=args.warmup, min_iterations=args.min_iterations,
+                       min_seconds=args.min_seconds, min_rounds=args.min_rounds)
+    _emit(result.to_json(), args, format_bench)
+    return 0
+
+
+def cmd_drift(args) -> int:
+    """0 within tolerance; 1 precision-drift, overflow, or a variant that cannot run."""
+    from ..core.precision.drift import drift
+
+    result = drift(_load_spec(args.spec, trust=args.trust), variant=args.variant)
+    _emit(result.to_json(), args, format_drift)
+    return 0 if result.ok else 1
+
+
+def cmd_export(args) -> int:
+    from ..core.present.export import export_script
+
+    spec = _load_spec(args.spec)  # export never runs the preprocess: no trust needed
+    export_script(spec, _output(args, args.spec, spec, _is_script))
+    print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    """Exit like diagnose (1 when the run has error findings); the report is written either way."""
+    from ..core.diagnostics.diagnosis import diagnose
+    from ..core.present.html import render_report
+    from ..core.common.files import write_text_atomic
+
+    spec = _load_spec(args.spec, trust=args.trust)
+    output = _output(args, args.spec, spec, _is_report)
+    report = diagnose(spec)
+    bench = None
+    if args.bench:
+        from ..core.precision.bench import benchmark
+
+        bench = benchmark(spec, variants=args.variants).to_json()
+    write_text_atomic(output, render_report(report.to_json(), bench))
+    print(f"wrote {args.output}")
+    return 0 if report.ok else 1
+
+
+def cmd_inspect(args) -> int:
+    from ..core.common import dtypes
+    from ..core.hf.model_info import inspect_model
+
+    dtype = dtypes.normalize(args.dtype, "--dtype") if args.dtype else None
+    if args.model.startswith(DEMO_PREFIX) or (os.path.isfile(args.model) and args.model.lower().endswith(
+            (".json", ".toml", ".fp16studio"))):
+        raise InputError(f"inspect takes a model (a save_pretrained folder or a Hub id), not a spec: "
+                         f"{args.model}; its \"model\" is what to inspect")
+    doc = inspect_model(args.model, dtype=dtype, trust_remote_code=args.trust_remote_code,
+                        base_dir=os.getcwd())
+    _emit(doc, args, lambda d: format_inspect(d, dtype))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from ..core.demo.pipelines import DEMOS, write_demo
+
+    paths = write_demo(args.dir)
+    print(f"wrote the demo to {args.dir}:")
+    for path in paths:
+        print(f"  {path}  ({DEMOS[path.stem]})")
+    print(f"try: fp16studio diagnose {paths[0]}")
+    return 0
+
+
+def cmd_trace(args) -> int:
+    """The script's own lines pass through as they come (to stderr with --json), then the result."""
+    from ..core.script.trace import trace_script
+
+    def output(stream, line):
+        target = sys.stderr if args.json or stream == "stderr" else sys.stdout
+        print(line, file=target, flush=True)
+
+    # What is piped in reaches the script, as with `python SCRIPT`; a terminal does not (the
+    # script runs in a session of its own, where reading the terminal would stop it).
+    piped = sys.stdin if sys.stdin is not None and not sys.stdin.isatty() else None
+    result = trace_script(args.script, args.script_args, timeout=args.script_timeout,
+                          output=output, stdin=piped)
+    _emit(result.to_json(), args, format_trace)
+    return 0 if result.ok else 1
+
+
+COMMANDS = {"diagnose": cmd_diagnose, "fix": cmd_fix, "bench": cmd_bench, "drift": cmd_drift,
+            "export": cmd_export, "report": cmd_report, "inspect": cmd_inspect, "demo": cmd_demo,
+            "trace": cmd_trace}
+
+
+def _print_json(doc, args):
+    args.json_doc = doc  # printed once the command is done and stdout is ours again
+
+
+def _emit(doc: dict, args, formatter) -> None:
+    """The command's --json document, or its human-readable form."""
+    if args.json:
+        _print_json(doc, args)
+    else:
+        print(formatter(doc))

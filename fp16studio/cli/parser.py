@@ -1,0 +1,139 @@
+"""The command line's grammar (CONTRACT §3): commands, their options, and the script's own
+arguments after `--`."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import __version__
+from .process import BAD_INPUT
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a wrong command line is one line and exit 2 (CONTRACT §3), not a usage
+    block; --help still prints the usage."""
+
+    def error(self, message):
+        self.exit(BAD_INPUT, f"fp16studio: {message} (see: {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="fp16studio",
+        description="Find and fix half-precision problems in Hugging Face pipelines.",
+        epilog="With no command the desktop app opens the built-in demo. SPEC is a .json/.toml "
+               "spec file or demo:NAME.")
+    parser.add_argument("--version", action="version", version=f"fp16studio {__version__}")
+    parser.add_argument("--install-desktop", action="store_true",
+                        help="add fp16studio to this user's application menu, then exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    gui = sub.add_parser("gui", help="open the desktop app (the demo without SPEC)")
+    gui.add_argument("spec", nargs="?", metavar="SPEC")
+
+    diag = sub.add_parser("diagnose", help="load, run one traced forward pass, print findings")
+    diag.add_argument("spec", metavar="SPEC")
+    diag.add_argument("--json", action="store_true", help="print one JSON document")
+    _run_options(diag)
+
+    fix = sub.add_parser("fix", help="apply first fixes and re-run until no error remains")
+    fix.add_argument("spec", metavar="SPEC")
+    fix.add_argument("-o", "--output", required=True, metavar="FIXED", help="fixed spec to write")
+    fix.add_argument("--rounds", type=int, default=5, help="most fixes to apply (default 5)")
+    fix.add_argument("--json", action="store_true")
+    _run_options(fix)
+    _force_option(fix)
+
+    bench = sub.add_parser("bench", help="measure each precision variant on the same batch")
+    bench.add_argument("spec", metavar="SPEC")
+    bench.add_argument("--variants", metavar="V,...",
+                       help="comma-separated: float32,tf32,float16,bfloat16,autocast-float16,"
+                            "autocast-bfloat16 (default: all; tf32 on NVIDIA GPUs of compute "
+                            "capability 8.0 and newer)")
+    bench.add_argument("--warmup", type=int, default=3, help="untimed calls first (default 3)")
+    bench.add_argument("--min-iterations", type=int, default=20,
+                       help="timed calls per variant, at least (default 20)")
+    bench.add_argument("--min-seconds", type=float, default=1.0,
+                       help="seconds per variant, at least (default 1.0)")
+    bench.add_argument("--min-rounds", type=int, default=5,
+                       help="interleaved rounds of all variants, at least (default 5)")
+    bench.add_argument("--json", action="store_true")
+    _run_options(bench)
+
+    drift = sub.add_parser("drift", help="float32 against a half variant, module by module")
+    drift.add_argument("spec", metavar="SPEC")
+    drift.add_argument("--variant", metavar="V",
+                       help="float16, bfloat16, autocast-float16 or autocast-bfloat16 (default: "
+                            "the spec's own half precision, else float16)")
+    drift.add_argument("--json", action="store_true", help="print one JSON document")
+    _run_options(drift)
+
+    export = sub.add_parser("export", help="write a runnable script of the pipeline")
+    export.add_argument("spec", metavar="SPEC")
+    export.add_argument("-o", "--output", required=True, metavar="SCRIPT.py")
+    _force_option(export)
+
+    report = sub.add_parser("report", help="diagnose (and optionally bench), write an HTML report")
+    report.add_argument("spec", metavar="SPEC")
+    report.add_argument("-o", "--output", required=True, metavar="REPORT.html")
+    report.add_argument("--bench", action="store_true", help="also measure the precision variants")
+    report.add_argument("--variants", metavar="V,...", help="with --bench: the variants to measure")
+    _run_options(report)
+    _force_option(report)
+
+    insp = sub.add_parser("inspect", help="tensor inventory and memory per dtype from the config")
+    insp.add_argument("model", metavar="MODEL", help="local folder, config.json or Hub id")
+    insp.add_argument("--dtype", help="dtype to size the model at (float32, float16, bfloat16)")
+    insp.add_argument("--trust-remote-code", action="store_true")
+    insp.add_argument("--json", action="store_true")
+
+    trace = sub.add_parser("trace", help="run your own script with the tracer on and diagnose "
+                                         "the models it runs",
+                           usage="fp16studio trace SCRIPT [--json] [--timeout S] [-- ARGS...]",
+                           epilog="Everything after -- is passed to the script as its arguments.")
+    trace.add_argument("script", metavar="SCRIPT", help="a Python script, or demo:NAME")
+    trace.add_argument("--json", action="store_true",
+                       help="print one JSON document (the script's own output goes to stderr)")
+    # Its own dest: the script's time limit ends the script and diagnoses what ran, where the
+    # other commands' --timeout ends fp16studio itself.
+    trace.add_argument("--timeout", type=float, metavar="S", dest="script_timeout",
+                       help="stop the script after S seconds and diagnose what ran")
+
+    demo = sub.add_parser("demo", help="write the built-in demo model, dataset and specs to DIR")
+    demo.add_argument("dir", nargs="?", default="fp16studio-demo", metavar="DIR")
+    return parser
+
+
+def _run_options(parser):
+    """Options of the commands that run a pipeline (and so, maybe, the user's preprocess)."""
+    parser.add_argument("--trust", action="store_true",
+                        help="run the spec's preprocess code: you read it and trust it "
+                             "(remembered until the spec or its code changes)")
+    parser.add_argument("--timeout", type=float, metavar="S",
+                        help="give up after S seconds (exit 2): a pipeline that hangs")
+
+
+def _force_option(parser):
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing output file of another kind (kept as .bak)")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line, `trace`'s script arguments (after `--`) in `script_args`."""
+    argv, script_args = split_script_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        hint = ("; the script's own arguments go after --: fp16studio trace SCRIPT -- ARGS"
+                if args.command == "trace" else "")
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    args.script_args = script_args
+    return args
+
+
+def split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`trace SCRIPT [options] -- ARGS`: what follows the first -- belongs to the script."""
+    if argv[:1] == ["trace"] and "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1:]
+    return argv, []

@@ -1,0 +1,142 @@
+"""What makes a command a well-behaved process: exit codes, one line per error, --timeout,
+stdout kept for the --json document, a closed pipe, quiet libraries."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import warnings
+
+from ..core.common.errors import InputError
+
+BAD_INPUT = 2
+SIGPIPE_STATUS = 141  # what a shell reports for a writer whose reader closed the pipe
+# After --timeout, how long native code may take to return to Python before the process ends.
+WATCHDOG_GRACE_S = 10.0
+# A year: longer than that is no limit (setitimer and Event.wait refuse what is far larger).
+MAX_TIMER_S = 365 * 24 * 3600.0
+
+
+def run(command, args) -> int:
+    """Run one command function with its limits; its exit code, or the one its failure means."""
+    quiet_libraries()
+    try:
+        with time_limit(getattr(args, "timeout", None)), stdout_for(args):
+            code = command(args)
+        if getattr(args, "json_doc", None) is not None:
+            json.dump(strict_json(args.json_doc), sys.stdout, indent=2, default=str, allow_nan=False)
+            sys.stdout.write("\n")
+        return code
+    except InputError as exc:
+        print(f"fp16studio: {one_line(str(exc))}", file=sys.stderr)
+        return BAD_INPUT
+    except TimedOut as exc:
+        print(f"fp16studio: {exc}", file=sys.stderr)
+        return BAD_INPUT
+    except KeyboardInterrupt:
+        print("fp16studio: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader went away (`| head`): nothing left to say, no error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return SIGPIPE_STATUS
+    except SystemExit as exc:  # user code that exits is never a quiet success
+        print(f"fp16studio: code run by the pipeline called sys.exit({exc.code!r})",
+              file=sys.stderr)
+        return BAD_INPUT
+    except Exception as exc:  # a bug of ours: one line, the traceback on request
+        if os.environ.get("FP16STUDIO_DEBUG"):
+            raise
+        print(f"fp16studio: internal error: {type(exc).__name__}: {one_line(str(exc))} "
+              "(set FP16STUDIO_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 3
+
+
+def strict_json(value):
+    """`value` with every NaN and infinity made null: bare NaN is not JSON, and strict parsers
+    (jq, JavaScript, Go) refuse the whole document over one."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(item) for item in value]
+    return value
+
+
+def quiet_libraries():
+    # Library deprecation chatter buries the one line the user needs; our own warnings stay.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    for category in (UserWarning, FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category)
+        warnings.filterwarnings("default", category=category, module="fp16studio")
+
+
+class TimedOut(BaseException):
+    """--timeout ran out (raised in the main thread by the alarm). A BaseException, like
+    KeyboardInterrupt, so that no `except Exception` on the way (the user's code, a library,
+    the pipeline's own failure handling) turns it into something else."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None):
+    """Stop the command after `seconds` (None: no limit): an alarm interrupts Python code (a
+    preprocess sleeping or looping); a watchdog ends the process if native code does not
+    return to Python."""
+    if seconds is None:
+        yield
+        return
+    if not seconds > 0:  # nan compares false both ways
+        raise InputError(f"--timeout must be a number of seconds more than 0, got {seconds:g}")
+    if seconds > MAX_TIMER_S:  # inf, or more than any timer holds: no limit
+        yield
+        return
+    message = f"gave up after --timeout {seconds:g} s (the pipeline did not finish)"
+
+    def on_alarm(signum, frame):
+        raise TimedOut(message)
+
+    def watchdog():
+        if not done.wait(seconds + WATCHDOG_GRACE_S):
+            print(f"fp16studio: {message}", file=sys.__stderr__, flush=True)
+            os._exit(BAD_INPUT)
+
+    done = threading.Event()
+    threading.Thread(target=watchdog, daemon=True).start()
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        done.set()
+
+
+@contextlib.contextmanager
+def stdout_for(args):
+    """With --json, stdout carries one JSON document, printed at the end: whatever else writes
+    to stdout meanwhile (a preprocess that prints, a library) goes to stderr, down to the file
+    descriptor."""
+    if not getattr(args, "json", False):
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def one_line(text: str) -> str:
+    """Error text as the one line the command line promises (library messages span lines)."""
+    return " ".join(text.split())

@@ -1,0 +1,1 @@
+"""The data side: where rows come from, column roles, the user's preprocess, building a batch."""

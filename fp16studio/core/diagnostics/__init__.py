@@ -1,0 +1,1 @@
+"""Diagnosis: evidence into findings, fixes as spec edits, float32 islands, the tensor tree."""

@@ -1,0 +1,213 @@
+"""One diagnosis: run the pipeline with the tracer on, then read the evidence with the rules."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+
+from ..common import dtypes
+from ..common.errors import check_cancel, first_line, report_progress
+from ..common.gc_pause import gc_paused
+from ..data.batch import PipelineFailure
+from ..hf.loading import is_oom, resolve_device
+from ..run.pipeline import (DeviceUnavailable, no_tensor, prepare_batch, prepare_model, primary_output,
+                            run_forward)
+from ..run.trace import Tracer
+from ..spec.value import PipelineSpec
+from .inventory import mark, pipeline_tree
+from .islands import with_island_fix
+from .report import Diagnosis
+from .rules import Evidence, device_unavailable, run_rules
+
+STAGES = ("model", "dataset", "batch", "forward", "rules")
+
+
+def diagnose(spec: PipelineSpec, progress=None, cancel=None, warm=None) -> Diagnosis:
+    """Load, build the batch, run one traced forward pass, and return findings.
+
+    `warm` (a warm.WarmModel) keeps the loaded model for the next run with the same loading
+    keys; without it the model is loaded here and its memory given back before returning.
+    Raises InputError for bad input (missing model, dataset, column...) and Cancelled when
+    `cancel` is set; a failure of the pipeline itself is part of the result, not an exception.
+    """
+    timings: dict = {}
+    environment = environment_info()
+    try:
+        with _timed(timings, "model"):
+            loaded, processor = (warm.load(spec, progress) if warm is not None
+                                 else prepare_model(spec, progress))
+    except DeviceUnavailable:
+        finding = device_unavailable(spec, environment["devices"])
+        return Diagnosis(spec=spec, device=spec.device, findings=[finding], timings=timings,
+                         environment=environment,
+                         error={"type": "DeviceUnavailable", "stage": "model", "module": None,
+                                "message": finding.message})
+    except Exception as exc:  # the weights did not fit: a finding, not a crash
+        if not is_oom(exc):
+            raise
+        device = resolve_device(spec)
+        error = error_doc(exc, "model", None)
+        evidence = Evidence(spec=spec, device_type=device.type, param_dtypes={},
+                            module_param_dtypes={}, error=error, exception=exc)
+        findings = run_rules(evidence)
+        del evidence, exc
+        _release_memory(device)
+        return Diagnosis(spec=spec, device=str(device), findings=findings,
+                         error=error, timings=timings, environment=environment)
+    device = loaded.device
+    # Everything that holds tensors (model, batch, activations, the exception's frames) lives
+    # in _run's frame, so it is gone when the memory is released.
+    try:
+        outcome = _run(spec, loaded, processor, timings, progress, cancel)
+    finally:
+        del loaded, processor
+        _release_memory(device)
+    findings, error, output, tree = outcome
+    return Diagnosis(spec=spec, device=str(device), findings=findings, error=error,
+                     output=output, tree=tree, timings=timings, environment=environment)
+
+
+def _run(spec, loaded, processor, timings, progress, cancel):
+    """(findings, error, output, tree) of one run on a loaded model."""
+    check_cancel(cancel)
+    model, device = loaded.model, loaded.device
+    calls, batch, facts, error, exception, output = [], None, {}, None, None, None
+    try:
+        with _timed(timings, "batch"):
+            build = prepare_batch(spec, loaded, processor, progress, cancel)
+        batch, facts = build.batch, build.facts
+    except PipelineFailure as failure:  # the user's data steps failed: part of the diagnosis
+        exception, facts = failure.exc, failure.facts
+        error = error_doc(failure.exc, "batch", None)
+    if error is None:
+        check_cancel(cancel)
+        report_progress(progress, "forward", f"forward pass on {device}")
+        with _timed(timings, "forward"):
+            calls, result, exception, failed_in = _traced_forward(spec, model, batch, device)
+        if exception is not None:  # the forward pass failed: that is what we diagnose
+            error = error_doc(exception, "forward", failed_in)
+        else:
+            output = describe_output(result)
+            if output is None:  # nothing a pipeline could use: a failure, said as such
+                error = {"type": "NoTensorOutput", "message": no_tensor(result), "stage": "forward",
+                         "module": None}
+        del result
+    try:
+        check_cancel(cancel)
+        report_progress(progress, "rules", "reading the evidence")
+        with _timed(timings, "rules"), gc_paused():
+            param_dtypes, module_param_dtypes = parameter_dtypes(model)
+            evidence = Evidence(
+                spec=spec, device_type=device.type, param_dtypes=param_dtypes,
+                module_param_dtypes=module_param_dtypes,
+                keep_in_fp32=tuple(keep_in_fp32_modules(model)), facts=facts, calls=calls,
+                error=error, exception=exception)
+            findings = run_rules(evidence)
+            if exception is None:
+                findings = with_island_fix(findings, spec, model, batch, cancel)
+            tree = pipeline_tree(model, batch, calls)
+            mark(tree, findings)
+    finally:
+        if exception is not None:  # its frames hold the model's activations and the batch
+            exception.__traceback__ = None
+    return findings, error, output, tree
+
+
+def _traced_forward(spec, model, batch, device):
+    """(calls, result, exception, name of the module it hit in) of one traced forward pass.
+
+    The fast pass counts no inf/NaN; when some appeared, the pass runs again counting them,
+    so the evidence has exact counts (only failing runs pay for it).
+    """
+    result = exception = None
+    for count in (False, True):
+        tracer = Tracer(model, count_nonfinite=count)
+        with tracer:
+            try:
+                result = run_forward(spec, model, batch, device, inference=False)
+            except Exception as exc:  # noqa: BLE001 - reported as the diagnosis's error
+                exception = exception or exc
+                result = None
+        if tracer.counted:
+            break
+    failed_in = tracer.failed_in.name if exception is not None and tracer.failed_in else None
+    return tracer.calls, result, exception, failed_in
+
+
+@contextlib.contextmanager
+def _timed(timings: dict, stage: str):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[stage] = round(time.perf_counter() - start, 4)
+
+
+def error_doc(exc: BaseException, stage: str, module: str | None) -> dict:
+    return {"type": type(exc).__name__, "message": first_line(exc, 500), "stage": stage,
+            "module": module}
+
+
+def describe_output(result) -> dict | None:
+    name, tensor = primary_output(result)
+    if tensor is None:
+        return None
+    finite = bool(tensor.isfinite().all()) if tensor.is_floating_point() else True
+    return {"name": name, "dtype": dtypes.name_of(tensor.dtype), "shape": list(tensor.shape),
+            "finite": finite}
+
+
+def parameter_dtypes(model) -> tuple[dict, dict]:
+    """(floating dtype -> element count, module name -> dtype of its first own floating
+    parameter), in one walk over each module's own parameters (a tied one counted once)."""
+    counts: dict = {}
+    first: dict = {}
+    seen: set = set()
+    for name, module in model.named_modules():
+        for param in module._parameters.values():
+            if param is None or not param.is_floating_point():
+                continue
+            key = dtypes.name_of(param.dtype)
+            first.setdefault(name, key)
+            if id(param) not in seen:
+                seen.add(id(param))
+                counts[key] = counts.get(key, 0) + param.numel()
+    return counts, first
+
+
+def keep_in_fp32_modules(model) -> list[str]:
+    names = []
+    for attr in ("_keep_in_fp32_modules", "_keep_in_fp32_modules_strict"):
+        names.extend(getattr(model, attr, None) or ())
+    return names
+
+
+def environment_info() -> dict:
+    import datasets
+    import torch
+    import transformers
+
+    cuda = torch.cuda.is_available()
+    devices = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())] if cuda else ["cpu"]
+    # str(): torch's TorchVersion would make whoever unpickles this (the window) import torch.
+    info = {"torch": str(torch.__version__), "transformers": transformers.__version__,
+            "datasets": datasets.__version__, "cuda": torch.version.cuda if cuda else None,
+            "devices": devices}
+    if cuda:
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["bf16_supported"] = torch.cuda.is_bf16_supported()
+        info["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
+    return info
+
+
+def _release_memory(device):
+    # Only CUDA needs the memory back at once; on CPU a full collection would cost time for
+    # nothing.
+    if device.type == "cuda":
+        import torch
+
+        gc.collect()
+        torch.cuda.empty_cache()
+
+

@@ -1,0 +1,65 @@
+"""Applying fixes: a fix is an edit of the spec, so undo is just the previous spec."""
+
+from __future__ import annotations
+
+from ..spec.value import PipelineSpec
+from .findings import Fix
+
+MAX_ROUNDS = 5
+
+
+def apply_fix(spec: PipelineSpec, fix: Fix) -> PipelineSpec:
+    """The spec with the fix's edits made, and the fix recorded in `applied_fixes` (the export
+    comments each where it acts)."""
+    record = {"id": fix.id, "title": fix.title, "edits": dict(fix.edits), "explain": fix.explain}
+    return spec.replace(**fix.edits, applied_fixes=spec.applied_fixes + (record,))
+
+
+def fix_until_clean(spec: PipelineSpec, max_rounds: int = MAX_ROUNDS, progress=None,
+                    cancel=None):
+    """Apply the first fix of the first error finding and re-run, until no error remains.
+
+    Returns (final Diagnosis, applied: [{"round", "code", "fix"}]). A fix that leads back to a
+    spec already tried is skipped for the next one, so the loop cannot cycle. The model stays
+    loaded between rounds whose fix does not change what is loaded.
+    """
+    from ..run.warm import WarmModel
+
+    warm = WarmModel()
+    try:
+        return _fix_loop(spec, max_rounds, progress, cancel, warm)
+    finally:
+        warm.clear()
+
+
+def _fix_loop(spec, max_rounds, progress, cancel, warm):
+    from .diagnosis import diagnose
+
+    report = diagnose(spec, progress, cancel, warm)
+    applied, seen = [], {_key(spec)}
+    for round_no in range(1, max_rounds + 1):
+        if report.ok:
+            break
+        step = _next_step(report, seen)
+        if step is None:
+            break
+        finding, fix, new_spec = step
+        seen.add(_key(new_spec))
+        applied.append({"round": round_no, "code": finding.code, "fix": fix.id})
+        report = diagnose(new_spec, progress, cancel, warm)
+    return report, applied
+
+
+def _next_step(report, seen):
+    for finding in report.errors:
+        for fix in finding.fixes:
+            candidate = apply_fix(report.spec, fix)
+            if _key(candidate) not in seen:
+                return finding, fix, candidate
+    return None
+
+
+def _key(spec: PipelineSpec) -> str:
+    data = spec.to_dict()
+    data.pop("applied_fixes")
+    return repr(sorted(data.items()))

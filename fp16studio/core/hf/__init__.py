@@ -1,0 +1,1 @@
+"""The Hugging Face side: the Hub and its cache, loading a model and processor, checkpoints."""

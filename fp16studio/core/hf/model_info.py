@@ -1,0 +1,83 @@
+"""`inspect`: a model's tensor inventory and memory per dtype from its config alone.
+
+The model is built on the meta device (shapes without storage), so a 70B config takes seconds
+and no weights are read; checkpoint dtypes come from the safetensors headers when present.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..common.dtypes import BYTES_PER_ELEMENT, FLOAT_NAMES
+from ..common.errors import InputError
+from ..spec.value import PipelineSpec
+from .checkpoint import checkpoint_dtypes
+
+
+def inspect_model(model: str, dtype: str | None = None, trust_remote_code: bool = False,
+                  revision: str | None = None, base_dir: str | None = None) -> dict:
+    """The `inspect --json` document (CONTRACT §3) for a local folder, config file or Hub id."""
+    import torch
+
+    from .loading import load_config, model_folder, quiet_hf, resolve_task
+
+    spec = PipelineSpec(model=model, dataset="synthetic", trust_remote_code=trust_remote_code,
+                        revision=revision, base_dir=base_dir)
+    folder = _config_folder(spec) or model_folder(spec)
+    config = load_config(folder, spec)
+    task, arch = resolve_task(config, spec)
+    with quiet_hf(), torch.device("meta"):
+        try:
+            built = _build(config, arch, task, trust_remote_code)
+        except Exception as exc:  # noqa: BLE001 - an unbuildable config is bad input, said in one line
+            raise InputError(f"model {model!r}: cannot build {arch} from its config "
+                             f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
+    unit = BYTES_PER_ELEMENT[dtype or "float32"]
+    parameters = tensors = 0
+    largest = ("", 0)
+    module_bytes: dict[str, int] = {}
+    for name, tensor in list(built.named_parameters()) + list(built.named_buffers()):
+        tensors += 1
+        count = tensor.numel()
+        if isinstance(tensor, torch.nn.Parameter):
+            parameters += count
+        module = name.rpartition(".")[0]
+        module_bytes[module] = module_bytes.get(module, 0) + count * unit
+    if module_bytes:
+        largest = max(module_bytes.items(), key=lambda item: item[1])
+    floating = sum(p.numel() for p in built.parameters() if p.is_floating_point())
+    memory = {name: floating * BYTES_PER_ELEMENT[name] for name in FLOAT_NAMES}
+    doc = {
+        "model": model,
+        "architecture": arch,
+        "parameters": parameters,
+        "tensors": tensors,
+        "checkpoint_dtypes": checkpoint_dtypes(Path(folder)),
+        "memory_bytes": memory,
+        "largest_layer": {"name": largest[0], "bytes": largest[1]},
+        "keep_fp32_modules": list(getattr(built, "_keep_in_fp32_modules", None) or []),
+    }
+    if dtype:
+        doc["dtype"] = dtype
+        doc["bytes_at_dtype"] = memory[dtype]
+    return doc
+
+
+def _config_folder(spec: PipelineSpec) -> str | None:
+    # A bare config.json file is enough for inspect.
+    local = spec.local_path(spec.model)
+    if local is not None and local.is_file() and local.name.endswith(".json"):
+        return str(local.parent)
+    return None
+
+
+def _build(config, arch, task, trust_remote_code):
+    import transformers
+
+    from .loading import AUTO_CLASSES
+
+    cls = getattr(transformers, arch, None)
+    if cls is not None:
+        return cls._from_config(config)
+    auto = getattr(transformers, AUTO_CLASSES[task])
+    return auto.from_config(config, trust_remote_code=trust_remote_code)

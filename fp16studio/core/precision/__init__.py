@@ -1,0 +1,1 @@
+"""Precision variants compared: benchmark timing and memory, drift from float32."""

@@ -1,0 +1,1 @@
+"""What a person reads: the shared vocabulary, terminal text, the HTML report, the exported script."""

@@ -1,0 +1,654 @@
+"""Export a pipeline spec as a standalone Python script.
+
+The script reproduces the pipeline exactly as the spec describes it (mistakes included, so the
+user sees in plain code what the app ran) with every applied fix in place and named in a comment.
+It is written the way a careful engineer writes it today: `dtype=` (never `torch_dtype=`),
+`torch.autocast(device_type, dtype=...)`, `with_format("torch")`, floating-only casts,
+`torch.inference_mode()`. Choices the spec leaves open (model class, processor, columns) are
+resolved once here, the same way core/pipeline.py resolves them, and written as literals.
+
+The text is assembled from one small function per section; `_Plan` holds what they need.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ... import __version__
+from ..common.errors import InputError
+from ..common.files import write_text_atomic
+from ..data import columns, sources, user_code
+from ..data.columns import LABEL_NAMES
+from ..hf.loading import islands_load_float32
+from ..spec.value import PipelineSpec
+
+
+# In every script's docstring: how the command line knows a file it may replace is a script.
+SIGNATURE = "as its fp16studio spec describes it"
+
+
+@dataclass
+class _Plan:
+    """What the spec resolves to: the pipeline's own choices, as literals for the script."""
+
+    spec: PipelineSpec
+    model_ref: str                    # absolute local folder, or the Hub id
+    model_class: str                  # transformers class used for from_pretrained
+    processor_class: str | None       # None when the rows already hold the model's main input
+    main_input: str                   # the model's main input name (input_ids, pixel_values...)
+    read_rows: str                    # the expression that reads the split
+    read_imports: tuple               # (module, name) pairs that expression needs
+    dataset_ref: str | None           # absolute local path, the Hub id, or None (synthetic)
+    process_images: bool = False      # the processor gets the image column (else the texts)
+    roles: dict = field(default_factory=dict)
+    preprocess: tuple | None = None   # (absolute file, function name)
+    synthetic: dict | None = None     # {"kind": "text"|"image", "num_labels", "side"}
+    has_labels_column: bool = False   # a "labels" column exists before the rename
+    decoder_start: int | None = None  # encoder-decoder models: the decoder start token
+    multimodal: tuple = ()            # ("image",) or ("audio",): the processor also gets that
+    audio: dict | None = None         # {"column", "rate", "kwargs", "undecode"}: audio processed
+
+
+def export_script(spec: PipelineSpec, path: str | Path | None = None) -> str:
+    """The script's text; also written (atomically) to `path` when given."""
+    text = render(_plan(spec))
+    compile(text, "<exported script>", "exec")  # a syntax error here is our bug, never the user's
+    if path is not None:
+        write_text_atomic(Path(path), text)
+    return text
+
+
+def render(plan: _Plan) -> str:
+    head = [_docstring(plan), _fix_list(plan.spec), _imports(plan), _constants(plan)]
+    functions = [_pick_device(), _run_in_float32(plan.spec), _load_model(plan),
+                 _load_preprocess(plan), _read_rows(plan), _build_batch(plan), _main_output(),
+                 _main(plan)]
+    # PEP 8 spacing: one blank line in the header, two around top-level functions.
+    return ("\n\n".join(part.strip("\n") for part in head if part) + "\n\n\n"
+            + "\n\n\n".join(part.strip("\n") for part in functions if part) + "\n")
+
+
+# -- resolving the spec (no weights read) --------------------------------------------------------
+def _plan(spec: PipelineSpec) -> _Plan:
+    import torch
+    import transformers
+
+    from ..data import audio
+    from ..hf import loading
+
+    with loading.quiet_hf():
+        folder = loading.model_folder(spec)
+        config = loading.load_config(folder, spec)
+        task, arch = loading.resolve_task(config, spec)
+        model_class = loading.model_class_name(spec, task, arch)
+        auto = model_class.startswith("Auto")
+        cls = getattr(transformers, model_class)
+        # A skeleton on the meta device: the real model class, its main input, no memory.
+        with torch.device("meta"):
+            skeleton = (cls.from_config(config, trust_remote_code=spec.trust_remote_code)
+                        if auto else cls(config))
+        processor = loading.load_processor(folder, skeleton, spec)
+        rows = sources.load_rows(spec, config, processor)
+        audio_columns = [c for c in rows.column_names if _is_audio(rows, c)]
+        roles = columns.detect_columns(rows, spec)
+    main_input = getattr(skeleton, "main_input_name", "input_ids")
+    preprocess = None
+    if spec.preprocess:
+        # Never run the user's code to learn its columns (CONTRACT §6): the script checks at run
+        # time whether the function already made the model's input.
+        preprocess = (str(user_code.preprocess_file(spec).resolve()), spec.preprocess.rpartition(":")[2])
+    else:
+        columns.check_roles(spec, rows.column_names, roles, processor, main_input)
+    if columns.processor_roles(processor)[1:] == ("audio",):
+        raise InputError("export: a processor that takes text and audio together (CLAP-like) "
+                         "cannot be exported yet; diagnose runs it")
+    local_model = spec.local_path(spec.model)
+    read_rows, read_imports, dataset_ref, synthetic = _source(spec, config, processor)
+    return _Plan(
+        spec=spec,
+        model_ref=str(local_model.resolve()) if local_model else spec.model,
+        model_class=model_class,
+        processor_class=(None if main_input in rows.column_names
+                         else loading.processor_class(skeleton)),
+        multimodal=columns.processor_roles(processor)[1:],
+        main_input=main_input,
+        process_images="image" in roles and hasattr(processor, "size"),
+        read_rows=read_rows, read_imports=read_imports, dataset_ref=dataset_ref,
+        roles=roles,
+        preprocess=preprocess, synthetic=synthetic,
+        has_labels_column="labels" in rows.column_names and roles.get("label") != "labels",
+        decoder_start=((getattr(config, "decoder_start_token_id", None) or 0)
+                       if getattr(config, "is_encoder_decoder", False) else None),
+        audio=({"column": roles["audio"], "kwargs": audio.extractor_kwargs(processor),
+                "rate": spec.sampling_rate or processor.sampling_rate,
+                # A folder's rows are undecoded already; a stored Audio column needs the cast.
+                "undecode": [] if read_rows.startswith("folder_rows(") else audio_columns}
+               if columns.processor_input(processor) == "audio" and "audio" in roles else None),
+    )
+
+
+def _is_audio(rows, column: str) -> bool:
+    import datasets
+
+    return isinstance(rows.features[column], datasets.Audio)
+
+
+def _source(spec: PipelineSpec, config, processor):
+    """(expression, imports, dataset reference, synthetic facts) that read the split's rows."""
+    source = sources.data_source(spec)
+    if source.kind == "synthetic":
+        return _synthetic_source(spec, config, processor)
+    split = _q(spec.split)
+    load = (("datasets", "load_dataset"),)
+    if source.kind == "hub":  # datasets finds it in its cache or downloads it
+        return (f"load_dataset(DATASET, {_q(spec.dataset_config)}, split={split})",
+                load, spec.dataset, None)
+    ref = str(source.path.resolve())
+    if source.kind == "file":
+        return (f"load_dataset({_q(source.builder)}, data_files={{{split}: DATASET}}, "
+                f"split={split})", load, ref, None)
+    if source.kind == "saved-dict":
+        return f"load_from_disk(DATASET)[{split}]", (("datasets", "load_from_disk"),), ref, None
+    if source.kind == "saved":
+        return "load_from_disk(DATASET)", (("datasets", "load_from_disk"),), ref, None
+    if source.kind == "audio":  # audiofolder needs torchcodec: see core/audio.py
+        return "folder_rows(Path(DATASET))", (("pathlib", "Path"),), ref, None
+    if source.builder:
+        return (f"load_dataset({_q(source.builder)}, data_dir=DATASET, split={split})",
+                load, ref, None)
+    return f"load_dataset(DATASET, {_q(spec.dataset_config)}, split={split})", load, ref, None
+
+
+def _synthetic_source(spec: PipelineSpec, config, processor):
+    facts = sources.synthetic_plan(config, processor)
+    imports = (("datasets", "Dataset"),)
+    if facts["kind"] == "image":
+        imports += (("datasets", "Image"), ("numpy", None), ("PIL", "Image as PILImage"))
+    return "synthetic_rows()", imports, None, facts
+
+
+# -- sections ------------------------------------------------------------------------------------
+def _docstring(plan: _Plan) -> str:
+    s = plan.spec
+    precision = f"{s.model_dtype} weights" + (f" cast to {s.model_cast}" if s.model_cast else "")
+    if s.autocast:
+        precision += f", autocast to {s.autocast}"
+    if _islands_rendered(s):
+        precision += f", {len(s.run_in_float32)} float32 island pattern(s)"
+    return f'''
+"""One forward pass of a Hugging Face pipeline, as its fp16studio spec describes it.
+
+Model: {plan.model_class} ({precision}); {s.samples} rows, batches of {s.batch_size}.
+Exported by fp16studio {__version__}. Prints a summary of the output, then the same as one JSON
+line; --save-output also saves the output tensor (torch.save).
+"""'''
+
+
+def _fix_list(spec: PipelineSpec) -> str:
+    if not spec.applied_fixes:
+        return ""
+    lines = ["# Fixes applied in fp16studio, oldest first:"]
+    for i, fix in enumerate(spec.applied_fixes, 1):
+        lines.append(f"#   {i}. {_comment_text(fix['title'])} [{_comment_text(fix['id'])}]")
+        if fix.get("explain"):
+            lines.append(f"#      {_comment_text(fix['explain'])}")
+    return "\n".join(lines)
+
+
+def _imports(plan: _Plan) -> str:
+    s = plan.spec
+    stdlib = {"argparse", "inspect", "json"}
+    if plan.preprocess:
+        stdlib |= {"importlib.util", "sys"}
+    if s.keep_fp32:
+        stdlib.add("fnmatch")
+    if _islands_rendered(s):
+        stdlib |= {"fnmatch", "re"}
+    third = {"torch": None}
+    names: dict[str, set] = {"torch.utils.data": {"DataLoader"},
+                             "transformers": {plan.model_class}}
+    if plan.processor_class:
+        names["transformers"].add(plan.processor_class)
+    if plan.audio and plan.audio["undecode"]:
+        names.setdefault("datasets", set()).add("Audio")
+    for module, name in plan.read_imports:
+        if name is None:
+            third[module] = None
+        else:
+            names.setdefault(module, set()).add(name)
+    lines = [f"import {module}" for module in sorted(stdlib)] + [""]
+    lines += [f"import {module} as np" if module == "numpy" else f"import {module}"
+              for module in sorted(third)]
+    lines += [f"from {module} import {', '.join(sorted(names[module]))}" for module in sorted(names)]
+    return "\n".join(lines)
+
+
+def _constants(plan: _Plan) -> str:
+    s = plan.spec
+    lines = [f"MODEL = {_q(plan.model_ref)}"]
+    if s.revision:
+        lines.append(f"REVISION = {_q(s.revision)}")
+    if plan.dataset_ref is not None:
+        lines.append(f"DATASET = {_q(plan.dataset_ref)}")
+    lines += [f"SAMPLES = {s.samples}", f"BATCH_SIZE = {s.batch_size}"]
+    if s.keep_fp32:
+        lines.append(f"KEEP_FP32 = {_q(list(s.keep_fp32))}  # module-name patterns (fnmatch)")
+    if _islands_rendered(s):
+        lines.append(f"RUN_IN_FLOAT32 = {_q(list(s.run_in_float32))}  # module-name patterns "
+                     "(fnmatch)")
+    return "\n".join(lines)
+
+
+def _pick_device() -> str:
+    return '''
+def pick_device(name):
+    """'auto' is the first CUDA device when there is one, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)'''
+
+
+def _islands_rendered(s: PipelineSpec) -> bool:
+    """run_in_float32 acts on a half model; on a float32 one it has nothing to do."""
+    return bool(s.run_in_float32) and (s.model_dtype != "float32" or bool(s.model_cast))
+
+
+def _run_in_float32(s: PipelineSpec) -> str:
+    if not _islands_rendered(s):
+        return ""
+    return '''
+def to_dtype(value, dtype):
+    """`value` with its floating tensors cast to `dtype`, through tuples, lists and dicts."""
+    if torch.is_tensor(value):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, dict):
+        cast = {k: to_dtype(v, dtype) for k, v in value.items()}
+        return cast if type(value) is dict else type(value)(**cast)
+    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
+        return type(value)(to_dtype(v, dtype) for v in value)
+    return value
+
+
+def run_in_float32(model, dtype, patterns, library_float32=True):
+    """Float32 islands in a `dtype` model: the modules matching `patterns` keep float32 weights,
+    cast their floating inputs up to float32 and their outputs back to `dtype`. The rest is cast
+    to `dtype`, except (library_float32) what transformers itself keeps in float32 there."""
+    islands = []
+    for name, _ in model.named_modules():
+        inside = any(name.startswith(island + ".") for island in islands)
+        if name and not inside and any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            islands.append(name)
+    for name in islands:  # its own copy of a weight it shares outside (tied word embeddings)
+        outside = {id(p) for n, m in model.named_modules() if n != name and not n.startswith(name + ".")
+                   for p in m._parameters.values() if p is not None}
+        for module in model.get_submodule(name).modules():
+            for key, p in module._parameters.items():
+                if p is not None and id(p) in outside:
+                    module._parameters[key] = torch.nn.Parameter(p.detach().clone(),
+                                                                 requires_grad=p.requires_grad)
+    kept = set()
+    if library_float32:
+        kept |= set(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
+    if library_float32 and dtype == torch.float16:
+        kept |= set(getattr(model, "_keep_in_fp32_modules", None) or ())
+    kept = re.compile("|".join(p.replace("*", ".*") for p in sorted(kept))) if kept else None
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        inside = any(name.startswith(island + ".") for island in islands)
+        if tensor.is_floating_point() and not inside and not (kept and kept.search(name)):
+            tensor.data = tensor.data.to(dtype)
+    for name in islands:
+        module = model.get_submodule(name).float()
+        module.register_forward_pre_hook(
+            lambda module, args, kwargs: (to_dtype(args, torch.float32),
+                                          to_dtype(kwargs, torch.float32)),
+            with_kwargs=True)
+        module.register_forward_hook(lambda module, args, output: to_dtype(output, dtype))'''
+
+
+def _load_model(plan: _Plan) -> str:
+    s = plan.spec
+    load_dtype = "float32" if islands_load_float32(s) else s.model_dtype
+    args = ["MODEL", "dtype=" + ('"auto"' if load_dtype == "auto" else _torch_dtype(load_dtype))]
+    args += _hub_args(s)
+    body = _fix_notes(s, ("model_dtype", "device_map", "device"))
+    if load_dtype != s.model_dtype:
+        body += ["# Loaded in float32 so the float32 islands keep the checkpoint's own weights;",
+                 f"# the rest is cast to {s.model_dtype} below."]
+    if s.device_map:
+        args.append(f"device_map={_q(s.device_map)}")
+        body.append("# device_map places the model (accelerate), so --device is not used here.")
+    body.append(f"model = {plan.model_class}.from_pretrained({', '.join(args)})")
+    if not s.device_map:
+        body.append("model.to(device)")
+    if s.model_cast and not _islands_rendered(s):  # else run_in_float32() below casts the rest
+        body += _fix_notes(s, ("model_cast",))
+        body += [f"# The whole model cast after loading (model_cast: {s.model_cast}): every "
+                 "floating parameter and buffer,",
+                 "# the library's own float32 modules included.", _model_cast(s.model_cast)]
+    if _islands_rendered(s):
+        body += _fix_notes(s, ("run_in_float32",))
+        half = s.model_cast or s.model_dtype
+        dtype = _torch_dtype(half) if half != "auto" else "model.dtype"
+        library = ", library_float32=False" if s.model_cast else ""
+        body.append(f"run_in_float32(model, {dtype}, RUN_IN_FLOAT32{library})")
+    if s.keep_fp32:
+        body += _fix_notes(s, ("keep_fp32",))
+        body += ["# Modules kept in float32 whatever the model's dtype.",
+                 "for name, module in model.named_modules():",
+                 "    if name and any(fnmatch.fnmatchcase(name, p) for p in KEEP_FP32):",
+                 "        module.float()"]
+    body += ["model.eval()", "return model"]
+    return "def load_model(device):\n" + _indent(body)
+
+
+def _model_cast(dtype: str) -> str:
+    short = {"float16": "half", "float32": "float"}.get(dtype)
+    return f"model.{short}()" if short else f"model.to({_torch_dtype(dtype)})"
+
+
+def _load_preprocess(plan: _Plan) -> str:
+    if not plan.preprocess:
+        return ""
+    file, function = plan.preprocess
+    return f'''
+def load_preprocess():
+    """The user's example-level function, imported from its file."""
+    module_spec = importlib.util.spec_from_file_location({_q(Path(file).stem)}, {_q(file)})
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_spec.name] = module  # datasets pickles the function to fingerprint the map
+    module_spec.loader.exec_module(module)
+    return module.{function}'''
+
+
+def _read_rows(plan: _Plan) -> str:
+    import inspect
+
+    from ..data import audio
+
+    parts = []
+    if plan.synthetic:
+        parts.append(_synthetic_rows(plan))
+    # The app's own audio helpers, verbatim: the script reads and decodes audio as the app does.
+    if plan.read_rows.startswith("folder_rows("):
+        parts.append(inspect.getsource(audio.folder_rows))
+        parts.append(f"AUDIO_SUFFIXES = {sorted(audio.AUDIO_SUFFIXES)!r}")
+    if plan.audio:
+        parts.append(inspect.getsource(audio.decode))
+    parts.append(f'''
+def read_rows():
+    """The first SAMPLES rows of the split."""
+    ds = {plan.read_rows}
+    return ds.select(range(min(SAMPLES, len(ds))))''')
+    return "\n\n\n".join(part.strip("\n") for part in parts)
+
+
+def _synthetic_rows(plan: _Plan) -> str:
+    from ..data.sources import SYNTHETIC_TEXTS
+
+    facts = plan.synthetic
+    labels = f"[i % {facts['num_labels']} for i in range(SAMPLES)]"
+    if facts["kind"] == "text":
+        texts = "\n".join(f"    {_q(text)}," for text in SYNTHETIC_TEXTS)
+        return f'''
+TEXTS = [
+{texts}
+]
+
+
+def synthetic_rows():
+    """Rows made up for a model with no dataset at hand (the spec's dataset: synthetic)."""
+    texts = [TEXTS[i % len(TEXTS)] for i in range(SAMPLES)]
+    return Dataset.from_dict({{"text": texts, "label": {labels}}})'''
+    side = facts["side"]
+    return f'''
+def synthetic_rows():
+    """Random images made up for a model with no dataset at hand (dataset: synthetic)."""
+    rng = np.random.default_rng(0)
+    images = [PILImage.fromarray(rng.integers(0, 256, ({side}, {side}, 3), dtype=np.uint8))
+              for _ in range(SAMPLES)]
+    ds = Dataset.from_dict({{"image": images, "label": {labels}}})
+    return ds.cast_column("image", Image())'''
+
+
+def _build_batch(plan: _Plan) -> str:
+    s = plan.spec
+    body = ["ds = read_rows()"]
+    if plan.audio and plan.audio["undecode"]:
+        body.append("# datasets decodes Audio with torchcodec (needs FFmpeg): keep the files, "
+                    "decode with soundfile.")
+        body += [f"ds = ds.cast_column({_q(c)}, Audio(decode=False))" for c in plan.audio["undecode"]]
+    if plan.preprocess:
+        body += _fix_notes(s, ("preprocess",))
+        body.append("ds = ds.map(load_preprocess())")
+    if plan.processor_class and plan.preprocess:
+        body += [f"# The model's input, unless the function above made {_q(plan.main_input)} "
+                 "itself."]
+        body += ["if " + _q(plan.main_input) + " not in ds.column_names:"] + [
+            "    " + line if line else line for line in _process(plan)]
+    elif plan.processor_class:
+        body += _process(plan)
+    body += _labels(plan)
+    body += _fix_notes(s, ("format", "format_dtype"))
+    body += _format(s)
+    body += ["loader = DataLoader(ds, batch_size=BATCH_SIZE, shuffle=False)",
+             "batch = dict(next(iter(loader)))"]
+    body += _fix_notes(s, ("input_dtype", "input_cast", "input_device", "label_dtype"))
+    body += _cast_and_move(s)
+    if plan.decoder_start is not None:
+        body += ["# An encoder-decoder model: the decoder starts from its start token.",
+                 f'if {_q(plan.main_input)} in batch and not {{"labels", "decoder_input_ids"}} & set(batch):',
+                 f'    ids = batch[{_q(plan.main_input)}]',
+                 f'    batch["decoder_input_ids"] = torch.full((ids.shape[0], 1), {plan.decoder_start}, '
+                 "dtype=torch.long, device=ids.device)"]
+    body.append("return batch")
+    signature = "model, processor" if plan.processor_class else "model"
+    return (f"def build_batch({signature}):\n"
+            '    """The batch the model receives, built step by step as the pipeline does."""\n'
+            + _indent(body))
+
+
+_NO_INPUT = ("the preprocess function did not make {main_input!r}, and the dataset has no column the "
+             "processor takes: make {main_input!r} in the function")
+_NO_LABELS = "with_labels: neither the dataset nor the preprocess function made a label column"
+
+
+def _process(plan: _Plan) -> list[str]:
+    s, roles = plan.spec, plan.roles
+    if plan.multimodal == ("image",):
+        inner = [f'images = [image.convert("RGB") for image in rows[{_q(roles["image"])}]]',
+                 "# The processor gets the texts and the images at once, as users call it.",
+                 f"out = processor(text=rows[{_q(roles['text'])}], images=images, padding=True, "
+                 'truncation=True, return_tensors="pt")']
+    elif plan.audio:
+        a = plan.audio
+        kwargs = "".join(f", {k}={v!r}" for k, v in a["kwargs"].items())
+        inner = [f"arrays = [decode(value, {a['rate']}) for value in rows[{_q(a['column'])}]]",
+                 f'out = processor(arrays, sampling_rate={a["rate"]}, return_tensors="pt"{kwargs})']
+    elif plan.process_images:
+        inner = [f'images = [image.convert("RGB") for image in rows[{_q(roles["image"])}]]',
+                 'out = processor(images=images, return_tensors="pt")']
+    elif roles.get("text"):
+        texts = ", ".join(f"rows[{_q(roles[r])}]" for r in ("text", "text_pair") if roles.get(r))
+        inner = [f'out = processor({texts}, padding=True, truncation=True, return_tensors="pt")']
+    else:  # only with a preprocess (else check_roles refused): its function must make the input
+        return [f"raise SystemExit({_q(_NO_INPUT.format(main_input=plan.main_input))})"]
+    if s.map_dtype:
+        inner += _fix_notes(s, ("map_dtype",))
+        inner += [f"# A cast to {s.map_dtype} inside Dataset.map (the spec's map_dtype). Arrow "
+                  "stores the values,",
+                  "# and what with_format gives back may not be that dtype.",
+                  f"return {{k: v.to({_torch_dtype(s.map_dtype)}) if v.is_floating_point() else v "
+                  "for k, v in out.items()}"]
+    else:
+        inner.append("return dict(out)")
+    return (["", "def process(rows):"] + ["    " + line for line in inner]
+            + ["", "# One map call over all rows"
+               + (" (as the pipeline does)." if plan.process_images
+                  else ", so texts pad to one length and the batch collates."),
+               "ds = ds.map(process, batched=True, batch_size=None)"])
+
+
+def _labels(plan: _Plan) -> list[str]:
+    s = plan.spec
+    lines = _fix_notes(s, ("with_labels",))
+    accepted = "set(inspect.signature(model.forward).parameters)"
+    if s.with_labels and "label" not in plan.roles:
+        # Only with a preprocess (else check_roles refused): its function makes the labels.
+        names = (s.columns["label"],) if "label" in s.columns else LABEL_NAMES
+        lines += [f"# with_labels: the labels come from the preprocess function ({', '.join(names)}).",
+                  f"label = next((c for c in {names!r} if c in ds.column_names), None)",
+                  "if label is None:",
+                  f"    raise SystemExit({_q(_NO_LABELS)})",
+                  'if label != "labels":',
+                  '    if "labels" in ds.column_names:',
+                  '        ds = ds.remove_columns("labels")',
+                  '    ds = ds.rename_column(label, "labels")']
+        accepted += ' | {"labels"}'
+    elif s.with_labels:
+        label = plan.roles["label"]
+        lines.append(f"# with_labels: the {_q(label)} column goes in as labels, so the model computes "
+                     "its loss.")
+        if label != "labels":
+            if plan.preprocess:  # the function may have made a labels column of its own
+                lines += ['if "labels" in ds.column_names:',
+                          '    ds = ds.remove_columns("labels")']
+            elif plan.has_labels_column:
+                lines.append('ds = ds.remove_columns("labels")')
+            lines.append(f'ds = ds.rename_column({_q(label)}, "labels")')
+        accepted += ' | {"labels"}'
+    return lines + ["# Keep the columns model.forward() takes; drop the rest.",
+                    f"accepted = {accepted}",
+                    "ds = ds.remove_columns([c for c in ds.column_names if c not in accepted])"]
+
+
+def _format(s: PipelineSpec) -> list[str]:
+    if s.format == "python":
+        return ['# format: python. No with_format("torch"): rows come back as Python lists.']
+    if s.format_dtype:
+        return [f"# with_format's dtype= casts every column to {s.format_dtype}, ids and labels "
+                "included.",
+                f'ds = ds.with_format("torch", dtype={_torch_dtype(s.format_dtype)})']
+    return ['ds = ds.with_format("torch")']
+
+
+def _cast_and_move(s: PipelineSpec) -> list[str]:
+    lines = []
+    if s.input_dtype and s.input_cast == "all":
+        lines += [f"# Every tensor cast to {s.input_dtype}, integer ids and masks included "
+                  "(input_cast: all).",
+                  f"batch = {{k: v.to({_torch_dtype(s.input_dtype)}) for k, v in batch.items()}}"]
+    elif s.input_dtype:
+        lines += ["# Cast the floating tensors only: ids, masks and class labels stay integer.",
+                  f"batch = {{k: v.to({_torch_dtype(s.input_dtype)}) if v.is_floating_point() else v "
+                  "for k, v in batch.items()}"]
+    if s.label_dtype:
+        method = {"int64": "long", "float32": "float"}[s.label_dtype]
+        lines += [f"# The labels as the loss gets them (label_dtype: {s.label_dtype}).",
+                  f'batch["labels"] = batch["labels"].{method}()']
+    if s.input_device == "model":
+        lines += ["# Inputs go where the model's first parameter lives (its embeddings under a "
+                  "device map).",
+                  "device = next(model.parameters()).device"]
+    else:
+        lines.append(f"device = torch.device({_q(s.input_device)})")
+    return lines + ["batch = {k: v.to(device) for k, v in batch.items()}"]
+
+
+def _main_output() -> str:
+    return '''
+def main_output(outputs):
+    """(name, tensor) of the output a user looks at: logits, else the first tensor."""
+    pairs = [(str(k), v) for k, v in outputs.items() if torch.is_tensor(v)]
+    for name, value in pairs:
+        if name in ("logits", "last_hidden_state"):
+            return name, value
+    return pairs[0]'''
+
+
+def _main(plan: _Plan) -> str:
+    s = plan.spec
+    body = [
+        "parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])",
+        f'parser.add_argument("--device", default={_q(s.device)},',
+        '                    help="auto (the first GPU, else the CPU), cpu, cuda, cuda:N or mps "',
+        '                         "(default: %(default)s)")',
+        'parser.add_argument("--save-output", metavar="PATH", '
+        'help="also save the output tensor (torch.save)")',
+        "args = parser.parse_args()",
+        "",
+        "model = load_model(pick_device(args.device))",
+    ]
+    if plan.processor_class:
+        body.append(f"processor = {plan.processor_class}.from_pretrained("
+                    f"{', '.join(['MODEL'] + _hub_args(s))})")
+        body.append("batch = build_batch(model, processor)")
+    else:
+        body.append("batch = build_batch(model)")
+    body += _fix_notes(s, ("autocast", "autocast_device"))
+    if s.autocast and s.autocast_device:
+        body += [f"# Autocast for device type {s.autocast_device!r}, as the pipeline names it: on "
+                 "another device it does nothing.",
+                 f"device_type = {_q(s.autocast_device)}"]
+    elif s.autocast:
+        body += ["# Autocast for the device type the model runs on (autocast is per device type).",
+                 "device_type = next(model.parameters()).device.type"]
+    if s.autocast:
+        body.append(f"with torch.inference_mode(), torch.autocast(device_type, "
+                    f"dtype={_torch_dtype(s.autocast)}):")
+    else:
+        body.append("with torch.inference_mode():")
+    body += [
+        "    outputs = model(**batch)",
+        "",
+        "name, value = main_output(outputs)",
+        'dtype = str(value.dtype).removeprefix("torch.")',
+        "finite = bool(torch.isfinite(value).all())",
+        'state = "all finite" if finite else "contains inf or NaN"',
+        'print(f"{name}: {dtype}, shape {tuple(value.shape)}, {state}")',
+        'print(json.dumps({"output": name, "dtype": dtype, "shape": list(value.shape), '
+        '"finite": finite}))',
+        "if args.save_output:",
+        "    torch.save(value.cpu(), args.save_output)",
+    ]
+    return ("def main():\n" + _indent(body)
+            + '\n\n\nif __name__ == "__main__":\n    main()')
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def _hub_args(s: PipelineSpec) -> list[str]:
+    args = ["revision=REVISION"] if s.revision else []
+    if s.trust_remote_code:
+        args.append("trust_remote_code=True")
+    return args
+
+
+def _fix_notes(spec: PipelineSpec, keys: tuple) -> list[str]:
+    """A comment naming each applied fix that edited one of `keys`, where the edit acts.
+
+    Fix entries carry their edited keys under "edits" when the engine records them; the list at
+    the top of the script names every fix either way.
+    """
+    return [f"# Fix applied: {_comment_text(fix['title'])} [{_comment_text(fix['id'])}]"
+            for fix in spec.applied_fixes
+            if set(fix.get("edits") or ()) & set(keys)]
+
+
+def _q(value) -> str:
+    """A Python literal for a string, list of strings or None, in double quotes like the rest."""
+    return "None" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _torch_dtype(name: str) -> str:
+    return f"torch.{name}"
+
+
+def _comment_text(text) -> str:
+    # User text in a comment: one line, no control characters that could end the comment.
+    return " ".join(str(text).split())
+
+
+def _indent(lines: list[str]) -> str:
+    return textwrap.indent("\n".join(lines), "    ", lambda line: bool(line.strip()))

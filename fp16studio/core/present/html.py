@@ -1,0 +1,251 @@
+"""A self-contained HTML report of one run, to share with a colleague.
+
+Rendered from the `diagnose --json` and `bench --json` documents (CONTRACT §3), so a report can be
+made from a saved session without the model. One file: inline CSS, charts as inline SVG bars, no
+scripts, nothing fetched. Every value that came from the user or the model is escaped. The markup
+is also well-formed XML (closed tags, XML-safe entities), which lets tests parse it strictly.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from html import escape
+
+from ... import __version__
+from ..diagnostics.findings import by_severity
+from .vocabulary import (OKABE_ITO, SEVERITY_COLORS, bench_columns,
+                         evidence_value, size, with_ratio)
+
+# Okabe–Ito, the window's palette; severity is always spelled out too, never colour alone.
+OK_COLOUR = SEVERITY_COLORS["ok"]
+BAR_COLOUR = OKABE_ITO["blue"]
+
+_CSS = """
+body { font: 15px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 60rem;
+       padding: 0 1rem; color: #1d1d1f; background: #fff; }
+h1 { font-size: 1.5rem; margin-bottom: .25rem; } h2 { margin-top: 2rem; font-size: 1.2rem; }
+.meta { color: #555; } code, pre { font: 13px ui-monospace, monospace; }
+pre { background: #f4f4f6; padding: .5rem; overflow-x: auto; white-space: pre-wrap; }
+table { border-collapse: collapse; margin: .5rem 0; }
+th, td { text-align: left; padding: .25rem .75rem .25rem 0; border-bottom: 1px solid #ddd;
+         vertical-align: top; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+.badge { display: inline-block; padding: 0 .5rem; border-radius: .75rem; color: #fff;
+         font-weight: 600; font-size: .8rem; text-transform: uppercase; }
+.finding { border-left: 4px solid #999; padding: .25rem 0 .25rem 1rem; margin: 1rem 0; }
+.finding h3 { margin: 0; font-size: 1rem; }
+svg text { font: 12px system-ui, sans-serif; fill: #1d1d1f; }
+@media (prefers-color-scheme: dark) {
+  body { color: #e8e8ea; background: #1c1c1e; } .meta { color: #aaa; }
+  pre { background: #2c2c2e; } th, td { border-color: #444; } svg text { fill: #e8e8ea; }
+}
+"""
+
+
+# In every report's head: how the command line knows a file it may replace is a report.
+SIGNATURE = "<title>fp16studio report: "
+
+
+def render_report(diagnosis_json: dict, bench_json: dict | None = None) -> str:
+    """The HTML text of a report for one diagnosis and, optionally, its benchmark."""
+    d = diagnosis_json
+    spec = d.get("spec") or {}
+    title = f"fp16studio report: {spec.get('model', 'pipeline')}"
+    parts = [
+        _header(title, d),
+        _error(d.get("error")),
+        _findings(d.get("findings") or []),
+        _output(d.get("output")),
+        _inventory(d.get("inventory")),
+        _bench(bench_json) if bench_json else "",
+        _spec(spec),
+        _environment(d.get("environment"), d.get("timings")),
+    ]
+    body = "\n".join(part for part in parts if part)
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8" />\n'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1" />\n'
+            f"<title>{_e(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n{body}\n"
+            f"</body>\n</html>\n")
+
+
+# -- sections ------------------------------------------------------------------------------------
+def _header(title: str, d: dict) -> str:
+    findings = d.get("findings") or []
+    errors = sum(1 for f in findings if f.get("severity") == "error")
+    if d.get("ok"):
+        status = _badge("ok", OK_COLOUR)
+    else:
+        status = _badge(f"{errors} error{'s' if errors != 1 else ''}" if errors else "failed",
+                        SEVERITY_COLORS["error"])
+    spec = d.get("spec") or {}
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"<header>\n<h1>{_e(title)} {status}</h1>\n"
+            f'<p class="meta">Dataset <code>{_e(spec.get("dataset", "?"))}</code> on '
+            f'<code>{_e(d.get("device", "?"))}</code>. {len(findings)} finding'
+            f'{"s" if len(findings) != 1 else ""}. Made by fp16studio {_e(__version__)} on {now}.'
+            f"</p>\n</header>")
+
+
+def _error(error: dict | None) -> str:
+    if not error:
+        return ""
+    rows = [(key, error[key]) for key in ("type", "stage", "module") if error.get(key)]
+    return (f'<section id="error">\n<h2>The pipeline failed</h2>\n{_key_table(rows)}\n'
+            f"<pre>{_e(error.get('message', ''))}</pre>\n</section>")
+
+
+def _findings(findings: list) -> str:
+    if not findings:
+        return '<section id="findings">\n<h2>Findings</h2>\n<p>No findings.</p>\n</section>'
+    return ('<section id="findings">\n<h2>Findings</h2>\n'
+            + "\n".join(_finding(f) for f in by_severity(findings)) + "\n</section>")
+
+
+def _finding(f: dict) -> str:
+    severity = str(f.get("severity", "info"))
+    colour = SEVERITY_COLORS.get(severity, "#999")
+    evidence = f.get("evidence") or {}
+    fixes = f.get("fixes") or []
+    fix_list = ""
+    if fixes:
+        items = "".join(f"<li>{_e(fix.get('title', ''))} <code>{_e(fix.get('id', ''))}</code></li>"
+                        for fix in fixes)
+        fix_list = f"<p>Fixes, best first:</p>\n<ol>{items}</ol>\n"
+    evidence_table = _key_table([(key.replace("_", " "), evidence_value(value))
+                                 for key, value in evidence.items()])
+    return (f'<div class="finding" style="border-color: {colour}">\n'
+            f"<h3>{_badge(severity, colour)} <code>{_e(f.get('code', ''))}</code> at "
+            f"<code>{_e(f.get('location', ''))}</code></h3>\n"
+            f"<p>{_e(f.get('message', ''))}</p>\n{evidence_table}\n{fix_list}</div>")
+
+
+def _output(output: dict | None) -> str:
+    if not output:
+        return ""
+    rows = [("name", output.get("name")), ("dtype", output.get("dtype")),
+            ("shape", _compact(output.get("shape")))]
+    rows += [(key, _compact(value)) for key, value in output.items() if key not in dict(rows)]
+    return f'<section id="output">\n<h2>Model output</h2>\n{_key_table(rows)}\n</section>'
+
+
+def _inventory(inventory: dict | None) -> str:
+    if not inventory:
+        return ""
+    totals = _key_table([
+        ("parameters", f"{inventory.get('parameters', 0):,}"),
+        ("tensors", f"{inventory.get('tensors', 0):,}"),
+        ("memory", _bytes(inventory.get("bytes", 0))),
+    ])
+    parts = [f'<section id="inventory">\n<h2>Tensor inventory</h2>\n{totals}']
+    for key, label in (("dtypes", "Tensors by dtype"), ("devices", "Tensors by device")):
+        counts = inventory.get(key) or {}
+        if counts:
+            rows = sorted(counts.items(), key=lambda kv: -kv[1])
+            parts.append(_bar_chart(label, [(str(k), v) for k, v in rows], lambda v: f"{v:,}"))
+    return "\n".join(parts) + "\n</section>"
+
+
+_BENCH_CHARTS = (
+    ("Throughput, samples/s (higher is better)", lambda v: v.get("samples_per_s"),
+     lambda x: f"{x:,.1f}"),
+    ("Latency p50, ms (lower is better)", lambda v: (v.get("latency_ms") or {}).get("p50"),
+     lambda x: f"{x:,.2f}"),
+    ("Peak memory (lower is better)", lambda v: v.get("peak_memory_bytes"), lambda x: _bytes(x)),
+    ("Weights (lower is better)", lambda v: v.get("weights_bytes"), lambda x: _bytes(x)),
+)
+
+def _bench(bench: dict) -> str:
+    variants = bench.get("variants") or []
+    notes = [(k, _compact(v)) for k, v in bench.items() if k != "variants" and v is not None]
+    parts = [f'<section id="bench">\n<h2>Benchmark</h2>\n{_key_table(notes)}']
+    for title, value_of, fmt in _BENCH_CHARTS:
+        rows = [(str(v.get("name", "?")), value_of(v)) for v in variants if v.get("ok")]
+        rows = [(name, value) for name, value in rows if isinstance(value, (int, float))]
+        if rows:
+            parts.append(_bar_chart(title, rows, fmt))
+    rows = with_ratio(bench)
+    # The shared columns but the error, which gets a row of its own under a failed variant.
+    columns = [c for c in bench_columns(rows) if c[0] != "Error"]
+    head = "".join(f'<th class="{"num" if i > 1 else ""}">{_e(name)}</th>'
+                   for i, (name, *_) in enumerate(columns))
+    body = []
+    for v in rows:
+        cells = "".join(f'<td class="{"num" if i > 1 else ""}">{_e(text(raw(v)) or "—")}</td>'
+                        for i, (_, raw, text, _) in enumerate(columns))
+        body.append(f"<tr>{cells}</tr>")
+        if not v.get("ok") and v.get("error"):
+            body.append(f'<tr><td></td><td colspan="{len(columns) - 1}">'
+                        f"{_e(_compact(v['error']))}</td></tr>")
+    parts.append(f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(body)
+                 + "\n</tbody>\n</table>")
+    return "\n".join(parts) + "\n</section>"
+
+
+def _spec(spec: dict) -> str:
+    if not spec:
+        return ""
+    rows = [(k, _compact(v)) for k, v in spec.items() if k != "applied_fixes"]
+    fixes = spec.get("applied_fixes") or []
+    applied = ""
+    if fixes:
+        items = "".join(f"<li>{_e(fix.get('title', ''))} <code>{_e(fix.get('id', ''))}</code></li>"
+                        for fix in fixes)
+        applied = f"<p>Fixes applied, oldest first:</p>\n<ol>{items}</ol>\n"
+    return f'<section id="spec">\n<h2>Pipeline spec</h2>\n{applied}{_key_table(rows)}\n</section>'
+
+
+def _environment(environment: dict | None, timings: dict | None) -> str:
+    rows = [(k, _compact(v)) for k, v in (environment or {}).items()]
+    rows += [(f"{stage} time", f"{seconds:.2f} s") for stage, seconds in (timings or {}).items()
+             if isinstance(seconds, (int, float))]
+    if not rows:
+        return ""
+    return f'<section id="environment">\n<h2>Environment</h2>\n{_key_table(rows)}\n</section>'
+
+
+# -- building blocks -----------------------------------------------------------------------------
+def _bar_chart(title: str, rows: list[tuple[str, float]], fmt) -> str:
+    """Horizontal bars, one per row, each labelled with its value (readable without colour)."""
+    label_w, bar_w, value_w, row_h = 170, 380, 110, 24
+    top = max((value for _, value in rows), default=0) or 1
+    height = row_h * len(rows) + 8
+    bars = []
+    for i, (label, value) in enumerate(rows):
+        y = 4 + i * row_h
+        width = max(1.0, bar_w * value / top) if value > 0 else 0.0
+        bars.append(
+            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">{_e(label)}</text>'
+            f'<rect x="{label_w}" y="{y + 3}" width="{width:.1f}" height="{row_h - 6}" '
+            f'fill="{BAR_COLOUR}" />'
+            f'<text x="{label_w + width + 6:.1f}" y="{y + 16}">{_e(fmt(value))}</text>')
+    total_w = label_w + bar_w + value_w
+    return (f'<figure>\n<figcaption>{_e(title)}</figcaption>\n'
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{height}" '
+            f'viewBox="0 0 {total_w} {height}" role="img" aria-label="{_e(title)}">'
+            f"<title>{_e(title)}</title>{''.join(bars)}</svg>\n</figure>")
+
+
+def _key_table(rows: list[tuple[str, object]]) -> str:
+    if not rows:
+        return ""
+    body = "".join(f"<tr><th>{_e(key)}</th><td>{_e(value)}</td></tr>" for key, value in rows)
+    return f"<table>{body}</table>"
+
+
+def _badge(text: str, colour: str) -> str:
+    return f'<span class="badge" style="background: {colour}">{_e(text)}</span>'
+
+
+def _compact(value) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _bytes(count) -> str:
+    return size(count, missing="—")
+
+
+def _e(value) -> str:
+    return escape("" if value is None else str(value), quote=True)

@@ -1,0 +1,199 @@
+"""Results as the command line prints them: the diagnosis, a trace, a fix, a benchmark table,
+drift, an inspection. Each takes the command's --json document, so what a person reads and what
+a script reads come from one run."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+from ..common.units import format_bytes
+from ..precision.drift import DRIFT_SQNR_DB
+from ..precision.measure import STABLE_SPREAD
+from ..spec.value import PipelineSpec
+from . import vocabulary
+
+
+def finding_lines(finding: dict, where: str = "") -> list[str]:
+    """A finding of a JSON document as the command line prints it: a blank line, the code at its
+    location (`where` adds e.g. the script line), the message wrapped, then each fix, first one
+    first (and the code to write, for a trace finding that has no spec to edit)."""
+    lines = ["", f"{finding['severity'].upper():8}{finding['code']}  at {finding['location']}{where}"]
+    lines += textwrap.wrap(finding["message"], 96, initial_indent=" " * 8,
+                           subsequent_indent=" " * 8)
+    for i, fix in enumerate(finding["fixes"]):
+        lines.append(f"        {'fix' if i == 0 else 'or '}: {fix['title']}  [{fix['id']}]")
+        if fix.get("code"):
+            lines.append(f"             {fix['code']}")
+    return lines
+
+
+def format_diagnosis(doc: dict) -> str:
+    """Human-readable diagnosis: the verdict, then each finding with its fixes."""
+    lines = []
+    error = doc["error"]
+    verdict = "ok" if doc["ok"] else "problems found"
+    lines.append(f"{doc['spec']['model']} on {doc['device']}: {verdict}")
+    if error:
+        where = f" in {error['module']}" if error.get("module") else ""
+        lines.append(f"  the pipeline failed at {error['stage']}{where}: {error['message']}")
+    if doc["output"]:
+        out = doc["output"]
+        finite = "" if out.get("finite", True) else ", NOT finite"
+        lines.append(f"  output {out['name']}: {out['dtype']} {out['shape']}{finite}")
+    for finding in doc["findings"]:
+        lines += finding_lines(finding)
+    inv = doc["inventory"]
+    if inv["tensors"]:
+        by_dtype = ", ".join(f"{n} {d}" for d, n in sorted(inv["dtypes"].items()))
+        lines.append("")
+        lines.append(f"inventory: {inv['parameters']:,} parameters, {inv['tensors']} tensors, "
+                     f"{format_bytes(inv['bytes'])} ({by_dtype})")
+    return "\n".join(lines)
+
+
+def format_trace(doc: dict) -> str:
+    """Human-readable trace: the verdict, the models that ran, each finding at its script line."""
+    name = os.path.basename(doc["script"])
+    # "unknown": the script's process ended before it said where its models ran.
+    where = f" on {doc['device']}" if doc["device"] != "unknown" else ""
+    lines = ["", f"{name}{where}: {'ok' if doc['ok'] else 'problems found'}"]
+    for model in doc["models"]:
+        lines.append(f"  model {model['name']} ({model['class']}): {model['calls']} call(s)")
+    error = doc["error"]
+    if error:
+        where = f" in {error['module']}" if error.get("module") else ""
+        lines.append(f"  failed{where}{at_line(error.get('source'))}: {error['message']}")
+    if doc["output"]:
+        out = doc["output"]
+        lines.append(f"  output {out['name']}: {out['dtype']} {out['shape']}"
+                     + ("" if out.get("finite", True) else ", NOT finite"))
+    lines.extend(f"  note: {note}" for note in doc["notes"])
+    for finding in doc["findings"]:
+        lines += finding_lines(finding, at_line(finding["source"]))
+    if doc["spec"]:
+        defaults = PipelineSpec(model="", dataset="").to_dict()
+        said = ", ".join(f"{key}={value}" for key, value in doc["spec"].items()
+                         if value != defaults[key])
+        lines.append("")
+        lines.append(f"recovered pipeline spec: {said}")
+        lines.append("  (the \"spec\" of --json is a spec file: fp16studio fix takes over from it)")
+    return "\n".join(lines)
+
+
+def at_line(source) -> str:
+    return f" ({os.path.basename(source['file'])}:{source['line']})" if source else ""
+
+
+# The columns the terminal shows, of the one table of bench columns (present.vocabulary).
+TERMINAL_COLUMNS = ("Variant", "Samples/s", "vs float32", "p50 ms", "p90 ms", "min ms", "Spread",
+                    "Stability", "TFLOP/s", "% of peak", "Peak memory", "Weights",
+                    "Max |diff| vs fp32", "inf/NaN outputs", "Cosine vs fp32", "Top-1 agreement")
+
+
+def format_bench(doc: dict) -> str:
+    """The bench document as a table for people (the `--json`-less CLI output)."""
+    name = doc.get("device_name")
+    lines = [f"device: {doc['device']}" + (f" ({name})" if name else "")]
+    tf32 = doc.get("tf32") or {}
+    if tf32 and doc["device"].startswith("cuda"):
+        on = {True: "on", False: "off"}
+        lines.append(f"float32 baseline: TF32 matmul {on[bool(tf32.get('cuda_matmul_allow_tf32'))]}"
+                     f", cuDNN TF32 {on[bool(tf32.get('cudnn_allow_tf32'))]}"
+                     f", float32 matmul precision {tf32.get('float32_matmul_precision')}")
+    batch = doc.get("batch")
+    if batch:
+        lines.append(f"batch: {batch['size']} samples"
+                     + (f", {batch['tokens']} tokens" if batch.get("tokens") else ""))
+    variants = vocabulary.with_ratio(doc)
+    columns = [c for c in vocabulary.bench_columns(variants) if c[0] in TERMINAL_COLUMNS]
+    header = tuple(title for title, *_ in columns)
+    rows = [header]
+    failures = []
+    for v in variants:
+        if not v["ok"]:
+            status = vocabulary.status(v)
+            rows.append((v["name"], status) + ("",) * (len(header) - 2))
+            if status == "failed":  # unsupported: said under "support:"
+                failures.append(f"  {v['name']}: {v.get('error') or 'failed'}")
+            continue
+        rows.append(tuple("-" if raw(v) in (None, "") else text(raw(v))
+                          for _, raw, text, _ in columns))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
+    lines.append("")
+    for row in rows:
+        lines.append("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                               for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+    memory_kinds = {v.get("memory_kind") for v in doc["variants"] if v["ok"]}
+    if "process-rss" in memory_kinds:
+        lines.append("peak mem: the process's resident memory (CPU), sampled between calls")
+    elif "cuda-max-allocated" in memory_kinds:
+        lines.append("peak mem: torch.cuda.max_memory_allocated (tensors); the JSON also has "
+                     "reserved and NVML device-wide figures")
+    unstable = [v["name"] for v in doc["variants"] if v["ok"] and not v.get("stable", True)]
+    if unstable:
+        lines.append(f"UNSTABLE ({', '.join(unstable)}): these figures moved more than "
+                     f"{STABLE_SPREAD:.0%} between rounds; other load on this machine changed "
+                     "them: do not trust them, measure again on a quiet machine")
+    notes = [f"  {v['name']}: {v['support']}, {v['support_note']}" for v in doc["variants"]
+             if v.get("support_note")]
+    if notes:
+        lines.append("support:")
+        lines.extend(notes)
+    if failures:
+        lines.append("failed:")
+        lines.extend(failures)
+    if doc.get("reference_error"):
+        lines.append(f"no float32 reference: {doc['reference_error']}")
+    if doc.get("note"):
+        lines.append(f"note: {doc['note']}")
+    return "\n".join(lines)
+
+
+def format_drift(doc: dict) -> str:
+    """The drift document for people: the verdict, the output, the modules that parted, and
+    each finding with its fixes."""
+    lines = [f"float32 against {doc['variant']} on {doc['device']}: "
+             + ("within tolerance" if doc["ok"] else "NOT within tolerance")]
+    if doc["error"]:
+        lines.append(f"  the {doc['variant']} run failed: {doc['error']['message']}")
+        return "\n".join(lines)
+    out = doc["output"]
+    lines.append(f"  output {out['name']}: " + (
+        f"SQNR {out['sqnr_db']:.1f} dB, cosine {out['cosine']:.6f}, max |diff| "
+        f"{out['max_abs_diff']:.3g}" if out["finite"] else f"{out['nonfinite']} inf/NaN values"))
+    parted = [m for m in doc["modules"] if m["nonfinite"] or
+              (m["sqnr_db"] is not None and m["sqnr_db"] < DRIFT_SQNR_DB)]
+    if doc["first_divergent"]:
+        lines.append(f"  first module to part from float32: {doc['first_divergent']} "
+                     f"({len(parted)} of {len(doc['modules'])} module calls parted)")
+    for finding in doc["findings"]:
+        lines += finding_lines(finding)
+    return "\n".join(lines)
+
+
+def format_fix(doc: dict, output: str) -> str:
+    """`fix`: each round's fix, the final diagnosis, and the verdict with where the spec went."""
+    applied = doc["applied"]
+    lines = [f"round {step['round']}: {step['code']} -> applied {step['fix']}" for step in applied]
+    lines.append(format_diagnosis(doc))
+    verdict = ("NOT fixed" if not doc["ok"] else "fixed" if applied
+               else "nothing to fix, the run is clean")
+    lines.append(f"\n{verdict}; spec written to {output}")
+    return "\n".join(lines)
+
+
+def format_inspect(doc: dict, dtype: str | None = None) -> str:
+    """`inspect`: size per dtype (`dtype` marked), checkpoint dtypes, the largest layer."""
+    lines = [f"{doc['model']}: {doc['architecture']}, {doc['parameters']:,} parameters in "
+             f"{doc['tensors']} tensors"]
+    for name, size in doc["memory_bytes"].items():
+        mark = "  <-" if name == dtype else ""
+        lines.append(f"  {name:>9}: {format_bytes(size)}{mark}")
+    if doc["checkpoint_dtypes"]:
+        lines.append("  checkpoint: " + ", ".join(f"{n} {d}" for d, n in doc["checkpoint_dtypes"].items()))
+    largest = doc["largest_layer"]
+    lines.append(f"  largest layer: {largest['name']} ({format_bytes(largest['bytes'])})")
+    if doc["keep_fp32_modules"]:
+        lines.append("  kept in float32 by the model: " + ", ".join(doc["keep_fp32_modules"]))
+    return "\n".join(lines)

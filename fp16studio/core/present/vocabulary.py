@@ -1,0 +1,172 @@
+"""How results read, everywhere: severity colours, the palette, the diagnosis stages, the
+benchmark columns and None-aware formatters (the severity order is the findings' own). The
+window, the HTML report and the command line all take them from here, so they agree.
+
+Colours are Okabe–Ito (distinguishable under the common colour-vision deficiencies), and colour
+is never the only signal: severities and dtypes are always written out too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from ..common.units import format_bytes
+from ..diagnostics.findings import SEVERITIES
+
+OKABE_ITO = {
+    "orange": "#E69F00",
+    "sky_blue": "#56B4E9",
+    "bluish_green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "reddish_purple": "#CC79A7",
+    "grey": "#999999",
+}
+
+SEVERITY_COLORS = {
+    "error": OKABE_ITO["vermillion"],
+    "warning": OKABE_ITO["orange"],
+    "info": OKABE_ITO["blue"],
+    "ok": OKABE_ITO["bluish_green"],
+}
+
+# The diagnosis stages in order (core.diagnostics.diagnosis reports them), as a progress bar words them.
+STAGES = {"model": "Loading model", "dataset": "Reading dataset", "batch": "Building batch",
+          "forward": "Forward pass", "rules": "Checking findings"}
+
+
+def severity_counts(findings) -> str:
+    """'1 error · 2 warnings', the kinds present only."""
+    counts = {s: 0 for s in SEVERITIES}
+    for f in findings:
+        counts[f["severity"] if isinstance(f, dict) else f.severity] += 1
+    return " · ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n)
+
+
+# -- None-aware formatters -----------------------------------------------------------------------
+def number(value, pattern: str = "{:,.4g}", missing: str = "") -> str:
+    """`pattern` applied to a number; `missing` for None or anything that is not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return missing
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return pattern.format(value)
+
+
+def size(count, missing: str = "") -> str:
+    return format_bytes(count) if isinstance(count, (int, float)) and not isinstance(count, bool) else missing
+
+
+def shape(dims) -> str:
+    """A tensor's shape: `(4, 128)`, `scalar` for none; "" when unknown."""
+    if dims is None:
+        return ""
+    return "(" + ", ".join(str(d) for d in dims) + ")" if dims else "scalar"
+
+
+def spec_value(value) -> str:
+    """A spec value as a person reads it: null as an em dash, lists comma-separated (applied
+    fixes by id), objects as key=value."""
+    if value is None:
+        return "—"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(spec_value(x) if not isinstance(x, dict) else x.get("id", str(x))
+                         for x in value) or "[]"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={x}" for k, x in value.items()) or "{}"
+    return str(value)
+
+
+def evidence_value(value) -> str:
+    """An evidence value as a person reads it: lists comma-separated, mappings as `key: value`,
+    numbers short; never raw JSON punctuation."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return number(value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {evidence_value(v)}" for k, v in value.items()) or "—"
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return shape(value)
+        return ", ".join(evidence_value(v) for v in value) or "—"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, default=str)
+
+
+# -- the benchmark table -------------------------------------------------------------------------
+def with_ratio(doc: dict) -> list[dict]:
+    """The variants of a bench document, each with "vs_float32": its throughput over float32's
+    (None without a float32 figure)."""
+    variants = doc.get("variants") or []
+    base = next((v.get("samples_per_s") for v in variants
+                 if v.get("name") == "float32" and v.get("ok")), None)
+    return [{**v, "vs_float32": v["samples_per_s"] / base
+             if base and v.get("samples_per_s") else None} for v in variants]
+
+
+def status(variant: dict) -> str:
+    """"ok", "unsupported" (the device cannot run the variant: decided before running, not
+    tried) or "failed"."""
+    if variant.get("ok"):
+        return "ok"
+    return "unsupported" if variant.get("support") == "unsupported" else "failed"
+
+
+def stability(variant: dict) -> str:
+    """"stable", or "noisy" when the spread says the machine was busy and the figure is not to
+    be trusted; "" for a failed variant or a document that predates the `stable` key."""
+    if not variant.get("ok") or variant.get("stable") is None:
+        return ""
+    return "stable" if variant["stable"] else "noisy"
+
+
+def _drift(v):
+    return None if v.get("nonfinite_outputs") else v.get("max_abs_diff_vs_float32")
+
+
+def _fmt(pattern):
+    return lambda x: number(x, pattern)
+
+
+def _latency(key):
+    return lambda v: (v.get("latency_ms") or {}).get(key)
+
+
+# (header, raw value of a variant, text of that value, shown when absent). Raw values feed
+# sorting and CSV exports; optional columns appear only when some variant has the value.
+BENCH_COLUMNS = (
+    ("Variant", lambda v: v.get("name"), str, True),
+    ("Status", status, str, True),
+    ("Stability", stability, str, False),
+    ("Support", lambda v: v.get("support"), lambda x: x or "", False),
+    ("Samples/s", lambda v: v.get("samples_per_s"), _fmt("{:,.1f}"), True),
+    ("vs float32", lambda v: v.get("vs_float32"), _fmt("{:.2f}×"), True),
+    ("Spread", lambda v: v.get("spread"), _fmt("{:.1%}"), False),
+    ("Tokens/s", lambda v: v.get("tokens_per_s"), _fmt("{:,.0f}"), False),
+    ("p50 ms", _latency("p50"), _fmt("{:.2f}"), True),
+    ("p90 ms", _latency("p90"), _fmt("{:.2f}"), True),
+    ("min ms", _latency("min"), _fmt("{:.2f}"), True),
+    ("First call ms", lambda v: v.get("first_call_ms"), _fmt("{:.1f}"), False),
+    ("Peak memory", lambda v: v.get("peak_memory_bytes"), size, True),
+    ("Weights", lambda v: v.get("weights_bytes"), size, True),
+    ("TFLOP/s", lambda v: v.get("tflops"), _fmt("{:.3g}"), False),
+    ("% of peak", lambda v: v.get("peak_fraction"), _fmt("{:.1%}"), False),
+    ("Max |diff| vs fp32", _drift, _fmt("{:.3g}"), True),
+    ("Cosine vs fp32", lambda v: v.get("cosine_vs_float32"), _fmt("{:.6f}"), False),
+    ("Top-1 agreement", lambda v: v.get("top1_agreement"), _fmt("{:.1%}"), True),
+    ("inf/NaN outputs", lambda v: v.get("nonfinite_outputs"), _fmt("{:d}"), False),
+    ("Error", lambda v: v.get("error"), lambda x: x or "", True),
+)
+
+
+def bench_columns(variants) -> tuple:
+    """The columns worth showing for these variants: the always-shown ones, and each optional
+    one that some variant fills (a document from an older version lacks the newer keys)."""
+    return tuple(c for c in BENCH_COLUMNS
+                 if c[3] or any(c[1](v) not in (None, "") for v in variants))

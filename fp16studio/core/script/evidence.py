@@ -1,0 +1,239 @@
+"""From what a traced script did to a diagnosis: the same Evidence, rules and tree as a spec run.
+
+Each model's first forward pass is snapshotted the moment it ends (the script may cast or
+delete the model later): its parameters, the batch it got, the activations, the spec observed
+so far. When the script is over, the rules read each snapshot, and each finding gets the line
+of the user's code it is about (`source`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+
+from ..common import dtypes
+from ..data.columns import ColumnFacts
+from ..diagnostics.diagnosis import (
+    describe_output,
+    error_doc,
+    keep_in_fp32_modules,
+    parameter_dtypes,
+    environment_info,
+)
+from ..diagnostics.findings import Finding, Fix, by_severity
+from ..diagnostics.inventory import activations_tree, batch_tree, mark, model_tree
+from ..diagnostics.rules import Evidence, rule_list_batch, run_rules
+from ..diagnostics.tree import TensorNode
+from ..spec.value import PipelineSpec
+from .recover import Observed, Recorder, observed_spec
+from .trace import ScriptTrace
+from .tracer import ModelTrace, ScriptTracer, UserCode
+
+_DEVICE_MISSING = re.compile(r"not compiled with CUDA|no NVIDIA driver|No CUDA GPUs|"
+                             r"invalid device ordinal|CUDA driver|MPS .*not available", re.I)
+_LIST_ERRORS = re.compile(r"'list' object has no attribute '(to|cuda|half|float)'", re.I)
+# Batch keys that hold integers in every Hugging Face model: a floating one was cast.
+_ID_NAMES = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "labels",
+             "decoder_input_ids", "decoder_attention_mask")
+# Where a finding's source line is, by code, when it is not the failing call.
+_SOURCE_OF = {"map-cast-lost": ("map",), "autocast-inactive": ("autocast",),
+              "half-on-cpu": ("cast", "load"), "mixed-precision-params": ("cast", "load"),
+              "list-batch": ("format", "dataset"), "silent-upcast": ("cast", "load")}
+
+
+@dataclass
+class Snapshot:
+    trace: ModelTrace
+    device: str
+    main_input: str
+    batch_size: int | None
+    facts: dict                           # batch key -> ColumnFacts
+    param_dtypes: dict
+    module_param_dtypes: dict
+    keep_in_fp32: tuple
+    tree: TensorNode
+    output: dict | None
+    name: str = ""                        # what from_pretrained loaded, else the class
+    observed: Observed | None = None
+    error: dict | None = None             # the forward pass's failure, with its source line
+    findings: list = field(default_factory=list)
+
+
+class ScriptWatch:
+    """Everything installed in the script's process: the tracer and the spec recorder."""
+
+    def __init__(self, user: UserCode):
+        self.user = user
+        self.recorder = Recorder(user)
+        self.tracer = ScriptTracer(user, on_start=self._started, on_done=self._done)
+        self.snapshots: list[Snapshot] = []
+
+    def install(self):
+        self.recorder.install()
+        self.tracer.install()
+
+    def uninstall(self):
+        self.tracer.uninstall()
+        self.recorder.uninstall()
+
+    def _started(self, trace: ModelTrace, module):
+        trace.autocast = self.recorder.current_autocast()
+
+    def _done(self, trace: ModelTrace, module):
+        snap = _snapshot(trace, module, self.recorder.maps)
+        snap.observed = observed_spec(self.recorder, module, snap)
+        load = self.recorder.load_of(module)
+        snap.name = load.model if load else trace.cls
+        snap.findings = _model_findings(snap, self.user)
+        # Described: let the tensors go, and the traceback (it holds the script's frames).
+        trace.inputs, trace.output, trace.exception = {}, None, None
+        self.snapshots.append(snap)
+
+
+def _snapshot(trace: ModelTrace, module, maps) -> Snapshot:
+    import torch
+
+    tensors = {k: v for k, v in trace.inputs.items() if torch.is_tensor(v)}
+    lists = [k for k, v in trace.inputs.items() if isinstance(v, list)]
+    intended, stored = {}, {}
+    for call in maps:
+        intended.update(call.intended)
+        stored.update({k: v for k, v in call.stored.items() if v})
+    facts = {}
+    for key, tensor in tensors.items():
+        final = dtypes.name_of(tensor.dtype)
+        cast = trace.input_casts.get(key)
+        before = cast.before if cast else final
+        guess = "int64" if key in _ID_NAMES and dtypes.is_floating_name(final) else None
+        facts[key] = ColumnFacts(key, role="label" if key == "labels" else None,
+                                 stored=stored.get(key) or (before if cast else guess),
+                                 intended=intended.get(key), loaded=before, final=final,
+                                 device=str(tensor.device), shape=tuple(tensor.shape))
+    for key in lists:
+        facts[key] = ColumnFacts(key, loaded="list")
+    main_input = getattr(module, "main_input_name", None) or next(iter(tensors), "input")
+    first = tensors.get(main_input) if main_input in tensors else next(iter(tensors.values()), None)
+    device = next((str(p.device) for p in module.parameters()), "cpu")
+    tree = TensorNode(name="pipeline", path="", kind="group")
+    tree.add(model_tree(module))
+    if tensors:
+        tree.add(batch_tree(tensors))
+    if trace.calls:
+        tree.add(activations_tree(trace.calls))
+    output = describe_output(trace.output) if trace.exception is None and trace.output is not None \
+        else None
+    param_dtypes, module_param_dtypes = parameter_dtypes(module)
+    return Snapshot(trace=trace, device=device, main_input=main_input,
+                    batch_size=int(first.shape[0]) if first is not None and first.dim() else None,
+                    facts=facts, param_dtypes=param_dtypes, module_param_dtypes=module_param_dtypes,
+                    keep_in_fp32=tuple(keep_in_fp32_modules(module)), tree=tree, output=output)
+
+
+def assemble(watch: ScriptWatch, script: str, args, outcome: dict, seconds: float) -> ScriptTrace:
+    """The result of the run: findings per model, the script's own failure, what ran."""
+    findings = [f for snap in watch.snapshots for f in snap.findings]
+    primary = next((s for s in watch.snapshots if s.error is not None),
+                   watch.snapshots[0] if watch.snapshots else None)
+    error = outcome.get("error")
+    if primary is not None and primary.error is not None:
+        error = primary.error
+    elif error is not None and outcome.get("exception") is not None:
+        findings.extend(_script_failure_findings(outcome["exception"], error))
+    findings = _unique(findings)
+    notes = list(outcome.get("notes", ()))
+    notes.extend(f"fp16studio failed to snapshot a model (a bug): {e}" for e in watch.tracer.errors)
+    if not watch.snapshots:
+        notes.append("no model ran a forward pass: nothing to diagnose")
+    elif primary.observed is not None and not primary.observed.recovered:
+        notes.append(f"no pipeline spec: {primary.observed.why_not}")
+    models = [{"name": s.name, "class": s.trace.cls, "calls": s.trace.count}
+              for s in watch.snapshots]
+    if primary is not None:
+        mark(primary.tree, primary.findings)
+    spec = primary.observed.spec if primary is not None else PipelineSpec(model="script",
+                                                                          dataset="script")
+    return ScriptTrace(
+        spec=spec, device=primary.device if primary else "cpu",
+        findings=by_severity(findings), error=error,
+        output=primary.output if primary else None, tree=primary.tree if primary else None,
+        timings={"script": round(seconds, 4)}, environment=environment_info(),
+        script=script, args=tuple(args), models=models,
+        recovered=bool(primary and primary.observed.recovered), notes=notes)
+
+
+def _model_findings(snap: Snapshot, user: UserCode) -> list[Finding]:
+    trace = snap.trace
+    exc = trace.exception if isinstance(trace.exception, Exception) else None
+    error = error_doc(exc, "forward", trace.failed_module) if exc is not None else None
+    # Read while the exception is still inside the model: its traceback holds the frames from
+    # the model's call inwards (the user's own forward code, if any); else the calling line.
+    failing = (user.traceback_source(exc.__traceback__) or trace.source) if exc is not None \
+        else None
+    if error is not None:
+        snap.error = dict(error, source=failing)
+    evidence = Evidence(
+        spec=snap.observed.spec, device_type=snap.device.split(":")[0],
+        param_dtypes=snap.param_dtypes, module_param_dtypes=snap.module_param_dtypes,
+        keep_in_fp32=snap.keep_in_fp32, facts=snap.facts, calls=trace.calls, error=error,
+        exception=exc)
+    out = []
+    for finding in run_rules(evidence):
+        source = _source_for(finding, snap, failing)
+        out.append(dataclasses.replace(finding, source=source))
+    return out
+
+
+def _source_for(finding: Finding, snap: Snapshot, failing: dict | None) -> dict | None:
+    casts = snap.trace.input_casts
+    if finding.code in ("integer-cast", "dtype-mismatch"):
+        cast = casts.get(finding.location) or next(iter(casts.values()), None)
+        if cast is not None:
+            return cast.source
+    if finding.severity == "error" and failing is not None:
+        return failing
+    for what in _SOURCE_OF.get(finding.code, ()):
+        source = snap.observed.sources.get(what)
+        if source is not None:
+            return source
+    return failing or snap.trace.source
+
+
+def _script_failure_findings(exc: BaseException, error: dict) -> list[Finding]:
+    """What the rules can say about a failure outside any model's forward pass."""
+    message = error["message"]
+    source = error.get("source")
+    if _DEVICE_MISSING.search(message):
+        return [device_unavailable(source)]
+    if _LIST_ERRORS.search(message):
+        evidence = Evidence(spec=PipelineSpec(model="script", dataset="script", format="python"),
+                            device_type="cpu", param_dtypes={}, module_param_dtypes={},
+                            facts={"batch": ColumnFacts("batch", loaded="list")},
+                            error=dict(error, stage="batch"), exception=exc)
+        return [dataclasses.replace(f, source=source) for f in rule_list_batch(evidence)]
+    return []
+
+
+def device_unavailable(source: dict | None) -> Finding:
+    import torch
+
+    available = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return Finding(
+        "device-unavailable", "error", "cuda",
+        "The script moves a model or tensor to a device this machine does not have "
+        f"(available: {', '.join(available)}). Pick the device at run time: CUDA when present, "
+        "else the CPU.",
+        {"available": available},
+        (Fix("device-auto", "Use the best device present (auto)", {"device": "auto"},
+             "the first CUDA device when present, else the CPU"),),
+        source=source)
+
+
+def _unique(findings: list[Finding]) -> list[Finding]:
+    seen, out = set(), []
+    for finding in findings:
+        key = (finding.code, finding.location)
+        if key not in seen:
+            seen.add(key)
+            out.append(finding)
+    return out

@@ -1,0 +1,127 @@
+"""The child process of `fp16studio trace`: run the user's script as `python SCRIPT ARGS` would,
+with the tracer and the spec recorder installed, then write the result for the parent.
+
+    python -m fp16studio.core.script.runner RESULT.pickle SCRIPT [ARGS...]
+
+The script's stdout and stderr are its own (the parent forwards them line by line); nothing of
+ours is printed. Whatever the script does (returns, raises, calls sys.exit, is interrupted by
+the parent's timeout), the result is written.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import runpy
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from ..common.errors import first_line
+
+
+def main(argv: list[str]) -> int:
+    result_path, script, *args = argv
+    script_path = Path(script).resolve()
+    # Our own start (torch loads here) is not the script's: a timeout that comes this early
+    # ends the process without a traceback of ours, and the script's folder goes on the path
+    # only afterwards, so a cuda.py or typing.py beside the script cannot shadow torch's imports.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from .evidence import ScriptWatch, assemble
+    from .tracer import UserCode
+
+    user = UserCode(script_path)
+    watch = ScriptWatch(user)
+    watch.install()
+    sys.argv = [str(script_path), *args]
+    our_path = sys.path[0]
+    sys.path[0] = str(script_path.parent)   # as `python SCRIPT` does: its folder imports first
+    start = time.perf_counter()
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        runpy.run_path(str(script_path), run_name="__main__")
+        outcome = {}
+    except SystemExit as exc:
+        outcome = _exit_outcome(exc, user)
+    except BaseException as exc:  # noqa: BLE001 - the script failed or was interrupted: the result
+        _print_traceback(exc, user)
+        outcome = _failure_outcome(exc, user)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late interrupt must not lose the result
+        watch.uninstall()
+        if sys.path and sys.path[0] == str(script_path.parent):
+            sys.path[0] = our_path   # what we import from here on is ours, not the folder's
+    seconds = time.perf_counter() - start
+    sys.stdout.flush()
+    result = assemble(watch, str(script_path), args, outcome, seconds)
+    tmp = Path(result_path).with_suffix(".tmp")
+    with open(tmp, "wb") as handle:
+        pickle.dump(result, handle)
+    os.replace(tmp, result_path)
+    return 0
+
+
+# The fp16studio package: frames from here in a traceback are the tracer's wrappers.
+_OURS = str(Path(__file__).resolve().parents[2]) + os.sep
+
+
+def _print_traceback(exc: BaseException, user):
+    """What `python SCRIPT` would print: the traceback from the script's own first frame,
+    without the tracer's frames between the script's and the library's."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and not user.owns(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    report = traceback.TracebackException(type(exc), exc, tb)
+    seen = set()
+    part = report
+    while part is not None and id(part) not in seen:  # the exception and those it chains
+        seen.add(id(part))
+        part.stack = _without_our_wrappers(part.stack)
+        part = part.__cause__ or part.__context__
+    print("".join(report.format()), end="", file=sys.stderr)
+
+
+def _without_our_wrappers(stack):
+    """The frames, less ours between the script's and the library's. Ours after the last
+    frame of anyone else's stay: the exception was raised in them (a bug of ours, shown)."""
+    frames = list(stack)
+    last_foreign = max((i for i, f in enumerate(frames) if not f.filename.startswith(_OURS)),
+                       default=-1)
+    return traceback.StackSummary.from_list(
+        [f for i, f in enumerate(frames) if i > last_foreign or not f.filename.startswith(_OURS)])
+
+
+def _failure_outcome(exc: BaseException, user) -> dict:
+    source = user.traceback_source(exc.__traceback__)
+    if isinstance(exc, SyntaxError) and exc.filename and user.owns(exc.filename):
+        source = {"file": exc.filename, "line": exc.lineno}
+    if isinstance(exc, KeyboardInterrupt):
+        error = {"type": "KeyboardInterrupt", "message": "the script was interrupted"}
+    else:
+        error = {"type": type(exc).__name__, "message": first_line(exc, 500)}
+    return {"error": dict(error, stage="script", module=None, source=source),
+            "exception": exc if isinstance(exc, Exception) else None}
+
+
+def _exit_outcome(exc: SystemExit, user) -> dict:
+    """sys.exit(0) or sys.exit() is a clean end; anything else is the script saying it failed."""
+    code = exc.code
+    if code is None or code == 0:
+        return {"notes": ["the script called sys.exit(0)"]} if code == 0 else {}
+    source = user.traceback_source(exc.__traceback__)
+    frames = [frame.filename for frame in traceback.extract_tb(exc.__traceback__)]
+    if any(name.endswith("argparse.py") for name in frames):
+        message = (f"the script's argument parser stopped it (exit status {code}): does it need "
+                   "arguments? Pass them after --, as in: fp16studio trace SCRIPT -- ARGS")
+    else:
+        status = code if isinstance(code, int) else f"1: {first_line(Exception(code))}"
+        where = f" at line {source['line']}" if source else ""
+        message = f"the script called sys.exit({code!r}){where} (exit status {status})"
+    return {"error": {"type": "SystemExit", "message": message, "stage": "script",
+                      "module": None, "source": source}}
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

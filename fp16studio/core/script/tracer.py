@@ -1,0 +1,249 @@
+"""Tracing a user's own script: the first forward pass of every model it runs, and its casts.
+
+Runs inside the script's process (core/script/runner.py). For the whole run the tracer watches
+every module call through the dispatcher of `nn.Module.__call__` (core/run/module_hooks.py):
+the first call of a module with parameters that is not part of a model already seen starts a
+`Tracer` (core/run/trace.py, the same evidence a spec run records) on that model, and the hooks
+come off again when that first forward pass returns or raises. Later calls cost one set
+look-up. (torch's global forward pre-hooks cannot see keyword arguments, and Hugging Face models
+are called with `**batch`: the dispatcher sees them, before the model's own hooks run.)
+
+`source` lines: the innermost frame of the user's own code (the script, or a file in its
+folder) on the stack, so a failure inside transformers points at the line that called it.
+"""
+
+from __future__ import annotations
+
+import sys
+import sysconfig
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..common import dtypes
+from ..run.module_hooks import add_watcher, remove_watcher
+from ..run.trace import Tracer
+
+
+class UserCode:
+    """Which files are the user's: the script and the files beside it (not installed packages)."""
+
+    def __init__(self, script: Path):
+        self.script = str(script)
+        self.folder = str(script.parent) + "/"
+        own = str(Path(__file__).resolve().parents[2]) + "/"  # the fp16studio package
+        installed = {sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib")}
+        self._outside = tuple(str(Path(p)) + "/" for p in installed) + (own,)
+        self._known: dict[str, bool] = {}
+
+    def owns(self, filename: str) -> bool:
+        known = self._known.get(filename)
+        if known is None:
+            known = filename == self.script or (
+                filename.startswith(self.folder) and not filename.startswith(self._outside)
+                and "site-packages" not in filename)
+            self._known[filename] = known
+        return known
+
+    def frame_source(self, frame) -> dict | None:
+        """{"file", "line"} of the innermost user frame from `frame` outwards."""
+        while frame is not None:
+            if self.owns(frame.f_code.co_filename):
+                return {"file": frame.f_code.co_filename, "line": frame.f_lineno}
+            frame = frame.f_back
+        return None
+
+    def here(self, depth: int = 2) -> dict | None:
+        return self.frame_source(sys._getframe(depth))
+
+    def caller_is_user(self, depth: int = 2, skip: tuple = (), through: str = "") -> dict | None:
+        """The calling line when user code made this call itself (frames of `skip` packages,
+        such as torch's own wrappers, and overrides named `through` looked through); None when
+        a library made it."""
+        frame = sys._getframe(depth)
+        while frame is not None and (frame.f_code.co_filename.startswith(skip)
+                                     or frame.f_code.co_name == through):
+            frame = frame.f_back
+        if frame is not None and self.owns(frame.f_code.co_filename):
+            return {"file": frame.f_code.co_filename, "line": frame.f_lineno}
+        return None
+
+    def traceback_source(self, tb) -> dict | None:
+        """The innermost user line of an exception's traceback."""
+        found = None
+        while tb is not None:
+            if self.owns(tb.tb_frame.f_code.co_filename):
+                found = {"file": tb.tb_frame.f_code.co_filename, "line": tb.tb_lineno}
+            tb = tb.tb_next
+        return found
+
+
+@dataclass
+class Cast:
+    """A dtype change of a tensor made by the user's code (`.half()`, `.to(dtype)`...)."""
+
+    source: dict | None
+    before: str
+    after: str
+
+
+class CastLog:
+    """The casts the user's code makes outside models, found again by the tensor they made.
+
+    Keyed by id with a weak reference that drops the entry when the tensor dies (tensors
+    compare elementwise, so they cannot be dictionary keys themselves)."""
+
+    METHODS = ("to", "half", "bfloat16", "float", "double", "type")
+
+    def __init__(self, user: UserCode, busy):
+        self.user = user
+        self._busy = busy            # true while a model's first forward pass is traced
+        self._casts: dict[int, tuple] = {}
+        self._originals = {}
+
+    def install(self):
+        import torch
+
+        for name in self.METHODS:
+            original = getattr(torch.Tensor, name)
+            self._originals[name] = original
+            setattr(torch.Tensor, name, self._wrap(original))
+
+    def uninstall(self):
+        import torch
+
+        for name, original in self._originals.items():
+            setattr(torch.Tensor, name, original)
+        self._originals.clear()
+
+    def _wrap(self, original):
+        log = self
+
+        def cast(tensor, *args, **kwargs):
+            result = original(tensor, *args, **kwargs)
+            if (result is not tensor and not log._busy() and hasattr(result, "dtype")
+                    and result.dtype != tensor.dtype and result.dtype.is_floating_point):
+                log._record(tensor, result)
+            return result
+
+        cast.__wrapped__ = original
+        return cast
+
+    def _record(self, tensor, result):
+        source = self.user.here(3)
+        if source is None:
+            return
+        key = id(result)
+        casts = self._casts
+        ref = weakref.ref(result, lambda _: casts.pop(key, None))
+        earlier = self.find(tensor)
+        before = earlier.before if earlier else dtypes.name_of(tensor.dtype)
+        casts[key] = (ref, Cast(source, before, dtypes.name_of(result.dtype)))
+
+    def find(self, tensor) -> Cast | None:
+        entry = self._casts.get(id(tensor))
+        return entry[1] if entry and entry[0]() is tensor else None
+
+
+@dataclass
+class ModelTrace:
+    """The first forward pass of one top-level model, and what it says about the model."""
+
+    index: int
+    cls: str
+    source: dict | None                  # the user's line that called the model
+    calls: list = field(default_factory=list)       # ModuleCall, from core/run/trace.py
+    inputs: dict = field(default_factory=dict)      # batch key -> tensor or value (until done)
+    input_casts: dict = field(default_factory=dict)  # batch key -> Cast
+    exception: BaseException | None = None
+    failed_module: str | None = None
+    output: object = None                 # what the pass returned (until on_done reads it)
+    count: int = 1                        # top-level calls of this model in the whole script
+    autocast: object = None               # the user's autocast around the call (script.recover)
+
+
+class ScriptTracer:
+    """Watches every module call for the script's whole run (see the module docstring)."""
+
+    def __init__(self, user: UserCode, on_start=None, on_done=None):
+        self.user = user
+        self.on_start = on_start           # callback(trace, module) before the first pass
+        self.on_done = on_done             # callback(trace, module) after it, even on error
+        self.traces: list[ModelTrace] = []
+        self.errors: list[str] = []        # fp16studio's own failures while the script ran
+        self.casts = CastLog(user, lambda: self._active is not None)
+        self._active: ModelTrace | None = None
+        self._seen = weakref.WeakSet()
+        self._roots = weakref.WeakKeyDictionary()
+        self._watch = None
+
+    def install(self):
+        seen, roots = self._seen, self._roots
+        tracer = self
+
+        def watch(module, args, kwargs):
+            if tracer._active is None:
+                if module in roots:
+                    roots[module].count += 1
+                elif module not in seen:
+                    return tracer._first_call
+            return None
+
+        self._watch = watch
+        add_watcher(watch)
+        self.casts.install()
+
+    def uninstall(self):
+        if self._watch is not None:
+            remove_watcher(self._watch)
+            self._watch = None
+        self.casts.uninstall()
+
+    def _first_call(self, call, module, args, kwargs):
+        if next(module.parameters(), None) is None:  # a loss, an activation, a transform
+            self._seen.add(module)
+            return call(module, *args, **kwargs)
+        trace = ModelTrace(index=len(self.traces), cls=type(module).__name__,
+                           source=self.user.here(3))
+        trace.inputs = _named_inputs(module, args, kwargs)
+        trace.input_casts = {k: c for k, c in ((k, self.casts.find(v))
+                                                for k, v in trace.inputs.items()) if c}
+        if self.on_start is not None:
+            self.on_start(trace, module)
+        self._active = trace
+        self._seen.update(module.modules())
+        self._roots[module] = trace
+        tracer = Tracer(module)
+        try:
+            with tracer:  # the call asks watch() again: with _active set, it goes on
+                result = trace.output = call(module, *args, **kwargs)
+        except BaseException as exc:
+            trace.exception = exc
+            failed = tracer.failed_in
+            trace.failed_module = failed.name if failed else None
+            raise
+        finally:
+            self._active = None
+            trace.calls = tracer.calls
+            self.traces.append(trace)
+            if self.on_done is not None:
+                try:
+                    self.on_done(trace, module)
+                except Exception as exc:  # noqa: BLE001 - our bug must not change the script
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+        return result
+
+
+def _named_inputs(module, args, kwargs) -> dict:
+    """The batch as the model got it: positional arguments named by forward's signature."""
+    import inspect
+
+    named = dict(kwargs)
+    try:
+        names = [p for p in inspect.signature(module.forward).parameters
+                 if p not in ("self", "args", "kwargs")]
+    except (TypeError, ValueError):
+        names = []
+    for i, value in enumerate(args):
+        named[names[i] if i < len(names) else f"input[{i}]"] = value
+    return named

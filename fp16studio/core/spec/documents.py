@@ -1,0 +1,131 @@
+"""Spec and session documents: the one place that reads and writes them.
+
+A spec is a JSON or TOML document of spec keys (CONTRACT §1). A session wraps one:
+`{"fp16studio_session": 1, "version", "saved_at", "spec", "diagnosis", "bench"}`; every command
+that takes a SPEC also takes a session (its spec is read). What fp16studio writes is trusted as
+written (CONTRACT §6), so writing records the consent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ... import __version__
+from ..common.errors import InputError
+from ..common.files import read_text, write_text_atomic
+from . import trust
+from .value import PipelineSpec
+
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Session:
+    spec: PipelineSpec
+    # The `diagnose --json` and `bench --json` documents of the last runs (CONTRACT §3).
+    diagnosis: dict | None = None
+    bench: dict | None = None
+    # Where the session was read from or last saved to; after a crash copy is restored, the
+    # file the user had open when it was written (None for an unsaved session).
+    path: Path | None = None
+    saved_at: str | None = None
+
+
+def load_spec(path: str | Path) -> PipelineSpec:
+    """The spec of a .json/.toml spec file, or of a session file."""
+    path = Path(path)
+    data = _parse(read_text(path, "spec"), path)
+    if _is_session(data):
+        _check_format(data, path)
+        data = data.get("spec")
+    try:
+        return PipelineSpec.from_dict(data, base_dir=path.resolve().parent)
+    except InputError as exc:
+        raise InputError(f"spec {path}: {str(exc).removeprefix('spec: ')}") from None
+
+
+def save_spec(spec: PipelineSpec, path: str | Path) -> None:
+    """Write the spec as JSON, atomically so an interrupted save never loses the old file."""
+    path = Path(path)
+    rebased = spec.rebased(path.resolve().parent)
+    write_text_atomic(path, json.dumps(rebased.to_dict(), indent=2) + "\n")
+    trust.trust(path, rebased)  # written by fp16studio: the user's own from now on
+
+
+def read_session(path: Path) -> tuple[Session, dict]:
+    """A session file, or a plain spec file read as a session without findings; with the
+    document's other keys (an autosave's `source`)."""
+    text = read_text(path, "session")
+    try:
+        data = json.loads(text) if path.suffix != ".toml" else None
+    except (ValueError, RecursionError) as exc:
+        reason = exc if isinstance(exc, ValueError) else "nested too deeply"
+        raise InputError(f"{path}: not a session or spec file ({reason})") from None
+    if not _is_session(data):
+        return Session(spec=load_spec(path), path=path), {}
+    _check_format(data, path)
+    try:
+        spec = PipelineSpec.from_dict(data.get("spec"), base_dir=path.parent)
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None
+    session = Session(spec=spec, diagnosis=_object_or_none(data, "diagnosis", path),
+                      bench=_object_or_none(data, "bench", path), path=path,
+                      saved_at=data.get("saved_at"))
+    return session, data
+
+
+def write_session(session: Session, path: Path, **extra) -> str:
+    """Write the session document to `path` (spec paths made valid from its folder), with
+    `extra` keys; returns the time it was saved at."""
+    folder = path.parent
+    document = {
+        "fp16studio_session": FORMAT,
+        "version": __version__,
+        "saved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "spec": session.spec.rebased(folder).to_dict(),
+        "diagnosis": session.diagnosis,
+        "bench": session.bench,
+        **extra,
+    }
+    write_text_atomic(path, json.dumps(document, indent=2) + "\n")
+    trust.trust(path, session.spec.rebased(folder))  # the app wrote it: the user's own
+    return document["saved_at"]
+
+
+def _is_session(data) -> bool:
+    return isinstance(data, dict) and "fp16studio_session" in data
+
+
+def _check_format(data: dict, path: Path) -> None:
+    """Refuse a session document of a format this version does not read."""
+    if data["fp16studio_session"] != FORMAT:
+        raise InputError(f"{path}: session format {data['fp16studio_session']!r} is not supported "
+                         f"by this version (it reads format {FORMAT})")
+
+
+def _object_or_none(data: dict, key: str, path: Path) -> dict | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise InputError(f"{path}: {key!r} should be an object or null")
+    return value
+
+
+def _parse(raw: str, path: Path):
+    if path.suffix.lower() == ".toml":
+        import tomllib
+
+        try:
+            return tomllib.loads(raw)
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(f"spec {path}: not valid TOML ({exc})") from None
+        except RecursionError:
+            raise InputError(f"spec {path}: nested too deeply to be a spec") from None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"spec {path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise InputError(f"spec {path}: nested too deeply to be a spec") from None

@@ -1,0 +1,114 @@
+"""The files side of the SessionController: demo, open, new, save, export, report, the crash
+copy (autosave) and shutting down. A mixin of SessionController, which provides `state`,
+`worker`, `undo_stack` and the signals; what goes in a file comes from the SessionState."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fp16studio.core import InputError, PipelineSpec
+from .worker import Job
+
+
+class SessionFiles:
+    def load_demo(self, name: str | None = None):
+        from fp16studio.core.demo.pipelines import DEMO_DEFAULT
+
+        name = name or DEMO_DEFAULT
+        self.logged.emit("info", f"Opening the demo pipeline {name!r}.")
+        self.worker.submit(Job("demo", "demo", (name,), on_result=self.start_with,
+                               on_error=self._on_open_error))
+
+    def open_path(self, path: str):
+        """Open a spec, a session or `demo:NAME` (read in the engine: a demo imports torch)."""
+        def done(result):
+            spec, diagnosis_doc, bench_doc = result
+            local = None if str(path).startswith("demo:") else Path(path).absolute()
+            self.start_with(spec, diagnosis_doc, bench_doc, local)
+            self.logged.emit("info", f"Opened {path}")
+        self.worker.submit(Job("open", "open", (path,), on_result=done, on_error=self._on_open_error))
+
+    def new_pipeline(self):
+        """A blank pipeline: every key at its default, the model to be chosen."""
+        self.start_with(PipelineSpec(model="", dataset="synthetic"))
+        self.logged.emit("info", "New pipeline.")
+
+    def _on_open_error(self, message, detail):
+        self.state.run_when_ready = False
+        self.logged.emit("error", message + (f"\n{detail}" if detail else ""))
+        self.diagnosisFailed.emit(message)
+        self.warned.emit("Cannot open", message)
+
+    def save(self, path) -> bool:
+        """Save the session to `path`. On failure (a read-only or full disk) the user is told
+        and the session stays unsaved: the title keeps its dot."""
+        from fp16studio.core.spec.session import save_session
+
+        try:
+            saved = save_session(self._session(with_path=False), path)
+        except InputError as exc:
+            self.logged.emit("error", str(exc))
+            self.warned.emit("Cannot save", str(exc))
+            return False
+        self.state.path = saved.path
+        self.undo_stack.setClean()
+        self.logged.emit("info", f"Saved session {saved.path}")
+        self._emit_title()
+        return True
+
+    def export_script(self, path: str) -> bool:
+        """Write the exported script in the engine (rendering it reads the dataset)."""
+        if self.spec is None or not self._has_model():
+            return False
+
+        def done(written):
+            self.logged.emit("info", f"Exported script {written}")
+            self.exportFinished.emit(written)
+
+        def failed(message, detail):
+            self.logged.emit("error", message + (f"\n{detail}" if detail else ""))
+            self.warned.emit("Cannot export", message)
+        self.worker.submit(Job("export", "export", (self.spec, str(path)), on_result=done, on_error=failed))
+        return True
+
+    def write_report(self, path) -> bool:
+        from fp16studio.core.common.files import write_text_atomic
+        from fp16studio.core.present.html import render_report
+
+        try:
+            write_text_atomic(Path(path), render_report(self.diagnosis_doc, self.bench_doc))
+        except InputError as exc:
+            self.warned.emit("Cannot write the report", str(exc))
+            return False
+        self.logged.emit("info", f"Wrote report {path}")
+        return True
+
+    def _session(self, with_path=True):
+        from fp16studio.core.spec.documents import Session
+
+        return Session(self.spec, self.state.saved_findings(), self.bench_doc,
+                       path=self.state.path if with_path else None)
+
+    def autosave(self):
+        """The crash copy of this window's session. A blank pipeline has none: its spec (no
+        model yet) could not be read back."""
+        from fp16studio.core.spec.session import autosave, clear_autosave
+
+        if self.spec is None or self._closing:
+            return
+        if self.state.missing():
+            clear_autosave(self.autosave_owner)
+            return
+        try:
+            autosave(self._session(), self.autosave_owner)
+        except InputError as exc:
+            self.logged.emit("warning", f"Autosave failed: {exc}")
+
+    def shutdown(self) -> bool:
+        """Stop the worker and the engine, and drop this window's crash copy (a clean close)."""
+        from fp16studio.core.spec.session import clear_autosave
+
+        self._closing = True
+        stopped = self.worker.shutdown()
+        clear_autosave(self.autosave_owner)
+        return stopped

@@ -1,0 +1,285 @@
+"""The window's session without a window (fp16studio.session_state): no QApplication, no qtbot.
+
+Each result slot knows the spec it is of; stale, fixes enabled, the findings shown and the spec
+a fix applies to follow from the slots; the consent decision asks through a plain callable."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fp16studio.core import Finding, Fix, PipelineSpec
+from fp16studio.core.diagnostics.report import Diagnosis
+from fp16studio.core.diagnostics.tree import TensorNode, summary
+from fp16studio.core.diagnostics.tree_index import TreeIndex
+from fp16studio.core.precision.drift import DriftResult
+from fp16studio.core.script.trace import ScriptTrace
+from fp16studio.session_state import (NO_MODEL, RUN, SAVED, TRACE, SessionState,
+                                      with_inventory)
+
+SPEC = PipelineSpec(model="models/tiny", dataset="synthetic", model_dtype="float16")
+CAST = Fix("cast-inputs", "Cast the inputs to the model's dtype", {"input_dtype": "float16"})
+ISLANDS = Fix("float32-islands", "Run the overflowing modules in float32", {"run_in_float32": ("ffn",)})
+
+
+def mismatch(fix=CAST):
+    return Finding("dtype-mismatch", "error", "layer0", "Half input, float weights", fixes=(fix,))
+
+
+def diagnosis(spec=SPEC, findings=None, tree=None):
+    return Diagnosis(spec, "cpu", findings=[mismatch()] if findings is None else findings, tree=tree)
+
+
+def drift(findings=None):
+    overflow = Finding("overflow", "error", "model.ffn", "inf in float16", fixes=(ISLANDS,))
+    return DriftResult("float16", "cpu", findings=[overflow] if findings is None else findings)
+
+
+def tree():
+    root = TensorNode("pipeline", "", "group")
+    model = root.add(TensorNode("Net", "model", "module"))
+    layer = model.add(TensorNode("layer0", "layer0", "module"))
+    layer.add(TensorNode("weight", "layer0.weight", "parameter", shape=(4, 4), dtype="float32",
+                         device="cpu", bytes=64))
+    batch = root.add(TensorNode("batch", "batch", "group"))
+    batch.add(TensorNode("pixel_values", "batch.pixel_values", "input", shape=(2, 4),
+                         dtype="float16", device="cpu", bytes=16))
+    return root
+
+
+def state_with_run(spec=SPEC):
+    state = SessionState()
+    state.start(spec)
+    state.took_diagnosis(spec, diagnosis(spec))
+    return state
+
+
+def test_the_module_is_qt_and_torch_free():
+    code = ("import sys, fp16studio.session_state; "
+            "print([m for m in ('PySide6', 'pyqtgraph', 'torch', 'transformers', 'datasets', "
+            "'fp16studio.gui', 'fp16studio.engine') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_fresh_run_is_current_its_fixes_apply_to_the_spec_run():
+    state = state_with_run()
+    assert state.findings.of == SPEC and state.findings.origin == RUN
+    assert not state.stale and state.run_current and state.fixes_enabled and state.fixable
+    assert [f.code for f in state.findings_shown()] == ["dtype-mismatch"]
+    plan = state.plan_fix("cast-inputs")
+    assert (plan.fix, plan.base, plan.rerun) == (CAST, SPEC, "diagnose")
+    fixed = plan.fixed_spec()
+    assert fixed.input_dtype == "float16" and fixed.applied_fixes[-1]["id"] == "cast-inputs"
+    assert state.plan_fix("no-such-fix") is None
+    assert state.saved_findings() == state.diagnosis_doc and state.diagnosis_doc["ok"] is False
+
+
+def test_an_edit_makes_the_run_stale_and_the_fix_still_applies_only_to_the_spec_run():
+    state = state_with_run()
+    edited = SPEC.replace(samples=3)
+    assert state.set_spec(edited) is False          # same model: the figures stay
+    assert state.stale and not state.run_current and not state.fixes_enabled
+    plan = state.plan_fix("cast-inputs")
+    assert plan.base == SPEC                        # not the edited spec
+    assert plan.fixed_spec().samples == SPEC.samples
+    # Nothing is kept beside the slots: back to an equal spec (an undo), current again.
+    state.set_spec(SPEC.replace())
+    assert not state.stale and state.fixes_enabled
+
+
+def test_a_trace_is_of_no_spec_and_stands_alone():
+    state = state_with_run()
+    state.took_drift(SPEC, drift())                 # a current drift beside it
+    trace = ScriptTrace(SPEC.replace(model="seen"), "cpu", findings=[mismatch()],
+                        script="/work/train.py", recovered=False)
+    state.took_diagnosis(None, trace)
+    assert state.trace is trace and state.findings.of is None and state.findings.origin == TRACE
+    assert state.findings_shown() == trace.findings   # not the drift's
+    assert not state.stale and not state.fixes_enabled and not state.fixable
+    assert state.plan_fix("cast-inputs") is None and state.plan_fix("float32-islands") is None
+    assert state.saved_findings() is None           # not this spec's to save
+    assert state.continue_trace() is None           # nothing recovered to continue as
+
+
+def test_continuing_a_trace_makes_it_a_run_of_the_recovered_spec():
+    state = SessionState()
+    state.start(SPEC, bench_doc={"variants": []}, path="/work/old.fp16studio")
+    recovered = SPEC.replace(model="from-the-script")
+    root = tree()
+    index = TreeIndex(root)
+    trace = ScriptTrace(recovered, "cpu", findings=[mismatch()], tree=root, script="/work/train.py",
+                        recovered=True)
+    state.took_diagnosis(None, trace, index, 123)
+    assert state.located == {"layer0": index.resolve("layer0")} and state.located["layer0"]
+    assert state.continue_trace() == recovered
+    assert state.spec == recovered and state.path is None and state.bench is None
+    assert state.trace is None and state.diagnosis is trace
+    assert (state.findings.of, state.findings.origin) == (recovered, RUN)
+    assert state.tree_index is index and state.gpu_memory == 123 and state.located
+    assert state.diagnosis_doc["spec"] == recovered.to_dict()
+    assert state.fixes_enabled and state.plan_fix("cast-inputs").base == recovered
+
+
+def test_saved_findings_are_shown_never_fixed_from_and_go_stale():
+    doc = diagnosis().to_json()
+    state = SessionState()
+    state.start(SPEC, diagnosis_doc=doc, bench_doc={"variants": []}, path="/work/s.fp16studio")
+    assert state.findings.origin == SAVED and state.findings.of == SPEC
+    assert [f.code for f in state.findings_shown()] == ["dtype-mismatch"]
+    assert state.inventory == doc["inventory"] and state.tree_index is None and state.located == {}
+    assert not state.stale and not state.fixes_enabled and not state.fixable
+    assert state.plan_fix("cast-inputs") is None
+    assert state.bench.of == SPEC and not state.bench_stale
+    assert state.title(dirty=False) == "s.fp16studio — fp16studio"
+    state.set_spec(SPEC.replace(samples=2))
+    assert state.stale and state.bench_stale
+
+
+def test_a_current_drift_joins_a_current_run_and_its_fix_compares_again():
+    state = state_with_run()
+    state.took_drift(SPEC, drift())
+    assert state.drift_current and not state.drift_stale
+    assert [f.code for f in state.findings_shown()] == ["dtype-mismatch", "overflow"]
+    plan = state.plan_fix("float32-islands")
+    assert (plan.base, plan.rerun) == (SPEC, "drift")
+    assert state.plan_fix("cast-inputs").rerun == "diagnose"
+
+
+def test_a_stale_run_gives_way_to_a_current_drift_and_a_stale_drift_to_nothing():
+    state = state_with_run()
+    edited = SPEC.replace(samples=2)
+    state.set_spec(edited)
+    state.took_drift(edited, drift())
+    assert state.stale and state.drift_current and state.fixes_enabled
+    assert [f.code for f in state.findings_shown()] == ["overflow"]
+    assert state.plan_fix("float32-islands").base == edited
+    state.set_spec(edited.replace(samples=5))
+    assert state.drift_stale and not state.drift_current and not state.fixes_enabled
+    assert [f.code for f in state.findings_shown()] == ["dtype-mismatch"]
+    assert state.plan_fix("float32-islands") is None
+    state.drift_failed()
+    assert state.drift is None and not state.drift_stale
+
+
+def test_a_drift_alone_is_fixable_without_a_run():
+    state = SessionState()
+    state.start(SPEC)
+    state.took_drift(SPEC, drift())
+    assert state.fixes_enabled and state.fixable
+    assert state.plan_fix("float32-islands").rerun == "drift"
+    assert state.plan_fix("cast-inputs") is None
+
+
+def test_the_benchmark_is_of_its_spec_and_goes_with_its_model():
+    state = SessionState()
+    state.start(SPEC)
+    state.took_bench(SPEC, {"variants": [{"name": "float32"}]})
+    assert state.bench_doc and not state.bench_stale
+    assert state.set_spec(SPEC.replace(batch_size=8)) is False
+    assert state.bench_stale and state.bench_doc
+    assert state.set_spec(SPEC.replace(model="models/other")) is True   # another model: dropped
+    assert state.bench is None and not state.bench_stale
+    state.took_bench(state.spec, {"variants": []})
+    state.bench_started()
+    assert state.bench_doc is None
+
+
+def test_a_failed_run_leaves_nothing_of_the_last_one():
+    state = SessionState()
+    state.start(SPEC)
+    root = tree()
+    state.took_diagnosis(SPEC, diagnosis(tree=root), TreeIndex(root), 1)
+    assert state.located and state.tree_index is not None
+    state.diagnosis_failed()
+    assert state.diagnosis is None and state.diagnosis_doc is None and state.tree_index is None
+    assert state.located == {} and state.inventory is None and not state.stale
+    assert not state.fixes_enabled and state.findings_shown() == []
+
+
+def test_the_inventory_is_cores_summary_of_the_tree():
+    root = tree()
+    result = with_inventory((diagnosis(tree=root), TreeIndex(root), None))
+    state = SessionState()
+    state.start(SPEC)
+    state.took_diagnosis(SPEC, *result)
+    assert state.inventory == summary(root) == result[0].inventory
+    assert state.inventory == {"parameters": 16, "tensors": 2, "bytes": 80,
+                               "dtypes": {"float32": 1, "float16": 1}, "devices": {"cpu": 2}}
+
+
+def test_a_blank_pipeline_says_what_is_missing_and_titles_follow_the_file():
+    state = SessionState()
+    assert state.missing() is None and state.title(dirty=False) == "fp16studio"
+    state.start(PipelineSpec(model="", dataset="synthetic"))
+    assert state.missing() == NO_MODEL
+    state.start(SPEC)
+    assert state.missing() is None and state.title(dirty=True) == "models/tiny • — fp16studio"
+
+
+@pytest.fixture
+def received(tmp_path, monkeypatch):
+    """A spec file from elsewhere whose preprocess is a .py file beside it, opened as the
+    session's file; the trust store is this test's own."""
+    monkeypatch.setenv("FP16STUDIO_CONFIG_DIR", str(tmp_path / "config"))
+    (tmp_path / "pre.py").write_text("def fn(example):\n    return example\n")
+    path = tmp_path / "shared.json"
+    path.write_text(json.dumps({"model": "m", "dataset": "synthetic", "preprocess": "pre.py:fn"}))
+    from fp16studio.core.spec.documents import load_spec
+
+    state = SessionState()
+    state.start(load_spec(path), path=path)
+    return state
+
+
+class Asker:
+    def __init__(self, answer):
+        self.answer, self.questions = answer, []
+
+    def __call__(self, question):
+        self.questions.append(question)
+        return self.answer
+
+
+def test_declined_consent_runs_nothing_and_is_asked_again(received):
+    ask = Asker(False)
+    consent = received.consent(received.spec, ask)
+    assert not consent.granted and consent.question == ask.questions[0]
+    assert "pre.py" in consent.question and "'fn'" in consent.question
+    assert not received.consent(received.spec, ask).granted and len(ask.questions) == 2
+
+
+def test_accepted_consent_is_remembered_for_that_content(received, tmp_path):
+    ask = Asker(True)
+    assert received.consent(received.spec, ask).granted
+    assert received.consent(received.spec, ask).granted and len(ask.questions) == 1
+    (tmp_path / "pre.py").write_text("def fn(example):\n    return dict(example)\n")
+    assert not received.consent(received.spec, Asker(False)).granted   # changed: asked again
+
+
+def test_a_spec_running_the_models_own_code_asks_too(received, tmp_path):
+    """trust_remote_code runs the model folder's code: the window asks as for a preprocess."""
+    path = tmp_path / "remote.json"
+    path.write_text(json.dumps({"model": "m", "dataset": "synthetic", "trust_remote_code": True}))
+    from fp16studio.core.spec.documents import load_spec
+
+    received.start(load_spec(path), path=path)
+    ask = Asker(False)
+    consent = received.consent(received.spec, ask)
+    assert not consent.granted and "trust_remote_code" in ask.questions[0]
+
+
+def test_no_code_or_no_file_asks_nothing(received, tmp_path):
+    ask = Asker(False)
+    assert received.consent(received.spec.replace(preprocess=None), ask).granted
+    received.path = None                     # built in the window: the user's own
+    assert received.consent(received.spec, ask).granted and not ask.questions
+
+
+def test_an_unreadable_preprocess_is_said_and_left_to_the_run(received, tmp_path):
+    (tmp_path / "pre.py").unlink()
+    ask = Asker(False)
+    consent = received.consent(received.spec, ask)
+    assert consent.granted and consent.note and "pre.py" in consent.note and not ask.questions
