@@ -10,6 +10,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="fp16studio gui", description="Open the fp16studio window.")
     parser.add_argument("spec", nargs="?", help="a spec or session file, or demo:NAME (default: the demo)")
     args = parser.parse_args(sys.argv[1:] if argv is None else [a for a in argv if a is not None])
+    from fp16studio.display import why_no_window
+
+    missing = why_no_window()
+    if missing:  # before Qt, which would abort the process over it
+        print(f"fp16studio: {missing}", file=sys.stderr)
+        return 2
 
     from PySide6.QtWidgets import QApplication, QMessageBox
 
@@ -31,7 +37,7 @@ def main(argv=None) -> int:
     spec = args.spec
     restored = None
     if spec is None:
-        from fp16studio.core.session import clear_orphan_autosaves, restore_autosave
+        from fp16studio.core.spec.session import clear_orphan_autosaves, restore_autosave
 
         restored = restore_autosave()
         if restored is not None:
