@@ -130,13 +130,24 @@ def test_weights_bytes_counts_parameters_and_buffers_once():
     assert bench_measure.weights_bytes(tied) == 16 * 4
 
 
-def test_cpu_memory_probe_reports_resident_memory():
-    probe = bench_measure.MemoryProbe(torch.device("cpu"))
-    probe.start()
-    figures = probe.result()
-    assert figures["memory_kind"] == "process-rss"
-    assert figures["peak_memory_bytes"] > 10 * 2**20
-    assert figures["reserved_memory_bytes"] is None and figures["nvml_used_bytes"] is None
+def test_cpu_memory_is_the_weights_plus_the_forward_pass_tensors_at_their_peak():
+    """Counted by torch, not the process's resident memory: a float32 stack of Linear layers
+    holds two activations at once at its peak, bfloat16 half of that."""
+    layers = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(4)])
+    x = torch.randn(32, 256)
+    activation = 32 * 256 * 4
+    figures = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        model, batch = layers.to(dtype), x.to(dtype)
+        probe = bench_measure.MemoryProbe(torch.device("cpu"))
+        with torch.no_grad():
+            probe.measure(lambda: model(batch))
+        figures[dtype] = probe.result(bench_measure.weights_bytes(model))
+        assert figures[dtype]["memory_kind"] == "cpu-live-tensors"
+        assert figures[dtype]["reserved_memory_bytes"] is None and figures[dtype]["nvml_used_bytes"] is None
+    weights = bench_measure.weights_bytes(layers.float())
+    assert figures[torch.float32]["peak_memory_bytes"] == weights + 2 * activation
+    assert figures[torch.bfloat16]["peak_memory_bytes"] == (weights + 2 * activation) // 2
 
 
 def test_drift_against_float32():
@@ -281,7 +292,7 @@ def test_every_variant_runs_on_a_tiny_resnet_and_streams_samples():
         assert isinstance(v["stable"], bool) and v["spread"] >= 0
         assert v["support"] in ("native", "emulated")
         assert v["flops_per_sample"] > 0 and v["tflops"] > 0 and v["peak_fraction"] is None
-        assert v["memory_kind"] == "process-rss" and v["peak_memory_bytes"] > 0
+        assert v["memory_kind"] == "cpu-live-tensors" and v["peak_memory_bytes"] > v["weights_bytes"]
         assert 0.99 < v["cosine_vs_float32"] <= 1.0 + 1e-9
         assert v["top1_agreement"] is not None  # logits of a classifier
     assert by_name["float32"]["max_abs_diff_vs_float32"] == 0.0

@@ -108,11 +108,23 @@ def test_bench_charts_and_table():
     assert len(charts) == 4
     throughput = [float(r.get("width")) for r in charts[0].iter("{http://www.w3.org/2000/svg}rect")]
     assert throughput == pytest.approx([380 * 100 / 150, 380], abs=0.1)  # failed variant: no bar
-    rows = section.findall("table/tbody/tr")
+    rows = section.findall("div[@class='wide']/table/tbody/tr")  # scrolls, never widens the page
     cells = [[texts(td) for td in row.findall("td")] for row in rows]
     assert cells[1][:3] == ["bfloat16", "ok", "150.0"] and cells[1][-1] == "75.0%"
     assert cells[2][:2] == ["float16", "failed"] and cells[2][2] == "—"
     assert EVIL in cells[3][1]  # the failure reason, escaped
+
+
+def test_the_bench_section_reads_as_words_not_json():
+    bench = dict(BENCH, device_name="Some CPU", batch={"size": 4, "tokens": 128},
+                 tf32={"cuda_matmul_allow_tf32": False}, note="Measured on a CPU.",
+                 variants=[dict(v, memory_kind="cpu-live-tensors", spread=0.02) for v in BENCH["variants"]])
+    section = parse(render_report(diagnosis(), bench)).find(".//section[@id='bench']")
+    facts = {texts(row.find("th")): texts(row.find("td")) for row in section.findall("table/tr")}
+    assert facts == {"Device": "cpu (Some CPU)", "Batch": "4 samples, 128 tokens", "Note": "Measured on a CPU."}
+    words = texts(section)
+    assert "Peak memory: the weights plus" in words and "Spread: how far apart" in words
+    assert not any(mark in words for mark in ('{"', "['", '["', "cpu-live-tensors"))
 
 
 def test_no_bench_section_without_bench():
@@ -135,7 +147,7 @@ def test_report_command_writes_the_report(demo_dir, tmp_path, capsys):
     assert main(["report", "demo:healthy", "-o", str(path), "--bench", "--variants", "float32"]) == 0
     root = parse(path.read_text())
     assert root.find(".//section[@id='findings']") is not None
-    variants = root.findall(".//section[@id='bench']/table/tbody/tr")
+    variants = root.findall(".//section[@id='bench']/div/table/tbody/tr")
     assert [texts(row.find("td")) for row in variants] == ["float32"]
     assert f"wrote {path}" in capsys.readouterr().out
     # A run with error findings still writes its report, and exits 1 like diagnose.

@@ -7,6 +7,9 @@ importing `fp16studio.core` stays cheap.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from itertools import chain
@@ -204,28 +207,29 @@ def weights_bytes(model) -> int:
 
 
 class MemoryProbe:
-    """Peak memory of one variant, whose calls run in blocks between other variants'.
+    """Peak memory of one variant: its weights plus the most its forward pass holds at once.
 
-    CUDA: the variant's weights plus the most its calls added to the caching allocator's live
-    tensors (`max_memory_allocated` over each block, less what was allocated when the block
+    CUDA: the most its calls added to the caching allocator's live tensors
+    (`max_memory_allocated` over each timed block, less what was allocated when the block
     began: the other variants' weights stay loaded meanwhile); `max_memory_reserved` (allocator
     cache) and NVML's device-wide used memory (every process, CUDA context included) are
     reported beside it, labelled, because users confuse them.
-    CPU: the process's resident set, sampled between calls (activations freed inside a forward
-    pass are not seen; the process itself and every loaded variant are included).
+    CPU: the peak of the live tensors torch allocates during one untimed call (`measure`, read
+    from the profiler's memory events). The process's resident memory would include the
+    interpreter, torch and every loaded variant, the same for all of them: it hides what half
+    precision saves.
     """
 
     def __init__(self, device):
         self.device = device
         self.cuda = device.type == "cuda"
-        self.peak_rss = 0
         self.peak_added = 0
         self.peak_reserved = 0
         self._baseline = 0
 
     @property
     def kind(self) -> str:
-        return "cuda-max-allocated" if self.cuda else "process-rss"
+        return "cuda-max-allocated" if self.cuda else "cpu-live-tensors"
 
     def start(self):
         import torch
@@ -234,8 +238,6 @@ class MemoryProbe:
             torch.cuda.synchronize(self.device)
             self._baseline = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-        else:
-            self.sample()
 
     def stop(self):
         import torch
@@ -246,22 +248,50 @@ class MemoryProbe:
                                   torch.cuda.max_memory_allocated(self.device) - self._baseline)
             self.peak_reserved = max(self.peak_reserved,
                                      torch.cuda.max_memory_reserved(self.device))
-        else:
-            self.sample()
 
-    def sample(self):
+    def measure(self, fn):
+        """On the CPU, one untimed call of `fn` under the profiler: the peak of its live tensors."""
         if not self.cuda:
-            import psutil
-
-            self.peak_rss = max(self.peak_rss, psutil.Process().memory_info().rss)
+            self.peak_added = live_tensor_peak(fn)
 
     def result(self, weights: int = 0) -> dict:
-        if not self.cuda:
-            return {"peak_memory_bytes": self.peak_rss, "memory_kind": self.kind,
-                    "reserved_memory_bytes": None, "nvml_used_bytes": None}
         return {"peak_memory_bytes": weights + self.peak_added, "memory_kind": self.kind,
-                "reserved_memory_bytes": self.peak_reserved,
-                "nvml_used_bytes": nvml_used_bytes(self.device)}
+                "reserved_memory_bytes": self.peak_reserved if self.cuda else None,
+                "nvml_used_bytes": nvml_used_bytes(self.device) if self.cuda else None}
+
+
+def live_tensor_peak(fn) -> int:
+    """The most bytes of CPU tensors alive at once while `fn` runs, counted from what torch
+    allocates and frees (its output included, its inputs not: they were there before)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with _native_stderr_quiet(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    # An operator's own allocations less its frees, and the frees outside any operator
+    # ("[memory]" events), in the order they happened.
+    steps = sorted((event.time_range.start,
+                    event.cpu_memory_usage if event.name == "[memory]" else event.self_cpu_memory_usage)
+                   for event in prof.events())
+    live = peak = 0
+    for _, amount in steps:
+        live += amount
+        peak = max(peak, live)
+    return peak
+
+
+@contextlib.contextmanager
+def _native_stderr_quiet():
+    """The profiler's native code writes a start and a stop line to the process's stderr, under
+    the command's output; for its few milliseconds, fd 2 goes to /dev/null."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 def nvml_used_bytes(device) -> int | None:

@@ -8,13 +8,12 @@ is also well-formed XML (closed tags, XML-safe entities), which lets tests parse
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from html import escape
 
 from ... import __version__
 from ..diagnostics.findings import by_severity
-from .vocabulary import (OKABE_ITO, SEVERITY_COLORS, bench_columns,
+from .vocabulary import (OKABE_ITO, SEVERITY_COLORS, bench_columns, bench_notes,
                          evidence_value, size, with_ratio)
 
 # Okabe–Ito, the window's palette; severity is always spelled out too, never colour alone.
@@ -28,6 +27,7 @@ h1 { font-size: 1.5rem; margin-bottom: .25rem; } h2 { margin-top: 2rem; font-siz
 .meta { color: #555; } code, pre { font: 13px ui-monospace, monospace; }
 pre { background: #f4f4f6; padding: .5rem; overflow-x: auto; white-space: pre-wrap; }
 table { border-collapse: collapse; margin: .5rem 0; }
+.wide { overflow-x: auto; max-width: 100%; }
 th, td { text-align: left; padding: .25rem .75rem .25rem 0; border-bottom: 1px solid #ddd;
          vertical-align: top; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
@@ -124,8 +124,8 @@ def _output(output: dict | None) -> str:
     if not output:
         return ""
     rows = [("name", output.get("name")), ("dtype", output.get("dtype")),
-            ("shape", _compact(output.get("shape")))]
-    rows += [(key, _compact(value)) for key, value in output.items() if key not in dict(rows)]
+            ("shape", evidence_value(output.get("shape")))]
+    rows += [(key, evidence_value(value)) for key, value in output.items() if key not in dict(rows)]
     return f'<section id="output">\n<h2>Model output</h2>\n{_key_table(rows)}\n</section>'
 
 
@@ -157,8 +157,7 @@ _BENCH_CHARTS = (
 
 def _bench(bench: dict) -> str:
     variants = bench.get("variants") or []
-    notes = [(k, _compact(v)) for k, v in bench.items() if k != "variants" and v is not None]
-    parts = [f'<section id="bench">\n<h2>Benchmark</h2>\n{_key_table(notes)}']
+    parts = [f'<section id="bench">\n<h2>Benchmark</h2>\n{_key_table(_bench_facts(bench))}']
     for title, value_of, fmt in _BENCH_CHARTS:
         rows = [(str(v.get("name", "?")), value_of(v)) for v in variants if v.get("ok")]
         rows = [(name, value) for name, value in rows if isinstance(value, (int, float))]
@@ -176,16 +175,40 @@ def _bench(bench: dict) -> str:
         body.append(f"<tr>{cells}</tr>")
         if not v.get("ok") and v.get("error"):
             body.append(f'<tr><td></td><td colspan="{len(columns) - 1}">'
-                        f"{_e(_compact(v['error']))}</td></tr>")
-    parts.append(f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(body)
-                 + "\n</tbody>\n</table>")
+                        f"{_e(evidence_value(v['error']))}</td></tr>")
+    # As wide as its columns: it scrolls inside the page rather than widening it.
+    parts.append(f'<div class="wide"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n'
+                 + "\n".join(body) + "\n</tbody>\n</table></div>")
+    parts.extend(f'<p class="meta">{_e(note)}.</p>' for note in bench_notes(bench))
     return "\n".join(parts) + "\n</section>"
+
+
+def _bench_facts(bench: dict) -> list[tuple[str, str]]:
+    """What the benchmark ran on, in words: device, batch, TF32 baseline, notes."""
+    facts = []
+    device = bench.get("device")
+    if device:
+        name = bench.get("device_name")
+        facts.append(("Device", f"{device} ({name})" if name else device))
+    batch = bench.get("batch") or {}
+    if batch.get("size"):
+        facts.append(("Batch", f"{batch['size']} samples"
+                      + (f", {batch['tokens']} tokens" if batch.get("tokens") else "")))
+    tf32 = bench.get("tf32") or {}
+    if tf32 and str(device).startswith("cuda"):
+        on = {True: "on", False: "off"}
+        facts.append(("float32 baseline", f"TF32 matmul {on[bool(tf32.get('cuda_matmul_allow_tf32'))]}, "
+                      f"cuDNN TF32 {on[bool(tf32.get('cudnn_allow_tf32'))]}"))
+    for key, title in (("reference_error", "No float32 reference"), ("note", "Note")):
+        if bench.get(key):
+            facts.append((title, evidence_value(bench[key])))
+    return facts
 
 
 def _spec(spec: dict) -> str:
     if not spec:
         return ""
-    rows = [(k, _compact(v)) for k, v in spec.items() if k != "applied_fixes"]
+    rows = [(k, evidence_value(v)) for k, v in spec.items() if k != "applied_fixes"]
     fixes = spec.get("applied_fixes") or []
     applied = ""
     if fixes:
@@ -196,7 +219,7 @@ def _spec(spec: dict) -> str:
 
 
 def _environment(environment: dict | None, timings: dict | None) -> str:
-    rows = [(k, _compact(v)) for k, v in (environment or {}).items()]
+    rows = [(k, evidence_value(v)) for k, v in (environment or {}).items()]
     rows += [(f"{stage} time", f"{seconds:.2f} s") for stage, seconds in (timings or {}).items()
              if isinstance(seconds, (int, float))]
     if not rows:
@@ -235,12 +258,6 @@ def _key_table(rows: list[tuple[str, object]]) -> str:
 
 def _badge(text: str, colour: str) -> str:
     return f'<span class="badge" style="background: {colour}">{_e(text)}</span>'
-
-
-def _compact(value) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _bytes(count) -> str:

@@ -124,12 +124,7 @@ def format_bench(doc: dict) -> str:
     for row in rows:
         lines.append("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
                                for i, (c, w) in enumerate(zip(row, widths))).rstrip())
-    memory_kinds = {v.get("memory_kind") for v in doc["variants"] if v["ok"]}
-    if "process-rss" in memory_kinds:
-        lines.append("peak mem: the process's resident memory (CPU), sampled between calls")
-    elif "cuda-max-allocated" in memory_kinds:
-        lines.append("peak mem: torch.cuda.max_memory_allocated (tensors); the JSON also has "
-                     "reserved and NVML device-wide figures")
+    lines.extend(f"{note}." for note in vocabulary.bench_notes(doc))
     unstable = [v["name"] for v in doc["variants"] if v["ok"] and not v.get("stable", True)]
     if unstable:
         lines.append(f"UNSTABLE ({', '.join(unstable)}): these figures moved more than "

@@ -99,6 +99,32 @@ def evidence_value(value) -> str:
     return json.dumps(value, default=str)
 
 
+# What a benchmark's less obvious figures mean, said wherever they are shown.
+MEMORY_NOTES = {
+    "cpu-live-tensors": "Peak memory: the weights plus the most the forward pass's tensors held at "
+                        "once, counted by torch (not the process's resident memory, which holds "
+                        "the interpreter, torch and every variant alike)",
+    "cuda-max-allocated": "Peak memory: the weights plus the most the forward pass added to "
+                          "torch.cuda.max_memory_allocated; the JSON also has the allocator's "
+                          "reserved memory and NVML's device-wide figure",
+    "process-rss": "Peak memory: the process's resident memory, sampled between calls (a "
+                   "document from an older version)",
+}
+
+
+def bench_notes(doc: dict) -> list[str]:
+    """The sentences that explain a bench document's memory and spread figures."""
+    from ..precision.measure import STABLE_SPREAD
+
+    kinds = {v.get("memory_kind") for v in doc.get("variants", []) if v.get("ok")}
+    notes = [MEMORY_NOTES[kind] for kind in sorted(kinds, key=str) if kind in MEMORY_NOTES]
+    if any(v.get("spread") is not None for v in doc.get("variants", [])):
+        notes.append("Spread: how far apart the rounds' median latencies lie, (slowest - fastest) "
+                     f"/ median; above {STABLE_SPREAD:.0%} other load moved the figure and it is "
+                     "not to be trusted")
+    return notes
+
+
 # -- the benchmark table -------------------------------------------------------------------------
 def with_ratio(doc: dict) -> list[dict]:
     """The variants of a bench document, each with "vs_float32": its throughput over float32's
