@@ -570,28 +570,29 @@ def rule_label_dtype(ev: Evidence) -> list[Finding]:
             {"stored": fact.stored, "after DataLoader": fact.loaded},
             (Fix("no-labels", "Run without labels (no loss)", {"with_labels": False},
                  "the label column is not passed to the model; no loss is computed"),))]
-    if ev.failed and _MULTI_LABEL_ERRORS.search(ev.message) and fact.final and not is_floating_name(fact.final):
-        return [Finding(
-            "label-dtype", "error", "labels",
-            f"The labels reach the loss as {fact.final}, but this model is a multi-label classifier "
-            "(problem_type multi_label_classification): its BCE loss takes float targets, one 0.0/1.0 "
-            "per class. Cast the labels with labels.float() before the loss.",
-            {"stored": fact.stored, "fed": fact.final, "error": ev.message},
-            (Fix("labels-float32", "Cast the labels to float32 (multi-hot targets)", {"label_dtype": "float32"},
-                 "labels.float() before the loss; the rest of the batch is unchanged"),))]
-    broke = ev.failed and _INTEGER_ERRORS.search(ev.message)
-    if not (broke and fact.final and is_floating_name(fact.final)):
+    if not (ev.failed and fact.final):
+        return []
+    if _MULTI_LABEL_ERRORS.search(ev.message) and not is_floating_name(fact.final):
+        return [_label_cast(ev, fact, "float32", "but this model is a multi-label classifier "
+                            "(problem_type multi_label_classification): its BCE loss takes float "
+                            "targets, one 0.0/1.0 per class")]
+    if not (_INTEGER_ERRORS.search(ev.message) and is_floating_name(fact.final)):
         return []
     why = (f"stored as {fact.stored} (class ids read as floats, from a CSV's 0.0/1.0)"
            if fact.stored and is_floating_name(fact.stored) else f"cast to {fact.final}")
-    return [Finding(
+    return [_label_cast(ev, fact, "int64", f"{why}: with floating labels a classifier picks "
+                        "multi-label BCE (a target-size error), or cross-entropy refuses them")]
+
+
+def _label_cast(ev: Evidence, fact: ColumnFacts, dtype: str, why: str) -> Finding:
+    """label-dtype answered by casting the labels to `dtype` (int64 class ids, float32 targets)."""
+    cast, what = {"int64": ("labels.long()", "class ids"), "float32": ("labels.float()", "multi-hot targets")}[dtype]
+    return Finding(
         "label-dtype", "error", "labels",
-        f"The labels reach the loss as {fact.final}, {why}: with floating labels a classifier "
-        "picks multi-label BCE (a target-size error), or cross-entropy refuses them. Class ids "
-        "must be int64: cast the labels with labels.long() before the loss.",
+        f"The labels reach the loss as {fact.final}, {why}. Cast them with {cast} before the loss.",
         {"stored": fact.stored, "fed": fact.final, "error": ev.message},
-        (Fix("labels-int64", "Cast the labels to int64 (class ids)", {"label_dtype": "int64"},
-             "labels.long() before the loss; the rest of the batch is unchanged"),))]
+        (Fix(f"labels-{dtype}", f"Cast the labels to {dtype} ({what})", {"label_dtype": dtype},
+             f"{cast} before the loss; the rest of the batch is unchanged"),))
 
 
 def rule_input_device_unavailable(ev: Evidence) -> list[Finding]:
