@@ -1,8 +1,21 @@
+"""`python -m fp16studio`, and the frozen program's entry: the command line, and the two child
+processes that start as this same program: the window's engine process (multiprocessing), and
+the runner of `fp16studio trace` (its reserved first argument: core/script/entry.py)."""
+
 import multiprocessing
 import sys
 
-from fp16studio.cli import main
-
 # In a frozen build the window's engine process starts as this executable: this runs it and exits.
 multiprocessing.freeze_support()
+
+from fp16studio.core.script.entry import RUNNER_ARG  # noqa: E402 - after the engine's exit
+
+if sys.argv[1:2] == [RUNNER_ARG]:
+    # Before the command line is parsed: the user's script runs here, under the tracer.
+    from fp16studio.core.script.runner import main as run_script
+
+    sys.exit(run_script(sys.argv[2:]))
+
+from fp16studio.cli import main  # noqa: E402
+
 sys.exit(main())

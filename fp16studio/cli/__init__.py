@@ -37,12 +37,6 @@ def _install_desktop() -> int:
 
 
 def _gui(spec: str | None) -> int:
-    from .gui.app import main as gui_main
-
-    return gui_main([spec] if spec else [])
-
-
-def _gui(spec: str | None) -> int:
     from ..gui.app import main as gui_main
 
     return gui_main([spec] if spec else [])

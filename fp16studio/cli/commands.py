@@ -175,15 +175,25 @@ def cmd_trace(args) -> int:
     """The script's own lines pass through as they come (to stderr with --json), then the result."""
     from ..core.script.trace import trace_script
 
+    closed = []
+
     def output(stream, line):
         target = sys.stderr if args.json or stream == "stderr" else sys.stdout
-        print(line, file=target, flush=True)
+        if closed:
+            return
+        try:
+            print(line, file=target, flush=True)
+        except BrokenPipeError:  # `| head` went away: the script runs on, unread; exit 141 after
+            closed.append(stream)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), target.fileno())
 
     # What is piped in reaches the script, as with `python SCRIPT`; a terminal does not (the
     # script runs in a session of its own, where reading the terminal would stop it).
     piped = sys.stdin if sys.stdin is not None and not sys.stdin.isatty() else None
     result = trace_script(args.script, args.script_args, timeout=args.script_timeout,
-                          output=output, stdin=piped)
+                          output=output, stdin=piped, python=args.python)
+    if closed:
+        raise BrokenPipeError
     _emit(result.to_json(), args, format_trace)
     return 0 if result.ok else 1
 

@@ -89,8 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     trace = sub.add_parser("trace", help="run your own script with the tracer on and diagnose "
                                          "the models it runs",
-                           usage="fp16studio trace SCRIPT [--json] [--timeout S] [-- ARGS...]",
-                           epilog="Everything after -- is passed to the script as its arguments.")
+                           usage="fp16studio trace SCRIPT [--json] [--timeout S] [--python PATH] "
+                                 "[-- ARGS...]",
+                           epilog="Everything after -- is passed to the script as its arguments; "
+                                  "options go before --.")
     trace.add_argument("script", metavar="SCRIPT", help="a Python script, or demo:NAME")
     trace.add_argument("--json", action="store_true",
                        help="print one JSON document (the script's own output goes to stderr)")
@@ -98,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     # other commands' --timeout ends fp16studio itself.
     trace.add_argument("--timeout", type=float, metavar="S", dest="script_timeout",
                        help="stop the script after S seconds and diagnose what ran")
+    trace.add_argument("--python", metavar="PATH",
+                       help="run the script under this Python interpreter, with its own packages "
+                            "(it needs torch, transformers and datasets); default: the Python "
+                            "fp16studio runs in, which in the standalone app is the bundled one")
 
     demo = sub.add_parser("demo", help="write the built-in demo model, dataset and specs to DIR")
     demo.add_argument("dir", nargs="?", default="fp16studio-demo", metavar="DIR")

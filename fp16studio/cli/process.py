@@ -31,6 +31,9 @@ def run(command, args) -> int:
         if getattr(args, "json_doc", None) is not None:
             json.dump(strict_json(args.json_doc), sys.stdout, indent=2, default=str, allow_nan=False)
             sys.stdout.write("\n")
+        # Here, not at exit: a reader that went away is exit 141, not Python's 120 and a
+        # traceback (stdout is block-buffered into a pipe, unless PYTHONUNBUFFERED is set).
+        sys.stdout.flush()
         return code
     except InputError as exc:
         print(f"fp16studio: {one_line(str(exc))}", file=sys.stderr)

@@ -255,3 +255,95 @@ def test_the_wheel_ships_the_resources_and_an_install_finds_them(tmp_path):
     assert {"16x16", "48x48", "256x256", "scalable"} <= {size for _, size in found["app_icons"]}
     assert found["icon_renders"]
     assert {16, 24, 32, 48, 64, 128, 256, 512} <= set(found["app_icon_sizes"])
+
+
+# -- the frozen program: what the spec bundles, the smoke script, the window's libraries ----------
+
+def analysis_of_the_spec(monkeypatch) -> dict:
+    """Run packaging/fp16studio.spec with PyInstaller's objects stubbed: what it asks for."""
+    import pkgutil
+    import types
+
+    import fp16studio
+
+    def collect_submodules(package, filter=None):
+        if package != "fp16studio":
+            return []   # transformers' models: real ones only in a real build
+        names = [package] + [m.name for m in pkgutil.walk_packages(fp16studio.__path__, "fp16studio.")]
+        return [name for name in names if filter is None or filter(name)]
+
+    hooks = types.ModuleType("PyInstaller.utils.hooks")
+    hooks.collect_submodules = collect_submodules
+    for name in ("PyInstaller", "PyInstaller.utils"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "PyInstaller.utils.hooks", hooks)
+    seen = {}
+
+    def record(kind):
+        def call(*args, **kwargs):
+            seen[kind] = (args, kwargs)
+            return types.SimpleNamespace(pure=[], scripts=[], binaries=[], datas=[])
+        return call
+
+    spec = PACKAGING / "fp16studio.spec"
+    exec(compile(spec.read_text(), str(spec), "exec"),
+         {"SPECPATH": str(PACKAGING), **{k: record(k) for k in ("Analysis", "PYZ", "EXE", "COLLECT")}})
+    return seen
+
+
+def test_the_bundle_holds_the_trace_runner_and_fp16studios_sources(monkeypatch):
+    (scripts,), analysis = analysis_of_the_spec(monkeypatch)["Analysis"]
+    assert scripts == [str(ROOT / "fp16studio" / "__main__.py")]   # the entry that runs the runner
+    # The runner and what it imports lazily, by name, in a child process: in the archive.
+    assert {"fp16studio.core.script.runner", "fp16studio.core.script.entry",
+            "fp16studio.core.script.evidence", "fp16studio.engine.server"} <= set(analysis["hiddenimports"])
+    # And as source files beside it, for `trace --python` under the user's interpreter.
+    assert analysis["module_collection_mode"] == {"fp16studio": "pyz+py"}
+
+
+def test_the_smoke_script_checks_every_command():
+    from fp16studio.cli.parser import build_parser
+
+    script = PACKAGING / "smoke.sh"
+    assert os.access(script, os.X_OK)
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    commands = next(action for action in build_parser()._actions
+                    if hasattr(action, "choices") and action.choices and "trace" in action.choices)
+    for command in commands.choices:
+        assert f'"$APP" {command}' in text, command
+    for what in ('"$APP" --version', '"$APP" --install-desktop', '"$APP" trace --python',
+                 "smoke_window.py", "QT_QPA_PLATFORM=offscreen"):
+        assert what in text, what
+
+
+def test_the_smoke_scripts_window_run_from_source(tmp_path):
+    # What the smoke script runs inside the frozen program (a window Run and a traced script),
+    # here with this Python: it follows the window's API as that changes.
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", FP16STUDIO_CONFIG_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, str(PACKAGING / "smoke_window.py")], env=env,
+                          capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "smoke-window: ok"
+    assert "window: File → Trace Script (demo:map-cast): problems found ['dtype-mismatch'" in done.stdout
+
+
+def test_the_frozen_programs_own_xcb_libraries_count(tmp_path):
+    # PyInstaller collects the libraries Qt's xcb plugin links, and the plugin loads those
+    # copies: in the frozen program they need not be installed on the system.
+    from fp16studio.display import XCB_LIBRARIES, bundled_library, why_no_window
+
+    def nothing_installed(name):
+        return None
+
+    def in_bundle(name):
+        return bundled_library(name, str(tmp_path))
+
+    for name in XCB_LIBRARIES:
+        (tmp_path / f"lib{name}.so.0").write_bytes(b"")
+    assert why_no_window({"DISPLAY": ":0"}, "linux", nothing_installed, in_bundle) is None
+    (tmp_path / "libxcb-cursor.so.0").unlink()
+    line = why_no_window({"DISPLAY": ":0"}, "linux", nothing_installed, in_bundle)
+    assert "not installed: libxcb-cursor0 (" in line
+    # Outside the frozen program nothing is bundled: the system's libraries decide.
+    assert not bundled_library("xcb-icccm")

@@ -1,8 +1,10 @@
 """`fp16studio trace`: real scripts, each run unmodified in its own child process."""
 
 import json
+import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -251,3 +253,207 @@ def test_a_traceback_keeps_our_frames_only_where_the_exception_was_raised():
               ("/home/u/script.py", ours, "/lib/torch/module.py", ours)]
     kept = [f.filename for f in script_runner._without_our_wrappers(frames)]
     assert kept == ["/home/u/script.py", "/lib/torch/module.py", ours]  # a bug of ours shows
+
+
+# -- how the child starts: the entry the frozen program understands, --python, a failed start --
+
+def write_program(path: Path, body: str) -> Path:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def run_entry(tmp_path, script: Path, *args, prelude: str = "", env=None):
+    """`python -m fp16studio RUNNER_ARG RESULT SCRIPT ARGS` as trace starts it: the result file,
+    the marker, and what the script printed."""
+    from fp16studio.core.script.entry import RUNNER_ARG
+
+    result = tmp_path / "result.pickle"
+    command = [sys.executable, "-m", "fp16studio", RUNNER_ARG, str(result), str(script), *args]
+    if prelude:   # the same entry, run as fp16studio/__main__.py with the process set up first
+        command = [sys.executable, "-c", prelude + "\nimport runpy\n"
+                   "runpy.run_module('fp16studio', run_name='__main__', alter_sys=True)\n",
+                   *command[3:]]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env=env)
+    return done, result
+
+
+def test_the_runner_entry_is_fp16studios_own_with_a_reserved_first_argument(tmp_path,
+                                                                           monkeypatch):
+    import pickle
+
+    from fp16studio.core.script import entry
+
+    script = tmp_path / "args.py"
+    script.write_text("import sys\nprint('argv', sys.argv[1:])\nprint('first', sys.path[0])\n")
+    done, result = run_entry(tmp_path, script, "--json", "x")
+    assert done.returncode == 0, done.stderr
+    # The script's own arguments, even ones the command line knows, are the script's.
+    assert "argv ['--json', 'x']" in done.stdout
+    assert f"first {tmp_path}" in done.stdout
+    assert result.with_suffix(".started").exists()
+    with open(result, "rb") as handle:
+        assert pickle.load(handle).ok
+    # What trace starts: the same entry from source, the program itself when frozen.
+    assert entry.runner_command() == [sys.executable, "-m", "fp16studio", entry.RUNNER_ARG]
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    assert entry.runner_command() == [sys.executable, entry.RUNNER_ARG]
+    # Nothing the command line takes: a user who types it gets a plain refusal.
+    refused = subprocess.run([sys.executable, "-m", "fp16studio", "trace", entry.RUNNER_ARG],
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2
+
+
+def test_the_frozen_programs_entry_from_source(tmp_path):
+    # As PyInstaller starts it: sys.frozen, the bundle's standard library first on sys.path
+    # (kept), its folder first on LD_LIBRARY_PATH (the script's own child processes get the
+    # user's value back), PYTHONUNBUFFERED not read.
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    prelude = (f"import sys\nsys.frozen = True\nsys._MEIPASS = {str(bundle)!r}\n"
+               f"sys.path.insert(0, {str(bundle / 'base_library.zip')!r})\n")
+    script = tmp_path / "frozen.py"
+    script.write_text("import os, sys\nprint('first', sys.path[:2])\n"
+                      "print('library', os.environ.get('LD_LIBRARY_PATH'))\n")
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{bundle}:/user/lib", LD_LIBRARY_PATH_ORIG="/user/lib")
+    env.pop("PYTHONUNBUFFERED", None)
+    done, result = run_entry(tmp_path, script, prelude=prelude, env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"first [{str(tmp_path)!r}, {str(bundle / 'base_library.zip')!r}]" in done.stdout
+    assert "library /user/lib" in done.stdout
+    assert result.exists() and result.with_suffix(".started").exists()
+
+
+def test_output_comes_line_by_line_even_where_pythonunbuffered_is_not_read(tmp_path):
+    # The frozen program does not read PYTHONUNBUFFERED; `python -E` does not either. The script
+    # waits for its first line to have arrived here before it prints the second.
+    flag = tmp_path / "flag"
+    script = tmp_path / "talks.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, time
+        print("first")
+        deadline = time.monotonic() + 30
+        while not os.path.exists({str(flag)!r}) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print("second" if os.path.exists({str(flag)!r}) else "nobody read the first line")
+    """))
+    isolated = write_program(tmp_path / "python-E", f'exec "{sys.executable}" -E "$@"\n')
+    lines = []
+
+    def output(stream, line):
+        lines.append(line)
+        if line == "first":
+            flag.touch()
+
+    result = trace_script(script, python=str(isolated), output=output)
+    assert result.ok, result.error
+    assert lines == ["first", "second"]
+
+
+def test_python_option_runs_the_script_under_that_interpreter(tmp_path):
+    script = tmp_path / "which.py"
+    script.write_text("import os, sys, fp16studio\nprint('through', os.environ.get('MY_PYTHON'))\n"
+                      "print('package', fp16studio.__file__)\nprint('argv', sys.argv[1:])\n")
+    # "Your own Python": the same interpreter, behind a wrapper that says it was used.
+    wrapper = write_program(tmp_path / "my python",
+                            f'MY_PYTHON=yes exec "{sys.executable}" "$@"\n')
+    lines = []
+    result = trace_script(script, python=str(wrapper), output=lambda stream, line: lines.append(line))
+    assert result.ok, result.error
+    assert "through yes" in lines
+    # fp16studio from this installation, whatever the interpreter has of its own.
+    assert f"package {Path(fp16studio.__file__).resolve()}" in lines
+    run = subprocess.run([sys.executable, "-m", "fp16studio", "trace", "--python", str(wrapper),
+                          str(script), "--json", "--", "--width", "3"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["args"] == ["--width", "3"]
+    assert "through yes" in run.stderr and "argv ['--width', '3']" in run.stderr
+
+
+@pytest.mark.parametrize("python, said", [
+    ("/no/such/python", "--python /no/such/python: no such interpreter"),
+    ("not-a-program", "not an executable program"),
+    ("without-torch", "cannot run the tracer under it: it has no torch, transformers, datasets"),
+])
+def test_a_bad_python_is_bad_input_in_one_line(tmp_path, python, said):
+    if python == "not-a-program":
+        (tmp_path / python).write_text("data\n")
+        python = str(tmp_path / python)
+    elif python == "without-torch":   # no site-packages: a Python without the libraries
+        python = str(write_program(tmp_path / python, f'exec "{sys.executable}" -S "$@"\n'))
+    run = subprocess.run([sys.executable, "-m", "fp16studio", "trace", "--python", python,
+                          str(SCRIPTS / "no_model.py")], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith("fp16studio: --python ")
+    assert said in run.stderr and run.stdout == ""
+
+
+def test_a_runner_that_never_starts_is_said_so_never_blamed_on_the_script(tmp_path,
+                                                                          monkeypatch):
+    from fp16studio.core.script import trace as trace_module
+
+    # Answers the check like a good interpreter, then ends before importing anything.
+    broken = write_program(tmp_path / "broken-python", textwrap.dedent(f"""\
+        case "$*" in *--check) exec "{sys.executable}" "$@";; esac
+        echo "Fatal Python error: init_fs_encoding" >&2
+        exit 1
+        """))
+    script = SCRIPTS / "no_model.py"
+    run = subprocess.run([sys.executable, "-m", "fp16studio", "trace", "--python", str(broken),
+                          str(script)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.count("\n") == 1 and run.stdout == ""
+    assert ("the tracer did not start under it (its process ended with status 1: Fatal Python "
+            "error: init_fs_encoding); no_model.py did not run") in run.stderr
+    assert "the script ended its process" not in run.stderr
+    # fp16studio's own child failing to start is fp16studio's problem (exit 3 on the command
+    # line), never the script's: what it printed is not the script's output either.
+    monkeypatch.setattr(trace_module, "runner_command", lambda python=None: [str(broken), "-c"])
+    lines = []
+    with pytest.raises(trace_module.TracerNotStarted, match="not of the script") as failed:
+        trace_script(script, output=lambda stream, line: lines.append(line))
+    assert "status 1: Fatal Python error" in str(failed.value) and lines == []
+
+
+def test_the_frozen_program_says_to_trace_under_your_own_python(tmp_path, monkeypatch):
+    from fp16studio.core.script import trace as trace_module
+
+    script = tmp_path / "needs_yours.py"
+    script.write_text("import a_package_only_you_have\n")
+    plain = trace_script(script)
+    assert plain.error["type"] == "ModuleNotFoundError" and "--python" not in plain.error["message"]
+    monkeypatch.setattr(trace_module, "frozen", lambda: True)   # ran in the bundled Python
+    bundled = trace_script(script)
+    assert bundled.error["message"].startswith("No module named 'a_package_only_you_have' (")
+    assert "fp16studio trace --python /path/to/python SCRIPT" in bundled.error["message"]
+    assert "--python" not in trace_script(script, python=sys.executable).error["message"]
+
+
+def test_a_reader_that_goes_away_ends_the_trace_with_141_silently(tmp_path):
+    # `fp16studio trace SCRIPT | head -1`: the script's lines meet a closed pipe.
+    script = tmp_path / "chatty.py"
+    script.write_text("import time\nprint('first', flush=True)\ntime.sleep(1)\n"
+                      "for i in range(2000):\n    print('line', i)\n")
+    child = subprocess.Popen([sys.executable, "-m", "fp16studio", "trace", str(script)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "first\n"
+    child.stdout.close()
+    assert child.wait(timeout=300) == 141
+    assert child.stderr.read() == ""
+
+
+def test_a_reader_gone_before_the_json_document_is_141_too(tmp_path):
+    # Without PYTHONUNBUFFERED (the frozen program never reads it) stdout is block-buffered:
+    # the document meets the closed pipe when it is flushed, which must not wait for the exit.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    read, write = os.pipe()
+    os.close(read)                           # `| head -0`: gone before anything was written
+    with os.fdopen(write, "w") as closed:
+        child = subprocess.run([sys.executable, "-m", "fp16studio", "trace", "--json",
+                                str(SCRIPTS / "no_model.py")], stdout=closed,
+                               stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    assert child.returncode == 141
+    assert child.stderr.strip() == "sum 6"    # the script's line; nothing of ours

@@ -1,11 +1,13 @@
 """The child process of `fp16studio trace`: run the user's script as `python SCRIPT ARGS` would,
 with the tracer and the spec recorder installed, then write the result for the parent.
 
-    python -m fp16studio.core.script.runner RESULT.pickle SCRIPT [ARGS...]
+    python -m fp16studio --fp16studio-trace-runner RESULT.pickle SCRIPT [ARGS...]
 
-The script's stdout and stderr are its own (the parent forwards them line by line); nothing of
-ours is printed. Whatever the script does (returns, raises, calls sys.exit, is interrupted by
-the parent's timeout), the result is written.
+(the frozen program takes the same arguments; core/script/entry.py). Once the tracer is in
+place, just before the script runs, RESULT.started appears: a child that ends without it never
+ran the script. The script's stdout and stderr are its own (the parent forwards them line by
+line); nothing of ours is printed. Whatever the script does (returns, raises, calls sys.exit, is
+interrupted by the parent's timeout), the result is written.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ import traceback
 from pathlib import Path
 
 from ..common.errors import first_line
+from .entry import CHECK_ARG, NEEDS, frozen, restore_library_path
 
 
 def main(argv: list[str]) -> int:
+    if argv == [CHECK_ARG]:
+        return check()
     result_path, script, *args = argv
     script_path = Path(script).resolve()
     # Our own start (torch loads here) is not the script's: a timeout that comes this early
@@ -35,9 +40,16 @@ def main(argv: list[str]) -> int:
     user = UserCode(script_path)
     watch = ScriptWatch(user)
     watch.install()
+    _as_python_runs_a_script()
     sys.argv = [str(script_path), *args]
-    our_path = sys.path[0]
-    sys.path[0] = str(script_path.parent)   # as `python SCRIPT` does: its folder imports first
+    # As `python SCRIPT` does: its folder imports first, in place of the folder `-m` or `-c`
+    # put there; the frozen program's first entry is its own standard library (kept).
+    our_path = None if frozen() else sys.path[0]
+    if our_path is None:
+        sys.path.insert(0, str(script_path.parent))
+    else:
+        sys.path[0] = str(script_path.parent)
+    Path(result_path).with_suffix(".started").touch()   # from here on, what happens is the script's
     start = time.perf_counter()
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -52,7 +64,10 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late interrupt must not lose the result
         watch.uninstall()
         if sys.path and sys.path[0] == str(script_path.parent):
-            sys.path[0] = our_path   # what we import from here on is ours, not the folder's
+            if our_path is None:     # what we import from here on is ours, not the folder's
+                del sys.path[0]
+            else:
+                sys.path[0] = our_path
     seconds = time.perf_counter() - start
     sys.stdout.flush()
     result = assemble(watch, str(script_path), args, outcome, seconds)
@@ -63,8 +78,34 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-# The fp16studio package: frames from here in a traceback are the tracer's wrappers.
+def check() -> int:
+    """Whether this interpreter can run the tracer (`--python`): one line on stderr if not."""
+    import importlib.util
+
+    missing = [name for name in NEEDS if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"it has no {', '.join(missing)} (pip install {' '.join(missing)})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _as_python_runs_a_script():
+    """Output line by line even where PYTHONUNBUFFERED is not read (the frozen program); in the
+    frozen program, the environment the script's own child processes get is the user's, not the
+    bundle's library path."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            try:
+                stream.reconfigure(line_buffering=True)
+            except (AttributeError, ValueError):  # replaced by something that is not a file
+                pass
+    restore_library_path(os.environ)
+
+
+# The fp16studio package: frames from here in a traceback are the tracer's wrappers. The frozen
+# program names them relative to its archive ("fp16studio/core/...").
 _OURS = str(Path(__file__).resolve().parents[2]) + os.sep
+_OUR_PREFIXES = (_OURS, "fp16studio" + os.sep) if frozen() else (_OURS,)
 
 
 def _print_traceback(exc: BaseException, user):
@@ -87,10 +128,10 @@ def _without_our_wrappers(stack):
     """The frames, less ours between the script's and the library's. Ours after the last
     frame of anyone else's stay: the exception was raised in them (a bug of ours, shown)."""
     frames = list(stack)
-    last_foreign = max((i for i, f in enumerate(frames) if not f.filename.startswith(_OURS)),
+    last_foreign = max((i for i, f in enumerate(frames) if not f.filename.startswith(_OUR_PREFIXES)),
                        default=-1)
     return traceback.StackSummary.from_list(
-        [f for i, f in enumerate(frames) if i > last_foreign or not f.filename.startswith(_OURS)])
+        [f for i, f in enumerate(frames) if i > last_foreign or not f.filename.startswith(_OUR_PREFIXES)])
 
 
 def _failure_outcome(exc: BaseException, user) -> dict:
@@ -121,7 +162,3 @@ def _exit_outcome(exc: SystemExit, user) -> dict:
         message = f"the script called sys.exit({code!r}){where} (exit status {status})"
     return {"error": {"type": "SystemExit", "message": message, "stage": "script",
                       "module": None, "source": source}}
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,19 +1,22 @@
 """`fp16studio trace`: run the user's own script, unmodified, and diagnose the models it runs.
 
-The script runs in a child process (`python -m fp16studio.core.script.runner`) with the
-tracer installed; its stdout and stderr come back line by line through `output` (the window's
-Log panel, the terminal) and never mix with a JSON document. The child writes its result (a
-`ScriptTrace`, plain values only) to a file this side reads, so nothing here imports torch.
-A timeout or Cancel interrupts the script first (it reports what it traced so far), then kills it.
+The script runs in a child process (fp16studio's own entry with a reserved first argument,
+core/script/entry.py: `python -m fp16studio`, the frozen program itself, or the interpreter the
+user names with `--python`) with the tracer installed; its stdout and stderr come back line by
+line through `output` (the window's Log panel, the terminal) and never mix with a JSON document.
+The child writes its result (a `ScriptTrace`, plain values only) to a file this side reads, so
+nothing here imports torch. A timeout or Cancel interrupts the script first (it reports what it
+traced so far), then kills it. A child that ends before the tracer is in place never ran the
+script: that is said as such (a bad `--python` is bad input), never blamed on the script.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -25,8 +28,20 @@ from ..common.files import expand_user
 from ..demo.pipelines import DEMO_PREFIX
 from ..diagnostics.report import Diagnosis
 from ..spec.value import PipelineSpec
+from .entry import CHECK_ARG, MIN_PYTHON, frozen, runner_command, users_environment
 
 GRACE_S = 10.0   # after the interrupt: time to report what was traced, before the kill
+CHECK_TIMEOUT_S = 120.0   # `--python`: the interpreter answers whether it can run the tracer
+# The window has no --python of its own: the interpreter to trace under, when set.
+PYTHON_ENV = "FP16STUDIO_TRACE_PYTHON"
+USE_YOUR_PYTHON = ("fp16studio's own Python ran the script: the app bundles torch, transformers "
+                   "and datasets, not the other packages of yours; trace it under your own Python: "
+                   "fp16studio trace --python /path/to/python SCRIPT (the window: set "
+                   f"{PYTHON_ENV}=/path/to/python before starting it)")
+
+
+class TracerNotStarted(RuntimeError):
+    """The child ended before the tracer was in place: fp16studio's problem, not the script's."""
 
 
 @dataclass
@@ -73,51 +88,180 @@ def resolve_script(text: str) -> Path:
 
 
 def trace_script(path, args=(), timeout: float | None = None, progress=None, cancel=None,
-                 output=None, stdin=None) -> ScriptTrace:
+                 output=None, stdin=None, python: str | None = None) -> ScriptTrace:
     """Run the script at `path` with `args` in a child process and diagnose it.
 
     `stdin` (a file the command line was given: a pipe or a file) is the script's standard
     input; without it the script reads an empty one (the window has none to give).
 
+    `python` (else $FP16STUDIO_TRACE_PYTHON): the interpreter the script runs under, with its
+    own packages; it needs torch, transformers and datasets, and gets fp16studio from here.
+    Without it the script runs under this Python (in the frozen program: the bundled one).
+
     `output(stream, line)` receives the script's stdout/stderr lines ("stdout"/"stderr") as they
-    come, from helper threads. Raises InputError for a script that does not exist or a bad
-    timeout, Cancelled when `cancel` is set; the script's own failures are part of the result.
+    come, from helper threads. Raises InputError for a script that does not exist, a bad
+    timeout or an interpreter that cannot run the tracer, TracerNotStarted when fp16studio's
+    own child fails to start, Cancelled when `cancel` is set; the script's own failures are
+    part of the result.
     """
     script = resolve_script(str(path))
     if timeout is not None and timeout <= 0:
         raise InputError(f"--timeout must be more than 0 seconds, got {timeout:g}")
+    if python is None and os.environ.get(PYTHON_ENV):
+        python = os.environ[PYTHON_ENV]
+        named = f"{PYTHON_ENV}={python}"
+    else:
+        named = f"--python {python}"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if python is not None:
+        env = users_environment(env)
+        report_progress(progress, "script", f"checking {python}")
+        python = _check_python(python, named, env, cancel)
+    command = runner_command(python)
     report_progress(progress, "script", f"running {script.name}")
     with tempfile.TemporaryDirectory(prefix="fp16studio-trace-") as work:
         result_path = Path(work) / "result.pickle"
+        lines = _Lines(output, result_path.with_suffix(".started"))
         start = time.perf_counter()
         child = subprocess.Popen(
-            [sys.executable, "-m", "fp16studio.core.script.runner", str(result_path), str(script),
-             *map(str, args)],
+            [*command, str(result_path), str(script), *map(str, args)],
             stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
-        readers = [_forward_lines(child.stdout, "stdout", output),
-                   _forward_lines(child.stderr, "stderr", output)]
+            stderr=subprocess.PIPE, env=env, start_new_session=True)
+        readers = [_forward_lines(child.stdout, "stdout", lines),
+                   _forward_lines(child.stderr, "stderr", lines)]
         timed_out = _wait(child, timeout, cancel)
         for reader in readers:
             reader.join(timeout=5)
         seconds = time.perf_counter() - start
+        started = lines.finish()
         result = _read_result(result_path)
     if result is None:
+        if not started and not timed_out:
+            _not_started(script, child.returncode, lines.held, python, named)
         result = _without_result(script, args, child.returncode, timed_out, timeout)
     elif timed_out:
         result.error = dict(result.error or {}, type="Timeout", stage="script",
                             message=_timeout_message(timeout), module=None)
+    if python is None and frozen():
+        _say_use_your_python(result)
     result.timings["total"] = round(seconds, 4)
     return result
+
+
+def _check_python(python: str, named: str, env: dict, cancel) -> str:
+    """The interpreter's path, once it answered that it can run the tracer; else InputError,
+    one line."""
+    path = expand_user(python)
+    found = str(path) if os.sep in python else shutil.which(python)
+    if found is None or not Path(found).exists():
+        raise InputError(f"{named}: no such interpreter")
+    if Path(found).is_dir() or not os.access(found, os.X_OK):
+        raise InputError(f"{named}: not an executable program")
+    found = os.path.abspath(found)
+    try:
+        check = subprocess.Popen([*runner_command(found), CHECK_ARG], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                 start_new_session=True)
+    except OSError as exc:
+        raise InputError(f"{named}: cannot run it: {exc.strerror or exc}") from None
+    deadline = time.monotonic() + CHECK_TIMEOUT_S
+    while check.poll() is None:
+        try:
+            check_cancel(cancel)
+        except (Cancelled, KeyboardInterrupt):
+            _stop(check, grace=0.5)
+            raise
+        if time.monotonic() > deadline:
+            _stop(check, grace=0.5)
+            raise InputError(f"{named}: no answer within {CHECK_TIMEOUT_S:g} s "
+                             "(is it a Python interpreter?)")
+        time.sleep(0.02)
+    out, err = check.communicate()
+    if check.returncode != 0:
+        said = _last_line(err.decode("utf-8", "replace").splitlines()
+                          + out.decode("utf-8", "replace").splitlines())
+        raise InputError(f"{named}: cannot run the tracer under it"
+                         + (f": {said}" if said else f" (exit status {check.returncode})")
+                         + f"; it needs Python {'.'.join(map(str, MIN_PYTHON))}+ with torch, "
+                         "transformers and datasets")
+    return found
+
+
+class _Lines:
+    """The child's lines, held back until the runner says it started (RESULT.started): before
+    that they are fp16studio's own start (an import that fails, a library's warning), not the
+    script's. A line read while the marker is not there yet was written before it was made."""
+
+    def __init__(self, output, marker: Path):
+        self.output, self.marker = output, marker
+        self.held: list[tuple[str, str]] = []
+        self.started = False
+        self._lock = threading.Lock()
+
+    def __call__(self, stream: str, line: str):
+        with self._lock:
+            if not self.started and self.marker.exists():
+                self._release()
+            if self.started:
+                self._emit(stream, line)
+            else:
+                self.held.append((stream, line))
+
+    def finish(self) -> bool:
+        """Once the child ended: whether the runner started (what it held is passed on then)."""
+        with self._lock:
+            if not self.started and self.marker.exists():
+                self._release()
+            if not self.started and os.environ.get("FP16STUDIO_DEBUG"):
+                for stream, line in self.held:
+                    self._emit(stream, line)
+            return self.started
+
+    def _release(self):
+        self.started = True
+        for stream, line in self.held:
+            self._emit(stream, line)
+        self.held = []
+
+    def _emit(self, stream, line):
+        if self.output is not None:
+            self.output(stream, line)
+
+
+def _last_line(lines) -> str:
+    return next((line.strip() for line in reversed(list(lines)) if line.strip()), "")
+
+
+def _not_started(script: Path, code: int | None, held, python: str | None, named: str):
+    """The child ended before the tracer was in place: the script never ran. Never the script's
+    fault: a bad --python is bad input, anything else is fp16studio's own problem."""
+    said = _last_line(line for _, line in held)
+    if code is not None and code < 0:
+        how = f"was ended by signal {_signal_name(-code)}"
+    else:
+        how = f"ended with status {code}"
+    detail = f"its process {how}" + (f": {said}" if said else "")
+    if python is not None:
+        raise InputError(f"{named}: the tracer did not start under it ({detail}); "
+                         f"{script.name} did not run")
+    raise TracerNotStarted(f"fp16studio's tracer did not start ({detail}); {script.name} did not "
+                           "run: a problem of fp16studio's, not of the script")
+
+
+def _say_use_your_python(result: ScriptTrace):
+    """The frozen program ran the script in its bundled Python: a package of the user's that is
+    missing there is missing from the bundle, not from the user's machine."""
+    error = result.error or {}
+    if error.get("type") in ("ModuleNotFoundError", "ImportError") and USE_YOUR_PYTHON not in \
+            error.get("message", ""):
+        result.error = dict(error, message=f"{error.get('message', '')} ({USE_YOUR_PYTHON})")
 
 
 def _forward_lines(pipe, stream: str, output) -> threading.Thread:
     def pump():
         with pipe:
             for raw in iter(pipe.readline, b""):
-                if output is not None:
-                    output(stream, raw.decode("utf-8", "replace").rstrip("\r\n"))
+                output(stream, raw.decode("utf-8", "replace").rstrip("\r\n"))
 
     thread = threading.Thread(target=pump, name=f"script-{stream}", daemon=True)
     thread.start()
@@ -175,7 +319,7 @@ def _without_result(script: Path, args, code: int | None, timed_out: bool, timeo
     if timed_out:
         error = {"type": "Timeout", "message": _timeout_message(timeout) + " (nothing came back)"}
     elif code is not None and code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else -code
+        name = _signal_name(-code)
         error = {"type": "Crashed", "message": f"the script's process was ended by signal {name}"
                  + (" (out of memory?)" if name == "SIGKILL" else "")}
     else:
@@ -184,3 +328,7 @@ def _without_result(script: Path, args, code: int | None, timed_out: bool, timeo
     return ScriptTrace(spec=PipelineSpec(model="script", dataset="script"), device="unknown",
                        error=dict(error, stage="script", module=None, source=None),
                        script=str(script), args=tuple(args))
+
+
+def _signal_name(number: int):
+    return signal.Signals(number).name if number in signal.Signals._value2member_map_ else number
