@@ -3,8 +3,10 @@
 A session is a spec, the file it came from, and one result slot per kind: the findings (a run
 of the spec, a trace of a user's script, or what a saved session brought), the benchmark and the
 drift from float32. Each slot holds the spec it is of. Whether the findings are stale, whether
-their fixes are one click, which findings are shown and which spec a fix applies to all follow
-from the slots; nothing of that is kept beside them. Whether a spec read from a file may run its
+their fixes are one click, which findings are shown, what the panels say about what they show
+and which spec a fix applies to all follow from the slots (and from the script being traced,
+whose findings are about to replace the slot's); nothing of that is kept beside them. A fix is
+applied only while the spec it was found for is the current one. Whether a spec read from a file may run its
 preprocess is decided here too (CONTRACT §6), with the question asked through a callable.
 
 No Qt, no torch: fp16studio.gui.session_controller adapts this object to signals, the undo stack
@@ -14,8 +16,9 @@ and the worker, and tests/core/test_session_state.py drives it without a QApplic
 from __future__ import annotations
 
 from collections.abc import Callable
+import posixpath
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from fp16studio.core import Fix, InputError, PipelineSpec
@@ -23,7 +26,8 @@ from fp16studio.core import Fix, InputError, PipelineSpec
 # Where the findings slot's result came from.
 RUN = "run"        # a diagnosis of `of`: its fixes are edits of that spec
 TRACE = "trace"    # a trace of a user's script, not (yet) the pipeline: of no spec, fixes are code
-SAVED = "saved"    # a saved session's findings: of its spec, shown until a run, not fixed from
+SAVED = "saved"    # a saved session's findings: of the spec they were run on, shown until a run,
+                   # never fixed from
 
 NO_MODEL = ("Choose a model first: type a Hub id or a local folder in the Model field, pick one "
             "from your Hugging Face cache, or drop a folder on it.")
@@ -96,19 +100,26 @@ class SessionState:
         self.findings: Findings | None = None
         self.bench: Slot | None = None
         self.drift: Slot | None = None
+        self.tracing: str | None = None        # the script (its name) whose trace is under way
         self.run_when_ready = False            # Run was asked for before there was a spec
 
     # -- adopting a spec ------------------------------------------------------------------------
     def start(self, spec: PipelineSpec, diagnosis_doc: dict | None = None,
               bench_doc: dict | None = None, path=None):
-        """A freshly opened spec; a saved session's findings and figures are of it."""
+        """A freshly opened spec. A saved session's findings are of the spec their document
+        says was run (the session's own spec unless it was edited after that run: then they
+        are stale); its figures were saved with it (`saved_bench`)."""
         from fp16studio.core.diagnostics.report import Diagnosis
 
         self.spec, self.path = spec, Path(path) if path else None
-        self.findings = Findings(Diagnosis.from_json(diagnosis_doc), spec, SAVED, diagnosis_doc) \
-            if diagnosis_doc else None
+        self.findings = None
+        if diagnosis_doc:
+            diagnosis = Diagnosis.from_json(diagnosis_doc)
+            of = spec if same_run(diagnosis.spec, spec) else diagnosis.spec
+            self.findings = Findings(diagnosis, of, SAVED, diagnosis_doc)
         self.bench = Slot(bench_doc, spec) if bench_doc else None
         self.drift = None
+        self.tracing = None
 
     def set_spec(self, spec: PipelineSpec) -> bool:
         """Make `spec` current (an edit, an undo). True when the benchmark went with the old one:
@@ -185,19 +196,17 @@ class SessionState:
     @property
     def fixes_enabled(self) -> bool:
         """The findings shown are of the current spec (a run's, or the drift's): one click fixes
-        them. (The controller also keeps them off while a job runs.)"""
-        return self.trace is None and (self.run_current or self.drift_current)
-
-    @property
-    def fixable(self) -> bool:
-        """`plan_fix` has somewhere to look: a run's findings, or the current drift's."""
-        return self.trace is None and (self.drift_current or
-                                       self.findings is not None and self.findings.origin == RUN)
+        them, and nothing else can be fixed. (The controller also keeps them off while a job
+        runs.)"""
+        return self.trace is None and self.tracing is None and (self.run_current or self.drift_current)
 
     def findings_shown(self) -> list:
-        """What the Findings panel lists: the trace's alone while one is shown; else the drift's
-        while it is of the current spec, after the findings' unless a current drift stands
-        beside findings that are not a current run (those give way to it)."""
+        """What the Findings panel lists: nothing while a script is traced (what the slot holds
+        is not the script's); the trace's alone while one is shown; else the drift's while it is
+        of the current spec, after the findings' unless a current drift stands beside findings
+        that are not a current run (those give way to it)."""
+        if self.tracing is not None:
+            return []
         if self.trace is not None:
             return list(self.trace.findings)
         drift = list(self.drift.value.findings) if self.drift_current else []
@@ -205,25 +214,69 @@ class SessionState:
             return drift
         return list(self.findings.diagnosis.findings) + drift
 
+    def findings_notice(self) -> str | None:
+        """What the Findings panel says over what it lists when that is not a run of the
+        current spec: a trace under way, findings of another version of the spec, or a saved
+        session's. None: what is listed is current (or there is nothing to say it of)."""
+        if self.tracing is not None:
+            return (f"Tracing {self.tracing}: its findings will be listed here when it ends. Those "
+                    "of the pipeline in the form are back if you cancel it.")
+        findings = self.findings
+        if findings is None or findings.origin == TRACE or self.drift_current and not self.run_current:
+            return None   # nothing, a trace (of no spec), or a current drift's findings alone
+        if self.stale:
+            return ("These findings are of another version of the spec (an edit, Undo or Redo "
+                    "changed it since they were made): Run to see the current one's. Their fixes "
+                    "are off until then.")
+        if findings.origin == SAVED:
+            return "Findings saved with this session: Run to refresh them and to apply their fixes."
+        return None
+
+    def tree_notice(self) -> str | None:
+        """What the Tensors tab says over its tree when the tree is not of the current spec."""
+        if self.tracing is not None and self.tree_index is not None:
+            return f"Tracing {self.tracing}: this tree is the last run's until its trace arrives."
+        if self.stale and self.tree_index is not None:
+            return "This tree is of another version of the spec: Run to see the current one's."
+        return None
+
     def plan_fix(self, fix_id: str) -> FixPlan | None:
-        """The fix with this id and the spec it was found for: the current drift's (compared
-        again), else the last run's (diagnosed again; the spec that was run, even if it changed
-        since). None when no fixable finding offers it."""
-        if self.trace is not None:
+        """The fix with this id and the spec it was found for, which is the current spec: the
+        current drift's (compared again), else the current run's (diagnosed again). None when
+        no finding of the current spec offers it: a stale finding's fix is never applied, not
+        to the spec it was found for (that would drop the edits made since) nor to this one
+        (it was not found there)."""
+        if not self.fixes_enabled:
             return None
         if self.drift_current:
             fix = _find_fix(self.drift.value.findings, fix_id)
             if fix is not None:
                 return FixPlan(fix, self.drift.of, "drift")
-        if self.findings is not None and self.findings.origin == RUN:
+        if self.run_current:
             fix = _find_fix(self.findings.diagnosis.findings, fix_id)
             if fix is not None:
                 return FixPlan(fix, self.findings.of, "diagnose")
         return None
 
+    def why_no_fix(self, fix_id: str) -> str:
+        """Why `plan_fix(fix_id)` is None, in a sentence."""
+        if self.tracing is not None or self.trace is not None:
+            return f"No fix {fix_id!r} to apply: a script's trace is shown, its fixes are code."
+        if self.findings is not None and not self.run_current and not self.drift_current:
+            return (f"Fix {fix_id!r} not applied: the findings shown are of another version of "
+                    "the spec. Run to see the current one's.")
+        return f"No fix {fix_id!r} in the last diagnosis."
+
     def saved_findings(self) -> dict | None:
-        """The findings saved with the spec: a trace that is not the pipeline is not its own."""
+        """The findings saved with the spec: a trace that is not the pipeline is not its own.
+        Findings of another version of the spec are saved too: their document says which spec
+        was run, so they open stale."""
         return None if self.trace is not None else self.diagnosis_doc
+
+    def saved_bench(self) -> dict | None:
+        """The figures saved with the spec: only the current spec's (a bench document does not
+        say which spec it measured, so stale figures would open as current)."""
+        return None if self.bench_stale else self.bench_doc
 
     def missing(self) -> str | None:
         """Why the current spec cannot run yet (a blank pipeline has no model), or None."""
@@ -234,15 +287,28 @@ class SessionState:
         return f"{name}{' •' if dirty else ''} — fp16studio" if name else "fp16studio"
 
     # -- results arriving -----------------------------------------------------------------------
+    def trace_started(self, script):
+        """A trace of `script` (a path or demo:NAME) is under way: its findings will replace the
+        slot's, which are not the script's and are not listed meanwhile."""
+        self.tracing = PurePath(str(script)).name if not str(script).startswith("demo:") else str(script)
+
+    def trace_ended(self) -> bool:
+        """The trace ended without a result (cancelled): the slot's findings are back. True
+        when one was under way."""
+        was, self.tracing = self.tracing is not None, None
+        return was
+
     def took_diagnosis(self, spec: PipelineSpec | None, diagnosis, tree_index=None, gpu_memory=None):
         """A run of `spec`, or (`spec` None) a trace of a user's script."""
         located = tree_index.locate(diagnosis.findings) if tree_index is not None else {}
         self.findings = Findings(diagnosis, spec, TRACE if spec is None else RUN, diagnosis.to_json(),
                                  tree_index, located, gpu_memory)
+        self.tracing = None
 
     def diagnosis_failed(self):
         """The last findings and tree are of another attempt: cleared, not shown as current."""
         self.findings = None
+        self.tracing = None
 
     def continue_trace(self) -> PipelineSpec | None:
         """Adopt the spec recovered from the trace shown as a fresh start (no file, no figures);
@@ -287,6 +353,39 @@ class SessionState:
             trust.trust(self.path, spec)
             return Consent(True, question)
         return Consent(False, question)
+
+
+def same_run(run: PipelineSpec, spec: PipelineSpec) -> bool:
+    """`run` (the spec a saved diagnosis document says was run) is `spec`. Saving a session
+    makes a spec's relative paths absolute when the file goes to another folder, and the
+    document keeps them as they were run, so a relative path and an absolute one ending with
+    it name the same thing; every other key must be equal."""
+    ran, now = run.to_dict(), spec.to_dict()
+    for key in ("model", "dataset", "preprocess"):
+        if _same_path(ran[key], now[key]):
+            ran[key] = now[key]
+    return ran == now
+
+
+def _same_path(a, b) -> bool:
+    if a == b:
+        return True
+    if not a or not b:
+        return False
+    (a, _, fa), (b, _, fb) = (_split_function(a), _split_function(b))
+    if fa != fb:
+        return False
+    pa, pb = PurePath(posixpath.normpath(a)), PurePath(posixpath.normpath(b))
+    if pa.is_absolute() == pb.is_absolute():
+        return pa == pb
+    full, tail = (pa, pb) if pa.is_absolute() else (pb, pa)
+    return ".." not in tail.parts and full.parts[-len(tail.parts):] == tail.parts
+
+
+def _split_function(value: str):
+    """'file.py:function' -> ('file.py', ':', 'function'); a path alone is kept whole."""
+    head, sep, tail = value.rpartition(":")
+    return (head, sep, tail) if sep and tail.isidentifier() else (value, "", "")
 
 
 def _find_fix(findings, fix_id: str):

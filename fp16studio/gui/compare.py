@@ -4,6 +4,9 @@ throughput and memory bars side by side and a table of the figures and the drift
 It only shows the `bench --json` document and the samples streamed while it is made (plain
 dicts): no torch here. The worker emits samples; this widget buffers them in NumPy arrays and
 redraws from a timer, so a fast model cannot flood the GUI thread with repaints.
+
+The tab scrolls vertically when the window is shorter than the charts and every variant's row
+need: its figures never set the window's least height.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QHeaderView, QLabel, QP
                                QSplitter, QTableView, QTabWidget, QVBoxLayout, QWidget)
 from pyqtgraph.exporters import ImageExporter
 
-from fp16studio.core.present.vocabulary import bench_columns, stability, status, with_ratio
+from fp16studio.core.present.vocabulary import bench_columns, bench_notes, stability, status, with_ratio
+from .fit import ElidedLabel, VerticalScrollArea
 from .palette import DTYPE_COLORS, OKABE_ITO
 from .roles import RAW_ROLE
 
@@ -176,6 +180,8 @@ class CompareView(QWidget):
         self._memory_plot = self.bars.addPlot(title="Memory")
         self._speed_plot.setLabel("bottom", "samples/s, higher is better")
         self._memory_plot.setLabel("bottom", "MiB, lower is better: peak solid, weights light")
+        # MiB as they are (0.05 MiB), not rescaled with a "(x0.001)" appended to a long label.
+        self._memory_plot.getAxis("bottom").enableAutoSIPrefix(False)
         self._speed_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.6)
         self._peak_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.38)
         self._weight_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.38)
@@ -216,13 +222,14 @@ class CompareView(QWidget):
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.horizontalHeader().setStretchLastSection(True)
 
-        self.status = QLabel()
+        self.status = ElidedLabel()
         buttons = QHBoxLayout()
+        buttons.addWidget(QLabel("Save:"))
         self._export_buttons = []
-        for text, slot in (("Save charts (PNG)…", self._ask_png),
-                           ("Save figures (CSV)…", self._ask_csv),
-                           ("Save figures (JSON)…", self._ask_json)):
-            button = QPushButton(text)
+        for text, tip, slot in (("Charts (PNG)…", "Save the charts as PNG images", self._ask_png),
+                                ("CSV…", "Save the figures as CSV", self._ask_csv),
+                                ("JSON…", "Save the figures as the bench --json document", self._ask_json)):
+            button = QPushButton(text, toolTip=tip)
             button.clicked.connect(slot)
             button.setEnabled(False)
             buttons.addWidget(button)
@@ -238,12 +245,17 @@ class CompareView(QWidget):
         split.addWidget(self.charts)
         split.addWidget(self.table)
         split.setChildrenCollapsible(False)
-        layout = QVBoxLayout(self)
+        body = QWidget()
+        layout = QVBoxLayout(body)
         layout.addWidget(self.summary)
         layout.addWidget(self.note)
         layout.addWidget(self.stale)
         layout.addWidget(split, 1)
         layout.addLayout(buttons)
+        self.scroller = VerticalScrollArea(body, fit_content=True)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(self.scroller)
         self.clear()
 
     # -- slots --------------------------------------------------------------------------------
@@ -397,11 +409,7 @@ class CompareView(QWidget):
             state = "on" if tf32.get("cuda_matmul_allow_tf32") else "off"
             parts.append(f"float32 baseline with TF32 matmul {state} "
                          f"(precision {tf32.get('float32_matmul_precision')})")
-        kinds = {v.get("memory_kind") for v in doc.get("variants", []) if v.get("ok")}
-        if "process-rss" in kinds:
-            parts.append("peak memory = the process's resident memory")
-        elif "cuda-max-allocated" in kinds:
-            parts.append("peak memory = torch.cuda.max_memory_allocated")
+        parts += bench_notes(doc)  # what the memory and spread figures mean, as everywhere
         for state, label in (("unsupported", "not on this device"), ("failed", "could not run")):
             names = [v["name"] for v in doc.get("variants", []) if status(v) == state]
             if names:

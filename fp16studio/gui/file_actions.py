@@ -13,6 +13,10 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 from fp16studio import __version__
 
 
+# What to do with unsaved changes (`_ask_unsaved`).
+SAVE, DISCARD, CANCEL = "save", "discard", "cancel"
+
+
 def settings() -> QSettings:
     """The window's own settings (theme, last folder), beside the sessions' config files."""
     from fp16studio.core.common.config_folder import config_dir
@@ -30,8 +34,26 @@ class FileActions:
         return True
 
     def _may_discard(self) -> bool:
-        return not self.controller.dirty or self._confirm(
-            "Discard changes?", "This pipeline has changes that are not saved. Discard them?")
+        """Unsaved changes may go: there are none, or the user saved them (Save; a Save As
+        dialog cancelled or a failed save keeps them), or chose Discard. Cancel keeps them."""
+        if not self.controller.dirty:
+            return True
+        answer = self._ask_unsaved(
+            "Save changes?", "This pipeline has changes that are not saved. Save them first?")
+        if answer == SAVE:
+            return self.save_session()
+        return answer == DISCARD
+
+    def _ask_unsaved(self, title: str, text: str) -> str:
+        """SAVE, DISCARD or CANCEL (also Escape and closing the dialog)."""
+        buttons = QMessageBox.StandardButton
+        box = QMessageBox(QMessageBox.Icon.Question, title, text,
+                          buttons.Save | buttons.Discard | buttons.Cancel, self)
+        box.setDefaultButton(buttons.Save)
+        box.setEscapeButton(buttons.Cancel)
+        box.exec()
+        answer = box.standardButton(box.clickedButton()) if box.clickedButton() else buttons.Cancel
+        return {buttons.Save: SAVE, buttons.Discard: DISCARD}.get(answer, CANCEL)
 
     def _open_dialog(self):
         from fp16studio.core.spec.session import FILE_FILTER

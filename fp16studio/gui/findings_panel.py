@@ -2,6 +2,10 @@
 
 A traced script's findings name the script's line ("script.py:LINE", its neighbours shown in
 the detail); while the trace is not a pipeline its fixes are code to write there, not buttons.
+
+The panel is as narrow as the window needs it: the detail scrolls vertically and every text in
+it wraps to the panel's width (code too), so its minimum never pushes the window past the screen.
+Findings that are not of the current spec are listed under a note that says so, their fixes off.
 """
 
 from __future__ import annotations
@@ -9,18 +13,23 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSize, Qt, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QCommandLinkButton, QFrame, QHBoxLayout, QHeaderView, QLabel,
-                               QPushButton, QScrollArea, QSplitter, QToolButton, QTreeView, QVBoxLayout, QWidget)
+                               QPushButton, QSplitter, QToolButton, QTreeView, QVBoxLayout, QWidget)
 
 from fp16studio.core.diagnostics.findings import by_severity, severity_rank
 from fp16studio.core.present.vocabulary import evidence_value, severity_counts
 from fp16studio.core.script.fixes import fix_code
+from .fit import ElidedLabel, VerticalScrollArea, WrappedText, stale_note
 from .roles import NODE_ROLE, RAW_ROLE
 from .theme import icon
 
 PLAIN = Qt.TextFormat.PlainText   # the user's exception text is never read as markup
 SOURCE_CONTEXT = 2                # lines shown either side of a finding's script line
+# Code keeps its line breaks and indentation and wraps where a line is wider than the panel.
+PRE = "<pre style='white-space:pre-wrap; margin:2px 0'>"
+# The panel's narrowest: a fix card's heading and its icon whole, the rest wraps.
+PANEL_MIN_PX = 230
 
 
 class FindingsModel(QAbstractTableModel):
@@ -76,13 +85,13 @@ class FindingDetail(QFrame):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("findingDetail")
-        self.title = QLabel(objectName="panelTitle", textFormat=PLAIN)
-        self.message = QLabel(wordWrap=True, textFormat=PLAIN,
-                              textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.title = QLabel(objectName="panelTitle", textFormat=PLAIN, wordWrap=True)
+        # The message, the script's lines and the fixes' code break inside a word too (a module
+        # path, a line of code) rather than run past the panel's edge.
+        self.message = WrappedText("", PLAIN)
         self.evidence = QLabel(wordWrap=True, textFormat=Qt.TextFormat.RichText,
                                textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.source = QLabel(objectName="sourceExcerpt", textFormat=Qt.TextFormat.RichText,
-                             textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.source = WrappedText("", Qt.TextFormat.RichText, objectName="sourceExcerpt")
         self.reveal = QPushButton("Show in tensor tree")
         self.reveal.clicked.connect(lambda: self.revealRequested.emit(self._location))
         self.fixes_box = QVBoxLayout()
@@ -94,7 +103,7 @@ class FindingDetail(QFrame):
         layout.addWidget(self.title)
         layout.addWidget(self.message)
         layout.addWidget(self.source)
-        self.fixes_label = QLabel("Fixes", objectName="muted")
+        self.fixes_label = QLabel("Fixes", objectName="muted", wordWrap=True)
         layout.addWidget(self.fixes_label)
         layout.addLayout(self.fixes_box)
         layout.addWidget(self.evidence)
@@ -106,7 +115,7 @@ class FindingDetail(QFrame):
         self._location = ""
         self.revealable: set[str] = set()   # the locations the tensor tree shows
         self.fix_buttons: list[QCommandLinkButton] = []
-        self.fix_codes: list[QLabel] = []
+        self.fix_codes: list[WrappedText] = []
         self.code_fixes = False   # a trace's fixes: code to write in the script, not buttons
         self.show_text("Run the pipeline to see findings.")
 
@@ -136,15 +145,15 @@ class FindingDetail(QFrame):
     def _set_fixes(self, fixes, enabled: bool = True):
         for widget in self.fix_buttons + self.fix_codes:
             self.fixes_box.removeWidget(widget)
+            widget.hide()   # gone at once, not when the event loop gets to deleting it
             widget.deleteLater()
         self.fix_buttons, self.fix_codes = [], []
         self.fixes_label.setText("Fixes: write in the script" if self.code_fixes and fixes else "Fixes")
         self.fixes_label.setVisible(bool(fixes))
         if self.code_fixes:
             for fix in fixes:
-                code = QLabel(f"<b>{html.escape(fix.title)}</b><pre>{html.escape(fix_code(fix))}</pre>",
-                              objectName="fixCode", wordWrap=True, textFormat=Qt.TextFormat.RichText,
-                              textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
+                code = WrappedText(f"<b>{html.escape(fix.title)}</b>{PRE}{html.escape(fix_code(fix))}</pre>",
+                                   Qt.TextFormat.RichText, objectName="fixCode")
                 self.fixes_box.addWidget(code)
                 self.fix_codes.append(code)
             return
@@ -154,17 +163,16 @@ class FindingDetail(QFrame):
             heading = "Recommended fix" if i == 0 else f"Alternative {i}"
             button = QCommandLinkButton(heading, fix.title, objectName="fixButton")
             button.setIcon(icon("fix"))
-            button.setProperty("primary", i == 0)
             button.setProperty("fixId", fix.id)
             button.setToolTip(fix.explain or fix.title)
-            button.setEnabled(enabled)
+            _enable_fix(button, enabled, i == 0)
             button.clicked.connect(lambda _=False, fix_id=fix.id: self.fixRequested.emit(fix_id))
             self.fixes_box.addWidget(button)
             self.fix_buttons.append(button)
 
     def set_fixes_enabled(self, enabled: bool):
-        for button in self.fix_buttons:
-            button.setEnabled(enabled)
+        for i, button in enumerate(self.fix_buttons):
+            _enable_fix(button, enabled, i == 0)
 
 
 class FindingsPanel(QWidget):
@@ -189,7 +197,10 @@ class FindingsPanel(QWidget):
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(True)
         self.view.selectionModel().currentRowChanged.connect(self._on_current)
-        self.summary = QLabel(objectName="muted")
+        self.summary = ElidedLabel(objectName="muted")
+        self.summary.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        # Over the list: what it is of when that is not a run of the current spec.
+        self.notice = stale_note("")
         self.detail = FindingDetail(self)
         self.detail.fixRequested.connect(self.fixRequested)
         self.detail.revealRequested.connect(self.revealRequested)
@@ -199,39 +210,57 @@ class FindingsPanel(QWidget):
         head = QHBoxLayout()
         head.setContentsMargins(8, 6, 8, 0)
         head.addWidget(title)
-        head.addStretch(1)
-        head.addWidget(self.summary)
-        self.head = head
+        head.addWidget(self.summary, 1)
+        # A row of its own for the header buttons (Continue as a Pipeline): beside the title
+        # they would set the panel's narrowest width.
+        self.head = QHBoxLayout()
+        self.head.setContentsMargins(8, 0, 8, 0)
+        self.head.addStretch(1)
         self.header_buttons: dict = {}
-        # The detail scrolls rather than squeezing its fix buttons when the window is short.
-        scroller = QScrollArea()
-        scroller.setWidget(self.detail)
-        scroller.setWidgetResizable(True)
-        scroller.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # The detail scrolls rather than squeezing its fix buttons when the window is short, and
+        # is as wide as the panel: its text wraps there instead of running past the edge.
+        self.scroller = VerticalScrollArea(self.detail)
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.view)
-        split.addWidget(scroller)
+        split.addWidget(self.scroller)
         split.setSizes([150, 450])
         split.setChildrenCollapsible(False)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(4)
         layout.addLayout(head)
+        layout.addLayout(self.head)
+        notice = QHBoxLayout()
+        notice.setContentsMargins(8, 0, 8, 0)
+        notice.addWidget(self.notice)
+        layout.addLayout(notice)
         layout.addWidget(split, 1)
 
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        return QSize(max(hint.width(), PANEL_MIN_PX), hint.height())
+
     def add_header_button(self, action):
-        """A button for `action` beside the title, hidden until shown (Continue as a pipeline)."""
+        """A button for `action` under the title, hidden until shown (Continue as a pipeline)."""
         button = QToolButton()
         button.setDefaultAction(action)
         button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         button.hide()
-        self.head.insertWidget(1, button)
+        self.head.insertWidget(0, button)
         self.header_buttons[action] = button
 
-    def set_findings(self, findings, ok: bool, revealable=(), code_fixes: bool = False):
+    def set_findings(self, findings, ok: bool, revealable=(), code_fixes: bool = False,
+                     notice: str | None = None):
         """Show `findings`; "Show in tensor tree" only for the `revealable` locations; with
-        `code_fixes`, each fix as the code that makes it (a trace that is not a pipeline)."""
+        `code_fixes`, each fix as the code that makes it (a trace that is not a pipeline);
+        `notice` over them when they are not a run of the current spec. The same findings again
+        keep the finding chosen (a new notice, an edit of the spec)."""
+        self.set_notice(notice)
         self.detail.revealable = set(revealable)
+        listed = self.model.findings()
+        if findings and code_fixes == self.detail.code_fixes and len(findings) == len(listed) \
+                and all(a is b for a, b in zip(by_severity(findings), listed)):
+            return   # the very findings listed: a new notice, or the spec was edited
         self.detail.code_fixes = code_fixes
         self.model.set_findings(findings)
         self.summary.setText(severity_counts(findings))
@@ -241,9 +270,19 @@ class FindingsPanel(QWidget):
             self.detail.show_text("No findings: the pipeline runs and its output is finite.",
                                   "All clear")
 
+    def set_notice(self, text: str | None):
+        self.notice.setText(text or "")
+        self.notice.setVisible(bool(text))
+
+    def show_pending(self, notice: str):
+        """A run whose findings will replace what was listed is under way: nothing listed."""
+        self.set_findings([], ok=False, notice=notice)
+        self.detail.show_text("The findings appear here when it ends.", "Working…")
+
     def show_failure(self, message: str):
         self.model.set_findings([])
         self.summary.setText("")
+        self.set_notice(None)
         self.detail.show_text(message, "The pipeline could not be run")
 
     def set_fixes_enabled(self, enabled: bool):
@@ -257,6 +296,16 @@ class FindingsPanel(QWidget):
             # Selecting a finding shows the module it names in the tensor tree.
             if finding.location in self.detail.revealable:
                 self.revealRequested.emit(finding.location)
+
+
+def _enable_fix(button, enabled: bool, primary: bool):
+    """A fix that cannot be clicked does not look like one that can: the recommended fix loses
+    its accent colour while it is off (the style sheet gives disabled buttons no colours)."""
+    button.setEnabled(enabled)
+    if bool(button.property("primary")) != (primary and enabled):
+        button.setProperty("primary", primary and enabled)
+        button.style().unpolish(button)
+        button.style().polish(button)
 
 
 def _evidence_html(location: str, evidence: dict) -> str:
@@ -302,4 +351,4 @@ def source_excerpt(source: dict, context: int = SOURCE_CONTEXT) -> str:
         text = f"{number:>4}  {html.escape(lines[number - 1])}"
         rows.append(f"<b>{text}</b>" if number == line else text)
     return (f"<span style='color:#6b717b'>{html.escape(_where(source))}</span>"
-            f"<pre style='margin:2px 0'>{chr(10).join(rows)}</pre>")
+            f"{PRE}{chr(10).join(rows)}</pre>")

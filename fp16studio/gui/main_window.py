@@ -159,7 +159,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.splitter.addWidget(left)
         self.splitter.addWidget(middle)
         self.splitter.addWidget(self.findings)
-        self.splitter.setSizes([330, 620, 330])
+        self.splitter.setSizes([300, 680, 300])
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setChildrenCollapsible(False)
         self.setCentralWidget(self.splitter)
@@ -172,6 +172,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.findings.revealRequested.connect(self.reveal_location)
         c.specChanged.connect(self._on_spec)
         c.diagnosisChanged.connect(self._on_diagnosis)
+        c.findingsChanged.connect(lambda: self._on_diagnosis(c.diagnosis))
         c.benchChanged.connect(lambda doc: self.compare.set_result(doc) if doc else self.compare.clear())
         c.benchStale.connect(self.compare.set_stale)
         c.benchSample.connect(self.compare.add_sample)
@@ -196,8 +197,10 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
 
     def _on_spec(self, spec):
         self.form.set_spec(spec)
-        self.findings.set_fixes_enabled(self.controller.fixes_enabled)
         self.lookups.spec_changed(spec)
+        # Whether the findings and the tree are of this spec, and which are listed (a drift's
+        # only while it is of the current spec), follow from it.
+        self._show_findings()
 
     def _on_diagnosis(self, diagnosis):
         state = self.controller.state
@@ -206,23 +209,33 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.tensors.set_inventory(state.inventory)   # core's, as the --json document has it
         if diagnosis is None:
             self.tensors.set_tree(None)
-            self.findings.set_findings([], ok=False)
-            self.findings.detail.show_text(state.missing() or "Press Run to diagnose this pipeline.")
+            self._show_findings()
+            if state.tracing is None and not state.findings_shown() and not state.drift_current:
+                self.findings.detail.show_text(state.missing() or "Press Run to diagnose this pipeline.")
             return
         self.tensors.set_tree(diagnosis.tree, index)
         self.tensors.model.set_highlighted(node.path for node in state.located.values())
         self._show_findings()
-        if diagnosis.error and not diagnosis.findings:
+        if diagnosis.error and not diagnosis.findings and state.tracing is None:
             self.findings.show_failure(diagnosis.error.get("message", ""))
         if diagnosis.tree is not None:
             self.status.set_environment(diagnosis.environment, diagnosis.device, state.gpu_memory)
 
     def _show_findings(self):
+        """The Findings panel and the Tensors tab's note, from the session state: what is listed,
+        whether its fixes are one click, and what is said of it when it is not current."""
         state = self.controller.state
-        findings = state.findings_shown()
-        ok = not findings and (state.diagnosis is None or state.diagnosis.ok)
+        self.tensors.set_notice(state.tree_notice())
         self.findings.set_fixes_enabled(self.controller.fixes_enabled)
-        self.findings.set_findings(findings, ok, state.located, code_fixes=state.trace is not None)
+        if state.tracing is not None:
+            self.findings.show_pending(state.findings_notice())
+            return
+        findings = state.findings_shown()
+        # "All clear" is said of a run (or a current drift) that found nothing, never of nothing.
+        ran = state.diagnosis is not None or state.drift_current
+        ok = not findings and ran and (state.diagnosis is None or state.diagnosis.ok)
+        self.findings.set_findings(findings, ok, state.located, code_fixes=state.trace is not None,
+                                   notice=state.findings_notice())
 
     def _on_drift(self, result):
         self.drift.set_result(result.to_json() if result is not None else None)

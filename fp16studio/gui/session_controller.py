@@ -39,6 +39,9 @@ def _state(name):
 class SessionController(SessionFiles, QObject):
     specChanged = Signal(object)          # the spec now current
     diagnosisChanged = Signal(object)     # Diagnosis, or None when what was shown is gone
+    # What the findings panel lists and says changed with no new result: a trace started (the
+    # slot's findings are not the script's) or ended without one (they are back).
+    findingsChanged = Signal()
     benchChanged = Signal(object)         # bench document or None
     benchStale = Signal(bool)             # the figures are of another spec than the current one
     benchSample = Signal(object)          # a live sample of the running benchmark
@@ -176,9 +179,11 @@ class SessionController(SessionFiles, QObject):
         if self.busy:
             return False
         self.logged.emit("info", f"Trace: {' '.join([str(path), *map(str, args)])}")
+        self.state.trace_started(path)
         self._submit("trace", (str(path), tuple(map(str, args))),
                      lambda result: self._on_diagnosis(None, *result), self._on_diagnosis_error,
                      "Trace cancelled.", on_samples=self._on_script_output, on_arrival=with_inventory)
+        self.findingsChanged.emit()
         return True
 
     def run_drift(self, variant: str | None = None) -> bool:
@@ -213,13 +218,14 @@ class SessionController(SessionFiles, QObject):
                                on_cancel=lambda: self.logged.emit("warning", cancelled), **more))
 
     def apply_fix(self, fix_id: str) -> bool:
-        """Apply a fix to the spec it was found for (undoably), then run that again: a drift's
-        fix (while the drift is of the current spec) compares again, a diagnosis's diagnoses."""
-        if self.busy or not self.state.fixable:
+        """Apply a fix to the spec it was found for, which must be the current spec (undoably),
+        then run that again: a drift's fix compares again, a diagnosis's diagnoses. A fix of
+        findings that are stale is refused (False, and the Log says why)."""
+        if self.busy:
             return False
         plan = self.state.plan_fix(fix_id)
         if plan is None:
-            self.logged.emit("error", f"No fix {fix_id!r} in the last diagnosis.")
+            self.logged.emit("error", self.state.why_no_fix(fix_id))
             return False
         try:
             new = plan.fixed_spec()
@@ -356,6 +362,8 @@ class SessionController(SessionFiles, QObject):
             # "building a batch of 4" belongs to the job that said it, not to what follows.
             self._say("")
         self._progress_message = ""
+        if job.kind == "trace" and self.state.trace_ended():   # cancelled: no result came
+            self.findingsChanged.emit()
         self._update_busy()
 
     def _update_busy(self):

@@ -86,7 +86,7 @@ class SessionFiles:
     def _session(self, with_path=True):
         from fp16studio.core.spec.documents import Session
 
-        return Session(self.spec, self.state.saved_findings(), self.bench_doc,
+        return Session(self.spec, self.state.saved_findings(), self.state.saved_bench(),
                        path=self.state.path if with_path else None)
 
     def autosave(self):

@@ -3,6 +3,9 @@
 The form never holds pipeline state of its own. An edit builds `spec.replace(key=value)`; the
 spec validates it, so a bad value is marked on its field with the spec's own reason and never
 reaches the window, while a good one goes out as `specEdited(new_spec, key)` to the undo stack.
+
+The form scrolls vertically only and is never narrower than its widest row: every control is
+whole at any window size, and Tab never scrolls it sideways.
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ from typing import Any, Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QLabel, QLineEdit,
-                               QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget)
+                               QSizePolicy, QSpinBox, QVBoxLayout, QWidget)
 
 from fp16studio.core import InputError
 from fp16studio.core.spec.value import COLUMN_ROLES, DEVICE_TYPES, LABEL_DTYPES, TASKS
+from .fit import VerticalScrollArea
 from .pickers import SourcePicker
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -67,15 +71,13 @@ class Field:
     error: QLabel
 
 
-class SpecForm(QScrollArea):
+class SpecForm(VerticalScrollArea):
     specEdited = Signal(object, str)       # the new spec, the key that changed
     modelChanged = Signal(object)          # a spec whose model source is worth looking up
     datasetChanged = Signal(object)
 
     def __init__(self, parent=None):
-        super().__init__(parent)
-        self.setWidgetResizable(True)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        super().__init__(fit_content=True, parent=parent)
         self.spec = None
         self.fields: dict[str, Field] = {}
         body = QWidget(objectName="formBody")
@@ -134,7 +136,6 @@ class SpecForm(QScrollArea):
         fixes.addRow(self.applied)
         layout.addStretch(1)
         self.setWidget(body)
-        self.setMinimumWidth(300)
 
     # -- binding --------------------------------------------------------------------------------
     def set_spec(self, spec):

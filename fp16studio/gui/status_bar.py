@@ -2,7 +2,8 @@
 
 Versions come from the engine's environment report (the GUI thread never imports torch); the
 resident memory of the window and of the engine process (where the model lives) is sampled
-here every few seconds with psutil, which is cheap.
+here every few seconds with psutil, which is cheap. The message and the versions shrink to an
+ellipsis (the whole text in their tooltip) rather than widen the window.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar
 
 from fp16studio.core.present import vocabulary
+from .fit import ElidedLabel
 
 MEMORY_INTERVAL_MS = 2000
 
@@ -20,10 +22,10 @@ MEMORY_INTERVAL_MS = 2000
 class StatusInfo:
     def __init__(self, bar: QStatusBar):
         self.bar = bar
-        self.message = QLabel("Ready")
+        self.message = ElidedLabel("Ready")
         self.device = QLabel("device: —")
-        self.versions = QLabel("torch not loaded yet")
-        self.memory = QLabel("")
+        self.versions = ElidedLabel("torch not loaded yet")
+        self.memory = ElidedLabel("")
         bar.addWidget(self.message, 1)
         for label in (self.device, self.versions, self.memory):
             bar.addPermanentWidget(label)

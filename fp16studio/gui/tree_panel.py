@@ -1,15 +1,18 @@
 """The Tensors tab: filter bar (with "colour by"), the lazy tensor tree, and the dtype colour
-legend."""
+legend.
+
+Nothing here sets the window's narrowest width: the filter choosers shrink (their text elided),
+the legend and the inventory line wrap, and the tree scrolls sideways."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QPainter, QPixmap
-from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QHBoxLayout, QHeaderView,
+from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QHBoxLayout, QHeaderView,
                                QLabel, QLineEdit, QMenu, QTreeView, QVBoxLayout, QWidget)
 
 from fp16studio.core.present import vocabulary
 from .delegates import BadgeDelegate, ChipDelegate
+from .fit import ShrinkingComboBox, stale_note
 from .palette import LEGEND_DTYPES, dtype_color
 from .roles import NODE_ROLE
 from .tree_model import (ABSMAX, COLOUR_BY, DEVICE, DTYPE, KIND, NAME, SHAPE, SIZE, STATUS,
@@ -17,6 +20,13 @@ from .tree_model import (ABSMAX, COLOUR_BY, DEVICE, DTYPE, KIND, NAME, SHAPE, SI
 
 # Expanding every match of a filter is only friendly while the matches are few.
 AUTO_EXPAND_LIMIT = 200
+# The Name column takes the room the others leave, and never less than NAME_MIN_PX: in a narrow
+# tab the tree scrolls sideways rather than cut every name to a few letters. Below NAME_ROOM_PX
+# the columns in FOLDED go first (Abs-max: empty but for activations), back when there is room,
+# unless the user chose them in the header's menu.
+NAME_MIN_PX = 150
+NAME_ROOM_PX = 210
+FOLDED = (ABSMAX,)
 INVENTORY_TIP = ("The run's tensor inventory, as `fp16studio diagnose --json` reports it: every "
                  "tensor seen (weights, the batch and the activations of the pass; activations are "
                  "made one after another, not all held at once). Each group's share is on its row.")
@@ -48,6 +58,43 @@ class TensorTreeView(QTreeView):
         self.setItemDelegateForColumn(STATUS, ChipDelegate(self))
         self.setItemDelegateForColumn(DEVICE, BadgeDelegate(self))
 
+        self.chosen_columns: set[int] = set()   # shown or hidden by the user: never folded
+        self._folded_width: dict[int, int] = {}
+        self._fitting = False
+
+    def fit_name_column(self):
+        """Name gets the width the other shown columns leave, at least NAME_MIN_PX; the FOLDED
+        columns are hidden while Name would have less than NAME_ROOM_PX with them."""
+        if self._fitting:
+            return
+        self._fitting = True
+        try:
+            header = self.header()
+            room = self.viewport().width()
+            for column in FOLDED:
+                if column in self.chosen_columns:
+                    continue
+                if not header.isSectionHidden(column):
+                    self._folded_width[column] = header.sectionSize(column)
+                others = sum(header.sectionSize(c) for c in range(header.count())
+                             if c not in (NAME, column) and not header.isSectionHidden(c))
+                fold = room - others - self._folded_width.get(column, 0) < NAME_ROOM_PX
+                if fold != header.isSectionHidden(column):
+                    header.setSectionHidden(column, fold)
+                    if not fold:
+                        header.resizeSection(column, self._folded_width.get(column, header.defaultSectionSize()))
+            others = sum(header.sectionSize(c) for c in range(header.count())
+                         if c != NAME and not header.isSectionHidden(c))
+            width = max(NAME_MIN_PX, room - others)
+            if header.sectionSize(NAME) != width:
+                header.resizeSection(NAME, width)
+        finally:
+            self._fitting = False
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self.fit_name_column()
+
 
 class TensorPanel(QWidget):
     """Owns the source model and the proxy; `tree` is the view (MainWindow.tensorTree)."""
@@ -65,9 +112,10 @@ class TensorPanel(QWidget):
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setMinimumSectionSize(40)
-        # Name takes the room there is; the others are at least as wide as their titles (with
-        # the sort arrow), so no header reads "Devic".
-        header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
+        # Name takes the room there is (fit_name_column); the others are at least as wide as
+        # their titles (with the sort arrow), so no header reads "Devic".
+        header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Interactive)
+        header.sectionResized.connect(lambda column, _old, _new: column != NAME and self.tree.fit_name_column())
         for column, width in ((KIND, 70), (SHAPE, 84), (DTYPE, 84), (DEVICE, 58), (SIZE, 70),
                               (ABSMAX, 70), (STATUS, 86)):
             title = self.model.headerData(column, Qt.Orientation.Horizontal)
@@ -81,10 +129,10 @@ class TensorPanel(QWidget):
         self.tree.selectionModel().currentRowChanged.connect(self._on_current)
 
         self.search = QLineEdit(placeholderText="Filter by name…", clearButtonEnabled=True)
-        self.dtype_filter = QComboBox()
-        self.device_filter = QComboBox()
+        self.dtype_filter = ShrinkingComboBox()
+        self.device_filter = ShrinkingComboBox()
         self.only_problems = QCheckBox("Only problems")
-        self.colour_by = QComboBox(toolTip="What the chip beside each name shows: a module's "
+        self.colour_by = ShrinkingComboBox(toolTip="What the chip beside each name shows: a module's "
                                            "headroom (share of its dtype's range used) or drift "
                                            "(SQNR against float32, after Compare with float32); "
                                            "a collapsed row shows the worst below it")
@@ -93,7 +141,8 @@ class TensorPanel(QWidget):
         self.colour_by.currentIndexChanged.connect(self._apply_colour)
         self._module_values: dict = {}   # "headroom" / "drift" -> {module path: value}
         self._name_chips = ChipDelegate(self.tree)
-        self.summary = QLabel(objectName="muted", toolTip=INVENTORY_TIP)
+        self.summary = QLabel(objectName="muted", toolTip=INVENTORY_TIP, wordWrap=True)
+        self.notice = stale_note("")
         self.inventory: dict | None = None
         self._reset_choices(set(), set())
         self._debounce = QTimer(self, singleShot=True, interval=150, timeout=self._apply_filter)
@@ -113,11 +162,14 @@ class TensorPanel(QWidget):
         layout.setContentsMargins(8, 8, 8, 6)
         layout.setSpacing(6)
         layout.addLayout(bar)
+        layout.addWidget(self.notice)
         layout.addWidget(self.tree, 1)
+        # The legend and the inventory each wrap to the width there is.
         footer = QHBoxLayout()
-        footer.addWidget(DtypeLegend(self))
-        footer.addStretch(1)
-        footer.addWidget(self.summary)
+        self.legend = DtypeLegend(self)
+        footer.addWidget(self.legend, 3)
+        footer.addWidget(self.summary, 2)
+        self.summary.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         layout.addLayout(footer)
 
     # -- content --------------------------------------------------------------------------------
@@ -136,6 +188,11 @@ class TensorPanel(QWidget):
         window counts nothing itself: what each group holds is on the group's own row."""
         self.inventory = inventory
         self.summary.setText(inventory_text(inventory) if inventory else "")
+
+    def set_notice(self, text: str | None):
+        """A note over the tree when it is not of the current spec (None: none)."""
+        self.notice.setText(text or "")
+        self.notice.setVisible(bool(text))
 
     def set_module_values(self, kind: str, values: dict | None):
         """The per-module headroom or drift the tree can be coloured by (None: none known)."""
@@ -217,41 +274,24 @@ class TensorPanel(QWidget):
             action = menu.addAction(self.model.headerData(column, Qt.Orientation.Horizontal))
             action.setCheckable(True)
             action.setChecked(not header.isSectionHidden(column))
-            action.toggled.connect(lambda on, c=column: header.setSectionHidden(c, not on))
+            action.toggled.connect(lambda on, c=column: self._choose_column(c, on))
         menu.exec(header.mapToGlobal(position))
+
+    def _choose_column(self, column: int, shown: bool):
+        self.tree.chosen_columns.add(column)   # the user's choice: no longer folded for room
+        self.tree.header().setSectionHidden(column, not shown)
+        self.tree.fit_name_column()
 
     def _on_current(self, current, _previous):
         self.nodeSelected.emit(current.data(NODE_ROLE) if current.isValid() else None)
 
 
-class DtypeLegend(QWidget):
-    """The colour key: chip + name for each dtype, the same chips the Dtype column draws."""
+class DtypeLegend(QLabel):
+    """The colour key: a chip and the name of each dtype, in the Dtype column's colours; it
+    wraps between entries (never between a chip and its name) when the tab is narrow."""
 
     def __init__(self, parent=None):
-        super().__init__(parent)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(10)
-        title = QLabel("Dtype:", objectName="muted")
-        layout.addWidget(title)
-        for dtype in LEGEND_DTYPES:
-            chip = QLabel()
-            chip.setPixmap(_chip(dtype_color(dtype)))
-            label = QLabel(dtype)
-            pair = QHBoxLayout()
-            pair.setSpacing(4)
-            pair.addWidget(chip)
-            pair.addWidget(label)
-            layout.addLayout(pair)
-
-
-def _chip(color: str) -> QPixmap:
-    pixmap = QPixmap(12, 12)
-    pixmap.fill(Qt.GlobalColor.transparent)
-    painter = QPainter(pixmap)
-    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-    painter.setPen(Qt.PenStyle.NoPen)
-    painter.setBrush(QColor(color))
-    painter.drawRoundedRect(1, 1, 10, 10, 3, 3)
-    painter.end()
-    return pixmap
+        entries = "&nbsp;&nbsp; ".join(
+            f"<span style='color:{dtype_color(dtype)}'>\u25a0</span>&nbsp;{dtype}" for dtype in LEGEND_DTYPES)
+        super().__init__(f"<span style='color:#6b717b'>Dtype:</span>&nbsp;&nbsp; {entries}", parent,
+                         wordWrap=True, textFormat=Qt.TextFormat.RichText)

@@ -48,10 +48,11 @@ def tree():
     return root
 
 
-def state_with_run(spec=SPEC):
+def state_with_run(spec=SPEC, tree=False):
     state = SessionState()
     state.start(spec)
-    state.took_diagnosis(spec, diagnosis(spec))
+    root = globals()["tree"]() if tree else None
+    state.took_diagnosis(spec, diagnosis(spec, tree=root), TreeIndex(root) if tree else None)
     return state
 
 
@@ -67,7 +68,8 @@ def test_the_module_is_qt_and_torch_free():
 def test_a_fresh_run_is_current_its_fixes_apply_to_the_spec_run():
     state = state_with_run()
     assert state.findings.of == SPEC and state.findings.origin == RUN
-    assert not state.stale and state.run_current and state.fixes_enabled and state.fixable
+    assert not state.stale and state.run_current and state.fixes_enabled
+    assert state.findings_notice() is None and state.tree_notice() is None
     assert [f.code for f in state.findings_shown()] == ["dtype-mismatch"]
     plan = state.plan_fix("cast-inputs")
     assert (plan.fix, plan.base, plan.rerun) == (CAST, SPEC, "diagnose")
@@ -77,17 +79,23 @@ def test_a_fresh_run_is_current_its_fixes_apply_to_the_spec_run():
     assert state.saved_findings() == state.diagnosis_doc and state.diagnosis_doc["ok"] is False
 
 
-def test_an_edit_makes_the_run_stale_and_the_fix_still_applies_only_to_the_spec_run():
-    state = state_with_run()
+def test_an_edit_makes_the_run_stale_said_so_and_its_fixes_wait_for_the_spec_it_was_found_for():
+    state = state_with_run(tree=True)
     edited = SPEC.replace(samples=3)
     assert state.set_spec(edited) is False          # same model: the figures stay
     assert state.stale and not state.run_current and not state.fixes_enabled
-    plan = state.plan_fix("cast-inputs")
-    assert plan.base == SPEC                        # not the edited spec
-    assert plan.fixed_spec().samples == SPEC.samples
+    # Still listed (what was found), but said to be of another spec; nothing of it is fixed:
+    # not the edited spec (it was not found there), not the spec run (that drops the edit).
+    assert [f.code for f in state.findings_shown()] == ["dtype-mismatch"]
+    assert "another version of the spec" in state.findings_notice()
+    assert "another version of the spec" in state.tree_notice()
+    assert state.plan_fix("cast-inputs") is None
+    assert "another version of the spec" in state.why_no_fix("cast-inputs")
     # Nothing is kept beside the slots: back to an equal spec (an undo), current again.
     state.set_spec(SPEC.replace())
-    assert not state.stale and state.fixes_enabled
+    assert not state.stale and state.fixes_enabled and state.findings_notice() is None
+    plan = state.plan_fix("cast-inputs")
+    assert plan.base == SPEC and plan.fixed_spec().samples == SPEC.samples
 
 
 def test_a_trace_is_of_no_spec_and_stands_alone():
@@ -98,7 +106,7 @@ def test_a_trace_is_of_no_spec_and_stands_alone():
     state.took_diagnosis(None, trace)
     assert state.trace is trace and state.findings.of is None and state.findings.origin == TRACE
     assert state.findings_shown() == trace.findings   # not the drift's
-    assert not state.stale and not state.fixes_enabled and not state.fixable
+    assert not state.stale and not state.fixes_enabled and state.findings_notice() is None
     assert state.plan_fix("cast-inputs") is None and state.plan_fix("float32-islands") is None
     assert state.saved_findings() is None           # not this spec's to save
     assert state.continue_trace() is None           # nothing recovered to continue as
@@ -130,12 +138,63 @@ def test_saved_findings_are_shown_never_fixed_from_and_go_stale():
     assert state.findings.origin == SAVED and state.findings.of == SPEC
     assert [f.code for f in state.findings_shown()] == ["dtype-mismatch"]
     assert state.inventory == doc["inventory"] and state.tree_index is None and state.located == {}
-    assert not state.stale and not state.fixes_enabled and not state.fixable
+    assert not state.stale and not state.fixes_enabled
+    assert "saved with this session" in state.findings_notice()
     assert state.plan_fix("cast-inputs") is None
-    assert state.bench.of == SPEC and not state.bench_stale
+    assert state.bench.of == SPEC and not state.bench_stale and state.saved_bench() == {"variants": []}
     assert state.title(dirty=False) == "s.fp16studio — fp16studio"
     state.set_spec(SPEC.replace(samples=2))
     assert state.stale and state.bench_stale
+    assert "another version of the spec" in state.findings_notice()
+    # What is saved now: the findings (their document says which spec they are of), not the
+    # figures (a bench document does not say it: they would open as the edited spec's).
+    assert state.saved_findings() == doc and state.saved_bench() is None
+
+
+def test_a_saved_run_of_another_spec_opens_stale():
+    """A session saved after an edit holds the run of the spec before it: a bfloat16 run's
+    "All clear" beside a float16 spec is not that spec's."""
+    run = SPEC.replace(model_dtype="bfloat16")
+    state = SessionState()
+    state.start(SPEC, diagnosis_doc=diagnosis(run, findings=[]).to_json(), path="/work/s.fp16studio")
+    assert state.findings.of == run and state.stale and not state.fixes_enabled
+    assert "another version of the spec" in state.findings_notice()
+
+
+def test_a_saved_run_is_its_spec_when_only_the_save_made_its_paths_absolute():
+    """Saving to another folder makes relative local paths absolute; the run's document keeps
+    them as they were run: the same pipeline, not a stale one."""
+    ran = SPEC.replace(model="models/tiny", dataset="data/images", preprocess="prep.py:fn")
+    saved = SPEC.replace(model="/home/me/demo/models/tiny", dataset="/home/me/demo/data/images",
+                         preprocess="/home/me/demo/prep.py:fn")
+    state = SessionState()
+    state.start(saved, diagnosis_doc=diagnosis(ran).to_json(), path="/work/s.fp16studio")
+    assert state.findings.of == saved and not state.stale
+    for other in (saved.replace(model="/home/me/demo/models/other"),
+                  saved.replace(preprocess="/home/me/demo/prep.py:g"),
+                  saved.replace(samples=3), saved.replace(model="models/tiny/../tiny2")):
+        state.start(other, diagnosis_doc=diagnosis(ran).to_json())
+        assert state.stale, other
+
+
+def test_a_trace_under_way_lists_nothing_of_the_pipeline_and_cancelled_gives_it_back():
+    state = state_with_run(tree=True)
+    state.trace_started("/work/train.py")
+    assert state.tracing == "train.py"
+    assert state.findings_shown() == [] and not state.fixes_enabled and state.plan_fix("cast-inputs") is None
+    assert state.findings_notice().startswith("Tracing train.py")
+    assert state.tree_notice().startswith("Tracing train.py")
+    assert state.trace_ended() is True and state.tracing is None
+    assert [f.code for f in state.findings_shown()] == ["dtype-mismatch"] and state.fixes_enabled
+    assert state.trace_ended() is False
+    # A trace that arrives (or fails) ends it too.
+    state.trace_started("demo:map-cast")
+    assert state.tracing == "demo:map-cast"
+    state.took_diagnosis(None, ScriptTrace(SPEC, "cpu", findings=[mismatch()], script="/work/train.py"))
+    assert state.tracing is None and state.findings_shown() == state.trace.findings
+    state.trace_started("/work/train.py")
+    state.diagnosis_failed()
+    assert state.tracing is None and state.findings_shown() == []
 
 
 def test_a_current_drift_joins_a_current_run_and_its_fix_compares_again():
@@ -155,7 +214,9 @@ def test_a_stale_run_gives_way_to_a_current_drift_and_a_stale_drift_to_nothing()
     state.took_drift(edited, drift())
     assert state.stale and state.drift_current and state.fixes_enabled
     assert [f.code for f in state.findings_shown()] == ["overflow"]
+    assert state.findings_notice() is None        # what is listed is the current drift's
     assert state.plan_fix("float32-islands").base == edited
+    assert state.plan_fix("cast-inputs") is None  # the stale run's: not listed, not fixed
     state.set_spec(edited.replace(samples=5))
     assert state.drift_stale and not state.drift_current and not state.fixes_enabled
     assert [f.code for f in state.findings_shown()] == ["dtype-mismatch"]
@@ -168,7 +229,7 @@ def test_a_drift_alone_is_fixable_without_a_run():
     state = SessionState()
     state.start(SPEC)
     state.took_drift(SPEC, drift())
-    assert state.fixes_enabled and state.fixable
+    assert state.fixes_enabled
     assert state.plan_fix("float32-islands").rerun == "drift"
     assert state.plan_fix("cast-inputs") is None
 

@@ -14,11 +14,13 @@ def _private_folders(monkeypatch, tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _no_modal_dialogs(monkeypatch):
     """A modal dialog would wait forever offscreen: closing a window with unsaved changes
-    (every test's teardown) discards them, and warnings are not shown. Tests about asking
-    replace `_confirm` themselves."""
+    (every test's teardown) discards them, other questions are answered yes, and warnings are
+    not shown. Tests about asking replace `_ask_unsaved` or `_confirm` themselves."""
     from fp16studio.gui import main_window
+    from fp16studio.gui.file_actions import DISCARD
 
     monkeypatch.setattr(main_window.MainWindow, "_confirm", lambda self, title, text: True)
+    monkeypatch.setattr(main_window.MainWindow, "_ask_unsaved", lambda self, title, text: DISCARD)
 
 
 _cache = {}

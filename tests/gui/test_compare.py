@@ -81,7 +81,7 @@ def test_result_fills_bars_table_and_says_cpu_gives_no_speed_up(view, qtmodeltes
     # Keys this document predates are not shown as empty columns.
     assert "Stability" not in view.model.headers() and "TFLOP/s" not in view.model.headers()
     assert view.note.isVisibleTo(view) and "no speed-up" in view.note.text()
-    assert "bfloat16" in view.summary.text() and "resident memory" in view.summary.text()
+    assert "bfloat16" in view.summary.text() and "Peak memory: the process's resident memory" in view.summary.text()
     # Only the variants that ran get bars.
     assert list(view._speed_bars.opts["width"]) == [400.0, 200.0]
     assert list(view._weight_bars.opts["width"]) == [90.0, 45.0]

@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 
 from fp16studio.core import PipelineSpec
 from fp16studio.gui import MainWindow
+from fp16studio.gui.file_actions import CANCEL, DISCARD, SAVE
 from fp16studio.gui.roles import NODE_ROLE, PATH_ROLE
 from fp16studio.gui.tree_model import STATUS
 
@@ -131,11 +132,11 @@ def test_new_pipeline_starts_blank_and_asks_before_discarding(qtbot, window, mon
     demo_model = window.spec.local_path(window.spec.model)
     window.controller.edit(window.spec.replace(samples=3), "Edit samples")
     asked = []
-    monkeypatch.setattr(window, "_confirm", lambda title, text: asked.append(title) or False)
+    monkeypatch.setattr(window, "_ask_unsaved", lambda title, text: asked.append(title) or CANCEL)
     assert not window.new_pipeline()
-    assert window.spec.samples == 3 and asked == ["Discard changes?"]
+    assert window.spec.samples == 3 and asked == ["Save changes?"]
 
-    monkeypatch.setattr(window, "_confirm", lambda title, text: True)
+    monkeypatch.setattr(window, "_ask_unsaved", lambda title, text: DISCARD)
     assert window.new_pipeline()
     assert window.spec == PipelineSpec(model="", dataset="synthetic")
     assert window.undo_stack.isClean() and window.session_path is None
@@ -223,7 +224,7 @@ def test_the_window_process_never_imports_torch_even_after_a_run(tmp_path):
             "        w.apply_fix(doc['findings'][0]['fixes'][0]['id'])\n"
             "    else:\n"
             "        app.quit()\n"
-            "w._confirm = lambda title, text: True   # quitting asks before discarding the fix\n"
+            "w._ask_unsaved = lambda title, text: 'discard'   # quitting asks about the fix\n"
             "w.diagnosisFinished.connect(finished)\n"
             "w.diagnosisFailed.connect(lambda message: (print(message), app.quit()))\n"
             "w.run_diagnosis()\n"
@@ -240,12 +241,56 @@ def test_the_window_process_never_imports_torch_even_after_a_run(tmp_path):
 def test_closing_with_unsaved_changes_asks_first(qtbot, window, monkeypatch):
     window.controller.edit(window.spec.replace(samples=3), "Edit samples")
     asked = []
-    monkeypatch.setattr(window, "_confirm", lambda title, text: asked.append(title) or False)
+    monkeypatch.setattr(window, "_ask_unsaved", lambda title, text: asked.append(title) or CANCEL)
     window.act_quit.trigger()                      # File → Quit, Ctrl+Q and the close button
-    assert window.isVisible() and asked == ["Discard changes?"]
+    assert window.isVisible() and asked == ["Save changes?"]
     assert window.worker.thread.isRunning()        # nothing was shut down
-    monkeypatch.setattr(window, "_confirm", lambda title, text: True)
+    monkeypatch.setattr(window, "_ask_unsaved", lambda title, text: DISCARD)
     assert window.close() and not window.isVisible()
+
+
+def test_unsaved_changes_offer_save_discard_and_cancel(qtbot, window, tmp_path, monkeypatch):
+    """The question has three answers: Save (then go on only if it was saved), Discard, and
+    Cancel (Escape too), which keeps everything as it was."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    from fp16studio.gui.file_actions import FileActions
+
+    buttons = QMessageBox.StandardButton
+    seen = []
+
+    def answer(button):
+        def click():
+            box = QApplication.activeModalWidget()
+            seen.append((box.windowTitle(), {box.standardButton(b) for b in box.buttons()},
+                         box.defaultButton() is box.button(buttons.Save)))
+            target = box.button(button) if button is not None else None
+            target.click() if target is not None else box.done(0)   # never left waiting
+        QTimer.singleShot(0, click)
+
+    for button, expected in ((buttons.Save, SAVE), (buttons.Discard, DISCARD), (buttons.Cancel, CANCEL),
+                             (None, CANCEL)):
+        answer(button)
+        # The real dialog (the window's own is replaced by the conftest's answer).
+        assert FileActions._ask_unsaved(window, "Save changes?", "Unsaved.") == expected
+    assert seen == [("Save changes?", {buttons.Save, buttons.Discard, buttons.Cancel}, True)] * 4
+
+    # Save: the session is written first, then the window goes on (here: a new pipeline).
+    path = tmp_path / "work.fp16studio"
+    assert window.save_session(path=str(path))
+    window.controller.edit(window.spec.replace(samples=3), "Edit samples")
+    monkeypatch.setattr(window, "_ask_unsaved", lambda title, text: SAVE)
+    assert window.new_pipeline()
+    from fp16studio.core.spec.session import open_session
+    assert open_session(path).spec.samples == 3
+    # A save that does not happen (its dialog cancelled, the disk full) keeps the changes.
+    window.controller.edit(window.spec.replace(model="models/other"), "Edit model")
+    monkeypatch.setattr(window, "save_session", lambda *a, **k: False)
+    assert not window.new_pipeline() and window.spec.model == "models/other"
+    monkeypatch.setattr(window, "_ask_unsaved", lambda title, text: CANCEL)
+    assert not window._may_discard() and window.controller.dirty
+    monkeypatch.setattr(window, "_ask_unsaved", lambda title, text: DISCARD)
 
 
 def test_a_failed_save_says_so_and_stays_unsaved(qtbot, window, tmp_path, monkeypatch):

@@ -252,7 +252,26 @@ def test_column_titles_fit(qtbot, make_tree):
         if not header.isSectionHidden(column):
             title = panel.model.headerData(column, Qt.Orientation.Horizontal)
             assert header.sectionSize(column) >= header.fontMetrics().horizontalAdvance(title) + 16, title
-    assert header.sectionResizeMode(0) == header.ResizeMode.Stretch
+    # Name takes the room the others leave; in a narrow tab it keeps NAME_MIN_PX and the
+    # tree scrolls sideways instead of cutting every name to a few letters.
+    # Abs-max (empty but for activations) folds first while Name is short of room, and comes
+    # back with the room; once the user chose it in the header's menu it stays as chosen.
+    from fp16studio.gui.tree_model import ABSMAX
+    from fp16studio.gui.tree_panel import NAME_MIN_PX
+
+    shown = sum(header.sectionSize(c) for c in range(header.count()) if not header.isSectionHidden(c))
+    assert header.sectionSize(0) > NAME_MIN_PX and shown == panel.tree.viewport().width()
+    assert not header.isSectionHidden(ABSMAX)
+    panel.resize(420, 400)
+    qtbot.waitUntil(lambda: header.sectionSize(0) == NAME_MIN_PX)
+    assert header.isSectionHidden(ABSMAX) and panel.tree.horizontalScrollBar().maximum() > 0
+    panel.resize(900, 400)
+    qtbot.waitUntil(lambda: header.sectionSize(0) > NAME_MIN_PX and not header.isSectionHidden(ABSMAX))
+    assert header.sectionSize(ABSMAX) >= header.fontMetrics().horizontalAdvance("Abs-max") + 16
+    panel._choose_column(ABSMAX, True)
+    panel.resize(420, 400)
+    qtbot.waitUntil(lambda: header.sectionSize(0) == NAME_MIN_PX)
+    assert not header.isSectionHidden(ABSMAX)
 
 
 def test_colour_by_device_headroom_and_drift_with_parents_showing_their_worst(qtbot, make_tree):

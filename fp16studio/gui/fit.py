@@ -1,0 +1,212 @@
+"""Widgets that let the window fit its screen (DESIGN "The window": 1280x800 and smaller).
+
+A QLabel without word wrap, a QComboBox sized to its longest item and a scroll area whose widget
+is wider than its viewport each make their minimum the width of their longest text, and a
+window is never smaller than the sum of its children's minimums. These keep a panel's minimum
+small: text that does not fit is elided (the whole of it in the tooltip) or wrapped, and a
+panel taller than the room it gets scrolls vertically, never sideways. Where a word may be
+longer than the panel is wide (a module path, a line of code), WrappedText breaks it anywhere.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtGui import QPainter, QTextOption
+from PySide6.QtWidgets import (QComboBox, QLabel, QScrollArea, QSizePolicy, QStyle, QStyleOptionComboBox,
+                               QTextEdit)
+
+from .palette import OKABE_ITO
+
+# The fewest characters an elided label or a shrunk combo shows before its ellipsis.
+MIN_CHARS = 6
+
+
+class ElidedLabel(QLabel):
+    """One line of plain text that shrinks to a few characters and an ellipsis; the whole text
+    is its tooltip while it is cut. `text()` is always the whole text."""
+
+    def __init__(self, text: str = "", parent=None, **kwargs):
+        super().__init__(text, parent, **kwargs)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        margins = self.contentsMargins()
+        least = self.fontMetrics().horizontalAdvance("x" * MIN_CHARS + "…") + margins.left() + margins.right()
+        return QSize(min(hint.width(), least), hint.height())
+
+    def is_elided(self) -> bool:
+        return self.fontMetrics().horizontalAdvance(self.text()) > self.contentsRect().width()
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self.setToolTip(self.text() if self.is_elided() else "")
+
+    def setText(self, text: str):
+        super().setText(text)
+        self.setToolTip(text if self.is_elided() else "")
+
+    def paintEvent(self, event):
+        rect = self.contentsRect()
+        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
+        painter = QPainter(self)
+        self.style().drawItemText(painter, rect, int(self.alignment()), self.palette(), self.isEnabled(),
+                                  text, self.foregroundRole())
+
+
+class WrappedText(QTextEdit):
+    """Read-only text, plain or rich, that wraps to any width: between words where it can,
+    inside a word that is wider than the room (which a QLabel never does), so its minimum width
+    is a few characters and its height follows its width. Selectable and copyable as it is
+    (nothing inserted to break it). `text()`, `setText()`, `textFormat()` and `wordWrap()` as a
+    QLabel's."""
+
+    def __init__(self, text: str = "", text_format=Qt.TextFormat.PlainText, parent=None, objectName=""):
+        super().__init__(parent)
+        self.setObjectName(objectName)
+        self._format = text_format
+        self._text = ""
+        self._heights: dict[int, int] = {}   # width -> height, for the text shown
+        self.setReadOnly(True)
+        self.setFrameShape(QTextEdit.Shape.NoFrame)
+        self.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        self.document().setDocumentMargin(0)
+        self.viewport().setAutoFillBackground(False)
+        self.setStyleSheet("QTextEdit { background: transparent; border: none; padding: 0; }")
+        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+        self.setText(text)
+
+    def text(self) -> str:
+        return self._text
+
+    def textFormat(self):
+        return self._format
+
+    def wordWrap(self) -> bool:
+        return True
+
+    def setText(self, text: str):
+        self._text = text
+        self._heights = {}
+        if self._format == Qt.TextFormat.PlainText:
+            self.setPlainText(text)
+        else:
+            self.setHtml(text)
+        self.updateGeometry()
+
+    def changeEvent(self, event):
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
+            self._heights = {}
+        super().changeEvent(event)
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        """The text's height laid out `width` wide (a copy of it: the shown one keeps its own)."""
+        if width not in self._heights:
+            frame = 2 * self.frameWidth()
+            document = self.document().clone()
+            document.setTextWidth(max(1, width - frame))
+            self._heights[width] = int(document.size().height() + 0.999) + frame
+        return self._heights[width]
+
+    def sizeHint(self) -> QSize:
+        width = max(self.width(), self.fontMetrics().horizontalAdvance("x" * 40))
+        return QSize(width, self.heightForWidth(width))
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(self.fontMetrics().horizontalAdvance("x" * MIN_CHARS), self.fontMetrics().height())
+
+    def wheelEvent(self, event):
+        event.ignore()   # all of it is in view: the panel around it scrolls
+
+
+class ShrinkingComboBox(QComboBox):
+    """A combo box as wide as its longest item while there is room, down to a few characters
+    (its current text elided) when there is not."""
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        option = QStyleOptionComboBox()
+        self.initStyleOption(option)
+        text = self.fontMetrics().horizontalAdvance("x" * MIN_CHARS)
+        least = self.style().sizeFromContents(QStyle.ContentsType.CT_ComboBox, option,
+                                              QSize(text, hint.height()), self).width()
+        return QSize(min(hint.width(), least), hint.height())
+
+
+class VerticalScrollArea(QScrollArea):
+    """Scrolls its widget vertically only: the widget is exactly as wide as the viewport, so
+    nothing hides past the right edge and Tab never scrolls sideways; it is as tall as the
+    viewport, or as its own minimum at that width when that is more (then it scrolls).
+
+    With `fit_content` the area is never narrower than its widget's own minimum (a form: every
+    control whole); without, the widget takes whatever width the area gets and its text wraps
+    to it (the Findings detail)."""
+
+    def __init__(self, widget=None, fit_content: bool = False, parent=None):
+        super().__init__(parent)
+        self.fit_content = fit_content
+        # Sized here (fit_widget), not by QScrollArea: a resizable widget with wrapping text
+        # would be made as tall as its preferred height, not its least, and never shrink.
+        self.setWidgetResizable(False)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        if widget is not None:
+            self.setWidget(widget)
+
+    def setWidget(self, widget):
+        widget.setMinimumWidth(1)   # never set the area's width: it is sized to the viewport
+        super().setWidget(widget)
+        widget.installEventFilter(self)
+        self.fit_widget()
+
+    def eventFilter(self, watched, event):
+        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+            if watched.layout() is not None:
+                watched.layout().activate()   # take the change in first, then measure
+            self.fit_widget()
+        return super().eventFilter(watched, event)
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self.fit_widget()
+
+    def fit_widget(self):
+        widget = self.widget()
+        if widget is None:
+            return
+        width = self.viewport().width()
+        layout = widget.layout()
+        if layout is not None and layout.hasHeightForWidth():
+            least = layout.minimumHeightForWidth(width)
+        else:
+            least = widget.minimumSizeHint().height()
+        size = QSize(width, max(least, self.viewport().height()))
+        if widget.size() != size:
+            widget.resize(size)
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        widget = self.widget()
+        if not self.fit_content or widget is None:
+            return hint
+        frame = 2 * self.frameWidth()
+        scrollbar = self.verticalScrollBar().sizeHint().width()
+        return QSize(max(hint.width(), widget.minimumSizeHint().width() + scrollbar + frame), hint.height())
+
+
+def stale_note(text: str) -> QLabel:
+    """The line over a panel whose content is of an earlier version of the spec."""
+    note = QLabel(text, objectName="staleNote", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
+    note.setStyleSheet(f"QLabel#staleNote {{ border-left: 3px solid {OKABE_ITO['orange']}; "
+                       "padding: 3px 6px; background: rgba(230, 159, 0, 40); }")
+    note.hide()
+    return note
