@@ -10,8 +10,9 @@ from PySide6.QtCore import Qt
 from fp16studio.core import PipelineSpec
 from fp16studio.gui import MainWindow
 from fp16studio.gui.file_actions import CANCEL, DISCARD, SAVE
-from fp16studio.gui.roles import NODE_ROLE, PATH_ROLE
+from fp16studio.gui.roles import PATH_ROLE
 from fp16studio.gui.tree_model import STATUS
+from window_steps import listed, run
 
 RUN_TIMEOUT_MS = 120_000
 
@@ -25,21 +26,10 @@ def window(qtbot):
     return window
 
 
-def run(qtbot, window):
-    with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS) as finished:
-        assert window.run_diagnosis()
-    return finished.args[0]
-
-
-def findings(window):
-    model = window.findingsView.model()
-    return [model.index(r, 0).data(NODE_ROLE) for r in range(model.rowCount())]
-
-
 def test_demo_loop_run_fix_run_clean_undo(qtbot, window):
     doc = run(qtbot, window)
     assert not doc["ok"]
-    first = findings(window)[0]
+    first = listed(window)[0]
     assert (first.severity, first.code) == ("error", "dtype-mismatch")
     assert {"ok", "spec", "device", "findings", "error", "inventory", "output"} <= set(doc)
 
@@ -55,7 +45,7 @@ def test_demo_loop_run_fix_run_clean_undo(qtbot, window):
     with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS) as finished:
         qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     assert finished.args[0]["ok"]
-    assert not any(f.severity == "error" for f in findings(window))
+    assert not any(f.severity == "error" for f in listed(window))
     assert window.spec.applied_fixes[-1]["id"] == first.fixes[0].id
     assert window.spec == PipelineSpec.from_dict(finished.args[0]["spec"], base_dir=window.spec.base_dir)
 
@@ -93,7 +83,7 @@ def test_apply_fix_by_id_and_the_tree_survives_the_rerun(qtbot, window):
     tree = window.tensorTree
     model_row = tree.model().index(0, 0)
     tree.expand(model_row)
-    fix_id = findings(window)[0].fixes[0].id
+    fix_id = listed(window)[0].fixes[0].id
     with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS):
         assert window.apply_fix(fix_id)
     assert tree.isExpanded(tree.model().index(0, 0))
@@ -183,7 +173,7 @@ def test_session_round_trip(qtbot, window, tmp_path):
         assert other.spec.local_path(getattr(other.spec, key)).resolve() == \
             window.spec.local_path(getattr(window.spec, key)).resolve()
     assert other.spec.replace(model="m", dataset="d") == window.spec.replace(model="m", dataset="d")
-    assert [f.code for f in findings(other)] == [f.code for f in findings(window)]
+    assert [f.code for f in listed(other)] == [f.code for f in listed(window)]
 
 
 def test_closing_during_a_run_stops_the_worker(qtbot, window):
@@ -338,7 +328,7 @@ def test_saved_findings_offer_no_tree_to_show(qtbot, window, tmp_path):
     other = MainWindow(str(path))
     qtbot.addWidget(other)
     other.show()
-    qtbot.waitUntil(lambda: other.spec is not None and bool(findings(other)), timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: other.spec is not None and bool(listed(other)), timeout=RUN_TIMEOUT_MS)
     assert other.tensorTree.model().rowCount() == 0
     assert not other.findings.detail.reveal.isVisible()      # nothing to show it in
     assert not other.findings.detail.fix_buttons[0].isEnabled()

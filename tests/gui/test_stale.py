@@ -5,7 +5,7 @@ found for, while that is the current spec."""
 from PySide6.QtCore import Qt
 
 from fp16studio.gui import MainWindow
-from fp16studio.gui.roles import NODE_ROLE
+from window_steps import listed, run
 
 TIMEOUT_MS = 180_000
 
@@ -16,17 +16,6 @@ def open_window(qtbot, spec=None):
     window.show()
     qtbot.waitUntil(lambda: window.spec is not None and not window.worker.pending(), timeout=TIMEOUT_MS)
     return window
-
-
-def run(qtbot, window):
-    with qtbot.waitSignal(window.diagnosisFinished, timeout=TIMEOUT_MS) as finished:
-        assert window.run_diagnosis()
-    return finished.args[0]
-
-
-def listed(window):
-    model = window.findingsView.model()
-    return [model.index(r, 0).data(NODE_ROLE) for r in range(model.rowCount())]
 
 
 def fix_cards(window):
