@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 import posixpath
+import reprlib
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import Any
 
 from fp16studio.core import Fix, InputError, PipelineSpec
+from fp16studio.core.diagnostics.findings import CODES, SEVERITIES
 
 # Where the findings slot's result came from.
 RUN = "run"        # a diagnosis of `of`: its fixes are edits of that spec
@@ -102,19 +105,19 @@ class SessionState:
         self.drift: Slot | None = None
         self.tracing: str | None = None        # the script (its name) whose trace is under way
         self.run_when_ready = False            # Run was asked for before there was a spec
+        self.dropped: str | None = None        # what the session opened last could not read
 
     # -- adopting a spec ------------------------------------------------------------------------
     def start(self, spec: PipelineSpec, diagnosis_doc: dict | None = None,
               bench_doc: dict | None = None, path=None):
-        """A freshly opened spec. A saved session's findings are of the spec their document
-        says was run (the session's own spec unless it was edited after that run: then they
-        are stale); its figures were saved with it (`saved_bench`)."""
-        from fp16studio.core.diagnostics.report import Diagnosis
-
+        """A freshly opened spec. A saved session's results are read by `read_saved`: what
+        cannot be read is left out, and `dropped` says what. Its findings are of the spec their
+        document says was run (the session's own spec unless it was edited after that run:
+        then they are stale); its figures were saved with it (`saved_bench`)."""
+        diagnosis, bench_doc, self.dropped = read_saved(diagnosis_doc, bench_doc)
         self.spec, self.path = spec, Path(path) if path else None
         self.findings = None
-        if diagnosis_doc:
-            diagnosis = Diagnosis.from_json(diagnosis_doc)
+        if diagnosis is not None:
             of = spec if same_run(diagnosis.spec, spec) else diagnosis.spec
             self.findings = Findings(diagnosis, of, SAVED, diagnosis_doc)
         self.bench = Slot(bench_doc, spec) if bench_doc else None
@@ -341,18 +344,13 @@ class SessionState:
         trust store; a spec with no code, or one made here (no file), runs freely."""
         from fp16studio.core.spec import trust
 
-        if not trust.runs_code(spec) or self.path is None or not self.path.is_file():
-            return Consent(True)
+        path = self.path if self.path is not None and self.path.is_file() else None
         try:
-            question = trust.consent_needed(self.path, spec)
+            # The content asked about is the content the engine runs (trust.agreed): a file
+            # swapped while the question is open, or before the run reads it, is refused.
+            return Consent(*trust.consent(path, spec, ask))
         except InputError as exc:   # the preprocess file is gone or unreadable: the run says so
             return Consent(True, note=str(exc))
-        if question is None:
-            return Consent(True)
-        if ask(question):
-            trust.trust(self.path, spec)
-            return Consent(True, question)
-        return Consent(False, question)
 
 
 def same_run(run: PipelineSpec, spec: PipelineSpec) -> bool:
@@ -390,3 +388,122 @@ def _split_function(value: str):
 
 def _find_fix(findings, fix_id: str):
     return next((fix for finding in findings for fix in finding.fixes if fix.id == fix_id), None)
+
+
+# -- a saved session's results, read leniently ----------------------------------------------------
+@dataclass(frozen=True)
+class _Needed:
+    """A key the document must have, not null."""
+
+    shape: Any
+
+
+@dataclass(frozen=True)
+class _Each:
+    """An object whose every value fits `shape`."""
+
+    shape: Any
+
+
+# What the window and the HTML report read of a saved session's `diagnose --json` and `bench
+# --json` documents (CONTRACT §3), as what. A shape is a type or tuple of types (None: null may
+# stand there), a set of the words allowed, [shape] for a list, or a dict of the keys read (each
+# may be missing unless _Needed; other keys are kept, unread).
+_NUMBER = (int, float)
+_NUMBER_OR_NULL = (int, float, None)
+_FIX = {"id": _Needed(str), "title": _Needed(str), "edits": (dict, None), "explain": (str, None)}
+_FINDING = {"code": _Needed(frozenset(CODES)), "severity": _Needed(frozenset(SEVERITIES)),
+            "location": str, "message": str, "evidence": (dict, None), "fixes": [_FIX]}
+_DIAGNOSIS = {
+    "ok": bool, "spec": _Needed(dict), "device": str, "findings": [_FINDING],
+    "error": ({key: (str, None) for key in ("type", "message", "stage", "module")}, None),
+    "inventory": ({"parameters": _NUMBER, "tensors": _NUMBER, "bytes": _NUMBER,
+                   "dtypes": (_Each(_NUMBER), None), "devices": (_Each(_NUMBER), None)}, None),
+    "output": (dict, None), "timings": (_Each(_NUMBER), None), "environment": (dict, None),
+}
+_VARIANT = {
+    "name": _Needed(str), "ok": (bool, None), "stable": (bool, None), "nonfinite_outputs": (int, None),
+    "latency_ms": ({key: _NUMBER_OR_NULL for key in ("p50", "p90", "min")}, None),
+    **{key: _NUMBER_OR_NULL for key in (
+        "samples_per_s", "peak_memory_bytes", "weights_bytes", "max_abs_diff_vs_float32",
+        "top1_agreement", "spread", "flops_per_sample", "tflops", "peak_fraction", "tokens_per_s",
+        "first_call_ms", "cosine_vs_float32")},
+    **{key: (str, None) for key in ("support", "support_note", "memory_kind", "error")},
+}
+_BENCH = {"device": (str, None), "device_name": (str, None), "variants": [_VARIANT],
+          "batch": ({"size": (int, None), "tokens": _NUMBER_OR_NULL}, None), "tf32": (dict, None),
+          "note": (str, None), "reference_error": (str, None)}
+_KINDS = {str: "a string", bool: "true or false", int: "a whole number", float: "a number",
+          dict: "an object", list: "a list", type(None): "null"}
+
+
+def read_saved(diagnosis_doc, bench_doc):
+    """A saved session's findings (a Diagnosis) and benchmark document as the window shows
+    them, each None when there is none or it cannot be read (a crafted or damaged file,
+    another kind of document, a finding of a newer version): a document is shown whole or
+    not at all. The third value says what was left out and why, or is None."""
+    from fp16studio.core.diagnostics.report import Diagnosis
+
+    diagnosis, dropped = None, []
+    if diagnosis_doc:
+        reason = _misfit(diagnosis_doc, _DIAGNOSIS)
+        if reason is None:
+            try:
+                diagnosis = Diagnosis.from_json(diagnosis_doc)
+            except InputError as exc:   # its spec
+                reason = str(exc)
+        if reason:
+            dropped.append(f"findings ({reason})")
+    if bench_doc and (reason := _misfit(bench_doc, _BENCH)):
+        dropped.append(f"benchmark ({reason})")
+        bench_doc = None
+    return diagnosis, bench_doc or None, " and ".join(dropped) or None
+
+
+def _misfit(value, shape, where: str = "") -> str | None:
+    """Why `value` (found at `where`) does not fit `shape`, in words; None when it fits."""
+    if isinstance(shape, tuple) and None in shape:
+        if value is None:
+            return None
+        shape = tuple(kind for kind in shape if kind is not None)
+        shape = shape[0] if len(shape) == 1 else shape
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return _said(where, f"{_kind(value)}, not an object")
+        for key, inner in shape.items():
+            needed = isinstance(inner, _Needed)
+            if needed and value.get(key) is None:
+                return _said(where, f"no {key!r}")
+            if key in value and (reason := _misfit(value[key], inner.shape if needed else inner,
+                                                   _at(where, key))):
+                return reason
+        return None
+    if isinstance(shape, (list, _Each)):
+        kind, inner = (list, shape[0]) if isinstance(shape, list) else (dict, shape.shape)
+        if not isinstance(value, kind):
+            return _said(where, f"{_kind(value)}, not {_KINDS[kind]}")
+        places = enumerate(value) if kind is list else value.items()
+        return next(filter(None, (_misfit(item, inner, f"{where}[{reprlib.repr(key)}]")
+                                  for key, item in places)), None)
+    if isinstance(shape, frozenset):
+        if isinstance(value, str):
+            return None if value in shape else _said(where, f"{reprlib.repr(value)} is not one this version knows")
+        return _said(where, f"{_kind(value)}, not a string")
+    kinds = shape if isinstance(shape, tuple) else (shape,)
+    if isinstance(value, bool) != (bool in kinds) or not isinstance(value, kinds):
+        return _said(where, f"{_kind(value)}, not {_KINDS[kinds[-1]]}")
+    if float in kinds and isinstance(value, int) and abs(value) > sys.float_info.max:
+        return _said(where, "a number too large")   # the charts divide it as a float
+    return None
+
+
+def _at(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _said(where: str, problem: str) -> str:
+    return f"{where}: {problem}" if where else problem
+
+
+def _kind(value) -> str:
+    return _KINDS.get(type(value), type(value).__name__)

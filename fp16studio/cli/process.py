@@ -26,6 +26,7 @@ def run(command, args) -> int:
     """Run one command function with its limits; its exit code, or the one its failure means."""
     quiet_libraries()
     try:
+        check_timeouts(args)
         with time_limit(getattr(args, "timeout", None)), stdout_for(args):
             code = command(args)
         if getattr(args, "json_doc", None) is not None:
@@ -85,17 +86,25 @@ class TimedOut(BaseException):
     the pipeline's own failure handling) turns it into something else."""
 
 
+def check_timeouts(args) -> None:
+    """--timeout, the command's own (`timeout`) or trace's for its script (`script_timeout`), as
+    seconds a timer holds, or None: inf, or more than any timer holds, is no limit. nan, 0 and
+    less are bad input."""
+    for name in ("timeout", "script_timeout"):
+        seconds = getattr(args, name, None)
+        if seconds is None:
+            continue
+        if not seconds > 0:  # nan compares false both ways
+            raise InputError(f"--timeout must be a number of seconds more than 0, got {seconds:g}")
+        setattr(args, name, seconds if seconds <= MAX_TIMER_S else None)
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float | None):
     """Stop the command after `seconds` (None: no limit): an alarm interrupts Python code (a
     preprocess sleeping or looping); a watchdog ends the process if native code does not
     return to Python."""
     if seconds is None:
-        yield
-        return
-    if not seconds > 0:  # nan compares false both ways
-        raise InputError(f"--timeout must be a number of seconds more than 0, got {seconds:g}")
-    if seconds > MAX_TIMER_S:  # inf, or more than any timer holds: no limit
         yield
         return
     message = f"gave up after --timeout {seconds:g} s (the pipeline did not finish)"

@@ -25,6 +25,7 @@ import types
 from multiprocessing.connection import wait
 
 from fp16studio.core.common.errors import CancelToken
+from fp16studio.core.spec import trust
 from . import messages as m
 
 KILL_AFTER_CANCEL_S = 5.0  # a task that ignores Cancel this long ends with its process
@@ -64,7 +65,8 @@ class EngineClient:
         [payload, ...]) batches, to `on_event` as they come; returns the ending message."""
         self._ensure_started()
         job_id = next(_job_ids)
-        self._commands.send(m.Run(job_id, task_name(task), tuple(args), tuple(kwargs.items())))
+        self._commands.send(m.Run(job_id, task_name(task), tuple(args), tuple(kwargs.items()),
+                                  trust.agreed()))
         samples = _SampleBatch(on_event)
         cancel_sent_at = None
         while True:

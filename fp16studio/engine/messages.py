@@ -17,6 +17,9 @@ class Run:
     task: str            # a name in tasks.TASKS, or "module:function" (tests, extensions)
     args: tuple = ()
     kwargs: tuple = ()   # (name, value) pairs: frozen all the way down
+    # The preprocess content the user agreed to run in the window (core.spec.trust.agreed): the
+    # engine runs exactly that, not whatever the file holds by the time it gets there.
+    agreed: tuple = ()
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import threading
 import traceback
 
 from fp16studio.core.common.errors import Cancelled, CancelToken, InputError
+from fp16studio.core.spec import trust
 from . import messages as m
 from .tasks import resolve, takes
 
@@ -99,6 +100,7 @@ def serve(commands, events):
 def _run_one(outbox: _Outbox, run: m.Run, token: CancelToken):
     """Run one task; returns its ending message."""
     job_id = run.job_id
+    trust.agree(run.agreed)
     try:
         fn = resolve(run.task)
         kwargs = dict(run.kwargs)

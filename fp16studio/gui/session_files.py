@@ -25,7 +25,12 @@ class SessionFiles:
             spec, diagnosis_doc, bench_doc = result
             local = None if str(path).startswith("demo:") else Path(path).absolute()
             self.start_with(spec, diagnosis_doc, bench_doc, local)
-            self.logged.emit("info", f"Opened {path}")
+            if self.state.dropped:   # a crafted or damaged file: its spec opens all the same
+                note = f"Opened {Path(path).name} without its saved {self.state.dropped}."
+                self.logged.emit("warning", note)
+                self._say(note)
+            else:
+                self.logged.emit("info", f"Opened {path}")
         self.worker.submit(Job("open", "open", (path,), on_result=done, on_error=self._on_open_error))
 
     def new_pipeline(self):
@@ -53,6 +58,12 @@ class SessionFiles:
         self.state.path = saved.path
         self.undo_stack.setClean()
         self.logged.emit("info", f"Saved session {saved.path}")
+        kept = saved.kept_as
+        if kept is not None and kept.name != f"{saved.path.name}.bak":
+            note = (f"Saved; the previous {saved.path.name} is kept as {kept.name}: "
+                    f"{saved.path.name}.bak holds a file fp16studio did not write, which stays.")
+            self.logged.emit("warning", note)
+            self._say(note)
         self._emit_title()
         return True
 

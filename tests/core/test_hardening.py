@@ -402,7 +402,9 @@ def test_force_replaces_another_kind_and_keeps_a_backup(project, tmp_path, capsy
     other.write_text('{"model": "m", "dataset": "d"}')
     assert main(["export", str(project), "-o", str(other), "--force"]) == 0
     assert other.with_name("other.json.bak").read_text() == '{"model": "m", "dataset": "d"}'
-    assert main(["export", str(project), "-o", str(other)]) == 0  # now a script: its own kind
+    # Now a script, its own kind; but the user's file kept as other.json.bak is never replaced.
+    assert main(["export", str(project), "-o", str(other)]) == 2
+    assert other.with_name("other.json.bak").read_text() == '{"model": "m", "dataset": "d"}'
 
 
 @pytest.mark.parametrize("output", ["", "/", "{tmp}", "{tmp}/no/such/folder/x.py",

@@ -126,7 +126,6 @@ def test_plain_spec_opens_as_a_session_without_findings(project):
     ("{not json", "not a session"),
     ('{"fp16studio_session": 99, "spec": {}}', "format 99"),
     ('{"fp16studio_session": 1, "spec": {"model": "m", "dataset": "d", "colour": 1}}', "unknown key"),
-    ('{"fp16studio_session": 1, "spec": {"model": "m", "dataset": "d"}, "bench": [1]}', "'bench'"),
 ])
 def test_bad_files_are_input_errors(tmp_path, text, message):
     path = tmp_path / "bad.fp16studio"

@@ -2,7 +2,8 @@
 
 A FIFO, a device (`/dev/zero`) or a folder given where a file belongs would block or never end;
 they are refused before anything opens them. Outputs never overwrite an input, replace a file of
-another kind only with `--force`, and keep the replaced file as NAME.bak.
+another kind only with `--force`, and keep the replaced file as NAME.bak, never in place of a
+NAME.bak of the user's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from .errors import InputError
 
 # Specs, sessions and preprocess files are small; a bigger one is a mistake (or /dev/zero).
 MAX_TEXT_BYTES = 16 * 1024 * 1024
+# NAME.bak, NAME.1.bak, ...: the names tried for a backup beside backups of the user's own.
+MAX_BACKUPS = 100
 
 
 def regular_file(path: Path, what: str) -> Path:
@@ -92,6 +95,13 @@ def check_output(path: str | Path, inputs: list[Path], is_own_kind, force: bool 
             raise InputError(f"output {path}: exists and is not a file this command writes; "
                              "choose another name, or pass --force to replace it (kept as "
                              f"{path.name}.bak)")
+    # The user's NAME.bak stays; the command refuses rather than keep the old file under
+    # another name, which the one line it prints would not say.
+    backup = path.with_name(path.name + ".bak")
+    if path.is_file() and backup_path(path, is_own_kind) != backup:
+        raise InputError(f"output {path}: {backup.name} holds a file fp16studio did not write "
+                         f"(yours, or one --force kept) and the old {path.name} would replace it; "
+                         "move it away, or choose another output name")
     return path
 
 
@@ -104,12 +114,27 @@ def starts_with(path: Path, marker: str, size: int = 4096) -> bool:
         return False
 
 
-def keep_backup(path: Path) -> None:
-    """Keep the file about to be replaced as NAME.bak (itself replaced atomically)."""
+def backup_path(path: Path, is_own_kind) -> Path:
+    """Where the file at `path` is kept when it is replaced: NAME.bak, unless something is
+    there that `is_own_kind` does not take for fp16studio's own kind of file (the user's own
+    NAME.bak, or the user's file an earlier --force kept): then the first NAME.N.bak that is
+    free or fp16studio's. Never a name that holds a file of the user's; but a copy the user made
+    of an fp16studio file passes for fp16studio's (nothing records which backups it wrote)."""
+    for number in range(MAX_BACKUPS):
+        backup = path.with_name(f"{path.name}.{number}.bak" if number else f"{path.name}.bak")
+        if not (backup.is_symlink() or backup.exists()) or (backup.is_file() and is_own_kind(backup)):
+            return backup
+    raise InputError(f"cannot keep a backup of {path}: {path.name}.bak to {path.name}."
+                     f"{MAX_BACKUPS - 1}.bak are all there and none is fp16studio's")
+
+
+def keep_backup(path: Path, backup: Path | None = None) -> None:
+    """Keep the file about to be replaced as `backup` (itself replaced atomically): by default
+    NAME.bak, which check_output made sure is free or fp16studio's (see backup_path)."""
     if not path.is_file():
         return
     try:
-        with _temporary_beside(path.with_name(path.name + ".bak")) as tmp:
+        with _temporary_beside(backup or path.with_name(path.name + ".bak")) as tmp:
             shutil.copy2(path, tmp)
     except OSError as exc:
         raise InputError(f"cannot keep a backup of {path}: {exc.strerror or exc}") from None

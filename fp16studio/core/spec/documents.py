@@ -15,29 +15,40 @@ from pathlib import Path
 
 from ... import __version__
 from ..common.errors import InputError
-from ..common.files import read_text, write_text_atomic
+from ..common.files import read_text, starts_with, write_text_atomic
 from . import trust
 from .value import PipelineSpec
 
 FORMAT = 1
+# No document fp16studio writes nests deeper than this. A deeper one (crafted) would exhaust the
+# recursion of what walks it later (freezing the spec, showing a finding's evidence), so it is
+# refused where it is read.
+MAX_NESTING = 32
 
 
 @dataclass(frozen=True)
 class Session:
     spec: PipelineSpec
-    # The `diagnose --json` and `bench --json` documents of the last runs (CONTRACT §3).
+    # The `diagnose --json` and `bench --json` documents of the last runs (CONTRACT §3), as
+    # the file holds them: the window reads them (session_state.read_saved), leaving out what
+    # it cannot, so a damaged result never keeps the spec from opening.
     diagnosis: dict | None = None
     bench: dict | None = None
     # Where the session was read from or last saved to; after a crash copy is restored, the
     # file the user had open when it was written (None for an unsaved session).
     path: Path | None = None
     saved_at: str | None = None
+    # Where the last save kept the file it replaced (NAME.bak, or NAME.N.bak beside a NAME.bak
+    # of the user's); None when there was none.
+    kept_as: Path | None = None
 
 
 def load_spec(path: str | Path) -> PipelineSpec:
     """The spec of a .json/.toml spec file, or of a session file."""
     path = Path(path)
     data = _parse(read_text(path, "spec"), path)
+    if _nested_too_deeply(data):
+        raise InputError(f"spec {path}: nested too deeply to be a spec")
     if _is_session(data):
         _check_format(data, path)
         data = data.get("spec")
@@ -60,10 +71,12 @@ def read_session(path: Path) -> tuple[Session, dict]:
     document's other keys (an autosave's `source`)."""
     text = read_text(path, "session")
     try:
-        data = json.loads(text) if path.suffix != ".toml" else None
+        data = json.loads(text) if path.suffix.lower() != ".toml" else None
     except (ValueError, RecursionError) as exc:
         reason = exc if isinstance(exc, ValueError) else "nested too deeply"
         raise InputError(f"{path}: not a session or spec file ({reason})") from None
+    if _nested_too_deeply(data):
+        raise InputError(f"{path}: not a session or spec file (nested too deeply)")
     if not _is_session(data):
         return Session(spec=load_spec(path), path=path), {}
     _check_format(data, path)
@@ -71,9 +84,8 @@ def read_session(path: Path) -> tuple[Session, dict]:
         spec = PipelineSpec.from_dict(data.get("spec"), base_dir=path.parent)
     except InputError as exc:
         raise InputError(f"{path}: {exc}") from None
-    session = Session(spec=spec, diagnosis=_object_or_none(data, "diagnosis", path),
-                      bench=_object_or_none(data, "bench", path), path=path,
-                      saved_at=data.get("saved_at"))
+    session = Session(spec=spec, diagnosis=data.get("diagnosis"), bench=data.get("bench"),
+                      path=path, saved_at=data.get("saved_at"))
     return session, data
 
 
@@ -99,18 +111,16 @@ def _is_session(data) -> bool:
     return isinstance(data, dict) and "fp16studio_session" in data
 
 
+def is_session_file(path: Path) -> bool:
+    """A session document as write_session writes it, its format key first: fp16studio's own."""
+    return starts_with(path, '{\n  "fp16studio_session"')
+
+
 def _check_format(data: dict, path: Path) -> None:
     """Refuse a session document of a format this version does not read."""
     if data["fp16studio_session"] != FORMAT:
         raise InputError(f"{path}: session format {data['fp16studio_session']!r} is not supported "
                          f"by this version (it reads format {FORMAT})")
-
-
-def _object_or_none(data: dict, key: str, path: Path) -> dict | None:
-    value = data.get(key)
-    if value is not None and not isinstance(value, dict):
-        raise InputError(f"{path}: {key!r} should be an object or null")
-    return value
 
 
 def _parse(raw: str, path: Path):
@@ -129,3 +139,10 @@ def _parse(raw: str, path: Path):
         raise InputError(f"spec {path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except RecursionError:
         raise InputError(f"spec {path}: nested too deeply to be a spec") from None
+
+
+def _nested_too_deeply(value, levels: int = MAX_NESTING) -> bool:
+    if not isinstance(value, (dict, list)):
+        return False
+    return levels == 0 or any(_nested_too_deeply(item, levels - 1)
+                              for item in (value.values() if isinstance(value, dict) else value))

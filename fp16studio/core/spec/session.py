@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ..common.config_folder import config_dir, config_list, update_config_list
 from ..common.errors import InputError
-from ..common.files import expand_user, keep_backup, remove_quietly
-from .documents import Session, read_session, write_session
+from ..common.files import backup_path, expand_user, keep_backup, remove_quietly
+from .documents import Session, is_session_file, read_session, write_session
 
 SUFFIX = ".fp16studio"
 # For file dialogs: sessions first, plain specs also open (without findings).
@@ -23,12 +23,14 @@ _AUTOSAVE_STEM = "autosave"
 
 
 def save_session(session: Session, path: str | Path) -> Session:
-    """Write the session to `path` (previous file kept as .bak); returns it with `path` set."""
+    """Write the session to `path`; returns it with `path` set, and `kept_as`: where the file
+    that was there is kept (NAME.bak, or NAME.N.bak when a NAME.bak of the user's is there)."""
     path = expand_user(path).absolute()
-    keep_backup(path)
+    kept_as = backup_path(path, is_session_file) if path.is_file() else None
+    keep_backup(path, kept_as)
     saved_at = write_session(session, path)
     add_recent(path)
-    return replace(session, path=path, saved_at=saved_at)
+    return replace(session, path=path, saved_at=saved_at, kept_as=kept_as)
 
 
 def open_session(path: str | Path) -> Session:

@@ -14,6 +14,7 @@ and need no consent.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 from ..common.config_folder import config_list, update_config_list
@@ -38,6 +39,68 @@ def consent_needed(path: str | Path, spec: PipelineSpec) -> str | None:
     would (no code, or this content was trusted before)."""
     if not runs_code(spec) or digest(path, spec) in _read_store():
         return None
+    return _question(path, spec)
+
+
+def consent(path: str | Path | None, spec: PipelineSpec, ask: Callable[[str], bool]) -> tuple[bool, str | None]:
+    """May `spec`, read from the file `path`, run its code? (granted, the question asked or
+    None.) Content not trusted yet is asked about (`ask(question)`) and a yes is recorded; a
+    spec made in memory (`path` None) is the user's own and runs freely. Each file is read
+    once: the content asked about is the content recorded and pinned for this process
+    (`agreed_preprocess`), so a preprocess swapped meanwhile (while the question is open, while
+    the model loads) is refused, never run."""
+    file = str(_preprocess_path(spec).resolve()) if spec.preprocess else None
+    if path is None or not runs_code(spec):
+        _AGREED.pop(file, None)
+        return True, None
+    if file:
+        _AGREED[file] = ""   # nothing agreed to until this content is read and agreed to
+    key, preprocess = _read(path, spec)
+    question = None if key in _read_store() else _question(path, spec)
+    if question is not None:
+        if not ask(question):
+            return False, question
+        _record(key)
+    if file:
+        _AGREED[file] = preprocess
+    return True, question
+
+
+def require(path: str | Path, spec: PipelineSpec, grant: bool = False) -> None:
+    """The command line's consent: raise UntrustedCode unless the spec's code is trusted or
+    `grant` (--trust) trusts it now; what was agreed to is pinned (see `consent`)."""
+    def answer(question: str) -> bool:
+        if not grant:
+            raise UntrustedCode(f"{question}, and this file has not been trusted: read that code, then "
+                                "run again with --trust (remembered until the spec or the code changes)")
+        return True
+    consent(path, spec, answer)
+
+
+def agreed_preprocess(path: Path) -> str | None:
+    """SHA-256 of the preprocess content consented to in this process, or None (a spec built in
+    memory, which is the user's own): the file must still hold exactly that when it is run."""
+    return _AGREED.get(str(path.resolve()))
+
+
+def agreed() -> tuple:
+    """What this process agreed to, for the engine process that runs it (`agree`)."""
+    return tuple(_AGREED.items())
+
+
+def agree(pins: tuple) -> None:
+    """Take the window's agreements (`agreed`) as this process's own: the engine runs exactly
+    the preprocess content the user said yes to there."""
+    _AGREED.clear()
+    _AGREED.update(pins)
+
+
+# Preprocess file -> SHA-256 of the content consent let run ("": none yet): a file swapped
+# between the question and the import (the model loads in between) is refused, never run.
+_AGREED: dict[str, str] = {}
+
+
+def _question(path: str | Path, spec: PipelineSpec) -> str:
     what = []
     if spec.preprocess:
         file, _, function = spec.preprocess.rpartition(":")
@@ -47,32 +110,6 @@ def consent_needed(path: str | Path, spec: PipelineSpec) -> str | None:
         what.append(f"the model's own code (trust_remote_code) from "
                     f"{local if local is not None else 'the Hub repository ' + repr(spec.model)}")
     return f"{Path(path).name} runs {' and '.join(what)}"
-
-
-def require(path: str | Path, spec: PipelineSpec, grant: bool = False) -> None:
-    """Record consent when `grant`, else raise UntrustedCode when the spec needs it. Either way
-    the preprocess content agreed to is pinned for this process (`agreed_preprocess`)."""
-    if grant:
-        trust(path, spec)
-    else:
-        what = consent_needed(path, spec)
-        if what:
-            raise UntrustedCode(f"{what}, and this file has not been trusted: read that code, then "
-                                "run again with --trust (remembered until the spec or the code changes)")
-    if spec.preprocess:
-        file = _preprocess_path(spec)
-        _AGREED[str(file.resolve())] = hashlib.sha256(read_bytes(file, "preprocess")).hexdigest()
-
-
-def agreed_preprocess(path: Path) -> str | None:
-    """SHA-256 of the preprocess content consented to in this process, or None (a spec built in
-    memory, which is the user's own): the file must still hold exactly that when it is run."""
-    return _AGREED.get(str(path.resolve()))
-
-
-# Preprocess file -> SHA-256 of the content `require` let run: a file swapped between the
-# question and the import (the model loads in between) is refused, never run.
-_AGREED: dict[str, str] = {}
 
 
 def _preprocess_path(spec: PipelineSpec) -> Path:
@@ -89,23 +126,35 @@ def trust(path: str | Path, spec: PipelineSpec) -> bool:
         key = digest(path, spec)
     except InputError:
         return False
-    return update_config_list(STORE, lambda entries: ([e for e in entries if e != key] + [key])[-STORE_LIMIT:])
+    return _record(key)
 
 
 def digest(path: str | Path, spec: PipelineSpec) -> str:
     """SHA-256 of the spec/session file's bytes, its preprocess file's bytes, and with
     trust_remote_code a local model folder's .py files (names and bytes)."""
+    return _read(path, spec)[0]
+
+
+def _read(path: str | Path, spec: PipelineSpec) -> tuple[str, str | None]:
+    """(digest, SHA-256 of the preprocess file's bytes or None), from one read of each file."""
     hasher = hashlib.sha256(b"fp16studio-trust-1\0")
     hasher.update(read_bytes(Path(path), "spec"))
+    preprocess = None
     if spec.preprocess:
+        source = read_bytes(_preprocess_path(spec), "preprocess")
         hasher.update(b"\0")
-        hasher.update(read_bytes(_preprocess_path(spec), "preprocess"))
+        hasher.update(source)
+        preprocess = hashlib.sha256(source).hexdigest()
     local = spec.local_path(spec.model) if spec.trust_remote_code else None
     if local is not None and local.is_dir():
         for code in sorted(local.glob("*.py")):
             hasher.update(b"\0" + code.name.encode() + b"\0")
             hasher.update(read_bytes(code, "model code"))
-    return hasher.hexdigest()
+    return hasher.hexdigest(), preprocess
+
+
+def _record(key: str) -> bool:
+    return update_config_list(STORE, lambda entries: ([e for e in entries if e != key] + [key])[-STORE_LIMIT:])
 
 
 def _read_store() -> list[str]:
