@@ -173,7 +173,7 @@ def cmd_demo(args) -> int:
 
 def cmd_trace(args) -> int:
     """The script's own lines pass through as they come (to stderr with --json), then the result."""
-    from ..core.script.trace import trace_script
+    from ..core.script.trace import readable, script_bytes, trace_script
 
     closed = []
 
@@ -182,7 +182,12 @@ def cmd_trace(args) -> int:
         if closed:
             return
         try:
-            print(line, file=target, flush=True)
+            raw = getattr(target, "buffer", None)
+            if raw is not None:   # the script's own bytes, as `python SCRIPT` writes them
+                raw.write(script_bytes(line) + b"\n")
+                raw.flush()
+            else:                 # a stream without bytes under it (a test's capture)
+                print(readable(line), file=target, flush=True)
         except BrokenPipeError:  # `| head` went away: the script runs on, unread; exit 141 after
             closed.append(stream)
             os.dup2(os.open(os.devnull, os.O_WRONLY), target.fileno())
@@ -191,7 +196,7 @@ def cmd_trace(args) -> int:
     # script runs in a session of its own, where reading the terminal would stop it).
     piped = sys.stdin if sys.stdin is not None and not sys.stdin.isatty() else None
     result = trace_script(args.script, args.script_args, timeout=args.script_timeout,
-                          output=output, stdin=piped, python=args.python)
+                          output=output, stdin=piped, python=args.python, steps=args.steps)
     if closed:
         raise BrokenPipeError
     _emit(result.to_json(), args, format_trace)

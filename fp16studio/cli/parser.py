@@ -89,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     trace = sub.add_parser("trace", help="run your own script with the tracer on and diagnose "
                                          "the models it runs",
-                           usage="fp16studio trace SCRIPT [--json] [--timeout S] [--python PATH] "
-                                 "[-- ARGS...]",
+                           usage="fp16studio trace SCRIPT [--json] [--timeout S] [--steps N] "
+                                 "[--python PATH] [-- ARGS...]",
                            epilog="Everything after -- is passed to the script as its arguments; "
                                   "options go before --.")
     trace.add_argument("script", metavar="SCRIPT", help="a Python script, or demo:NAME")
@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     # other commands' --timeout ends fp16studio itself.
     trace.add_argument("--timeout", type=float, metavar="S", dest="script_timeout",
                        help="stop the script after S seconds and diagnose what ran")
+    trace.add_argument("--steps", type=_steps, default=2, metavar="N",
+                       help="how many training steps to follow after the first forward pass "
+                            "(default 2; 0: the forward pass only)")
     trace.add_argument("--python", metavar="PATH",
                        help="run the script under this Python interpreter, with its own packages "
                             "(it needs torch, transformers and datasets); default: the Python "
@@ -143,3 +146,13 @@ def split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
         cut = argv.index("--")
         return argv[:cut], argv[cut + 1:]
     return argv, []
+
+
+def _steps(text: str) -> int:
+    try:
+        steps = int(text)
+    except ValueError:
+        steps = -1
+    if steps < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of steps (0 or more), got {text!r}")
+    return steps

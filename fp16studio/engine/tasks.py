@@ -71,11 +71,11 @@ def warm_model():
 def trace(path: str, args, progress, cancel, on_sample):
     """A user's script, traced: (ScriptTrace, its TreeIndex or None, None) like `diagnose`. The
     script's stdout/stderr lines stream as samples ("stdout"|"stderr", line) for the Log."""
-    from fp16studio.core.script.trace import trace_script
+    from fp16studio.core.script.trace import readable, trace_script
     from fp16studio.core.diagnostics.tree_index import IndexOnArrival
 
     result = trace_script(path, tuple(args), progress=progress, cancel=cancel,
-                          output=lambda stream, line: on_sample((stream, line)))
+                          output=lambda stream, line: on_sample((stream, readable(line))))
     return result, IndexOnArrival(result.tree) if result.tree is not None else None, None
 
 

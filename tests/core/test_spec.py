@@ -18,7 +18,7 @@ def test_defaults_follow_the_contract():
         "format_dtype": None, "device": "auto", "device_map": None, "model_dtype": "float32",
         "keep_fp32": [], "input_dtype": None, "input_cast": "floating", "input_device": "model",
         "autocast": None, "with_labels": False, "model_cast": None, "run_in_float32": [],
-        "label_dtype": None, "autocast_device": None, "sampling_rate": None,
+        "label_dtype": None, "autocast_device": None, "sampling_rate": None, "train": None,
         "applied_fixes": []}
     assert set(KEYS) == set(spec.to_dict())
 

@@ -14,11 +14,14 @@ from ..hf.loading import is_oom, resolve_device
 from ..run.pipeline import (DeviceUnavailable, no_tensor, prepare_batch, prepare_model, primary_output,
                             run_forward)
 from ..run.trace import Tracer
+from ..run.train_steps import run_train_steps
 from ..spec.value import PipelineSpec
+from .findings import by_severity
 from .inventory import mark, pipeline_tree
 from .islands import with_island_fix
 from .report import Diagnosis
-from .rules import Evidence, device_unavailable, run_rules
+from .rules import Evidence, device_unavailable, run_rules, spec_provenance
+from .training import training_findings
 
 STAGES = ("model", "dataset", "batch", "forward", "rules")
 
@@ -63,13 +66,14 @@ def diagnose(spec: PipelineSpec, progress=None, cancel=None, warm=None) -> Diagn
     finally:
         del loaded, processor
         _release_memory(device)
-    findings, error, output, tree = outcome
+    findings, error, output, tree, steps = outcome
     return Diagnosis(spec=spec, device=str(device), findings=findings, error=error,
-                     output=output, tree=tree, timings=timings, environment=environment)
+                     output=output, tree=tree, timings=timings, environment=environment,
+                     steps=steps)
 
 
 def _run(spec, loaded, processor, timings, progress, cancel):
-    """(findings, error, output, tree) of one run on a loaded model."""
+    """(findings, error, output, tree, steps) of one run on a loaded model."""
     check_cancel(cancel)
     model, device = loaded.model, loaded.device
     calls, batch, facts, error, exception, output = [], None, {}, None, None, None
@@ -93,17 +97,26 @@ def _run(spec, loaded, processor, timings, progress, cancel):
                 error = {"type": "NoTensorOutput", "message": no_tensor(result), "stage": "forward",
                          "module": None}
         del result
+    # The spec's training steps, after a clean forward pass (a failed or non-finite one is
+    # what the findings are about already). Their failure is the run's error, not evidence.
+    train_found, steps, train_error = [], [], None
+    if spec.train is not None and error is None and output["finite"]:
+        check_cancel(cancel)
+        train_found, steps, train_error = _train(spec, model, batch, device, calls, timings,
+                                                 progress)
     try:
         check_cancel(cancel)
         report_progress(progress, "rules", "reading the evidence")
         with _timed(timings, "rules"), gc_paused():
             param_dtypes, module_param_dtypes = parameter_dtypes(model)
+            provenance, input_provenance = spec_provenance(spec, param_dtypes)
             evidence = Evidence(
                 spec=spec, device_type=device.type, param_dtypes=param_dtypes,
                 module_param_dtypes=module_param_dtypes,
                 keep_in_fp32=tuple(keep_in_fp32_modules(model)), facts=facts, calls=calls,
-                error=error, exception=exception)
-            findings = run_rules(evidence)
+                error=error, exception=exception, provenance=provenance,
+                input_provenance=input_provenance)
+            findings = by_severity(run_rules(evidence) + train_found)
             if exception is None:
                 findings = with_island_fix(findings, spec, model, batch, cancel)
             tree = pipeline_tree(model, batch, calls)
@@ -111,7 +124,23 @@ def _run(spec, loaded, processor, timings, progress, cancel):
     finally:
         if exception is not None:  # its frames hold the model's activations and the batch
             exception.__traceback__ = None
-    return findings, error, output, tree
+    return findings, error or train_error, output, tree, steps
+
+
+def _train(spec, model, batch, device, calls, timings, progress):
+    """(findings, Step documents, error) of the spec's training steps after a clean forward."""
+    report_progress(progress, "forward", f"{spec.train['steps']} training steps on {device}")
+    order: dict = {}
+    for call in calls:
+        order.setdefault(call.name, call.index)
+    with _timed(timings, "train"):
+        run = run_train_steps(spec, model, batch, device, order)
+    error = None
+    if run.exception is not None:
+        error = error_doc(run.exception, "train", None)
+        run.exception.__traceback__ = None  # its frames hold the model's activations
+    found = training_findings(run.steps, run.compute_dtype, spec.train, error)
+    return found, [step.to_json() for step in run.steps], error
 
 
 def _traced_forward(spec, model, batch, device):

@@ -10,6 +10,9 @@ CODES = (
     "mixed-precision-params", "out-of-memory", "device-unavailable",
     "label-dtype",
     "overflow-risk", "precision-drift",
+    # what a training step and the user's own tensor code show (fp16studio trace)
+    "grad-overflow", "grad-underflow", "optimizer-precision", "scaler-misuse", "precision-flag",
+    "value-out-of-range",
 )
 # Most severe first: the order findings are listed in, everywhere.
 SEVERITIES = ("error", "warning", "info")

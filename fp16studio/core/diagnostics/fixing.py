@@ -12,7 +12,24 @@ def apply_fix(spec: PipelineSpec, fix: Fix) -> PipelineSpec:
     """The spec with the fix's edits made, and the fix recorded in `applied_fixes` (the export
     comments each where it acts)."""
     record = {"id": fix.id, "title": fix.title, "edits": dict(fix.edits), "explain": fix.explain}
-    return spec.replace(**fix.edits, applied_fixes=spec.applied_fixes + (record,))
+    return spec.replace(**merged_edits(spec, fix.edits),
+                        applied_fixes=spec.applied_fixes + (record,))
+
+
+# Spec keys whose value is an object of fields: a fix edits only the fields it names.
+NESTED_KEYS = ("train",)
+
+
+def merged_edits(spec: PipelineSpec, edits: dict) -> dict:
+    """The edits with each nested object's fields merged into the spec's own (a fix that sets
+    `train.grad_scaler` keeps the optimizer, lr and the rest); a fix that sets a nested key to
+    null removes it."""
+    out = dict(edits)
+    for key in NESTED_KEYS:
+        current, edit = getattr(spec, key), out.get(key)
+        if isinstance(edit, dict) and current is not None:
+            out[key] = {**current, **edit}
+    return out
 
 
 def fix_until_clean(spec: PipelineSpec, max_rounds: int = MAX_ROUNDS, progress=None,

@@ -67,6 +67,20 @@ def activations_tree(calls) -> TensorNode:
     return root
 
 
+def gradients_tree(grads) -> TensorNode:
+    """The gradients of a training step, per module (GradStat, core/run/training.py), shown as
+    activations are: dtype, abs-max (headroom), inf/NaN."""
+    root = TensorNode(name="gradients", path="gradients", kind="group")
+    for grad in grads:
+        module = grad.module or "model"
+        root.add(TensorNode(
+            name=f"{module} → grad", path=f"gradients.{module}", kind="gradient",
+            shape=(grad.numel,), dtype=grad.dtype, device=grad.device,
+            bytes=grad.numel * dtypes.BYTES_PER_ELEMENT.get(grad.dtype, 4), absmax=grad.absmax,
+            nonfinite=grad.nonfinite, status="error" if grad.nonfinite else "ok", note=module))
+    return root
+
+
 def pipeline_tree(model=None, batch=None, calls=()) -> TensorNode:
     root = TensorNode(name="pipeline", path="", kind="group")
     if model is not None:
@@ -121,11 +135,13 @@ def headroom_by_module(root: TensorNode, against: str | None = None) -> dict:
     against its own dtype, or all against `against`). Module paths as the tree's module nodes
     have them ("model" for the model itself)."""
     used: dict = {}
-    activations = root.find("activations")
-    for node in activations.children if activations is not None else ():
-        value = range_used(node.absmax, against or node.dtype)
-        if value is not None:
-            used[node.note] = max(value, used.get(node.note, value))
+    for group in root.children:
+        if group.path not in ("activations", "gradients"):
+            continue
+        for node in group.children:
+            value = range_used(node.absmax, against or node.dtype)
+            if value is not None:
+                used[node.note] = max(value, used.get(node.note, value))
     return used
 
 

@@ -25,6 +25,9 @@ class Diagnosis:
     # CONTRACT inventory totals when known without walking the tree (a TreeIndex's, or a saved
     # document's); None: summarised from `tree`.
     inventory: dict | None = None
+    # The training steps run after the forward pass (the spec's `train`; a trace's steps of
+    # the script): Step.to_json documents, in order. Empty for inference only.
+    steps: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -53,7 +56,7 @@ class Diagnosis:
         return cls(spec=PipelineSpec.from_dict(doc["spec"]), device=doc.get("device", ""),
                    findings=findings, error=doc.get("error"), output=doc.get("output"),
                    timings=doc.get("timings") or {}, environment=doc.get("environment") or {},
-                   inventory=doc.get("inventory"))
+                   inventory=doc.get("inventory"), steps=list(doc.get("steps") or ()))
 
     def to_json(self) -> dict:
         inventory = self.inventory
@@ -70,4 +73,5 @@ class Diagnosis:
             "output": self.output,
             "timings": self.timings,
             "environment": self.environment,
+            "steps": list(self.steps),
         }

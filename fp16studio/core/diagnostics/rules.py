@@ -50,6 +50,10 @@ class Evidence:
     calls: list = field(default_factory=list)    # ModuleCall, in call order
     error: dict | None = None             # {"type", "message", "stage", "module"}
     exception: BaseException | None = None
+    # Where the model's dtype came from: {"dtype", "from", "source", "training"} (CONTRACT §2;
+    # core/script/provenance.py, spec_provenance for a spec run); None where unknown.
+    provenance: dict | None = None
+    input_provenance: dict = field(default_factory=dict)   # batch key -> the same, of its dtype
 
     @property
     def failed(self) -> bool:
@@ -138,6 +142,145 @@ def _fix_load_instead_of_cast(ev: Evidence) -> Fix:
                f"float32 ({', '.join(ev.keep_in_fp32)}); model.half() casts them too")
 
 
+# -- provenance -------------------------------------------------------------------------------
+
+def spec_provenance(spec: PipelineSpec, param_dtypes: dict) -> tuple[dict | None, dict]:
+    """(the model's, batch key -> input's) provenance in a spec run, from the spec's own keys:
+    model_cast is a cast, model_dtype auto the checkpoint's dtype, any other a dtype= argument."""
+    if not param_dtypes:
+        return None, {}
+    dtype = max(param_dtypes, key=param_dtypes.get)
+    training = getattr(spec, "train", None) is not None
+    origin = ("cast" if spec.model_cast else "checkpoint" if spec.model_dtype == "auto"
+              else "dtype-argument")
+    inputs = {}
+    for key, value in (("input_dtype", spec.input_dtype), ("format_dtype", spec.format_dtype)):
+        if value:
+            inputs[key] = {"dtype": value, "from": "cast" if key == "input_dtype" else "dataset",
+                           "source": None, "training": training}
+    return {"dtype": dtype, "from": origin, "source": None, "training": training}, inputs
+
+
+def _input_origin(ev: Evidence, dtype: str | None, key: str | None = None) -> dict | None:
+    """The provenance of the batch tensor `key` (else the first of `dtype`)."""
+    found = ev.input_provenance.get(key) if key else None
+    if found is None and dtype:
+        found = next((p for p in ev.input_provenance.values() if p["dtype"] == dtype), None)
+    if found is None and dtype and ev.spec.input_dtype == dtype:   # a spec run
+        found = ev.input_provenance.get("input_dtype")
+    if found is None and dtype and ev.spec.format_dtype == dtype:
+        found = ev.input_provenance.get("format_dtype")
+    return found
+
+
+def _model_origin(ev: Evidence, dtype: str | None = None) -> dict | None:
+    p = ev.provenance
+    return p if p is not None and (dtype is None or p["dtype"] == dtype) else None
+
+
+def _autocast_origin(ev: Evidence, dtype: str) -> dict:
+    return {"dtype": dtype, "from": "autocast", "source": None,
+            "training": bool(ev.provenance and ev.provenance.get("training"))}
+
+
+def _with_origin(evidence: dict, origin: dict | None) -> dict:
+    return dict(evidence, provenance=origin) if origin is not None else evidence
+
+
+def _unasked_half(ev: Evidence, origin: dict | None = None) -> dict | None:
+    """The provenance (the model's, else `origin`) when its half dtype is one the user did not
+    ask for: the config's or the default dtype's, or the checkpoint's for a model meant to train
+    (CONTRACT §2)."""
+    p = origin if origin is not None else ev.provenance
+    if not p or p["dtype"] not in HALF_NAMES:
+        return None
+    if p["from"] in ("config", "default-dtype") or (p["from"] == "checkpoint" and p.get("training")):
+        return p
+    return None
+
+
+def _origin_story(p: dict) -> str:
+    """Why the model is in the dtype it is, said from its provenance."""
+    dtype, where = p["dtype"], _at_line(p.get("source"))
+    if p["from"] == "config":
+        return (f"The model is {dtype} because from_config took the config's dtype{where} "
+                f"(config.dtype = {dtype}; transformers 4.56 and later build the model in it). A "
+                "model built to train from scratch belongs in float32 (mixed precision comes from "
+                f"autocast): pass dtype=torch.float32 to from_config rather than casting the "
+                f"inputs to {dtype}.")
+    if p["from"] == "default-dtype":
+        return (f"The model is {dtype} because torch.set_default_dtype(torch.{dtype}){where} "
+                f"makes every new parameter and tensor {dtype}; what comes from elsewhere (numpy, a "
+                "dataset, a processor) stays float32. Keep torch's default float32 and ask for half "
+                "precision where it works (dtype= at load, or autocast).")
+    return (f"The model is {dtype} because from_pretrained got no dtype={where}: transformers 5 "
+            "loads the checkpoint's own dtype. The model is trained here: load it in float32 "
+            "(dtype=torch.float32) and train with autocast.")
+
+
+def _at_line(source: dict | None) -> str:
+    return f" at line {source['line']}" if source and source.get("line") else ""
+
+
+def fix_float32_at_origin(ev: Evidence, p: dict) -> Fix:
+    """Make the model float32 where its unasked half dtype came from. The explain is the line to
+    write (core/script/fixes.py): the user's own call with dtype=torch.float32, where known."""
+    dtype, line = p["dtype"], source_line(p.get("source"))
+    if p["from"] == "config":
+        code = (with_argument(line, "from_config", "dtype=torch.float32")
+                or "model = AutoModel.from_config(config, dtype=torch.float32)")
+        return Fix("from-config-float32", "Build the model in float32: "
+                   "from_config(config, dtype=torch.float32)", {"model_dtype": "float32"},
+                   f"{code}  # the config says {dtype}; train from scratch in float32 weights")
+    if p["from"] == "default-dtype":
+        return Fix("default-dtype-float32", "Keep torch's default dtype float32",
+                   {"model_dtype": "float32"},
+                   f"torch.set_default_dtype(torch.float32)  # torch's default, not {dtype}; ask "
+                   "for half precision with dtype= at load, or autocast")
+    code = (with_argument(line, "from_pretrained", "dtype=torch.float32")
+            or "model = AutoModel.from_pretrained(..., dtype=torch.float32)")
+    return Fix("load-float32", "Load the model in float32: from_pretrained(..., dtype=torch.float32)",
+               fix_model_dtype("float32", ev).edits,
+               f"{code}  # the checkpoint is stored in {dtype}; train float32 weights")
+
+
+def _origin_first(ev: Evidence, fixes, origin: dict | None = None) -> tuple:
+    """The fixes, with the one at the dtype's origin (the model's, else `origin`) first where the
+    user never asked for that dtype."""
+    p = _unasked_half(ev, origin)
+    if p is None:
+        return tuple(f for f in fixes if f is not None)
+    first = fix_float32_at_origin(ev, p)
+    return (first,) + tuple(f for f in fixes if f is not None and f.id not in (first.id, "model-float32"))
+
+
+def source_line(source: dict | None) -> str | None:
+    """The text of a script's line, `source` = {"file", "line"} (trace), None where unknown."""
+    import linecache
+
+    if not source or not source.get("file") or not source.get("line"):
+        return None
+    return linecache.getline(source["file"], source["line"]).strip() or None
+
+
+def with_argument(line: str | None, name: str, argument: str) -> str | None:
+    """`line` with `argument` added to its call of `name(...)` (a function, a class, a method),
+    when the whole call is on the line; the user's comment after it dropped."""
+    if not line:
+        return None
+    match = re.search(rf"(?<![\w]){re.escape(name)}\(", line)
+    if match is None:
+        return None
+    depth, opened = 0, match.end() - 1
+    for i in range(opened, len(line)):
+        depth += {"(": 1, ")": -1}.get(line[i], 0)
+        if depth == 0:
+            inside = line[opened + 1:i].strip().rstrip(",")
+            rest = line[i:].split("#")[0].rstrip()   # the user's comment after the call goes
+            return f"{line[:opened + 1]}{inside + ', ' if inside else ''}{argument}{rest}"
+    return None
+
+
 def _low_precision_for(ev: Evidence) -> str:
     """The half dtype to suggest: bfloat16 where float16 is slow or unsupported (CPU)."""
     return "bfloat16" if ev.device_type == "cpu" else "float16"
@@ -211,7 +354,8 @@ def rule_integer_cast(ev: Evidence) -> list[Finding]:
         f"Integer tensors were cast to {dtype} ({', '.join(cast)}): {cause}. Token ids, attention "
         "masks and class labels must stay integer (embeddings need Long indices; float labels "
         "switch classifiers to a different loss).",
-        {"columns": {k: {"stored": ev.facts[k].stored, "fed": ev.facts[k].final} for k in cast}},
+        _with_origin({"columns": {k: {"stored": ev.facts[k].stored, "fed": ev.facts[k].final}
+                                  for k in cast}}, _input_origin(ev, dtype, location)),
         tuple(fixes))]
 
 
@@ -331,9 +475,10 @@ def _kept_fp32_finding(ev: Evidence, producer: ModuleCall, consumer: ModuleCall,
         f"{param} weights. keep_fp32 keeps the weights, not the dtype between modules: run these "
         f"modules in float32 with their outputs cast back to {param}. Casting the batch changes "
         "nothing here.",
-        {"input dtype": "float32", "parameter dtype": param, "produced by": producer.name,
-         "module class": consumer.cls, "consumer": consumer.name,
-         **({"error": ev.message} if ev.message else {})},
+        _with_origin({"input dtype": "float32", "parameter dtype": param,
+                      "produced by": producer.name, "module class": consumer.cls,
+                      "consumer": consumer.name, **({"error": ev.message} if ev.message else {})},
+                     _model_origin(ev, param)),
         fixes)
 
 
@@ -346,20 +491,36 @@ def _nearest_param_dtype(ev: Evidence, module: str) -> str | None:
 
 def _dtype_finding(ev, call, got, param, severity, others=0) -> Finding:
     fixes = []
+    origin = _model_origin(ev, param)
+    unasked = _unasked_half(ev) if origin is not None else None
     if param in HALF_NAMES and got not in HALF_NAMES:
         fixes = [fix_cast_inputs(ev, param), fix_autocast(param), fix_model_dtype("float32", ev)]
         story = (f"The model's weights are {param} but its input is {got}: cast the floating "
                  f"inputs to {param}.")
+        if unasked is not None:
+            fixes, story = _origin_first(ev, fixes), _origin_story(unasked)
     elif param == "float32" and got in HALF_NAMES:
         fixes = [fix_model_dtype(got, ev), fix_autocast(got), _fix_drop_input_cast(ev)]
-        story = (f"The inputs were cast to {got} but the model stayed float32: load the model in "
+        origin = _input_origin(ev, got) or origin
+        made = {"default-dtype": "made in", "dataset": "read as"}.get(
+            origin["from"] if origin else "", "cast to")
+        story = (f"The inputs were {made} {got} but the model stayed float32: load the model in "
                  f"{got} too, or keep float32 weights and let autocast pick precisions.")
+        if origin is not None and origin["from"] == "default-dtype":
+            # torch's default made them half, not the script's choice: undo that first.
+            fixes = list(_origin_first(ev, fixes, origin))
+            story = (f"The inputs are {got} because torch.set_default_dtype(torch.{got})"
+                     f"{_at_line(origin.get('source'))} makes every new tensor {got}, but the "
+                     "model is float32" + (
+                         " (transformers 5 loads a checkpoint in its own dtype, whatever the "
+                         "default)" if ev.provenance and ev.provenance["from"] == "checkpoint"
+                         else "") + ". Keep torch's default float32.")
     elif param in HALF_NAMES and got in HALF_NAMES:
         fixes = [fix_cast_inputs(ev, param)]
         story = f"The model runs in {param} but its input is {got}."
     else:
         story = "The input's dtype and the weights' dtype differ."
-    if ev.spec.model_dtype == "auto" and param in HALF_NAMES:
+    if ev.spec.model_dtype == "auto" and param in HALF_NAMES and unasked is None:
         story += (f" model_dtype auto loaded the checkpoint in its own dtype, {param}: "
                   "transformers 5 does that when from_pretrained gets no dtype=.")
     where = f"Module {call.name or 'model'} ({call.cls})"
@@ -367,8 +528,9 @@ def _dtype_finding(ev, call, got, param, severity, others=0) -> Finding:
     return Finding(
         "dtype-mismatch", severity, call.name or "model",
         f"{where} received a {got} input but its parameters are {param}{more}. {story}",
-        {"input dtype": got, "parameter dtype": param, "module class": call.cls,
-         **({"error": ev.message} if severity == "error" and ev.message else {})},
+        _with_origin({"input dtype": got, "parameter dtype": param, "module class": call.cls,
+                      **({"error": ev.message} if severity == "error" and ev.message else {})},
+                     origin),
         tuple(f for f in fixes if f is not None))
 
 
@@ -389,11 +551,15 @@ def rule_half_unsupported(ev: Evidence) -> list[Finding]:
     half = "bfloat16" if half.lower() == "bfloat16" else "float16"
     # Autocast keeps half precision for the matmuls and runs ops without half kernels in fp32.
     fixes = (fix_autocast(half), fix_model_dtype("float32", ev))
+    origin = _model_origin(ev, half) or _input_origin(ev, half)
+    if _model_origin(ev, half) is not None:
+        fixes = _origin_first(ev, fixes)
     return [Finding(
         "half-unsupported", "error", module,
         f"An operator in {module} has no kernel for {half} on {ev.device_type} ({ev.message}). "
         "Keep float32 weights and run under autocast, which computes such operators in float32.",
-        {"error": ev.message, "device": ev.device_type, "dtype": half}, fixes)]
+        _with_origin({"error": ev.message, "device": ev.device_type, "dtype": half}, origin),
+        fixes)]
 
 
 def rule_half_on_cpu(ev: Evidence) -> list[Finding]:
@@ -405,14 +571,19 @@ def rule_half_on_cpu(ev: Evidence) -> list[Finding]:
     if not fp16:
         return []
     fixes = [fix_model_dtype("bfloat16", ev), fix_model_dtype("float32", ev)]
+    origin = _model_origin(ev, "float16")
     if autocast_fp16:
         fixes = [fix_autocast("bfloat16"), fix_model_dtype("float32", ev)]
+        origin = _autocast_origin(ev, "float16")
+    elif origin is not None:
+        fixes = list(_origin_first(ev, fixes))
     return [Finding(
         "half-on-cpu", "warning", "model",
         "float16 compute on a CPU: most CPUs have no fast float16 path, so this runs slower than "
         "float32, and some operators have no float16 kernel at all. On CPU use bfloat16 (or "
         "float32); keep float16 for the GPU.",
-        {"device": "cpu", "float16 parameters": ev.param_dtypes.get("float16", 0)},
+        _with_origin({"device": "cpu", "float16 parameters": ev.param_dtypes.get("float16", 0)},
+                     origin),
         tuple(fixes))]
 
 
@@ -423,18 +594,22 @@ def rule_overflow(ev: Evidence) -> list[Finding]:
         dtype = next((o.dtype for o in call.outputs if o.nonfinite), None)
         biggest = max((t.absmax for t in call.inputs if t.absmax is not None), default=None)
         fixes = []
+        origin = (_autocast_origin(ev, dtype) if dtype and ev.spec.autocast == dtype
+                  else _model_origin(ev, dtype) or _input_origin(ev, dtype))
         if dtype == "float16":
             fixes = [fix_model_dtype("bfloat16", ev), fix_model_dtype("float32", ev)]
             if ev.spec.model_cast == "float16" and ev.keep_in_fp32:
                 fixes.insert(0, _fix_load_instead_of_cast(ev))
+            if origin is not None and origin["from"] != "autocast":
+                fixes = list(_origin_first(ev, fixes))
         return [Finding(
             "overflow", "error", call.name or "model",
             f"inf/NaN first appeared in the output of {call.name or 'the model'} ({call.cls}), "
             f"in {dtype}" + (f", whose range ends at {FP16_MAX:.0f}" if dtype == "float16" else "")
             + ". Everything after it is unusable. bfloat16 has float32's range at the same "
             "size; float32 always works.",
-            {"dtype": dtype, "non-finite values": call.nonfinite_out,
-             "largest input abs": biggest, "float16 max": FP16_MAX},
+            _with_origin({"dtype": dtype, "non-finite values": call.nonfinite_out,
+                          "largest input abs": biggest, "float16 max": FP16_MAX}, origin),
             tuple(fixes))]
     return []
 
@@ -458,7 +633,8 @@ def rule_silent_upcast(ev: Evidence) -> list[Finding]:
         f"{half} was asked for, but the compute ran in float32: the model's weights are float32 "
         f"and it cast the {half} inputs up (or there were no floating inputs to cast). No speed "
         f"or memory gain. Load the model in {half}, or run under autocast.",
-        {"asked": half, "compute dtypes": compute},
+        _with_origin({"asked": half, "compute dtypes": compute},
+                     _input_origin(ev, half) or _model_origin(ev, half)),
         (fix_model_dtype(half, ev), fix_autocast(half)))]
 
 
@@ -505,7 +681,8 @@ def rule_mixed_precision_params(ev: Evidence) -> list[Finding]:
         f"The parameters hold several floating dtypes ({', '.join(ev.param_dtypes)}), and "
         f"{len(odd)} module(s) such as {odd[0]} are not {majority} for no reason the model or "
         "keep_fp32 gives. Load the model with one explicit dtype.",
-        {"dtypes": dict(ev.param_dtypes), "modules": odd[:10]},
+        _with_origin({"dtypes": dict(ev.param_dtypes), "modules": odd[:10]},
+                     _model_origin(ev, majority)),
         (fix_model_dtype(majority, ev),))]
 
 

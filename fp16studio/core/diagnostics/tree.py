@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 class TensorNode:
     name: str
     path: str
-    kind: str              # group, module, parameter, buffer, input, activation
+    kind: str              # group, module, parameter, buffer, input, activation, gradient
     shape: tuple | None = None
     dtype: str | None = None
     device: str | None = None

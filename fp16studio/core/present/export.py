@@ -4,7 +4,9 @@ The script reproduces the pipeline exactly as the spec describes it (mistakes in
 user sees in plain code what the app ran) with every applied fix in place and named in a comment.
 It is written the way a careful engineer writes it today: `dtype=` (never `torch_dtype=`),
 `torch.autocast(device_type, dtype=...)`, `with_format("torch")`, floating-only casts,
-`torch.inference_mode()`. Choices the spec leaves open (model class, processor, columns) are
+`torch.inference_mode()`; a spec with `train` also gets its training step, in the order a
+correct mixed-precision loop runs it (or the user's own wrong order, commented as such). Choices
+the spec leaves open (model class, processor, columns) are
 resolved once here, the same way core/pipeline.py resolves them, and written as literals.
 
 The text is assembled from one small function per section; `_Plan` holds what they need.
@@ -65,7 +67,7 @@ def render(plan: _Plan) -> str:
     head = [_docstring(plan), _fix_list(plan.spec), _imports(plan), _constants(plan)]
     functions = [_pick_device(), _run_in_float32(plan.spec), _load_model(plan),
                  _load_preprocess(plan), _read_rows(plan), _build_batch(plan), _main_output(),
-                 _main(plan)]
+                 _train(plan.spec), _main(plan)]
     # PEP 8 spacing: one blank line in the header, two around top-level functions.
     return ("\n\n".join(part.strip("\n") for part in head if part) + "\n\n\n"
             + "\n\n\n".join(part.strip("\n") for part in functions if part) + "\n")
@@ -178,12 +180,19 @@ def _docstring(plan: _Plan) -> str:
         precision += f", autocast to {s.autocast}"
     if _islands_rendered(s):
         precision += f", {len(s.run_in_float32)} float32 island pattern(s)"
+    what = "One forward pass"
+    prints = ("Prints a summary of the output, then the same as one JSON\nline; --save-output "
+              "also saves the output tensor (torch.save).")
+    if s.train:
+        what += f" and {s.train['steps']} training step(s)"
+        prints = ("Prints a summary of the output, then the same as one JSON\nline; then the "
+                  'loss of each training step, and {"steps": [...]} as one JSON line.\n'
+                  "--save-output also saves the output tensor (torch.save).")
     return f'''
-"""One forward pass of a Hugging Face pipeline, as its fp16studio spec describes it.
+"""{what} of a Hugging Face pipeline, {SIGNATURE}.
 
 Model: {plan.model_class} ({precision}); {s.samples} rows, batches of {s.batch_size}.
-Exported by fp16studio {__version__}. Prints a summary of the output, then the same as one JSON
-line; --save-output also saves the output tensor (torch.save).
+Exported by fp16studio {__version__}. {prints}
 """'''
 
 
@@ -201,6 +210,8 @@ def _fix_list(spec: PipelineSpec) -> str:
 def _imports(plan: _Plan) -> str:
     s = plan.spec
     stdlib = {"argparse", "inspect", "json"}
+    if s.train:
+        stdlib.add("math")
     if plan.preprocess:
         stdlib |= {"importlib.util", "sys"}
     if s.keep_fp32:
@@ -234,6 +245,8 @@ def _constants(plan: _Plan) -> str:
     if plan.dataset_ref is not None:
         lines.append(f"DATASET = {_q(plan.dataset_ref)}")
     lines += [f"SAMPLES = {s.samples}", f"BATCH_SIZE = {s.batch_size}"]
+    if s.train:
+        lines.append(f"TRAIN_STEPS = {s.train['steps']}")
     if s.keep_fp32:
         lines.append(f"KEEP_FP32 = {_q(list(s.keep_fp32))}  # module-name patterns (fnmatch)")
     if _islands_rendered(s):
@@ -568,6 +581,103 @@ def main_output(outputs):
     return pairs[0]'''
 
 
+_OPTIMIZER_CLASSES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
+
+
+def _weights_float32(s: PipelineSpec) -> bool:
+    """Whether every weight the optimizer sees is float32 as the spec loads the model."""
+    return s.model_dtype == "float32" and s.model_cast in (None, "float32")
+
+
+def _train(s: PipelineSpec) -> str:
+    """The training step of the spec's `train`, as its loop runs it (CONTRACT §1)."""
+    t = s.train
+    if not t:
+        return ""
+    scaler, clip = t["grad_scaler"], t["clip_grad_norm"]
+    masters = t["master_weights"] and not _weights_float32(s)
+    body = _fix_notes(s, ("train",))
+    body.append('params = [p for p in model.parameters() if p.requires_grad and p.is_floating_point()]')
+    if masters:
+        body += ["# Master weights: a float32 copy of each half parameter is what the optimizer "
+                 "updates;",
+                 "# the half model runs the forward and backward passes and gets the updated "
+                 "values back.",
+                 "masters = [torch.nn.Parameter(p.detach().float()) if p.dtype in "
+                 "(torch.float16, torch.bfloat16)",
+                 "           else p for p in params]"]
+        updated = "masters"
+    else:
+        if t["master_weights"]:
+            body.append("# Master weights: the weights are float32 and the optimizer updates "
+                        "them; the forward pass")
+            body.append("# runs in half precision under autocast.")
+        updated = "params"
+    kwargs = [f"lr={t['lr']!r}"]
+    if t["eps"] is not None and t["optimizer"] != "sgd":
+        kwargs.append(f"eps={t['eps']!r}")
+    body.append(f"optimizer = torch.optim.{_OPTIMIZER_CLASSES[t['optimizer']]}({updated}, "
+                f"{', '.join(kwargs)})")
+    if s.autocast:
+        device = _q(s.autocast_device) if s.autocast_device else \
+            "next(model.parameters()).device.type"
+        body.append(f"device_type = {device}")
+    if scaler:
+        body += ["# The GradScaler multiplies the loss so small float16 gradients survive the "
+                 "backward pass.",
+                 "scaler = torch.amp.GradScaler(next(model.parameters()).device.type)"]
+    body += ["torch.manual_seed(0)  # dropout is on: the same steps on every run",
+             "model.train()",
+             "steps = []",
+             "for step in range(TRAIN_STEPS):"]
+    loop = []
+    if s.autocast:
+        loop += [f"with torch.autocast(device_type, dtype={_torch_dtype(s.autocast)}):",
+                 "    loss = model(**batch).loss"]
+    else:
+        loop.append("loss = model(**batch).loss")
+    loop.append("value = loss.item()")
+    loop.append("scaler.scale(loss).backward()" if scaler else "loss.backward()")
+    if masters:
+        loop += ["for p, master in zip(params, masters):",
+                 "    if master is not p:  # the half gradient, in float32, for the master copy",
+                 "        master.grad = None if p.grad is None else p.grad.float()",
+                 "        p.grad = None"]
+    clip_line = f"torch.nn.utils.clip_grad_norm_({updated}, {clip!r})"
+    if scaler:
+        if clip is not None and t["clip_before_unscale"]:
+            loop += ["# As the pipeline does it, in this order: clip_grad_norm_ BEFORE "
+                     "scaler.unscale_. A mistake:",
+                     "# the gradients are still multiplied by the scale, so clipping sees a "
+                     "norm that many times",
+                     "# too large and shrinks the true gradients to almost nothing "
+                     "(scaler.step unscales them after).",
+                     clip_line]
+        elif clip is not None:
+            loop += ["scaler.unscale_(optimizer)  # before clipping: clip the true gradients",
+                     clip_line]
+        loop += ["scaler.step(optimizer)  # skipped when the gradients hold inf/NaN",
+                 "scaler.update()"]
+    else:
+        if clip is not None:
+            loop.append(clip_line)
+        loop.append("optimizer.step()")
+    loop.append("optimizer.zero_grad(set_to_none=True)")
+    if masters:
+        loop += ["with torch.no_grad():  # the updated float32 masters back into the half model",
+                 "    for p, master in zip(params, masters):",
+                 "        if master is not p:",
+                 "            p.copy_(master)"]
+    loop += ["finite = math.isfinite(value)",
+             'print(f"step {step}: loss {value:.6g}")',
+             'steps.append({"index": step, "loss": value if finite else None, "finite": finite})']
+    body += ["    " + line for line in loop]
+    body.append("return steps")
+    return ("def train(model, batch):\n"
+            '    """TRAIN_STEPS training steps on the batch, as the pipeline\'s loop runs them."""\n'
+            + _indent(body))
+
+
 def _main(plan: _Plan) -> str:
     s = plan.spec
     body = [
@@ -613,6 +723,10 @@ def _main(plan: _Plan) -> str:
         "if args.save_output:",
         "    torch.save(value.cpu(), args.save_output)",
     ]
+    if s.train:
+        body += ["",
+                 "steps = train(model, batch)",
+                 'print(json.dumps({"steps": steps}))']
     return ("def main():\n" + _indent(body)
             + '\n\n\nif __name__ == "__main__":\n    main()')
 

@@ -41,6 +41,9 @@ def format_diagnosis(doc: dict) -> str:
         out = doc["output"]
         finite = "" if out.get("finite", True) else ", NOT finite"
         lines.append(f"  output {out['name']}: {out['dtype']} {out['shape']}{finite}")
+    steps = vocabulary.steps_summary(doc.get("steps"))
+    if steps:
+        lines.append(f"  {steps}")
     for finding in doc["findings"]:
         lines += finding_lines(finding)
     inv = doc["inventory"]
@@ -68,6 +71,9 @@ def format_trace(doc: dict) -> str:
         out = doc["output"]
         lines.append(f"  output {out['name']}: {out['dtype']} {out['shape']}"
                      + ("" if out.get("finite", True) else ", NOT finite"))
+    steps = vocabulary.steps_summary(doc.get("steps"))
+    if steps:
+        lines.append(f"  {steps}")
     lines.extend(f"  note: {note}" for note in doc["notes"])
     for finding in doc["findings"]:
         lines += finding_lines(finding, at_line(finding["source"]))

@@ -66,6 +66,21 @@ def shape(dims) -> str:
     return "(" + ", ".join(str(d) for d in dims) + ")" if dims else "scalar"
 
 
+def steps_summary(steps) -> str:
+    """A trace's training steps in one line: the loss of each, and where inf/NaN first came
+    (the `steps` of a trace document); "" for a script that only infers."""
+    if not steps:
+        return ""
+    losses = ", ".join(f"{s['index']}: " + (number(s["loss"]) if s["finite"] else "inf/NaN")
+                       for s in steps)
+    first = next((s for s in steps if s["first_nonfinite"]), None)
+    if first is None:
+        return f"Training steps (loss): {losses}; all finite"
+    where = first["first_nonfinite"]
+    return (f"Training steps (loss): {losses}; inf/NaN first at step {first['index']}, "
+            f"{where['phase']}, {where['location']}")
+
+
 def spec_value(value) -> str:
     """A spec value as a person reads it: null as an em dash, lists comma-separated (applied
     fixes by id), objects as key=value."""

@@ -36,6 +36,7 @@ _installed = False
 _previous = None          # the `nn.Module.__call__` the dispatcher replaced
 _direct = False           # _previous is torch's own: a module without hooks runs its forward
 _global_pre = _global_post = _global_back_pre = _global_back = _tracing_state = None
+_compiling = None
 
 
 class ModuleHooks:
@@ -166,7 +167,7 @@ def remove_watcher(watch):
 
 def _install():
     """Under _lock: the dispatcher in place, unless it is already."""
-    global _installed, _previous, _direct, _tracing_state
+    global _installed, _previous, _direct, _tracing_state, _compiling
     global _global_pre, _global_post, _global_back_pre, _global_back
     if _installed:
         return
@@ -178,6 +179,7 @@ def _install():
     _global_back_pre, _global_back = (nn_module._global_backward_pre_hooks,
                                       nn_module._global_backward_hooks)
     _tracing_state = torch._C._get_tracing_state
+    _compiling = torch.compiler.is_compiling
     _previous = torch.nn.Module.__call__
     _direct = _previous is torch.nn.Module._wrapped_call_impl
     torch.nn.Module.__call__ = _dispatch
@@ -198,6 +200,8 @@ def _uninstall():
 
 def _dispatch(module, *args, **kwargs):
     """`nn.Module.__call__` while anything listens: the watchers, then the passes."""
+    if _compiling():  # torch.compile traces this function: it sees torch's own call, no listener
+        return _previous(module, *args, **kwargs)
     if _watchers:
         for watch in _watchers:
             around = watch(module, args, kwargs)

@@ -21,6 +21,10 @@ CHECK_ARG = "--check"
 # What the runner needs beside fp16studio itself (the interpreter given with --python).
 NEEDS = ("torch", "transformers", "datasets")
 MIN_PYTHON = (3, 10)
+# `trace --steps N` reaches the runner through its environment: the arguments after SCRIPT are
+# the script's own.
+STEPS_ENV = "FP16STUDIO_TRACE_STEPS"
+DEFAULT_STEPS = 2
 
 # Under another interpreter (--python): fp16studio from this installation's package folder
 # (in the frozen build: the sources the bundle carries beside its archive), without putting that

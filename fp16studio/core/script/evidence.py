@@ -8,6 +8,7 @@ of the user's code it is about (`source`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from dataclasses import dataclass, field
@@ -22,13 +23,23 @@ from ..diagnostics.diagnosis import (
     environment_info,
 )
 from ..diagnostics.findings import Finding, Fix, by_severity
-from ..diagnostics.inventory import activations_tree, batch_tree, mark, model_tree
+from ..diagnostics.inventory import (
+    activations_tree,
+    batch_tree,
+    gradients_tree,
+    mark,
+    model_tree,
+)
 from ..diagnostics.rules import Evidence, rule_list_batch, run_rules
 from ..diagnostics.tree import TensorNode
 from ..spec.value import PipelineSpec
-from .recover import Observed, Recorder, observed_spec
+from .recover import Observed, Recorder, observed_spec, reproduction, with_train
+from .entry import DEFAULT_STEPS
+from .flags import FlagWatch
+from .steps import StepWatch
 from .trace import ScriptTrace
 from .tracer import ModelTrace, ScriptTracer, UserCode
+from .user_ops import UserOps
 
 _DEVICE_MISSING = re.compile(r"not compiled with CUDA|no NVIDIA driver|No CUDA GPUs|"
                              r"invalid device ordinal|CUDA driver|MPS .*not available", re.I)
@@ -55,25 +66,38 @@ class Snapshot:
     tree: TensorNode
     output: dict | None
     name: str = ""                        # what from_pretrained loaded, else the class
+    compiled: bool = False                # torch.compile's wrapper: its inside ran as one graph
     observed: Observed | None = None
     error: dict | None = None             # the forward pass's failure, with its source line
     findings: list = field(default_factory=list)
 
 
 class ScriptWatch:
-    """Everything installed in the script's process: the tracer and the spec recorder."""
+    """Everything installed in the script's process: the spec recorder, the tracer, and the
+    watchers of what happens around the forward pass. A watcher has `install()`,
+    `uninstall()` and `findings()` (Findings with their `source` line, read once the script is
+    over)."""
 
-    def __init__(self, user: UserCode):
+    def __init__(self, user: UserCode, steps: int = DEFAULT_STEPS):
         self.user = user
         self.recorder = Recorder(user)
         self.tracer = ScriptTracer(user, on_start=self._started, on_done=self._done)
         self.snapshots: list[Snapshot] = []
+        self.steps = StepWatch(user, self.tracer, steps)
+        self.watchers: list = [self.steps]
+        self.on_snapshot = None            # called after each model's first pass is described
+        self.watchers.append(UserOps(user))   # the user's own tensor operations
+        self.watchers.append(FlagWatch(user, self))   # precision settings, against what ran
 
     def install(self):
         self.recorder.install()
         self.tracer.install()
+        for watcher in self.watchers:
+            watcher.install()
 
     def uninstall(self):
+        for watcher in reversed(self.watchers):
+            watcher.uninstall()
         self.tracer.uninstall()
         self.recorder.uninstall()
 
@@ -89,6 +113,8 @@ class ScriptWatch:
         # Described: let the tensors go, and the traceback (it holds the script's frames).
         trace.inputs, trace.output, trace.exception = {}, None, None
         self.snapshots.append(snap)
+        if self.on_snapshot is not None:
+            self.on_snapshot()
 
 
 def _snapshot(trace: ModelTrace, module, maps) -> Snapshot:
@@ -127,11 +153,14 @@ def _snapshot(trace: ModelTrace, module, maps) -> Snapshot:
     return Snapshot(trace=trace, device=device, main_input=main_input,
                     batch_size=int(first.shape[0]) if first is not None and first.dim() else None,
                     facts=facts, param_dtypes=param_dtypes, module_param_dtypes=module_param_dtypes,
-                    keep_in_fp32=tuple(keep_in_fp32_modules(module)), tree=tree, output=output)
+                    keep_in_fp32=tuple(keep_in_fp32_modules(module)), tree=tree, output=output,
+                    compiled=hasattr(module, "_orig_mod"))
 
 
-def assemble(watch: ScriptWatch, script: str, args, outcome: dict, seconds: float) -> ScriptTrace:
-    """The result of the run: findings per model, the script's own failure, what ran."""
+def assemble(watch: ScriptWatch, script: str, args, outcome: dict, seconds: float,
+             complete: bool = True) -> ScriptTrace:
+    """The result of the run: findings per model, the script's own failure, what ran
+    (`complete` False: so far, while the script goes on)."""
     findings = [f for snap in watch.snapshots for f in snap.findings]
     primary = next((s for s in watch.snapshots if s.error is not None),
                    watch.snapshots[0] if watch.snapshots else None)
@@ -140,26 +169,91 @@ def assemble(watch: ScriptWatch, script: str, args, outcome: dict, seconds: floa
         error = primary.error
     elif error is not None and outcome.get("exception") is not None:
         findings.extend(_script_failure_findings(outcome["exception"], error))
-    findings = _unique(findings)
+    around = [f for watcher in watch.watchers for f in watcher.findings()]
+    # A watcher's finding of the same code at the same line tells the same failure more
+    # precisely (the user's own operation inside their forward, core/script/user_ops.py).
+    said = {_at(f) for f in around if f.source}
+    findings = _unique([f for f in findings if _at(f) not in said] + around)
+    # The spec offered (part 5): the snapshot's own stays as observed, as this runs again.
+    observed = primary.observed if primary is not None else None
+    if observed is not None:
+        observed = _checked_spec(watch, primary, findings, error, complete)
     notes = list(outcome.get("notes", ()))
     notes.extend(f"fp16studio failed to snapshot a model (a bug): {e}" for e in watch.tracer.errors)
+    notes.extend(f"fp16studio's watch of {type(w).__name__} failed (a bug): {e}"
+                 for w in watch.watchers for e in getattr(w, "errors", ()))
+    notes.extend(f"{s.name} is compiled (torch.compile): its modules ran as compiled code and "
+                 "were not traced one by one; trace the script without torch.compile to see them"
+                 for s in watch.snapshots if s.compiled)
     if not watch.snapshots:
         notes.append("no model ran a forward pass: nothing to diagnose")
-    elif primary.observed is not None and not primary.observed.recovered:
-        notes.append(f"no pipeline spec: {primary.observed.why_not}")
+    elif observed is not None and not observed.recovered:
+        notes.append(f"no pipeline spec: {observed.why_not}")
     models = [{"name": s.name, "class": s.trace.cls, "calls": s.trace.count}
               for s in watch.snapshots]
     if primary is not None:
-        mark(primary.tree, primary.findings)
-    spec = primary.observed.spec if primary is not None else PipelineSpec(model="script",
-                                                                          dataset="script")
+        first = watch.steps.steps[0] if watch.steps.steps else None
+        primary.tree.children = [c for c in primary.tree.children if c.path != "gradients"]
+        if first is not None and first.grads:
+            primary.tree.add(gradients_tree(first.grads))
+        mark(primary.tree, primary.findings + around)
+    spec = observed.spec if observed is not None else PipelineSpec(model="script",
+                                                                   dataset="script")
     return ScriptTrace(
         spec=spec, device=primary.device if primary else "cpu",
         findings=by_severity(findings), error=error,
         output=primary.output if primary else None, tree=primary.tree if primary else None,
         timings={"script": round(seconds, 4)}, environment=environment_info(),
         script=script, args=tuple(args), models=models,
-        recovered=bool(primary and primary.observed.recovered), notes=notes)
+        recovered=bool(observed and observed.recovered), notes=notes,
+        steps=watch.steps.documents(), complete=complete)
+
+
+def _checked_spec(watch: ScriptWatch, primary: Snapshot, findings: list, error,
+                  complete: bool = True):
+    """The primary model's observed spec with the script's training step (`train`), offered
+    only when diagnosing it comes to the script's outcome (issue 20, part 5).
+
+    Checking means running the spec, which costs what the script's first steps cost again, so
+    it is checked only where there is something to reproduce: a finding or a failure (the
+    spec is then what the user continues with to fix it). A clean script's spec is offered as
+    recovered without a run: that keeps tracing a healthy script at its cost. A script that
+    was interrupted (timeout, cancel) is not checked (the process must report within its
+    grace period) and its spec is not offered; nor is a result so far (`complete` False),
+    written while the script still runs."""
+    observed = with_train(primary.observed, watch.steps.steps, watch.recorder.clips,
+                          primary.param_dtypes)
+    if not observed.recovered or (not findings and error is None):
+        return observed
+    if not complete:
+        why = "the script did not end: its recovered spec could not be checked against it"
+    elif error is not None and error.get("type") == "KeyboardInterrupt":
+        why = "the script was interrupted: its recovered spec could not be checked against it"
+    else:
+        # Findings of other models the script ran are not this spec's to reproduce.
+        others = ({(f.code, f.location) for s in watch.snapshots if s is not primary
+                   for f in s.findings} - {(f.code, f.location) for f in primary.findings})
+        outcome = [f for f in findings if (f.code, f.location) not in others]
+        with _interruptible():
+            why = reproduction(observed.spec, outcome, error)
+    return dataclasses.replace(observed, recovered=False, why_not=why) if why else observed
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """The parent's interrupt (its timeout) ends a check of the spec, not the result: the
+    runner ignores SIGINT once the script is over; here it raises KeyboardInterrupt again."""
+    import signal
+
+    try:
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread: nothing to change
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _model_findings(snap: Snapshot, user: UserCode) -> list[Finding]:
@@ -176,7 +270,8 @@ def _model_findings(snap: Snapshot, user: UserCode) -> list[Finding]:
         spec=snap.observed.spec, device_type=snap.device.split(":")[0],
         param_dtypes=snap.param_dtypes, module_param_dtypes=snap.module_param_dtypes,
         keep_in_fp32=snap.keep_in_fp32, facts=snap.facts, calls=trace.calls, error=error,
-        exception=exc)
+        exception=exc, provenance=snap.observed.provenance,
+        input_provenance=snap.observed.input_provenance)
     out = []
     for finding in run_rules(evidence):
         source = _source_for(finding, snap, failing)
@@ -227,6 +322,11 @@ def device_unavailable(source: dict | None) -> Finding:
         (Fix("device-auto", "Use the best device present (auto)", {"device": "auto"},
              "the first CUDA device when present, else the CPU"),),
         source=source)
+
+
+def _at(finding: Finding) -> tuple:
+    source = finding.source or {}
+    return finding.code, source.get("file"), source.get("line")
 
 
 def _unique(findings: list[Finding]) -> list[Finding]:

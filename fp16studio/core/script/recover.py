@@ -4,8 +4,11 @@ While the script runs, the entry points a Hugging Face pipeline goes through are
 `from_pretrained` (Auto classes and models), `load_dataset` / `load_from_disk`, the split it
 picks, `Dataset.map` (what the function returns before Arrow stores it, and what was stored),
 `with_format` / `set_format`, `DataLoader` (a collate function of its own), the model's
-`.half()` / `.to(...)` / `.cuda()`, and `torch.autocast`. Only calls made by the user's own code
-count (a library calling `from_pretrained` inside another one is not the user's choice).
+`.half()` / `.to(...)` / `.cuda()`, and `torch.autocast`; for where a model's dtype came from
+(core/script/provenance.py) also `from_config`, `torch.set_default_dtype` and the optimizers made
+(by anyone: an optimizer over a model's parameters says it is trained). Only calls made by the
+user's own code count (a library calling `from_pretrained` inside another one is not the user's
+choice).
 `observed_spec` turns what was seen into a `PipelineSpec` for the rules, and says whether it
 describes the script well enough to continue as a pipeline.
 """
@@ -36,6 +39,18 @@ class Load:
 
 
 @dataclass
+class Build:
+    """A model built from a config (`AutoModel...from_config`, `Model._from_config`)."""
+
+    cls: str
+    dtype_argument: str | None            # the dtype= it was given
+    config_dtype: str | None              # config.dtype when called (from_config overwrites it)
+    default_dtype: str                    # torch's default dtype when called
+    source: dict | None
+    ref: object                           # weakref to the model
+
+
+@dataclass
 class MapCall:
     source: dict | None
     function: object
@@ -62,6 +77,10 @@ class Recorder:
         self.collate: dict | None = None  # source of a DataLoader with its own collate_fn
         self.casts: list[dict] = []       # {"ref", "dtype", "device", "source"}: model casts
         self.autocasts: list[Autocast] = []  # entered and not yet left, innermost last
+        self.builds: list[Build] = []     # from_config calls
+        self.defaults: list[dict] = []    # torch.set_default_dtype calls: {"dtype", "source"}
+        self.optimizers = weakref.WeakSet()   # every optimizer made (by anyone)
+        self.clips: list[dict] = []       # the script's clip_grad_norm_ calls: {"max_norm", "source"}
         self._patches: list[tuple] = []
         self._skip = ()
 
@@ -91,6 +110,18 @@ class Recorder:
         autocast = torch.amp.autocast_mode.autocast
         self._patch(autocast, "__enter__", self._autocast_enter(autocast.__enter__))
         self._patch(autocast, "__exit__", self._autocast_exit(autocast.__exit__))
+        self._patch(_BaseAutoModelClass, "from_config", classmethod(self._from_config(
+            _BaseAutoModelClass.__dict__["from_config"].__func__)))
+        self._patch(transformers.PreTrainedModel, "_from_config", classmethod(self._from_config(
+            transformers.PreTrainedModel.__dict__["_from_config"].__func__)))
+        self._patch(torch, "set_default_dtype", self._set_default_dtype(torch.set_default_dtype))
+        self._patch(torch.optim.Optimizer, "__init__",
+                    self._optimizer_init(torch.optim.Optimizer.__init__))
+        import torch.nn.utils.clip_grad as clip_grad
+
+        clip = self._clip(clip_grad.clip_grad_norm_)
+        for owner in (torch.nn.utils, clip_grad):
+            self._patch(owner, "clip_grad_norm_", clip)
 
     def uninstall(self):
         for owner, name, original in reversed(self._patches):
@@ -118,6 +149,65 @@ class Recorder:
             return model
 
         return from_pretrained
+
+    def _from_config(self, original):
+        rec = self
+
+        def from_config(cls, config, *args, **kwargs):
+            source = rec._called_by_user()
+            if source is None:
+                return original(cls, config, *args, **kwargs)
+            import torch
+
+            asked = kwargs.get("dtype", kwargs.get("torch_dtype"))
+            config_dtype = getattr(config, "dtype", None)   # read before the call overwrites it
+            default = dtypes.name_of(torch.get_default_dtype())
+            model = original(cls, config, *args, **kwargs)
+            if hasattr(model, "parameters"):
+                rec.builds.append(Build(
+                    cls.__name__, _dtype_name(asked), _dtype_name(config_dtype), default, source,
+                    weakref.ref(model)))
+            return model
+
+        return from_config
+
+    def _set_default_dtype(self, original):
+        rec = self
+
+        def set_default_dtype(d):
+            source = rec._called_by_user()
+            result = original(d)
+            if source is not None:
+                rec.defaults.append({"dtype": dtypes.name_of(d), "source": source})
+            return result
+
+        set_default_dtype.__wrapped__ = original
+        return set_default_dtype
+
+    def _optimizer_init(self, original):
+        rec = self
+
+        def __init__(self, *args, **kwargs):
+            rec.optimizers.add(self)
+            return original(self, *args, **kwargs)
+
+        __init__.__wrapped__ = original
+        return __init__
+
+    def _clip(self, original):
+        rec = self
+
+        def clip_grad_norm_(*args, **kwargs):
+            # The max norm of the script's own clipping (a spec's train.clip_grad_norm).
+            source = rec._called_by_user(through="clip_grad_norm_")
+            if source is not None:
+                max_norm = kwargs.get("max_norm", args[1] if len(args) > 1 else None)
+                rec.clips.append({"max_norm": max_norm if isinstance(max_norm, (int, float))
+                                  else None, "source": source})
+            return original(*args, **kwargs)
+
+        clip_grad_norm_.__wrapped__ = original
+        return clip_grad_norm_
 
     def _loader(self, original):
         rec = self
@@ -245,11 +335,26 @@ class Recorder:
     def load_of(self, module) -> Load | None:
         return next((load for load in reversed(self.loads) if load.ref() is module), None)
 
+    def build_of(self, module) -> Build | None:
+        return next((b for b in reversed(self.builds) if b.ref() is module), None)
+
+    def optimized(self, module) -> bool:
+        """Whether an optimizer made so far updates this model's parameters."""
+        first = next(module.parameters(), None)
+        return first is not None and any(
+            p is first for opt in list(self.optimizers) for group in opt.param_groups
+            for p in group["params"])
+
     def casts_of(self, module) -> list[dict]:
         return [c for c in self.casts if c["ref"]() is module]
 
     def current_autocast(self) -> Autocast | None:
         return self.autocasts[-1] if self.autocasts else None
+
+
+def _dtype_name(value) -> str | None:
+    """A dtype argument's name ("auto" kept), None for none."""
+    return None if value is None else dtypes.name_of(value)
 
 
 def _device_present(device_type: str) -> bool:
@@ -317,6 +422,8 @@ class Observed:
     recovered: bool                       # it describes the script well enough to re-run
     why_not: str = ""
     sources: dict = field(default_factory=dict)   # what -> {"file", "line"}: load, cast, map...
+    provenance: dict | None = None        # where the model's dtype came from (script.provenance)
+    input_provenance: dict = field(default_factory=dict)   # batch key -> where its dtype came from
 
 
 def observed_spec(rec: Recorder, module, snapshot) -> Observed:
@@ -383,7 +490,11 @@ def observed_spec(rec: Recorder, module, snapshot) -> Observed:
     except InputError as exc:  # something the spec cannot say (an autocast dtype of float32...)
         spec = PipelineSpec.from_dict({"model": edits["model"], "dataset": edits["dataset"]})
         why = why or f"the script does something a spec cannot say ({exc})"
-    return Observed(spec, recovered=not why, why_not=why, sources=sources)
+    from .provenance import input_provenance, model_provenance
+
+    return Observed(spec, recovered=not why, why_not=why, sources=sources,
+                    provenance=model_provenance(rec, module, snapshot.param_dtypes),
+                    input_provenance=input_provenance(rec, snapshot))
 
 
 def _unrecoverable(rec: Recorder, load, data, snapshot) -> str:
@@ -432,3 +543,100 @@ def _input_edits(snapshot, format_dtype) -> dict:
     if ints_cast and not format_dtype:
         edits["input_cast"] = "all"
     return edits
+
+
+# -- the training step, and whether the spec reproduces the script ------------------------------
+_OPTIMIZER_NAMES = {"AdamW": "adamw", "Adam": "adam", "SGD": "sgd"}
+_DEFAULT_EPS = 1e-8   # torch's Adam and AdamW: a spec says it as null
+
+
+def with_train(observed: Observed, steps: list, clips: list, param_dtypes: dict) -> Observed:
+    """The observed spec with `train` filled from the training steps the script was followed
+    through (`steps`: run.training.Step records; `clips`: Recorder.clips), or not recovered, and
+    why, when the loop is one a spec cannot say."""
+    import dataclasses
+
+    if not observed.recovered or not steps:
+        return observed
+    train, why = _observed_train(steps, clips, param_dtypes)
+    if not why and not observed.spec.with_labels:
+        why = ("the script computes its loss outside the model (a spec's training step uses the "
+               "loss the model computes from the labels)")
+    if not why:
+        try:
+            spec = observed.spec.replace(train=train)
+        except InputError as exc:
+            why = f"the script's training step is one a spec cannot say ({exc})"
+    if why:
+        return dataclasses.replace(observed, recovered=False, why_not=why)
+    sources = dict(observed.sources)
+    if clips:
+        sources["clip"] = clips[0]["source"]
+    return dataclasses.replace(observed, spec=spec, sources=sources)
+
+
+def _observed_train(steps: list, clips: list, param_dtypes: dict) -> tuple[dict | None, str]:
+    """(train, "") from what the steps recorded, or (None, why not)."""
+    opt = next((o for step in steps for o in step.optimizers), None)
+    if opt is None:
+        return None, "no optimizer.step() ran in the training steps followed"
+    name = _OPTIMIZER_NAMES.get(opt.cls)
+    if name is None:
+        return None, f"the optimizer {opt.cls} is not one a spec names (AdamW, Adam, SGD)"
+    if opt.lr is None:
+        return None, f"the {opt.cls}'s lr is not a number"
+    events = [event for event, _ in steps[0].scaler]
+    scaler = steps[0].scaled or "scale" in events
+    clip = None
+    if "clip" in events:
+        if not clips or clips[0]["max_norm"] is None:
+            return None, ("the gradients were clipped, but not by a clip_grad_norm_(parameters, "
+                          "max_norm) call of the script's own")
+        clip = float(clips[0]["max_norm"])
+    before = clip is not None and scaler and "unscale_" not in events[:events.index("clip")]
+    # A float32 copy of half weights is what the optimizer updates: the script's master weights.
+    half = any(d in dtypes.HALF_NAMES for d in param_dtypes)
+    master = half and not any(d in dtypes.HALF_NAMES for d in opt.param_dtypes)
+    eps = None if name == "sgd" or opt.eps in (None, _DEFAULT_EPS) else opt.eps
+    return {"optimizer": name, "lr": opt.lr, "eps": eps,
+            "steps": max(1, sum(1 for step in steps if step.done)), "grad_scaler": scaler,
+            "clip_grad_norm": clip, "clip_before_unscale": before, "master_weights": master}, ""
+
+
+def reproduction(spec: PipelineSpec, findings: list, error: dict | None) -> str:
+    """"" when diagnosing `spec` comes to what the traced script came to (`findings`, and its
+    `error`), else why not, in words for the trace's notes."""
+    from ..common.errors import first_line
+    from ..diagnostics.diagnosis import diagnose
+
+    try:
+        report = diagnose(spec)
+    except InputError as exc:
+        return f"diagnosing the recovered spec fails ({exc})"
+    except KeyboardInterrupt:
+        return "the script's time ran out while its recovered spec was being checked"
+    except Exception as exc:  # noqa: BLE001 - whatever it is, the spec is not offered
+        return f"diagnosing the recovered spec failed ({type(exc).__name__}: {first_line(exc)})"
+    return outcome_difference(findings, error, report.findings, report.error)
+
+
+def outcome_difference(script: list, script_error: dict | None, spec: list,
+                       spec_error: dict | None) -> str:
+    """How the spec's diagnosis differs from the script's outcome; "" when it does not. The
+    same codes of error findings; with none, the script's warnings are all found again; a
+    script that failed must fail as a spec too."""
+    want = {f.code for f in script if f.severity == "error"}
+    got = {f.code for f in spec if f.severity == "error"}
+    if want:
+        missing, extra = want - got, got - want
+    else:
+        missing = {f.code for f in script if f.severity == "warning"} - {f.code for f in spec}
+        extra = got
+    parts = []
+    if missing:
+        parts.append(f"does not find {', '.join(sorted(missing))}")
+    if extra:
+        parts.append(f"finds {', '.join(sorted(extra))}, which the script did not show")
+    if script_error is not None and not parts and spec_error is None and not got:
+        parts.append(f"runs clean where the script failed ({script_error.get('type')})")
+    return ("diagnosing the recovered spec " + " and ".join(parts)) if parts else ""

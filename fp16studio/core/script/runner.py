@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 
 from ..common.errors import first_line
-from .entry import CHECK_ARG, NEEDS, frozen, restore_library_path
+from .entry import CHECK_ARG, DEFAULT_STEPS, NEEDS, STEPS_ENV, frozen, restore_library_path
 
 
 def main(argv: list[str]) -> int:
@@ -38,7 +38,11 @@ def main(argv: list[str]) -> int:
     from .tracer import UserCode
 
     user = UserCode(script_path)
-    watch = ScriptWatch(user)
+    watch = ScriptWatch(user, _steps(os.environ.pop(STEPS_ENV, "")))
+    # Each model's first pass is on disk as it ends: a script that ends its process itself
+    # (os._exit), crashes or is killed after it still has its result.
+    watch.on_snapshot = lambda: _write(result_path, assemble(
+        watch, str(script_path), args, {}, time.perf_counter() - start, complete=False))
     watch.install()
     _as_python_runs_a_script()
     sys.argv = [str(script_path), *args]
@@ -49,8 +53,8 @@ def main(argv: list[str]) -> int:
         sys.path.insert(0, str(script_path.parent))
     else:
         sys.path[0] = str(script_path.parent)
-    Path(result_path).with_suffix(".started").touch()   # from here on, what happens is the script's
     start = time.perf_counter()
+    Path(result_path).with_suffix(".started").touch()   # from here on, what happens is the script's
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         runpy.run_path(str(script_path), run_name="__main__")
@@ -70,12 +74,19 @@ def main(argv: list[str]) -> int:
                 sys.path[0] = our_path
     seconds = time.perf_counter() - start
     sys.stdout.flush()
-    result = assemble(watch, str(script_path), args, outcome, seconds)
+    _write(result_path, assemble(watch, str(script_path), args, outcome, seconds))
+    return 0
+
+
+def _write(result_path: str, result):
     tmp = Path(result_path).with_suffix(".tmp")
     with open(tmp, "wb") as handle:
         pickle.dump(result, handle)
     os.replace(tmp, result_path)
-    return 0
+
+
+def _steps(text: str) -> int:
+    return int(text) if text.isdigit() else DEFAULT_STEPS
 
 
 def check() -> int:

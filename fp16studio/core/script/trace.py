@@ -28,9 +28,20 @@ from ..common.files import expand_user
 from ..demo.pipelines import DEMO_PREFIX
 from ..diagnostics.report import Diagnosis
 from ..spec.value import PipelineSpec
-from .entry import CHECK_ARG, MIN_PYTHON, frozen, runner_command, users_environment
+from .entry import (
+    CHECK_ARG,
+    DEFAULT_STEPS,
+    MIN_PYTHON,
+    STEPS_ENV,
+    frozen,
+    runner_command,
+    users_environment,
+)
 
-GRACE_S = 10.0   # after the interrupt: time to report what was traced, before the kill
+# After the interrupt: time to report what was traced, before the kill (what each model's
+# first pass showed is on disk already: the runner writes it as the pass ends).
+GRACE_S = 3.0
+STARTUP_S = 120.0   # fp16studio's own start in the child (torch loads): not the script's time
 CHECK_TIMEOUT_S = 120.0   # `--python`: the interpreter answers whether it can run the tracer
 # The window has no --python of its own: the interpreter to trace under, when set.
 PYTHON_ENV = "FP16STUDIO_TRACE_PYTHON"
@@ -55,6 +66,8 @@ class ScriptTrace(Diagnosis):
     models: list = field(default_factory=list)   # [{"name", "class", "calls"}]
     recovered: bool = False
     notes: list = field(default_factory=list)    # plain sentences: no model ran, no spec because...
+    steps: list = field(default_factory=list)    # the training steps followed (Step.to_json)
+    complete: bool = True    # False: written as a model's pass ended; the script went on after
 
     @property
     def recovered_spec(self) -> PipelineSpec | None:
@@ -66,7 +79,7 @@ class ScriptTrace(Diagnosis):
         doc = super().to_json()
         doc["spec"] = doc["spec"] if self.recovered else None
         doc.update(script=self.script, args=list(self.args), models=self.models,
-                   notes=list(self.notes))
+                   notes=list(self.notes), steps=list(self.steps))
         for finding, out in zip(self.findings, doc["findings"]):
             out["source"] = finding.source
             for fix, fix_doc in zip(finding.fixes, out["fixes"]):
@@ -84,11 +97,15 @@ def resolve_script(text: str) -> Path:
     if not path.is_file():
         raise InputError(f"no such script: {text}" if not path.exists()
                          else f"not a script file: {text}")
+    if path.suffix.lower() == ".ipynb":
+        raise InputError(f"{text} is a Jupyter notebook, not a Python script: convert it first "
+                         f"(jupyter nbconvert --to script {path.name}) and trace the .py it writes")
     return path.resolve()
 
 
 def trace_script(path, args=(), timeout: float | None = None, progress=None, cancel=None,
-                 output=None, stdin=None, python: str | None = None) -> ScriptTrace:
+                 output=None, stdin=None, python: str | None = None,
+                 steps: int = DEFAULT_STEPS) -> ScriptTrace:
     """Run the script at `path` with `args` in a child process and diagnose it.
 
     `stdin` (a file the command line was given: a pipe or a file) is the script's standard
@@ -98,11 +115,14 @@ def trace_script(path, args=(), timeout: float | None = None, progress=None, can
     own packages; it needs torch, transformers and datasets, and gets fp16studio from here.
     Without it the script runs under this Python (in the frozen program: the bundled one).
 
+    `steps`: how many training steps to follow after the first forward pass (0: none).
+
     `output(stream, line)` receives the script's stdout/stderr lines ("stdout"/"stderr") as they
-    come, from helper threads. Raises InputError for a script that does not exist, a bad
-    timeout or an interpreter that cannot run the tracer, TracerNotStarted when fp16studio's
-    own child fails to start, Cancelled when `cancel` is set; the script's own failures are
-    part of the result.
+    come, from helper threads; bytes that are not UTF-8 come as surrogate escapes
+    (`script_bytes` gives the bytes back, `readable` the text to show). Raises InputError for
+    a script that does not exist, a bad timeout or an interpreter that cannot run the tracer,
+    TracerNotStarted when fp16studio's own child fails to start, Cancelled when `cancel` is
+    set; the script's own failures are part of the result.
     """
     script = resolve_script(str(path))
     if timeout is not None and timeout <= 0:
@@ -112,7 +132,7 @@ def trace_script(path, args=(), timeout: float | None = None, progress=None, can
         named = f"{PYTHON_ENV}={python}"
     else:
         named = f"--python {python}"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **{STEPS_ENV: str(int(steps))})
     if python is not None:
         env = users_environment(env)
         report_progress(progress, "script", f"checking {python}")
@@ -129,7 +149,7 @@ def trace_script(path, args=(), timeout: float | None = None, progress=None, can
             stderr=subprocess.PIPE, env=env, start_new_session=True)
         readers = [_forward_lines(child.stdout, "stdout", lines),
                    _forward_lines(child.stderr, "stderr", lines)]
-        timed_out = _wait(child, timeout, cancel)
+        timed_out = _wait(child, timeout, cancel, lines)
         for reader in readers:
             reader.join(timeout=5)
         seconds = time.perf_counter() - start
@@ -142,6 +162,8 @@ def trace_script(path, args=(), timeout: float | None = None, progress=None, can
     elif timed_out:
         result.error = dict(result.error or {}, type="Timeout", stage="script",
                             message=_timeout_message(timeout), module=None)
+    elif not result.complete:
+        _ended_early(result, child.returncode)
     if python is None and frozen():
         _say_use_your_python(result)
     result.timings["total"] = round(seconds, 4)
@@ -235,7 +257,7 @@ def _last_line(lines) -> str:
 def _not_started(script: Path, code: int | None, held, python: str | None, named: str):
     """The child ended before the tracer was in place: the script never ran. Never the script's
     fault: a bad --python is bad input, anything else is fp16studio's own problem."""
-    said = _last_line(line for _, line in held)
+    said = _last_line(readable(line) for _, line in held)
     if code is not None and code < 0:
         how = f"was ended by signal {_signal_name(-code)}"
     else:
@@ -257,29 +279,48 @@ def _say_use_your_python(result: ScriptTrace):
         result.error = dict(error, message=f"{error.get('message', '')} ({USE_YOUR_PYTHON})")
 
 
+def script_bytes(line: str) -> bytes:
+    """A line of the script's output as the bytes it wrote (the newline left off)."""
+    return line.encode("utf-8", "surrogateescape")
+
+
+def readable(line: str) -> str:
+    """A line of the script's output for a person: bytes that are not UTF-8 shown as U+FFFD."""
+    return script_bytes(line).decode("utf-8", "replace")
+
+
 def _forward_lines(pipe, stream: str, output) -> threading.Thread:
+    # Lines keep the script's bytes (surrogateescape): the terminal gets them unchanged.
     def pump():
         with pipe:
             for raw in iter(pipe.readline, b""):
-                output(stream, raw.decode("utf-8", "replace").rstrip("\r\n"))
+                output(stream, raw.removesuffix(b"\n").decode("utf-8", "surrogateescape"))
 
     thread = threading.Thread(target=pump, name=f"script-{stream}", daemon=True)
     thread.start()
     return thread
 
 
-def _wait(child: subprocess.Popen, timeout: float | None, cancel) -> bool:
-    """Wait for the child; True when it ran past `timeout` (it was then interrupted)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+def _wait(child: subprocess.Popen, timeout: float | None, cancel, lines: _Lines) -> bool:
+    """Wait for the child; True when the script ran past `timeout` (it was then interrupted).
+    The script's time starts when it does: fp16studio's own start in the child is not its."""
+    begun = time.monotonic()
+    deadline = None
     while child.poll() is None:
         try:
             check_cancel(cancel)
         except (Cancelled, KeyboardInterrupt):  # the script runs in a session of its own
             _stop(child, grace=0.5)
             raise
-        if deadline is not None and time.monotonic() > deadline:
-            _stop(child, grace=GRACE_S)
-            return True
+        if timeout is not None:
+            started = lines.started or lines.marker.exists()
+            if deadline is None and started:
+                deadline = time.monotonic() + timeout
+            late = (time.monotonic() > deadline if deadline is not None
+                    else time.monotonic() > begun + timeout + STARTUP_S)
+            if late:
+                _stop(child, grace=GRACE_S if started else 0.5)
+                return True
         time.sleep(0.05)
     return False
 
@@ -314,17 +355,32 @@ def _timeout_message(timeout) -> str:
             "what it ran until then is diagnosed")
 
 
+def _ended_early(result: ScriptTrace, code: int | None):
+    """The script ended its process after a model ran, before its end (os._exit, a crash): what
+    ran until then is the result."""
+    if code == 0:
+        result.notes.append("the script ended its process itself (os._exit(0)?) before its end: "
+                            "what ran until then is diagnosed")
+    else:
+        result.error = dict(_ended_error(code), stage="script", module=None, source=None)
+
+
+def _ended_error(code: int | None) -> dict:
+    if code is not None and code < 0:
+        name = _signal_name(-code)
+        return {"type": "Crashed", "message": f"the script's process was ended by signal {name}"
+                + (" (out of memory?)" if name == "SIGKILL" else "")}
+    return {"type": "Exited", "message": f"the script ended its process (status {code}) before "
+            "fp16studio could collect the evidence (os._exit?)"}
+
+
 def _without_result(script: Path, args, code: int | None, timed_out: bool, timeout) -> ScriptTrace:
-    """The child ended without reporting: killed, crashed, or `os._exit` in the script."""
+    """The child ended without reporting, before any model ran: killed, crashed, or `os._exit`
+    in the script."""
     if timed_out:
         error = {"type": "Timeout", "message": _timeout_message(timeout) + " (nothing came back)"}
-    elif code is not None and code < 0:
-        name = _signal_name(-code)
-        error = {"type": "Crashed", "message": f"the script's process was ended by signal {name}"
-                 + (" (out of memory?)" if name == "SIGKILL" else "")}
     else:
-        error = {"type": "Exited", "message": f"the script ended its process (status {code}) "
-                 "before fp16studio could collect the evidence (os._exit?)"}
+        error = _ended_error(code)
     return ScriptTrace(spec=PipelineSpec(model="script", dataset="script"), device="unknown",
                        error=dict(error, stage="script", module=None, source=None),
                        script=str(script), args=tuple(args))

@@ -193,6 +193,10 @@ class ScriptTracer:
         add_watcher(watch)
         self.casts.install()
 
+    def roots(self) -> list:
+        """The models whose first forward pass was traced, still alive."""
+        return list(self._roots.keys())
+
     def uninstall(self):
         if self._watch is not None:
             remove_watcher(self._watch)

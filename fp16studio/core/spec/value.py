@@ -21,6 +21,12 @@ TASKS = ("auto", "image-classification", "sequence-classification", "feature-ext
 COLUMN_ROLES = ("text", "text_pair", "image", "audio", "label")
 LABEL_DTYPES = ("int64", "float32")
 DEVICE_TYPES = ("cpu", "cuda", "mps")
+# The training step (`train`, CONTRACT §1): its fields and their defaults, in document order.
+OPTIMIZERS = ("adamw", "adam", "sgd")
+TRAIN_DEFAULTS = {"optimizer": "adamw", "lr": 1e-3, "eps": None, "steps": 2,
+                  "grad_scaler": False, "clip_grad_norm": None, "clip_before_unscale": False,
+                  "master_weights": False}
+TRAIN_MAX_STEPS = 100
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,9 @@ class PipelineSpec:
     # The device_type the user's torch.autocast(...) names; None: the model's own device type.
     autocast_device: str | None = None
     sampling_rate: int | None = None
+    # The training step run after the forward pass, as the user's loop does it (TRAIN_DEFAULTS
+    # holds its fields); None: inference only.
+    train: dict | None = None
     # Fixes applied so far, oldest first: [{"id", "title"}]. The export names each in a comment.
     applied_fixes: tuple = ()
     # Folder that relative paths (model, dataset, preprocess) are read from; not part of the
@@ -266,7 +275,45 @@ def _validated(spec: PipelineSpec) -> dict[str, Any]:
         "run_in_float32": tuple(s.run_in_float32),
         "applied_fixes": _frozen(s.applied_fixes),
         "columns": _frozen(s.columns),
+        "train": _validated_train(s.train, s.with_labels),
     }
+
+
+def _validated_train(train, with_labels: bool):
+    """`train` with every field present and normalised (a FrozenDict), or None."""
+    if train is None:
+        return None
+    _check_type("train", train, dict, "an object of training-step fields or null")
+    unknown = sorted(set(train) - set(TRAIN_DEFAULTS), key=str)
+    if unknown:
+        near = difflib.get_close_matches(str(unknown[0]), TRAIN_DEFAULTS, n=1)
+        hint = f"did you mean {near[0]!r}?" if near else f"known: {', '.join(TRAIN_DEFAULTS)}"
+        raise InputError(f"train: unknown field {unknown[0]!r} ({hint})")
+    if not with_labels:
+        raise InputError("train: a training step needs a loss: set with_labels to true")
+    t = dict(TRAIN_DEFAULTS, **train)
+    _check_type("train.optimizer", t["optimizer"], str, "an optimizer name")
+    optimizer = t["optimizer"].strip().lower().removeprefix("torch.optim.")
+    _one_of("train.optimizer", optimizer, OPTIMIZERS)
+    _check_type("train.lr", t["lr"], (int, float), "a number")
+    if not 0 < t["lr"] < float("inf"):
+        raise InputError(f"train.lr: must be a positive number, got {t['lr']!r}")
+    for key in ("eps", "clip_grad_norm"):
+        if t[key] is not None:
+            _check_type(f"train.{key}", t[key], (int, float), "a number or null")
+            if not 0 < t[key] < float("inf"):
+                raise InputError(f"train.{key}: must be a positive number or null, got {t[key]!r}")
+    _check_type("train.steps", t["steps"], int, "a whole number")
+    if not 1 <= t["steps"] <= TRAIN_MAX_STEPS:
+        raise InputError(f"train.steps: between 1 and {TRAIN_MAX_STEPS}, got {t['steps']}")
+    for key in ("grad_scaler", "clip_before_unscale", "master_weights"):
+        _check_type(f"train.{key}", t[key], bool, "true or false")
+    return _frozen({
+        "optimizer": optimizer, "lr": float(t["lr"]),
+        "eps": None if t["eps"] is None else float(t["eps"]), "steps": t["steps"],
+        "grad_scaler": t["grad_scaler"],
+        "clip_grad_norm": None if t["clip_grad_norm"] is None else float(t["clip_grad_norm"]),
+        "clip_before_unscale": t["clip_before_unscale"], "master_weights": t["master_weights"]})
 
 
 def _check_preprocess(value: str) -> None:

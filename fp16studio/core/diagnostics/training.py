@@ -1,0 +1,262 @@
+"""Rules for training steps: what the backward pass, the optimizer and the GradScaler did.
+
+Reads `Step` records (core/run/training.py) in order and says where a step first went wrong,
+in plain words, with fixes best first. The first fix for half weights under an optimizer keeps
+half precision where it works, in the forward pass: float32 master weights with autocast (and a
+GradScaler for float16), not the whole model in float32.
+
+A spec's run (`train`, CONTRACT §1) passes its `train`: the fixes then also edit it, each with
+only the fields it changes (`apply_fix` merges them into the spec's `train`). A traced script
+has none: its fixes are said in code.
+"""
+
+from __future__ import annotations
+
+from ..common.dtypes import HALF_NAMES
+from ..run.training import Step
+from .findings import Finding, Fix
+
+UNDERFLOW_SHARE = 0.01      # of a module's gradient below float16's normal range
+ROUNDED_AWAY_SHARE = 0.5    # of the updates a step left unchanged
+
+
+def _train_edits(train, **fields) -> dict:
+    """The edit of the spec's `train` (only the fields changed), when the run had one."""
+    return {"train": fields} if train is not None else {}
+
+
+def master_weights_fix(dtype: str, train=None) -> Fix:
+    """float32 weights the optimizer updates, the forward pass in `dtype` under autocast."""
+    scaler = " and a GradScaler" if dtype == "float16" else ""
+    train_fields = {"master_weights": True}
+    if dtype == "float16":
+        train_fields["grad_scaler"] = True
+    return Fix(f"master-weights-{dtype}", f"float32 master weights, autocast({dtype}){scaler}",
+               {"model_dtype": "float32", "model_cast": None, "input_dtype": None,
+                "autocast": dtype, **_train_edits(train, **train_fields)},
+               f"keep the weights in float32 for the optimizer and run the forward pass under "
+               f"torch.autocast(device_type, dtype=torch.{dtype})"
+               + ("; scale the loss with torch.amp.GradScaler so small gradients survive float16"
+                  if dtype == "float16" else ""))
+
+
+def grad_scaler_fix(train=None) -> Fix:
+    return Fix("grad-scaler", "Scale the loss with a GradScaler",
+               _train_edits(train, grad_scaler=True),
+               "scaler = torch.amp.GradScaler(); scaler.scale(loss).backward(); "
+               "scaler.step(optimizer); scaler.update()")
+
+
+def unscale_before_clip_fix(train=None) -> Fix:
+    return Fix("unscale-before-clip", "Unscale the gradients before clipping them",
+               _train_edits(train, clip_before_unscale=False),
+               "scaler.unscale_(optimizer) right before clip_grad_norm_: clipping acts on the "
+               "true gradients, not on gradients scaled by the GradScaler")
+
+
+def training_findings(steps: list[Step], compute_dtype: str | None, train=None,
+                      error: dict | None = None) -> list[Finding]:
+    """Findings over the followed steps. `compute_dtype`: the half dtype the forward ran in
+    (the autocast's, else the weights'), None for float32. `train`: the spec's `train` when a
+    spec ran the steps (its fixes then edit it). `error`: a step's failure ({"type",
+    "message"}), when the loop stopped on one."""
+    out: list[Finding] = []
+    for step in steps:
+        out.extend(_scaler_misuse(step, compute_dtype, train))
+        broke = _first_nonfinite(step, steps, compute_dtype, train)
+        if broke is not None:
+            out.append(broke)
+            break  # what follows a non-finite value is its consequence
+    out.extend(_optimizer_risks(steps, out, train))
+    if not any(f.code in ("overflow", "grad-overflow") for f in out):
+        out.extend(_grad_underflow(steps, compute_dtype, train))  # else a consequence
+    if error is not None and _UNSCALE_HALF in str(error.get("message", "")):
+        out.append(_scaler_on_half_gradients(steps, error, train))
+    return _first_of_each(out)
+
+
+def _first_of_each(findings: list[Finding]) -> list[Finding]:
+    """One finding per code and location: the same misuse in every step is said once, at the
+    first step it happened."""
+    seen, out = set(), []
+    for finding in findings:
+        if (finding.code, finding.location) not in seen:
+            seen.add((finding.code, finding.location))
+            out.append(finding)
+    return out
+
+
+# torch's GradScaler.unscale_ on float16 gradients (half weights updated directly).
+_UNSCALE_HALF = "Attempting to unscale FP16 gradients"
+
+
+def _scaler_on_half_gradients(steps: list[Step], error: dict, train) -> Finding:
+    index = steps[-1].index if steps else 0
+    return Finding(
+        "scaler-misuse", "error", "GradScaler.unscale_",
+        f"Training step {index}: the GradScaler refused to unscale the gradients "
+        f"({error.get('message')}): the weights themselves are float16, so their gradients are "
+        "too. A GradScaler works on float32 weights (master weights) whose forward pass runs in "
+        "float16 under autocast.",
+        {"step": index, "phase": "optimizer", "error": error.get("message")},
+        (master_weights_fix("float16", train),))
+
+
+def _first_nonfinite(step: Step, steps: list[Step], compute_dtype, train=None) -> Finding | None:
+    where = step.first_nonfinite()
+    if where is None:
+        return None
+    phase = where["phase"]
+    if phase == "forward":
+        return Finding(
+            "overflow", "error", "loss",
+            f"The loss of training step {step.index} is {step.loss}: the forward pass made "
+            "inf/NaN. Everything the step computes from it is lost.",
+            {"step": step.index, "phase": "forward", "loss": repr(step.loss)},
+            (master_weights_fix(compute_dtype, train),) if compute_dtype else (),
+            source=step.source)
+    if phase == "backward":
+        if step.scaled:
+            return None  # the GradScaler skips this step and lowers its scale: its job
+        grad = step.first_nonfinite_grad
+        fixes = _gradient_fixes(grad.dtype, compute_dtype, train)
+        return Finding(
+            "grad-overflow", "error", grad.module or "model",
+            f"Training step {step.index}: the loss was finite ({step.loss:.4g}) but the backward "
+            f"pass produced inf/NaN gradients, first in {grad.module or 'the model'} (in backward "
+            f"order; {grad.dtype}); {step.grad_nonfinite} modules' gradients are non-finite. The "
+            "optimizer step that follows writes NaN into the weights.",
+            {"step": step.index, "phase": "backward", "loss": step.loss,
+             "gradient dtype": grad.dtype, "non-finite elements": grad.nonfinite,
+             "modules non-finite": step.grad_nonfinite},
+            fixes, source=step.source)
+    opt = next(o for o in step.optimizers if o.broke)
+    half = next((d for d in opt.param_dtypes if d in HALF_NAMES), None)
+    return Finding(
+        "optimizer-precision", "error", opt.broke,
+        f"Training step {step.index}: {opt.cls}.step() turned finite weights into inf/NaN "
+        f"(first {opt.broke}). It updates {half or 'the'} parameters directly"
+        + (_eps_words(opt, half) if half else "") + ". The next forward pass is NaN.",
+        _optimizer_evidence(step, opt),
+        _optimizer_fixes(opt, half, train), source=opt.source)
+
+
+def _eps_words(opt, half: str) -> str:
+    held = opt.eps_in_dtype.get(half)
+    if opt.eps is None or held is None or held >= opt.eps / 2:
+        return ""
+    return (f"; its eps={opt.eps:g} is {held:g} in {half}, so where the second moment "
+            "underflows it divides by zero")
+
+
+def _optimizer_evidence(step: Step, opt) -> dict:
+    evidence = {"step": step.index, "phase": "optimizer", "optimizer": opt.cls,
+                "parameter dtypes": opt.param_dtypes, "state dtypes": opt.state_dtypes}
+    if opt.eps is not None:
+        evidence["eps"] = opt.eps
+        evidence["eps in dtype"] = opt.eps_in_dtype
+    if opt.rounded_away:
+        evidence["updates rounded away"] = {d: round(s, 4) for d, s in opt.rounded_away.items()}
+    return evidence
+
+
+def _optimizer_fixes(opt, half: str | None, train=None) -> tuple:
+    if half is None:
+        return ()
+    fixes = [master_weights_fix(half, train)]
+    held = opt.eps_in_dtype.get(half)
+    if opt.eps is not None and held is not None and held < opt.eps / 2:
+        fixes.append(Fix("optimizer-eps", "A larger eps the half dtype holds",
+                         _train_edits(train, eps=1e-4),
+                         "eps=1e-4 in the optimizer's arguments (1e-8 is 0 in float16); the "
+                         "weights stay in half precision, and so do the risks of updating them"))
+    return tuple(fixes)
+
+
+def _optimizer_risks(steps: list[Step], found: list[Finding], train=None) -> list[Finding]:
+    """Half parameters updated directly, with no step broken (yet): eps the dtype rounds to
+    zero, updates rounded away."""
+    if any(f.code == "optimizer-precision" for f in found):
+        return []
+    for step in steps:
+        for opt in step.optimizers:
+            half = next((d for d in opt.param_dtypes if d in HALF_NAMES), None)
+            if half is None:
+                continue
+            lost = opt.rounded_away.get(half, 0.0)
+            eps = _eps_words(opt, half)
+            if not eps and lost < ROUNDED_AWAY_SHARE:
+                continue
+            what = (f"{lost:.0%} of the updates of step {step.index} were smaller than the "
+                    f"weights' resolution in {half} and were rounded away (the weights did not "
+                    "move)" if lost >= ROUNDED_AWAY_SHARE else "")
+            return [Finding(
+                "optimizer-precision", "warning", f"{opt.cls} param_groups[0]",
+                f"{opt.cls} updates {half} parameters directly, with no float32 master copy"
+                + eps + (": " + what if what else "") + ".",
+                _optimizer_evidence(step, opt), _optimizer_fixes(opt, half, train),
+                source=opt.source)]
+    return []
+
+
+def _scaler_misuse(step: Step, compute_dtype, train=None) -> list[Finding]:
+    out = []
+    events = [name for name, _ in step.scaler]
+    for i, (name, source) in enumerate(step.scaler):
+        if name == "clip" and "scale" in events[:i] and "unscale_" not in events[:i]:
+            out.append(Finding(
+                "scaler-misuse", "error", "clip_grad_norm_",
+                f"Training step {step.index}: the gradients were clipped while still scaled by "
+                f"the GradScaler (×{step.scale:g}): clipping sees a norm that many times too "
+                "large and shrinks the gradients to almost nothing once they are unscaled; "
+                "learning goes flat.",
+                {"step": step.index, "calls": events, "scale": step.scale},
+                (unscale_before_clip_fix(train),), source=source))
+        if name == "step" and "scale" not in events[:i]:
+            out.append(Finding(
+                "scaler-misuse", "error", "GradScaler.step",
+                f"Training step {step.index}: scaler.step(optimizer) ran on gradients the "
+                "scaler never scaled (no scaler.scale(loss).backward()): it divides them by "
+                f"the scale (×{step.scale or 65536:g}) and the update all but vanishes.",
+                {"step": step.index, "calls": events}, (grad_scaler_fix(train),),
+                source=source))
+    if step.scaled and compute_dtype == "bfloat16" and step.index == 0:
+        source = next((s for n, s in step.scaler if n == "scale"), step.source)
+        out.append(Finding(
+            "scaler-misuse", "warning", "GradScaler",
+            "A GradScaler scales the loss of a bfloat16 run: bfloat16 has float32's range, so "
+            "gradients neither overflow nor underflow the way float16's do; the scaler only "
+            "adds work (and skips steps it need not skip).",
+            {"step": step.index, "compute dtype": compute_dtype},
+            (Fix("drop-grad-scaler", "Drop the GradScaler",
+                 _train_edits(train, grad_scaler=False, clip_before_unscale=False),
+                 "loss.backward(); optimizer.step() without a scaler under bfloat16"),),
+            source=source))
+    return out
+
+
+def _grad_underflow(steps: list[Step], compute_dtype, train=None) -> list[Finding]:
+    for step in steps:
+        if step.scaled:
+            continue
+        for grad in step.grads:
+            if grad.dtype == "float16" and grad.subnormal_share >= UNDERFLOW_SHARE:
+                return [Finding(
+                    "grad-underflow", "warning", grad.module or "model",
+                    f"Training step {step.index}: {grad.subnormal_share:.1%} of the gradient of "
+                    f"{grad.module or 'the model'} is below float16's normal range (6.1e-05): "
+                    "those values keep few bits, and smaller ones are flushed to zero, where "
+                    "float32 keeps them. Scale the loss so they survive.",
+                    {"step": step.index, "phase": "backward", "gradient dtype": grad.dtype,
+                     "subnormal share": round(grad.subnormal_share, 4),
+                     "zero share": round(grad.zero / grad.numel, 4) if grad.numel else 0.0},
+                    _gradient_fixes(grad.dtype, compute_dtype, train), source=step.source)]
+    return []
+
+
+def _gradient_fixes(grad_dtype: str, compute_dtype: str | None, train=None) -> tuple:
+    """Half gradients are half weights: master weights first (a GradScaler refuses to unscale
+    float16 gradients). float32 weights under a float16 autocast need only the scaler."""
+    if grad_dtype in HALF_NAMES:
+        return (master_weights_fix(grad_dtype, train),)
+    return (grad_scaler_fix(train),) if compute_dtype == "float16" else ()

@@ -1,0 +1,191 @@
+"""What one training step shows: the loss, the gradients module by module, the optimizer.
+
+Plain records, measured with torch and kept as Python values, so a step can be read after the
+tensors are gone. The rules that read them are in core/diagnostics/training.py; the watchers
+that take them in a user's script, in core/script/steps.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..common import dtypes
+
+
+@dataclass(slots=True)
+class GradStat:
+    """The gradients of one module's own parameters after a backward pass."""
+
+    module: str
+    dtype: str
+    device: str
+    numel: int
+    nonfinite: int
+    zero: int
+    subnormal: int             # non-zero, below the dtype's smallest normal: precision lost
+    absmax: float              # of the finite elements
+
+    @property
+    def subnormal_share(self) -> float:
+        return self.subnormal / self.numel if self.numel else 0.0
+
+
+@dataclass
+class OptimizerStep:
+    """One `optimizer.step()`: what it updated, in which dtype, and what it did to them."""
+
+    cls: str
+    param_dtypes: dict                  # floating dtype -> parameter count
+    state_dtypes: dict                  # floating dtype -> state tensor count (after the step)
+    eps: float | None
+    eps_in_dtype: dict                  # half dtype of parameters -> eps as that dtype holds it
+    lr: float | None
+    broke: str | None = None            # the first parameter finite before, non-finite after
+    rounded_away: dict = field(default_factory=dict)  # half dtype -> share of updates lost
+    source: dict | None = None
+
+
+@dataclass
+class Step:
+    """One training step of the script: forward, backward, optimizer (CONTRACT §3 `steps`)."""
+
+    index: int
+    loss: float | None = None
+    source: dict | None = None          # the line that called backward
+    grads: list = field(default_factory=list)          # GradStat, in backward order
+    optimizers: list = field(default_factory=list)     # OptimizerStep
+    scaler: list = field(default_factory=list)         # ("scale" | "unscale_" | "clip" | ...,
+    #                                                     source): the GradScaler's calls in order
+    scaled: bool = False                # the loss was multiplied by a GradScaler
+    scale: float | None = None
+    done: bool = False                  # its optimizer step ran (or was skipped by the scaler)
+
+    @property
+    def finite(self) -> bool:
+        return self.loss is None or self.loss == self.loss and abs(self.loss) != float("inf")
+
+    @property
+    def grad_nonfinite(self) -> int:
+        return sum(1 for g in self.grads if g.nonfinite)
+
+    @property
+    def first_nonfinite_grad(self) -> GradStat | None:
+        return next((g for g in self.grads if g.nonfinite), None)
+
+    def first_nonfinite(self) -> dict | None:
+        """Where this step first produced inf/NaN: {"phase", "location"}, or None."""
+        if not self.finite:
+            return {"phase": "forward", "location": "loss"}
+        grad = self.first_nonfinite_grad
+        if grad is not None:
+            return {"phase": "backward", "location": grad.module}
+        broke = next((o.broke for o in self.optimizers if o.broke), None)
+        if broke is not None:
+            return {"phase": "optimizer", "location": broke}
+        return None
+
+    def to_json(self) -> dict:
+        return {"index": self.index, "loss": self.loss if self.finite else None,
+                "finite": self.finite, "grad_nonfinite": self.grad_nonfinite,
+                "first_nonfinite": self.first_nonfinite(), "source": self.source}
+
+
+def loss_value(loss, scale: float | None) -> float | None:
+    """The loss a step reports: a scalar tensor's value, unscaled when a GradScaler scaled it."""
+    if getattr(loss, "numel", lambda: 0)() != 1:
+        return None
+    value = float(loss.detach().float())
+    return value / scale if scale else value
+
+
+def gradient_stats(named_params, order: dict) -> list[GradStat]:
+    """Each module's own parameters' gradients, in backward order: the modules that ran last in
+    the forward pass first (`order`: module name -> forward call index)."""
+    import torch
+
+    by_module: dict = {}
+    for name, param in named_params:
+        grad = param.grad
+        if grad is None or not grad.is_floating_point():
+            continue
+        module = name.rpartition(".")[0]
+        g = grad.detach()
+        tiny = torch.finfo(g.dtype).tiny
+        finite = torch.isfinite(g)
+        nonzero = g != 0
+        size = g.abs()
+        *counts, absmax = torch.stack([
+            (~finite).sum().double(), (~nonzero).sum().double(),
+            (nonzero & finite & (size < tiny)).sum().double(),
+            size.masked_fill(~finite, 0).max().double()]).tolist()
+        entry = by_module.setdefault(module, [dtypes.name_of(g.dtype), str(g.device), 0, 0, 0, 0,
+                                              0.0])
+        entry[2] += g.numel()
+        for i, count in enumerate(counts):
+            entry[3 + i] += int(count)
+        entry[6] = max(entry[6], absmax)
+    stats = [GradStat(module, *values) for module, values in by_module.items()]
+    stats.sort(key=lambda s: -order.get(s.module, -1))
+    return stats
+
+
+class OptimizerProbe:
+    """Before and after one `optimizer.step()`: half parameters that the step broke, or whose
+    updates it rounded away (an update below the weight's resolution leaves it unchanged)."""
+
+    def __init__(self, optimizer, names: dict):
+        import torch
+
+        self.optimizer = optimizer
+        self.names = names              # id(parameter) -> name
+        self.params = [p for group in optimizer.param_groups for p in group["params"]
+                       if p.grad is not None and p.is_floating_point()]
+        self.finite_before = {id(p): bool(torch.isfinite(p).all()) for p in self.params}
+        # Copies only of half parameters: a float32 master copy loses no update.
+        self.before = {id(p): p.detach().clone() for p in self.params
+                       if dtypes.name_of(p.dtype) in dtypes.HALF_NAMES}
+
+    def after(self, source: dict | None) -> OptimizerStep:
+        import torch
+
+        group = self.optimizer.param_groups[0] if self.optimizer.param_groups else {}
+        eps = group.get("eps")
+        param_dtypes: dict = {}
+        for group_ in self.optimizer.param_groups:
+            for p in group_["params"]:
+                if p.is_floating_point():
+                    name = dtypes.name_of(p.dtype)
+                    param_dtypes[name] = param_dtypes.get(name, 0) + 1
+        state_dtypes: dict = {}
+        for state in self.optimizer.state.values():
+            for value in state.values():
+                if torch.is_tensor(value) and value.is_floating_point() and value.dim():
+                    name = dtypes.name_of(value.dtype)
+                    state_dtypes[name] = state_dtypes.get(name, 0) + 1
+        eps_in = {}
+        if isinstance(eps, (int, float)):
+            eps_in = {d: float(torch.tensor(eps, dtype=dtypes.to_torch(d)))
+                      for d in param_dtypes if d in dtypes.HALF_NAMES}
+        broke = next((self.names.get(id(p), "parameter") for p in self.params
+                      if self.finite_before[id(p)] and not bool(torch.isfinite(p).all())), None)
+        return OptimizerStep(type(self.optimizer).__name__, param_dtypes, state_dtypes,
+                             eps if isinstance(eps, (int, float)) else None, eps_in,
+                             group.get("lr") if isinstance(group.get("lr"), (int, float)) else None,
+                             broke=broke, rounded_away=self._rounded_away(), source=source)
+
+    def _rounded_away(self) -> dict:
+        """Half dtype -> the share of elements with a non-zero gradient the step left unchanged."""
+        lost: dict = {}
+        for p in self.params:
+            old = self.before.get(id(p))
+            if old is None:
+                continue
+            moved = p.grad.detach() != 0
+            total = int(moved.sum())
+            if not total:
+                continue
+            same = int(((p.detach() == old) & moved).sum())
+            entry = lost.setdefault(dtypes.name_of(p.dtype), [0, 0])
+            entry[0] += same
+            entry[1] += total
+        return {d: same / total for d, (same, total) in lost.items()}

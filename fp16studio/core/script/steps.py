@@ -1,0 +1,182 @@
+"""Following a script's training steps after its first forward pass (`trace --steps N`).
+
+A step opens at the script's `loss.backward()` (or `scaler.scale(loss)` before it) and closes
+with its `optimizer.step()`: the loss, the gradients of every traced model module by module
+once the backward pass is over, what the optimizer updated and did to the weights
+(torch's global optimizer hooks), and the GradScaler's calls and `clip_grad_norm_` in their
+order. After N closed steps nothing more is measured: the wrappers stay (taking them off
+from inside a hook is not allowed) but only pass the calls on.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+
+from ..common import dtypes
+from ..diagnostics.training import training_findings
+from ..run.training import OptimizerProbe, Step, gradient_stats, loss_value
+from .entry import DEFAULT_STEPS
+from .tracer import ScriptTracer, UserCode
+
+
+class StepWatch:
+    """Installed in the script's process beside the tracer (a ScriptWatch watcher)."""
+
+    def __init__(self, user: UserCode, tracer: ScriptTracer, steps: int = DEFAULT_STEPS):
+        self.user, self.tracer, self.limit = user, tracer, steps
+        self.steps: list[Step] = []
+        self._patches: list[tuple] = []
+        self._hooks: list = []
+        self._probes: dict = {}               # id(optimizer) -> OptimizerProbe of this step
+        self._scaled = None                   # (weakref to the scaled loss, scale)
+        self._in_scaler = False
+
+    # -- the step ---------------------------------------------------------------------------
+    @property
+    def following(self) -> bool:
+        return self.limit > 0 and sum(s.done for s in self.steps) < self.limit
+
+    def _current(self) -> Step | None:
+        """The open step, opened now if the last one is closed; None once N are done."""
+        if self.steps and not self.steps[-1].done:
+            return self.steps[-1]
+        if not self.following or not self.tracer.traces:
+            return None            # no model ran yet: a backward of the script's own tensors
+        self.steps.append(Step(index=len(self.steps)))
+        return self.steps[-1]
+
+    def _source(self) -> dict | None:
+        return self.user.frame_source(sys._getframe(2))
+
+    def _named_parameters(self) -> list:
+        """Every traced model's parameters, named as in that model (a shared one once)."""
+        named, seen = [], set()
+        for root in self.tracer.roots():
+            for name, param in root.named_parameters():
+                if id(param) not in seen:
+                    seen.add(id(param))
+                    named.append((name, param))
+        return named
+
+    def _forward_order(self) -> dict:
+        order: dict = {}
+        for trace in self.tracer.traces:
+            for call in trace.calls:
+                order.setdefault(call.name, call.index)
+        return order
+
+    # -- installing ---------------------------------------------------------------------------
+    def install(self):
+        import torch
+        import torch.nn.utils.clip_grad as clip_grad
+        from torch.optim import optimizer as optim
+
+        self._patch(torch.Tensor, "backward", self._backward(torch.Tensor.backward))
+        for name in ("scale", "unscale_", "step", "update"):
+            self._patch(torch.amp.GradScaler, name, self._scaler_call(
+                torch.amp.GradScaler.__dict__[name], name))
+        clip = self._clip(clip_grad.clip_grad_norm_)
+        for owner in (torch.nn.utils, clip_grad):
+            self._patch(owner, "clip_grad_norm_", clip)
+        self._hooks = [optim.register_optimizer_step_pre_hook(self._before_step),
+                       optim.register_optimizer_step_post_hook(self._after_step)]
+
+    def uninstall(self):
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        for owner, name, original in reversed(self._patches):
+            setattr(owner, name, original)
+        self._patches.clear()
+
+    def _patch(self, owner, name, wrapper):
+        self._patches.append((owner, name, owner.__dict__[name]))
+        setattr(owner, name, wrapper)
+
+    # -- wrappers -------------------------------------------------------------------------------
+    def _backward(self, original):
+        watch = self
+
+        def backward(tensor, *args, **kwargs):
+            step = watch._current()
+            if step is None:
+                return original(tensor, *args, **kwargs)
+            step.source = watch._source()
+            scaled = watch._scaled
+            scale = scaled[1] if scaled is not None and scaled[0]() is tensor else None
+            step.scaled, step.scale = scale is not None, scale or step.scale
+            step.loss = loss_value(tensor, scale)
+            result = original(tensor, *args, **kwargs)
+            step.grads = gradient_stats(watch._named_parameters(), watch._forward_order())
+            return result
+
+        backward.__wrapped__ = original
+        return backward
+
+    def _scaler_call(self, original, name):
+        watch = self
+
+        def call(scaler, *args, **kwargs):
+            # The scaler's calls of its own (step() calls unscale_()) are not the user's order.
+            step = watch._current() if scaler.is_enabled() and not watch._in_scaler else None
+            if step is None:
+                return original(scaler, *args, **kwargs)
+            step.scaler.append((name, watch._source()))
+            if name == "scale":
+                step.scale = float(scaler.get_scale())
+            watch._in_scaler = True
+            try:
+                result = original(scaler, *args, **kwargs)
+            finally:
+                watch._in_scaler = False
+            if name == "scale" and hasattr(result, "dtype"):
+                watch._scaled = (weakref.ref(result), step.scale)
+            elif name == "step":
+                step.done = True   # run, or skipped for inf/NaN gradients: the step is over
+            return result
+
+        call.__wrapped__ = original
+        return call
+
+    def _clip(self, original):
+        watch = self
+
+        def clip_grad_norm_(*args, **kwargs):
+            step = watch.steps[-1] if watch.steps and not watch.steps[-1].done else None
+            if step is not None:
+                step.scaler.append(("clip", watch._source()))
+            return original(*args, **kwargs)
+
+        clip_grad_norm_.__wrapped__ = original
+        return clip_grad_norm_
+
+    def _before_step(self, optimizer, args, kwargs):
+        if self.steps and not self.steps[-1].done:
+            names = {id(p): n for n, p in self._named_parameters()}
+            self._probes[id(optimizer)] = OptimizerProbe(optimizer, names)
+
+    def _after_step(self, optimizer, args, kwargs):
+        probe = self._probes.pop(id(optimizer), None)
+        if probe is None:
+            return
+        step = self.steps[-1]
+        step.optimizers.append(probe.after(self.user.frame_source(sys._getframe(1))))
+        step.done = True
+
+    # -- reading ------------------------------------------------------------------------------
+    def compute_dtype(self) -> str | None:
+        """The half dtype the first model's forward ran in: its autocast's, else its weights'."""
+        for trace in self.tracer.traces:
+            if trace.autocast is not None and trace.autocast.dtype in dtypes.HALF_NAMES:
+                return trace.autocast.dtype
+            for call in trace.calls:
+                if call.param_dtype in dtypes.HALF_NAMES:
+                    return call.param_dtype
+        return None
+
+    def findings(self):
+        return training_findings(self.steps, self.compute_dtype())
+
+    def documents(self) -> list[dict]:
+        return [step.to_json() for step in self.steps]

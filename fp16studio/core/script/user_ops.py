@@ -1,0 +1,673 @@
+"""The user's own tensor operations: what fails or loses values in half precision outside the
+model's modules, after the forward, or inside a forward of the user's own (issue 20, part 3).
+
+    preds = logits.numpy()                         # bfloat16: numpy has no such dtype
+    cut = torch.quantile(scores, 0.9)              # float16: quantile takes float32/float64
+    scores = scores.masked_fill(mask, -1e9)        # float16 holds +-65504: refused
+    scores = torch.where(mask, scores, -1e9)       # float16: silently -inf
+    loss = criterion(preds, targets)               # float64 targets: backward fails later
+
+One torch-function mode (`torch.overrides.TorchFunctionMode`) sits on the script thread's mode
+stack for the whole run, not a list of patched functions: every torch function and Tensor
+method reaches it. It looks at the file of the calling frame (a dict look-up, cached per file by
+UserCode's rules) and hands a call that the user's code did not make straight on. A call made by
+the user's code runs inside a try: a failure is classified (its message, the half tensor among
+the arguments) and raised again, the same object; a success that wrote a number the half dtype
+cannot hold (it became inf) is noted. Nothing the script computes or raises changes, and the
+mode's own frame is taken out of the traceback, so the script's traceback reads as under python.
+
+Who made a call: the frame below the mode's, except that a Python function of torch that hands
+itself to the mode (`F.softmax`, `Tensor.backward`, `Tensor.__array__`: torch/overrides.py's
+`handle_torch_function`) was called by the frame two further up; a mode of someone else's above
+ours was called by its caller; and the loss functions torch's loss modules (torch/nn/modules/
+loss.py) call were called by the line that called the loss module.
+
+A failure something handled (the script's own code, or a library's: its traceback starts there,
+not above the script) is a warning: the script went on. torch.compile: while dynamo traces, the
+mode steps aside (`torch.compiler.is_compiling()`), before it reads any frame.
+
+Cost: a library's call pays for the mode itself (torch's dispatch to Python, about 1 us a call)
+plus a frame look-up and one dict hit; only the user's own calls are wrapped and inspected.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import linecache
+import os
+import re
+import sys
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..diagnostics.findings import Finding, Fix
+from .tracer import UserCode
+
+# What a frame's file is, for the mode: kinds, cached per file name.
+_USER, _DISPATCH, _LOSS, _WRAPPER, _OTHER, _PASS = 1, 2, 3, 4, 5, 6
+_DISPATCH_FILE = os.sep.join(("torch", "overrides.py"))
+_LOSS_FILE = os.sep.join(("torch", "nn", "modules", "loss.py"))
+_MODULE_FILE = os.sep.join(("torch", "nn", "modules", "module.py"))
+_OURS = str(Path(__file__).resolve().parents[2]) + os.sep   # the fp16studio package
+_HANDLER = "__torch_function__"
+_RUNPY = os.sep + "runpy.py"
+
+_NUMPY_ERRORS = re.compile(r"Got unsupported ScalarType (BFloat16|Half)")
+_FLOAT_ONLY_ERRORS = re.compile(r"must be either float or double dtype")
+_HALF_KERNEL_ERRORS = re.compile(r"not implemented for '(Half|BFloat16)'|Unsupported dtype "
+                                 r"(Half|BFloat16)|Low precision dtypes not supported")
+_VALUE_ERRORS = re.compile(r"value cannot be converted to type (?:c10::)?(Half|BFloat16) "
+                           r"without overflow")
+_BACKWARD_DTYPE_ERRORS = re.compile(r"Found dtype Double but expected (Float|Half|BFloat16)")
+_DTYPE_NAMES = {"Half": "float16", "BFloat16": "bfloat16"}
+# Operations that store a number as it is (else it is arithmetic: `x * 1e6`).
+_WRITES = frozenset((
+    "full", "full_like", "new_full", "fill", "fill_", "masked_fill", "masked_fill_", "where",
+    "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max", "__setitem__", "tensor",
+    "as_tensor", "scalar_tensor", "index_fill", "index_fill_", "pad", "constant_pad_nd",
+    "nan_to_num", "nan_to_num_", "index_put", "index_put_"))
+_DATA = ("tensor", "as_tensor")   # their numbers come in a list
+_HALF_MAX = 65504.0          # a number past float16's range: worth a look (below: no)
+_MEETINGS = 8                # the last losses that met float64 targets, kept
+_GRAPH_NODES = 200           # how far back the autograd graph is searched for the loss
+
+# Fix ids (core/script/fixes.py: their `explain` is the line to write).
+FLOAT_BEFORE_NUMPY = "float-before-numpy"
+FLOAT_INPUT = "float-input"
+FINFO_VALUE = "finfo-value"
+TARGETS_FLOAT32 = "targets-float32"
+FIX_IDS = (FLOAT_BEFORE_NUMPY, FLOAT_INPUT, FINFO_VALUE, TARGETS_FLOAT32)
+
+
+@dataclass
+class _Seen:
+    """One finding in the making, at one line; `exc` (a failure) until the script is over."""
+
+    code: str
+    severity: str
+    location: str
+    message: str
+    evidence: dict
+    fix: Fix
+    source: dict
+    exc: BaseException | None = None
+
+
+@dataclass
+class _Meeting:
+    """A loss the user's code called with float64 targets and lower-precision predictions."""
+
+    source: dict
+    loss: str
+    target: str | None          # the variable of the user's frame that holds them
+    predictions: str            # their dtype
+    line: str
+
+
+class UserOps:
+    """The watcher (ScriptWatch protocol): `install()`, `uninstall()`, `findings()`."""
+
+    def __init__(self, user: UserCode):
+        self.user = user
+        self.errors: list[str] = []        # fp16studio's own failures (bugs), never the script's
+        self._kinds: dict[str, int] = {}
+        self._seen: dict[tuple, _Seen] = {}
+        self._meetings: list[_Meeting] = []
+        self._mode = None
+
+    # -- the ScriptWatch protocol -------------------------------------------------------------
+
+    def install(self):
+        self._mode = _mode_for(self)
+        self._mode.__enter__()
+
+    def uninstall(self):
+        """Our mode off the stack, wherever it is now: modes the script entered and left on
+        (`torch.set_default_device` puts one beneath all others) stay as they are."""
+        from torch.overrides import _get_current_function_mode_stack, _pop_mode, _push_mode
+
+        mode, self._mode = self._mode, None
+        if mode is None or not any(m is mode for m in _get_current_function_mode_stack()):
+            return
+        above = []
+        while True:
+            top = _pop_mode()
+            if top is mode:
+                break
+            above.append(top)
+        for other in reversed(above):
+            _push_mode(other)
+
+    def findings(self) -> list[Finding]:
+        out = []
+        for seen in self._seen.values():
+            severity, message = seen.severity, seen.message
+            if seen.exc is not None and self._caught(seen.exc):
+                severity = "warning"
+                message += " (The script caught this exception and went on.)"
+            seen.exc = None
+            out.append(Finding(seen.code, severity, seen.location, message, seen.evidence,
+                               (seen.fix,), source=seen.source))
+        return out
+
+    @staticmethod
+    def _caught(exc: BaseException) -> bool:
+        """Whether something handled the failure (the user's code, or a library's): its
+        traceback starts at the frame that caught it. One that ended the script starts above
+        the script: in runpy, or fp16studio's runner."""
+        tb = exc.__traceback__
+        name = tb.tb_frame.f_code.co_filename if tb is not None else _OURS
+        return not (name.startswith(_OURS) or name.endswith(_RUNPY))
+
+    # -- who called --------------------------------------------------------------------------
+
+    def _kind(self, filename: str) -> int:
+        if self.user.owns(filename):
+            kind = _USER
+        elif filename.endswith(_DISPATCH_FILE):
+            kind = _DISPATCH
+        elif filename.endswith(_LOSS_FILE):
+            kind = _LOSS
+        elif filename.startswith(_OURS):
+            kind = _WRAPPER
+        elif filename.endswith(_MODULE_FILE):
+            kind = _PASS
+        else:
+            kind = _OTHER
+        self._kinds[filename] = kind
+        return kind
+
+    def _kind_of(self, frame) -> int:
+        name = frame.f_code.co_filename
+        return self._kinds.get(name) or self._kind(name)
+
+    def caller(self, frame, kind: int):
+        """The user's frame that made the call the mode got, or None when no user code made it
+        (`frame`: the frame below the mode's, of `kind`)."""
+        while frame is not None and frame.f_code.co_name == _HANDLER:  # a mode above ours
+            frame = frame.f_back
+            kind = self._kind_of(frame) if frame is not None else _OTHER
+        if kind == _DISPATCH:  # handle_torch_function, called by torch's Python function
+            frame = frame.f_back
+            frame = frame.f_back if frame is not None else None
+            if frame is None:
+                return None
+            kind = self._kind_of(frame)
+        if kind == _LOSS:      # a loss module's forward: the line that called the module
+            while frame is not None and kind in (_LOSS, _PASS, _WRAPPER):
+                frame = frame.f_back
+                kind = self._kind_of(frame) if frame is not None else _OTHER
+        elif kind == _WRAPPER:  # ours: a wrapper (tracer's casts, steps' backward) the user
+            frame = frame.f_back  # called, else fp16studio's own work (never the user's)
+            kind = self._kind_of(frame) if frame is not None else _OTHER
+        return frame if kind == _USER else None
+
+    # -- a call of the user's ---------------------------------------------------------------
+
+    def call(self, func, args, kwargs, frame):
+        try:
+            result = func(*args, **kwargs)
+        except Exception as exc:   # raised again as it is: the mode drops our frames
+            try:
+                self._failed(func, args, kwargs, frame, exc)
+            except Exception as bug:  # noqa: BLE001 - ours must not change the script
+                self.errors.append(f"{type(bug).__name__}: {bug}")
+            raise
+        try:
+            self._succeeded(func, args, kwargs, result, frame)
+        except Exception as bug:  # noqa: BLE001
+            self.errors.append(f"{type(bug).__name__}: {bug}")
+        return result
+
+    def _succeeded(self, func, args, kwargs, result, frame):
+        name = getattr(func, "__name__", "")
+        big = _big_number(args) or (_big_number(kwargs.values()) if kwargs else None)
+        if big is None and name in _DATA:    # torch.tensor([1e5, ...]): numbers in a list
+            big = _big_number(args, nested=True)
+        if big is not None:
+            self._wrote_inf(name, args, result, big, frame)
+        if "loss" in name or "entropy" in name:
+            self._loss_called(name, args, kwargs, frame)
+
+    def _failed(self, func, args, kwargs, frame, exc: Exception):
+        message = str(exc).strip().split("\n", 1)[0][:500]
+        name = _func_name(func)
+        half = _half_tensor(args, kwargs)
+        if _NUMPY_ERRORS.search(message) and half is not None:
+            self._unsupported(name, args, kwargs, half, frame, exc, message, numpy=True)
+        elif (_FLOAT_ONLY_ERRORS.search(message) or _HALF_KERNEL_ERRORS.search(message)) \
+                and half is not None:
+            self._unsupported(name, args, kwargs, half, frame, exc, message)
+        elif match := _VALUE_ERRORS.search(message):
+            self._refused_value(name, args, kwargs, _DTYPE_NAMES[match.group(1)], frame, exc,
+                                message)
+        elif match := _BACKWARD_DTYPE_ERRORS.search(message):
+            self._backward_dtype(args, frame, exc, message)
+
+    # -- what each finding says ------------------------------------------------------------
+
+    def _note(self, seen: _Seen):
+        key = (seen.code, seen.source["file"], seen.source["line"])
+        self._seen[key] = seen   # the latest at a line: it decides whether the script caught it
+
+    def _unsupported(self, name, args, kwargs, tensor, frame, exc, message, numpy=False):
+        dtype = _dtype_name(tensor.dtype)
+        line = _line(frame)
+        code, expr = _with_float(line, name, args, kwargs)
+        expr = expr or _local_name(tensor, frame)
+        if code is None:
+            code = (f"{expr} = {expr}.float()" if expr else "# .float() the tensor") + \
+                f"  # before {_shown(name)}: it takes no {dtype}"
+        if numpy:
+            story = (f"{expr or 'The tensor'} is {dtype}, and numpy has no {dtype}: "
+                     f"{_shown(name)} refuses it ({message}). Cast that one tensor to float32 on "
+                     f"its way to numpy; the model stays in {dtype}.")
+            fix = Fix(FLOAT_BEFORE_NUMPY, "Cast to float32 before .numpy()", {}, code)
+        else:
+            story = (f"{_shown(name)} has no {dtype} support on {tensor.device.type} ({message}). "
+                     f"Cast its {dtype} input to float32 for this one call; the rest stays "
+                     f"{dtype}.")
+            fix = Fix(FLOAT_INPUT, f"Cast the input of {_shown(name)} to float32", {}, code)
+        self._note(_Seen(
+            "half-unsupported", "error", expr or _function_of(frame),
+            f"At line {frame.f_lineno}: {story}",
+            {"error": message, "dtype": dtype, "operation": name,
+             "device": tensor.device.type}, fix, _source(frame), exc))
+
+    def _refused_value(self, name, args, kwargs, dtype, frame, exc, message):
+        import torch
+
+        limit = float(torch.finfo(getattr(torch, dtype)).max)
+        value = _value_past(args, kwargs, limit)
+        if value is None:
+            return
+        self._note(self._value_finding(name, args, kwargs, value, dtype, limit, frame, exc,
+                                       "torch refuses it (" + message + ")", "error"))
+
+    def _wrote_inf(self, name, args, result, big, frame):
+        import torch
+
+        if ("value-out-of-range", frame.f_code.co_filename, frame.f_lineno) in self._seen:
+            return   # said once per line (a loop)
+        target = result if isinstance(result, torch.Tensor) else (
+            args[0] if args and isinstance(args[0], torch.Tensor) else None)
+        if target is None or target.dtype not in (torch.float16, torch.bfloat16) \
+                or target.device.type == "meta":
+            return
+        limit = float(torch.finfo(target.dtype).max)
+        if abs(big) <= limit:
+            return
+        try:
+            if not bool(torch.isinf(target).any()):
+                return
+        except Exception:  # noqa: BLE001 - a tensor whose values cannot be read (fake, sparse)
+            return
+        dtype = _dtype_name(target.dtype)
+        if name in _WRITES:
+            self._note(self._value_finding(name, args, {}, big, dtype, limit, frame, None,
+                                           "it became inf, silently", "warning"))
+            return
+        half = _half_tensor(args, {})
+        try:
+            if half is not None and bool(torch.isinf(half).any()):
+                return     # the inf was there before (a mask of -inf): not this step's
+        except Exception:  # noqa: BLE001
+            return
+        self._note(self._overflowed(name, args, big, dtype, limit, frame))
+
+    def _overflowed(self, name, args, value, dtype, limit, frame) -> _Seen:
+        """Arithmetic with a number (`x * 1e6`) whose result passed the dtype's range."""
+        line = _line(frame)
+        half = _half_tensor(args, {})
+        code, expr = _with_float(line, name, args, {})
+        expr = expr or (_local_name(half, frame) if half is not None else None)
+        if code is None:
+            code = (f"{expr} = {expr}.float()" if expr else "# .float() the tensor") + \
+                f"  # float32 before {_shown(name)}: {dtype} ends at {limit:g}"
+        where = _function_of(frame)
+        return _Seen(
+            "value-out-of-range", "warning", where,
+            f"{where} (line {frame.f_lineno}) computes {_shown(name)} with {value:g} on a "
+            f"{dtype} tensor: the result passed {limit:g}, the most {dtype} holds, and became "
+            "inf, silently. Compute this one step in float32.",
+            {"value": value, "dtype": dtype, "max": limit, "operation": name},
+            Fix(FLOAT_INPUT, "Compute it in float32", {}, code), _source(frame))
+
+    def _value_finding(self, name, args, kwargs, value, dtype, limit, frame, exc, outcome,
+                       severity) -> _Seen:
+        line = _line(frame)
+        half = _half_tensor(args, kwargs)
+        expr = _operand(line, name, args, half) or (
+            _local_name(half, frame) if half is not None else None)
+        bound = "min" if value < 0 else "max"
+        replacement = f"torch.finfo({expr}.dtype).{bound}" if expr else \
+            f"torch.finfo(torch.{dtype}).{bound}"
+        code = _replace_number(line, value, replacement) or \
+            f"{replacement}  # in place of {value:g}"
+        where = _function_of(frame)
+        return _Seen(
+            "value-out-of-range", severity, where,
+            f"{where} (line {frame.f_lineno}) writes {value:g} into a {dtype} tensor with "
+            f"{_shown(name)}, but {dtype} holds at most {limit:g} in magnitude: {outcome}. "
+            f"Write the dtype's own extreme, {replacement}, which every dtype holds.",
+            {"value": value, "dtype": dtype, "max": limit, "operation": name},
+            Fix(FINFO_VALUE, f"Use {replacement} instead of {value:g}", {}, code),
+            _source(frame), exc)
+
+    def _loss_called(self, name, args, kwargs, frame):
+        import torch
+
+        tensors = [a for a in args[:2] if isinstance(a, torch.Tensor)]
+        target = kwargs.get("target")
+        if isinstance(target, torch.Tensor):
+            tensors.append(target)
+        if len(tensors) < 2:
+            return
+        predictions, target = tensors[0], tensors[-1]
+        if target.dtype != torch.float64 or predictions.dtype not in (
+                torch.float32, torch.float16, torch.bfloat16):
+            return
+        meeting = _Meeting(_source(frame), name, _local_name(target, frame),
+                           _dtype_name(predictions.dtype), _line(frame))
+        self._meetings = [*self._meetings[-(_MEETINGS - 1):], meeting]
+
+    def _backward_dtype(self, args, frame, exc, message):
+        graph_loss = _float64_target_loss(args[0] if args else None)
+        meeting = next((m for m in reversed(self._meetings) if graph_loss and
+                        m.loss.replace("_", "") == graph_loss.lower()), None) or \
+            (self._meetings[-1] if self._meetings else None)
+        if meeting is None and graph_loss is None:
+            return        # not shown to be the targets: no finding rather than a wrong one
+        name = meeting.target if meeting and meeting.target else "targets"
+        loss = meeting.loss if meeting else graph_loss
+        predictions = meeting.predictions if meeting else "float32"
+        source = meeting.source if meeting else _source(frame)
+        line = meeting.line if meeting else ""
+        code = _replace_name(line, name, f"{name}.float()") or \
+            f"{name} = {name}.float()  # float32, as the predictions: before the loss"
+        self._note(_Seen(
+            "label-dtype", "error", name,
+            f"The targets ({name}) reach the loss ({loss}, line {source['line']}) as float64 "
+            f"while the predictions are {predictions}: the loss accepted them, then the "
+            f"backward pass (line {frame.f_lineno}) failed ({message}). Cast the targets to "
+            "float32 before the loss (numpy and pandas make float64 by default).",
+            {"error": message, "targets dtype": "float64", "predictions dtype": predictions,
+             "loss": loss, "backward": _source(frame)},
+            Fix(TARGETS_FLOAT32, "Cast the targets to float32", {}, code),
+            source, exc))
+
+
+def _mode_for(watcher: UserOps):
+    """The mode, its hot path on local names (this module imports without torch)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    compiling = torch.compiler.is_compiling
+    getframe = sys._getframe
+    kinds, kind_of, caller, call = watcher._kinds, watcher._kind, watcher.caller, watcher.call
+    user, dispatch, other, handler, drop = _USER, _DISPATCH, _OTHER, _HANDLER, _drop_our_frame
+
+    class UserOpsMode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if kwargs is None:
+                kwargs = {}
+            if compiling():   # dynamo traces this very function: nothing of ours in the graph
+                return func(*args, **kwargs)
+            try:
+                frame = getframe(1)
+            except ValueError:  # called from no Python frame at all
+                return func(*args, **kwargs)
+            code = frame.f_code
+            kind = kinds.get(code.co_filename) or kind_of(code.co_filename)
+            if kind == dispatch and code.co_name != handler:  # F.softmax: then F.softmax
+                back = frame.f_back
+                frame = back.f_back if back is not None else None
+                if frame is None:
+                    kind = other
+                else:
+                    code = frame.f_code
+                    kind = kinds.get(code.co_filename) or kind_of(code.co_filename)
+            if kind != user or code.co_name == handler:
+                # Nearly every call: a library's. Else find who called through torch's own.
+                frame = None if kind >= other and code.co_name != handler else \
+                    caller(frame, kind)
+            try:
+                if frame is None:
+                    return func(*args, **kwargs)
+                return call(func, args, kwargs, frame)
+            except BaseException as exc:
+                drop(exc)
+                raise
+
+    return UserOpsMode()
+
+
+def _drop_our_frame(exc: BaseException):
+    """The exception's traceback without the mode's frames on top (a bare `raise` after this
+    adds none): it reads as it would without fp16studio."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_OURS) \
+            and tb.tb_frame.f_code.co_name in (_HANDLER, "call"):
+        tb = tb.tb_next
+    exc.__traceback__ = tb
+
+
+# -- reading the arguments (only for calls the user's code made) ------------------------------
+
+def _big_number(values, nested=False):
+    """The first finite Python number past float16's range, or None; `nested`: in a list or
+    tuple too (else those are sizes)."""
+    for value in values:
+        kind = type(value)
+        if kind is float or kind is int:
+            if not -_HALF_MAX <= value <= _HALF_MAX and value == value and \
+                    value not in (float("inf"), float("-inf")):
+                return value
+        elif nested and (kind is list or kind is tuple):
+            found = _big_number(value, True) if len(value) < 64 else None
+            if found is not None:
+                return found
+    return None
+
+
+def _value_past(args, kwargs, limit: float):
+    """The number among the arguments that the dtype (of max `limit`) cannot hold."""
+    import torch
+
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            if value.dim() != 0 or value.is_floating_point() is False:
+                continue
+            value = value.item()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and abs(value) > limit and abs(value) != float("inf"):
+            return value
+    return None
+
+
+def _half_tensor(args, kwargs):
+    import torch
+
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.dtype in (torch.float16, torch.bfloat16):
+            return value
+    return None
+
+
+def _float64_target_loss(loss) -> str | None:
+    """The loss node (`HuberLoss`) in `loss`'s autograd graph that saved float64 targets."""
+    import torch
+
+    node = getattr(loss, "grad_fn", None)
+    todo, seen = [node] if node is not None else [], 0
+    while todo and seen < _GRAPH_NODES:
+        node = todo.pop(0)
+        seen += 1
+        try:
+            target = getattr(node, "_saved_target", None)
+        except RuntimeError:     # freed
+            target = None
+        if isinstance(target, torch.Tensor) and target.dtype == torch.float64:
+            return type(node).__name__.removesuffix("Backward0").removesuffix("Backward1")
+        todo.extend(n for n, _ in getattr(node, "next_functions", ()) if n is not None)
+    return None
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _func_name(func) -> str:
+    return getattr(func, "__name__", None) or str(func)
+
+
+# -- the user's line ---------------------------------------------------------------------------
+
+def _source(frame) -> dict:
+    return {"file": frame.f_code.co_filename, "line": frame.f_lineno}
+
+
+def _line(frame) -> str:
+    """The code on the frame's line, without its comment."""
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    if "#" in line:
+        try:
+            for token in tokenize.generate_tokens(io.StringIO(line).readline):
+                if token.type == tokenize.COMMENT:
+                    return line[:token.start[1]].rstrip()
+        except (tokenize.TokenError, IndentationError, SyntaxError):
+            pass
+    return line
+
+
+def _function_of(frame) -> str:
+    """The function the line is in (`AttentionPooling.forward`), the file for top-level code."""
+    code = frame.f_code
+    if code.co_name == "<module>":
+        return Path(code.co_filename).name
+    qualname = getattr(code, "co_qualname", None)   # Python 3.11+
+    if qualname is None:
+        owner = frame.f_locals.get("self")
+        qualname = f"{type(owner).__name__}.{code.co_name}" if owner is not None else code.co_name
+    return qualname
+
+
+_MODULES = ("torch", "np", "numpy", "F", "nn")   # `torch.quantile(x)`: x is no receiver
+_NUMPY_CALLS = ("asarray", "array", "asanyarray")   # what calls Tensor.__array__
+_NAMESPACES = ("linalg_", "fft_", "special_")       # torch.linalg.inv is `linalg_inv`
+
+
+def _shown(name: str) -> str:
+    return {"__array__": "numpy's asarray", "__setitem__": "an item assignment"}.get(name) or (
+        f".{name}()" if name.endswith("_") or name == "numpy" else f"{name}()")
+
+
+def _call_on(line: str, name: str):
+    """The call of `name` on the line, and its operands in torch's order (a method's receiver
+    first): None when the line does not parse alone or makes no such call."""
+    names = _NUMPY_CALLS if name == "__array__" else (
+        name, name.split("_", 1)[-1] if name.startswith(_NAMESPACES) else name)
+    tree = None
+    for text in (line, line + " pass"):      # `if preds.numpy().any():` parses with a body
+        try:
+            tree = ast.parse(text)
+            break
+        except SyntaxError:
+            continue
+    for node in ast.walk(tree) if tree is not None else ():
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if called not in names:
+            continue
+        root = func.value if isinstance(func, ast.Attribute) else None
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        method = isinstance(func, ast.Attribute) and not (
+            isinstance(root, ast.Name) and root.id in _MODULES)
+        return node, ([func.value] if method else []) + list(node.args)
+    return None
+
+
+def _segment(line: str, node) -> tuple[int, int]:
+    """The node's characters on the line (ast counts bytes)."""
+    data = line.encode()
+    return (len(data[:node.col_offset].decode(errors="ignore")),
+            len(data[:node.end_col_offset].decode(errors="ignore")))
+
+
+def _with_float(line: str, name: str, args, kwargs) -> tuple[str | None, str | None]:
+    """The line with `.float()` on each half operand of the call, and the first such operand
+    (`logits.float().numpy()`, `torch.cdist(z.float(), protos.float())`)."""
+    import torch
+
+    found = _call_on(line, name)
+    if found is None:
+        return None, None
+    node, operands = found
+    half = (torch.float16, torch.bfloat16)
+    edits = [operand for value, operand in zip(args, operands)
+             if isinstance(value, torch.Tensor) and value.dtype in half]
+    edits += [k.value for k in node.keywords
+              if isinstance(kwargs.get(k.arg), torch.Tensor) and kwargs[k.arg].dtype in half]
+    if not edits:
+        return None, None
+    expr = line[slice(*_segment(line, edits[0]))]
+    for operand in sorted(edits, key=lambda n: n.col_offset, reverse=True):
+        start, end = _segment(line, operand)
+        simple = isinstance(operand, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
+        text = line[start:end] if simple else f"({line[start:end]})"
+        line = line[:start] + text + ".float()" + line[end:]
+    return line, expr
+
+
+def _operand(line: str, name: str, args, tensor) -> str | None:
+    """The text on the line of the operand that is `tensor` (`scores` in
+    `scores.masked_fill(mask, -1e9)`)."""
+    found = _call_on(line, name) if tensor is not None else None
+    if found is None:
+        return None
+    for value, operand in zip(args, found[1]):
+        if value is tensor:
+            return line[slice(*_segment(line, operand))]
+    return None
+
+
+def _local_name(tensor, frame) -> str | None:
+    """The variable of the user's frame that holds this very tensor."""
+    for key, value in frame.f_locals.items():
+        if value is tensor and not key.startswith("_"):
+            return key
+    return None
+
+
+def _replace_number(line: str, value: float, replacement: str) -> str | None:
+    """The line with the literal that wrote `value` (`-1e9`) replaced, when it is on it."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(line).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    for i, token in enumerate(tokens):
+        if token.type != tokenize.NUMBER:
+            continue
+        try:
+            number = float(token.string.replace("_", ""))
+        except ValueError:
+            continue
+        negative = i > 0 and tokens[i - 1].string == "-"
+        if number != abs(value) or negative != (value < 0):
+            continue
+        start = tokens[i - 1].start[1] if negative else token.start[1]
+        return line[:start] + replacement + line[token.end[1]:]
+    return None
+
+
+def _replace_name(line: str, name: str, replacement: str) -> str | None:
+    found = list(re.finditer(rf"(?<![\w.]){re.escape(name)}(?![\w(\[])", line))
+    if not line or len(found) != 1 or line.startswith(f"{name} ="):
+        return None
+    match = found[0]
+    return line[:match.start()] + replacement + line[match.end():]
