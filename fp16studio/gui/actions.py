@@ -8,18 +8,17 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QApplication, QLabel, QProgressBar, QSizePolicy, QToolBar, QToolButton, QWidget
+from PySide6.QtWidgets import QApplication, QLabel, QProgressBar, QSizePolicy, QToolBar, QWidget
 
 from .file_actions import settings
-from .theme import CHOICES, app_theme, icon
+from .theme import CHOICES, app_theme, set_icon
 
 
 class WindowActions:
     def _action(self, text, slot, icon_name=None, shortcut=None, tip=None) -> QAction:
         action = QAction(text, self)
         if icon_name:
-            action.setIcon(icon(icon_name))
-            action.setProperty("iconName", icon_name)
+            set_icon(action, icon_name)
         if shortcut:
             action.setShortcut(QKeySequence(shortcut))
         if tip:
@@ -62,8 +61,7 @@ class WindowActions:
         self.act_redo = self.undo_stack.createRedoAction(self, "&Redo")
         for action, name, key in ((self.act_undo, "undo", keys.Undo), (self.act_redo, "redo", keys.Redo)):
             action.setShortcut(QKeySequence(key))
-            action.setIcon(icon(name))
-            action.setProperty("iconName", name)
+            set_icon(action, name)
         # Short labels in the toolbar; what would be undone is in the tooltip (bound methods,
         # so the connections end with the window).
         self.undo_stack.undoTextChanged.connect(self._label_undo)
@@ -104,7 +102,8 @@ class WindowActions:
         self.theme_actions.triggered.connect(lambda action: self.choose_theme(action.data()))
         bar.addMenu("&Run").addActions([self.act_run, self.act_bench, self.act_drift, self.act_cancel])
         helpm = bar.addMenu("&Help")
-        demos = helpm.addMenu(icon("demo"), "&Demo Pipelines")
+        demos = helpm.addMenu("&Demo Pipelines")
+        set_icon(demos, "demo")
         from fp16studio.core.demo.pipelines import DEMOS
 
         for name, description in DEMOS.items():
@@ -138,18 +137,11 @@ class WindowActions:
         self.addToolBar(tools)
         self.toolbar = tools
 
-    def refresh_icons(self):
-        """Re-tint icons after the theme switched between light and dark."""
-        for item in self.findChildren(QAction) + self.findChildren(QToolButton):
-            name = item.property("iconName")
-            if name:
-                item.setIcon(icon(name))
-
     def choose_theme(self, choice: str):
-        """View → Theme: light, dark, or following the system (remembered)."""
+        """View → Theme: light, dark, or following the system (remembered). Icons and plots
+        follow at once (theme.set_icon, plot_style)."""
         app_theme(QApplication.instance()).choose(choice)
         settings().setValue("theme", choice)
-        self.refresh_icons()
 
     # -- what is enabled ------------------------------------------------------------------------
     def _on_busy(self, busy: bool):

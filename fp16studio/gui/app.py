@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     from .main_window import MainWindow
 
     choice = settings().value("theme", "system")   # View → Theme, as the user left it
-    theme = Theme(app, choice if choice in ("light", "dark") else None)
+    Theme(app, choice if choice in ("light", "dark") else None)   # app_theme(app) from now on
 
     spec = args.spec
     restored = None
@@ -51,7 +51,6 @@ def main(argv=None) -> int:
     window = MainWindow(restored.spec if restored else spec)
     if restored is not None:
         window.restore_session(restored)
-    theme.changed.connect(lambda _scheme: window.refresh_icons())
     window.show()
     return app.exec()
 

@@ -26,6 +26,7 @@ from pyqtgraph.exporters import ImageExporter
 from fp16studio.core.present.vocabulary import bench_columns, bench_notes, stability, status, with_ratio
 from .fit import ElidedLabel, VerticalScrollArea
 from .palette import DTYPE_COLORS, OKABE_ITO
+from .plot_style import SpacedAxis, follow_palette
 from .roles import RAW_ROLE
 
 REDRAW_MS = 66  # ~15 Hz: smooth enough to watch, cheap enough for the GUI thread
@@ -175,11 +176,12 @@ class CompareView(QWidget):
         # Horizontal bars: the variant names sit on the left axis, one per line, so long names
         # (autocast-bfloat16) never run into each other.
         self.bars = pg.GraphicsLayoutWidget()
-        # Short titles: a plot is never narrower than its title, and two share the width.
-        self._speed_plot = self.bars.addPlot(title="Throughput")
-        self._memory_plot = self.bars.addPlot(title="Memory")
-        self._speed_plot.setLabel("bottom", "samples/s, higher is better")
-        self._memory_plot.setLabel("bottom", "MiB, lower is better: peak solid, weights light")
+        # Short titles and axis labels: a plot is never narrower than its title, two share the
+        # width, and a longer label runs into its neighbour's; what they mean is in the caption.
+        self._speed_plot = self.bars.addPlot(title="Throughput", axisItems={"bottom": SpacedAxis("bottom")})
+        self._memory_plot = self.bars.addPlot(title="Memory", axisItems={"bottom": SpacedAxis("bottom")})
+        self._speed_plot.setLabel("bottom", "samples/s")
+        self._memory_plot.setLabel("bottom", "MiB")
         # MiB as they are (0.05 MiB), not rescaled with a "(x0.001)" appended to a long label.
         self._memory_plot.getAxis("bottom").enableAutoSIPrefix(False)
         self._speed_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.6)
@@ -196,7 +198,7 @@ class CompareView(QWidget):
         self._memory_plot.setYLink(self._speed_plot)
         self._memory_plot.getAxis("left").setStyle(showValues=False)
         for widget in (self.plot, self.bars):
-            widget.setBackground(None)   # the theme's window colour, light or dark
+            follow_palette(widget)
 
         self.summary = QLabel()
         self.summary.setWordWrap(True)
@@ -240,7 +242,14 @@ class CompareView(QWidget):
         # height to be read at 1280x800, and the table below shows every variant.
         self.charts = QTabWidget(documentMode=True)
         self.charts.addTab(self.plot, "Live throughput")
-        self.charts.addTab(self.bars, "Results")
+        self.results = QWidget()
+        results = QVBoxLayout(self.results)
+        results.setContentsMargins(0, 0, 0, 0)
+        results.addWidget(self.bars, 1)
+        results.addWidget(QLabel("Throughput: higher is better. Memory: lower is better; each "
+                                 "variant's peak solid, its weights light.", objectName="muted",
+                                 wordWrap=True))
+        self.charts.addTab(self.results, "Results")
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.charts)
         split.addWidget(self.table)
@@ -325,7 +334,7 @@ class CompareView(QWidget):
             item.getAxis("left").setTicks(ticks)
             item.enableAutoRange()
         self.bars.setMinimumHeight(BAR_ROW_PX * len(ok) + 90)
-        self.charts.setCurrentWidget(self.bars)
+        self.charts.setCurrentWidget(self.results)
         # Every variant's row in view without scrolling.
         rows = self.table.verticalHeader().defaultSectionSize() * (len(variants) + 1)
         scrollbar = self.table.horizontalScrollBar().sizeHint().height()

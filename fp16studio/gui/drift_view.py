@@ -22,6 +22,7 @@ from fp16studio.core.present import vocabulary
 from fp16studio.core.run.compare import DRIFT_SQNR_DB
 from fp16studio.core.run.distance import SQNR_CEILING_DB
 from .palette import OKABE_ITO
+from .plot_style import follow_palette
 from .roles import RAW_ROLE
 
 HINT = ("Compare with float32 (Ctrl+D) runs this spec in float32 and in its half precision on "
@@ -130,7 +131,6 @@ class DriftView(QWidget):
         self.table.horizontalHeader().setStretchLastSection(True)
 
         self.plot = pg.GraphicsLayoutWidget()
-        self.plot.setBackground(None)
         self.sqnr_plot = self.plot.addPlot(row=0, col=0)
         self.sqnr_plot.setLabel("left", "SQNR dB")
         self.sqnr_plot.addLine(y=DRIFT_SQNR_DB, pen=pg.mkPen(OKABE_ITO["grey"], style=Qt.PenStyle.DashLine))
@@ -150,6 +150,7 @@ class DriftView(QWidget):
                             for p in (self.sqnr_plot, self.headroom_plot)]
         for mark in self.first_marks:
             mark.hide()
+        follow_palette(self.plot)
 
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.table)

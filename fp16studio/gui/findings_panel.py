@@ -18,11 +18,11 @@ from PySide6.QtWidgets import (QAbstractItemView, QCommandLinkButton, QFrame, QH
                                QPushButton, QSplitter, QToolButton, QTreeView, QVBoxLayout, QWidget)
 
 from fp16studio.core.diagnostics.findings import by_severity, severity_rank
-from fp16studio.core.present.vocabulary import evidence_value, severity_counts
+from fp16studio.core.present.vocabulary import evidence_value, severity_counts, steps_summary
 from fp16studio.core.script.fixes import fix_code
 from .fit import ElidedLabel, VerticalScrollArea, WrappedText, stale_note
 from .roles import NODE_ROLE, RAW_ROLE
-from .theme import icon
+from .theme import icon, set_icon
 
 PLAIN = Qt.TextFormat.PlainText   # the user's exception text is never read as markup
 SOURCE_CONTEXT = 2                # lines shown either side of a finding's script line
@@ -162,7 +162,7 @@ class FindingDetail(QFrame):
             # stays whole in a narrow panel; the short heading says which fix is recommended.
             heading = "Recommended fix" if i == 0 else f"Alternative {i}"
             button = QCommandLinkButton(heading, fix.title, objectName="fixButton")
-            button.setIcon(icon("fix"))
+            set_icon(button, "fix")
             button.setProperty("fixId", fix.id)
             button.setToolTip(fix.explain or fix.title)
             _enable_fix(button, enabled, i == 0)
@@ -201,6 +201,9 @@ class FindingsPanel(QWidget):
         self.summary.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         # Over the list: what it is of when that is not a run of the current spec.
         self.notice = stale_note("")
+        # A traced training script: the loss of each step followed, and where inf/NaN came first.
+        self.steps = WrappedText(objectName="trainingSteps")
+        self.steps.hide()
         self.detail = FindingDetail(self)
         self.detail.fixRequested.connect(self.fixRequested)
         self.detail.revealRequested.connect(self.revealRequested)
@@ -234,6 +237,10 @@ class FindingsPanel(QWidget):
         notice.setContentsMargins(8, 0, 8, 0)
         notice.addWidget(self.notice)
         layout.addLayout(notice)
+        steps = QHBoxLayout()
+        steps.setContentsMargins(8, 0, 8, 0)
+        steps.addWidget(self.steps)
+        layout.addLayout(steps)
         layout.addWidget(split, 1)
 
     def minimumSizeHint(self) -> QSize:
@@ -270,6 +277,12 @@ class FindingsPanel(QWidget):
             self.detail.show_text("No findings: the pipeline runs and its output is finite.",
                                   "All clear")
 
+    def set_steps(self, steps):
+        """The training steps of a trace (its `steps` documents); none hides the line."""
+        text = steps_summary(steps)
+        self.steps.setText(text)
+        self.steps.setVisible(bool(text))
+
     def set_notice(self, text: str | None):
         self.notice.setText(text or "")
         self.notice.setVisible(bool(text))
@@ -277,12 +290,14 @@ class FindingsPanel(QWidget):
     def show_pending(self, notice: str):
         """A run whose findings will replace what was listed is under way: nothing listed."""
         self.set_findings([], ok=False, notice=notice)
+        self.set_steps(())
         self.detail.show_text("The findings appear here when it ends.", "Working…")
 
     def show_failure(self, message: str):
         self.model.set_findings([])
         self.summary.setText("")
         self.set_notice(None)
+        self.set_steps(())
         self.detail.show_text(message, "The pipeline could not be run")
 
     def set_fixes_enabled(self, enabled: bool):

@@ -236,6 +236,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         ok = not findings and ran and (state.diagnosis is None or state.diagnosis.ok)
         self.findings.set_findings(findings, ok, state.located, code_fixes=state.trace is not None,
                                    notice=state.findings_notice())
+        self.findings.set_steps(state.trace.steps if state.trace is not None else ())
 
     def _on_drift(self, result):
         self.drift.set_result(result.to_json() if result is not None else None)

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (QCompleter, QFileDialog, QHBoxLayout, QLabel, QLi
                                QToolButton, QVBoxLayout, QWidget)
 
 from fp16studio.core.common.files import expand_user
-from .theme import icon
+from .theme import set_icon
 
 SEARCH_DELAY_MS = 400
 
@@ -46,7 +46,8 @@ class SourcePicker(QWidget):
         self.edit.setCompleter(completer)
         self.edit.editingFinished.connect(lambda: self._commit_text(self.edit.text()))
         self.edit.textEdited.connect(self._on_typed)
-        self.folder_button = QToolButton(icon=icon("folder"), toolTip="Choose a folder…")
+        self.folder_button = QToolButton(toolTip="Choose a folder…")
+        set_icon(self.folder_button, "folder")
         self.folder_button.clicked.connect(self._browse_folder)
         self.file_button = None
         row = QHBoxLayout()
@@ -55,7 +56,8 @@ class SourcePicker(QWidget):
         row.addWidget(self.edit, 1)
         row.addWidget(self.folder_button)
         if browse_files:
-            self.file_button = QToolButton(icon=icon("file"), toolTip="Choose a data file…")
+            self.file_button = QToolButton(toolTip="Choose a data file…")
+            set_icon(self.file_button, "file")
             self.file_button.clicked.connect(self._browse_file)
             row.addWidget(self.file_button)
         self.info = QLabel(objectName="pickerInfo", wordWrap=True)

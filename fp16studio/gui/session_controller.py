@@ -20,6 +20,7 @@ from fp16studio.core.present.vocabulary import STAGES
 from fp16studio.session_state import NO_MODEL, SAVED, SessionState, with_inventory
 from .history import SpecChange
 from .log_panel import script_output_entries
+from .long_lived import keep_out_of_collections
 from .session_files import SessionFiles
 from .worker import Job, WorkerHost
 
@@ -34,6 +35,14 @@ _windows = iter(range(1, 1 << 30))
 
 def _state(name):
     return property(lambda self: getattr(self.state, name))
+
+
+def _arrived(result):
+    """A diagnosis or a trace where it arrives (the worker thread): its inventory summarised,
+    and a large tree kept out of the garbage collector's passes."""
+    result = with_inventory(result)
+    keep_out_of_collections(result[0].inventory)
+    return result
 
 
 class SessionController(SessionFiles, QObject):
@@ -170,7 +179,8 @@ class SessionController(SessionFiles, QObject):
         spec = self.spec
         self.logged.emit("info", f"Run: {spec.model} on {spec.dataset}")
         self._submit("diagnose", (spec,), lambda result: self._on_diagnosis(spec, *result),
-                     self._on_diagnosis_error, "Run cancelled.", on_arrival=with_inventory)
+                     self._on_diagnosis_error, "Run cancelled.", on_arrival=_arrived,
+                     lasting=True)
         return True
 
     def run_trace(self, path: str, args=()) -> bool:
@@ -182,7 +192,8 @@ class SessionController(SessionFiles, QObject):
         self.state.trace_started(path)
         self._submit("trace", (str(path), tuple(map(str, args))),
                      lambda result: self._on_diagnosis(None, *result), self._on_diagnosis_error,
-                     "Trace cancelled.", on_samples=self._on_script_output, on_arrival=with_inventory)
+                     "Trace cancelled.", on_samples=self._on_script_output, on_arrival=_arrived,
+                     lasting=True)
         self.findingsChanged.emit()
         return True
 

@@ -1,8 +1,9 @@
 """Stylesheets, icons and the light/dark choice, all read from resources/ (via resource_paths).
 
 The window follows the system colour scheme (QStyleHints.colorScheme) and restyles itself when
-it changes. Line icons are drawn in the theme's text colour: the SVGs say `currentColor`, which is
-replaced before rendering, so one file serves both themes.
+it changes. Line icons are drawn in the palette's button-text colour: the SVGs say `currentColor`,
+which is replaced before rendering, so one file serves both themes; what shows one (`set_icon`)
+is given it again, in the new colour, whenever the theme switches.
 """
 
 from __future__ import annotations
@@ -10,20 +11,18 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QObject, QRectF, Qt, Signal
+from PySide6.QtCore import QByteArray, QObject, QRectF, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
 from PySide6.QtSvg import QSvgRenderer
+from PySide6.QtWidgets import QApplication, QLineEdit, QProxyStyle, QStyle
 
 from fp16studio import resource_paths
 
 ICON_SIZES = (16, 20, 24, 32, 48)
+ICON_NAME = "iconName"   # the property that names an action's or a button's icon (set_icon)
 
-# Text colours the icons are tinted with; they match light.qss / dark.qss.
-ICON_TINT = {"light": "#2b2f36", "dark": "#dfe3ea"}
-
-
-# The scheme icons are drawn for; Theme keeps it current.
-_current: dict = {"scheme": "light"}
+# The application's Theme (app_theme).
+_current: dict = {}
 
 
 def resource(*parts: str) -> Path:
@@ -43,14 +42,44 @@ def stylesheet(scheme: str) -> str:
 
 
 def icon(name: str) -> QIcon:
-    """The named icon from resources/icons, tinted for the current scheme."""
-    return _icon(name, _current["scheme"])
+    """The named icon from resources/icons, in the current palette's button-text colour."""
+    return _icon(name, QGuiApplication.palette().color(QPalette.ColorRole.ButtonText).name())
+
+
+def set_icon(target, name: str):
+    """Give `target` (an action, a button, a menu) the named icon, and it again in the new
+    colours whenever the theme switches."""
+    target.setProperty(ICON_NAME, name)
+    target.setIcon(icon(name))
+
+
+def _recolour_icons():
+    """Every icon that set_icon gave, and the line edits' clear buttons, in the palette's colours."""
+    for window in QApplication.topLevelWidgets():
+        for item in [window, *window.findChildren(QObject)]:
+            name = item.property(ICON_NAME)
+            if name:
+                item.setIcon(icon(name))
+        for edit in window.findChildren(QLineEdit):
+            if edit.isClearButtonEnabled():   # its button made again, from _Style.standardIcon
+                edit.setClearButtonEnabled(False)
+                edit.setClearButtonEnabled(True)
+
+
+class _Style(QProxyStyle):
+    """Fusion, with the line edits' clear button drawn as a line icon in the palette's colour
+    (Fusion's own is a dark grey disc, lost on a dark field)."""
+
+    def standardIcon(self, which, option=None, widget=None):
+        if which == QStyle.StandardPixmap.SP_LineEditClearButton:
+            return icon("clear")
+        return super().standardIcon(which, option, widget)
 
 
 @lru_cache(maxsize=None)
-def _icon(name: str, scheme: str) -> QIcon:
+def _icon(name: str, color: str) -> QIcon:
     svg = resource_paths.icon_file(name).read_text(encoding="utf-8")
-    svg = svg.replace("currentColor", ICON_TINT[scheme])
+    svg = svg.replace("currentColor", color)
     renderer = QSvgRenderer(QByteArray(svg.encode()))
     result = QIcon()
     for size in ICON_SIZES:
@@ -77,10 +106,8 @@ CHOICES = ("system", "light", "dark")   # View → Theme; "system" follows the d
 
 
 class Theme(QObject):
-    """The current scheme; `changed` fires when it switches between light and dark (the system
-    switched, or the user chose in View → Theme)."""
-
-    changed = Signal(str)
+    """The current scheme, applied to the application (style, palette, stylesheet, icons) when it
+    switches between light and dark: the system switched, or the user chose in View → Theme."""
 
     def __init__(self, app, scheme: str | None = None, parent=None):
         """`scheme` "light" or "dark" pins the theme (screenshots, the user's choice); None
@@ -104,20 +131,18 @@ class Theme(QObject):
         if scheme != self.scheme:
             self.scheme = scheme
             self._apply()
-            self.changed.emit(scheme)
 
     def _on_system_change(self, _scheme):
         scheme = system_scheme()
         if scheme != self.scheme and not self.pinned:
             self.scheme = scheme
             self._apply()
-            self.changed.emit(scheme)
 
     def _apply(self):
-        _current["scheme"] = self.scheme
-        self._app.setStyle("Fusion")
+        self._app.setStyle(_Style("Fusion"))
         self._app.setPalette(_palette(self.scheme))
         self._app.setStyleSheet(stylesheet(self.scheme))
+        _recolour_icons()
 
 
 def app_theme(app) -> Theme:

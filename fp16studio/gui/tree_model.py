@@ -22,7 +22,10 @@ COLUMNS = ("Name", "Kind", "Shape", "Dtype", "Device", "Size", "Abs-max", "Statu
 NAME, KIND, SHAPE, DTYPE, DEVICE, SIZE, ABSMAX, STATUS = range(len(COLUMNS))
 
 
-CHUNK = 256
+# Rows fetched at a time. Every row fetched under an expanded parent is laid out again, through
+# Python, whenever rows are added: fetching a screenful or two at a time keeps an expand or a
+# scroll to the end of a 10 000-row module cheap on the GUI thread.
+CHUNK = 64
 COLOUR_BY = ("dtype", "device", "headroom", "drift")
 
 
@@ -77,6 +80,8 @@ class TensorTreeModel(QAbstractItemModel):
         tree_index = tree_index or (TreeIndex(root) if root is not None else None)
         if self._root is None or root is None:
             self.beginResetModel()
+            if self._root is not None:
+                self._forget(self._root)
             self._items.clear()
             self.tree_index = tree_index
             self._root = self._new_item(root, None, 0, whole=False) if root is not None else None
@@ -190,10 +195,13 @@ class TensorTreeModel(QAbstractItemModel):
         self.endInsertRows()
 
     def _forget(self, item: _Item):
+        # Each forgotten row's link to its parent is cut: no cycle is left for the garbage
+        # collector, which may never walk these rows again (long_lived.py).
         stack = list(item.children)
         while stack:
             child = stack.pop()
             self._items.pop(child.uid, None)
+            child.parent = None
             stack.extend(child.children)
         item.children = []
 
@@ -222,15 +230,12 @@ class TensorTreeModel(QAbstractItemModel):
             self.fetchMore(index)
 
     # -- data -----------------------------------------------------------------------------------
+    # No flags(): QAbstractItemModel's own (enabled, selectable) is answered without a call into
+    # Python for each row the view lays out.
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
             return COLUMNS[section]
         return None
-
-    def flags(self, index):
-        if not index.isValid():
-            return Qt.ItemFlag.NoItemFlags
-        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
         if not index.isValid():

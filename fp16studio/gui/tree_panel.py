@@ -1,13 +1,14 @@
 """The Tensors tab: filter bar (with "colour by"), the lazy tensor tree, and the dtype colour
 legend.
 
-Nothing here sets the window's narrowest width: the filter choosers shrink (their text elided),
-the legend and the inventory line wrap, and the tree scrolls sideways."""
+Nothing here sets the window's narrowest width: the filter box takes a row of its own when the
+tab is narrow, the filter choosers shrink (their text elided), the legend and the inventory line
+wrap, and the tree scrolls sideways."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QHBoxLayout, QHeaderView,
+from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QGridLayout, QHBoxLayout, QHeaderView,
                                QLabel, QLineEdit, QMenu, QTreeView, QVBoxLayout, QWidget)
 
 from fp16studio.core.present import vocabulary
@@ -151,17 +152,14 @@ class TensorPanel(QWidget):
         self.device_filter.currentIndexChanged.connect(self._apply_filter)
         self.only_problems.toggled.connect(self._apply_filter)
 
-        bar = QHBoxLayout()
-        bar.setSpacing(8)
-        bar.addWidget(self.search, 1)
-        bar.addWidget(self.dtype_filter)
-        bar.addWidget(self.device_filter)
-        bar.addWidget(self.only_problems)
-        bar.addWidget(self.colour_by)
+        self._filter_bar = QGridLayout()
+        self._filter_bar.setHorizontalSpacing(8)
+        self._filter_bar.setVerticalSpacing(6)
+        self._search_own_row: bool | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 6)
         layout.setSpacing(6)
-        layout.addLayout(bar)
+        layout.addLayout(self._filter_bar)
         layout.addWidget(self.notice)
         layout.addWidget(self.tree, 1)
         # The legend and the inventory each wrap to the width there is.
@@ -171,6 +169,33 @@ class TensorPanel(QWidget):
         footer.addWidget(self.summary, 2)
         self.summary.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         layout.addLayout(footer)
+        self._arrange_filters()
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._arrange_filters()
+
+    def _arrange_filters(self):
+        """The filter box beside the choosers while they all fit at their preferred widths; on a
+        row of its own above them when not, so it is never squeezed to a few letters."""
+        choosers = (self.dtype_filter, self.device_filter, self.only_problems, self.colour_by)
+        bar = self._filter_bar
+        margins = self.layout().contentsMargins()
+        room = self.width() - margins.left() - margins.right()
+        beside = self.search.sizeHint().width() + sum(
+            bar.horizontalSpacing() + widget.sizeHint().width() for widget in choosers)
+        own_row = room < beside
+        if own_row == self._search_own_row:
+            return
+        self._search_own_row = own_row
+        for widget in (self.search, *choosers):
+            bar.removeWidget(widget)
+        bar.addWidget(self.search, 0, 0, 1, len(choosers) + 1 if own_row else 1)
+        for column, widget in enumerate(choosers):
+            bar.addWidget(widget, int(own_row), column if own_row else column + 1)
+        # The room left goes to the filter box beside the choosers, after them below it.
+        bar.setColumnStretch(0, 0 if own_row else 1)
+        bar.setColumnStretch(len(choosers), 1 if own_row else 0)
 
     # -- content --------------------------------------------------------------------------------
     def set_tree(self, root, tree_index=None):

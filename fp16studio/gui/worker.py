@@ -9,6 +9,7 @@ and log lines, and unpickles its result, so the GUI thread keeps the GIL to itse
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import traceback
@@ -18,6 +19,7 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from fp16studio.core import CancelToken
+from fp16studio.core.common.gc_pause import gc_paused
 from fp16studio.engine import messages as m
 from fp16studio.engine.client import KILL_AFTER_CANCEL_S, EngineClient, task_name
 
@@ -33,6 +35,8 @@ class Job:
     `on_result` gets: work on the result that would otherwise hold the GUI thread.
 
     `kind` groups jobs: a look-up kind (`supersede=True`) keeps only the latest job pending.
+    `lasting` says the result is many objects that live long (a tensor tree): garbage collection
+    is paused until `on_arrival` has taken it, so no pass walks it on its way in (long_lived.py).
     """
 
     kind: str
@@ -45,6 +49,7 @@ class Job:
     on_cancel: Callable[[], None] | None = None
     on_samples: Callable[[list], None] | None = None
     on_arrival: Callable[[Any], Any] | None = None
+    lasting: bool = False
     token: CancelToken = field(default_factory=CancelToken)
     id: int = field(default_factory=itertools.count(1).__next__)
 
@@ -81,6 +86,19 @@ class _Worker(QObject):
             else:                            # ("samples", [payload, ...])
                 self.samples.emit(job, event[1])
 
+        with gc_paused() if job.lasting else contextlib.nullcontext():
+            ending = self._ending(job, relay)
+        if isinstance(ending, m.Failed):
+            self.failed.emit(job, ending.message, ending.detail)
+        elif isinstance(ending, m.Cancelled) or job.token.cancelled:
+            # Also a result that arrived after Cancel (from a step that cannot stop, such as a
+            # from_pretrained): discarded, as promised.
+            self.cancelled.emit(job)
+        else:
+            self.finished.emit(job, ending.value)
+
+    def _ending(self, job: Job, relay):
+        """The job's result as `on_arrival` made it, or how it failed or was cancelled."""
         try:
             ending = self.engine.run(job.task, job.args, job.kwargs, job.token, on_event=relay)
         except Exception as exc:  # noqa: BLE001 - e.g. no process could start: say so, stay up
@@ -91,14 +109,7 @@ class _Worker(QObject):
                 ending = m.Result(ending.job_id, job.on_arrival(ending.value))
             except Exception as exc:  # noqa: BLE001 - a bug in the callback: the job fails, said
                 ending = m.Failed(0, f"The result could not be read: {exc}", traceback.format_exc())
-        if isinstance(ending, m.Failed):
-            self.failed.emit(job, ending.message, ending.detail)
-        elif isinstance(ending, m.Cancelled) or job.token.cancelled:
-            # Also a result that arrived after Cancel (from a step that cannot stop, such as a
-            # from_pretrained): discarded, as promised.
-            self.cancelled.emit(job)
-        else:
-            self.finished.emit(job, ending.value)
+        return ending
 
 
 class WorkerHost(QObject):

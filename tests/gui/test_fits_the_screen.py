@@ -7,8 +7,10 @@ Offscreen there is no window manager to refuse a size: the test asks for the win
 and checks what a 1024x700 window lays out.
 """
 
+import pyqtgraph as pg
 import pytest
 from PySide6.QtCore import QPoint, QSize
+from PySide6.QtGui import QImage, QPainter
 from PySide6.QtWidgets import QApplication, QLabel
 
 from fp16studio.gui import MainWindow
@@ -166,3 +168,45 @@ def test_long_words_wrap_inside_the_findings_panel(qtbot, window):
     assert_findings_readable(qtbot, panel, "a long module path")
     panel.set_findings([finding], ok=False, code_fixes=True)
     assert_findings_readable(qtbot, panel, "a long line of code")
+
+
+def test_at_1024_wide_the_filter_box_and_the_chart_labels_read_well(qtbot, window):
+    """The Tensors tab's filter box is never squeezed below its own width (it takes a row of its
+    own), and the Compare tab's axis titles and tick labels keep apart, at 1024x700."""
+    variant = {"ok": True, "latency_ms": {"p50": 10.0, "p90": 11.0, "min": 9.5},
+               "weights_bytes": 90 * 2**20, "error": None}
+    names = ("float32", "float16", "bfloat16", "autocast-float16", "autocast-bfloat16")
+    doc = {"device": "cpu", "variants": [
+        dict(variant, name=name, samples_per_s=180.0 + 35 * i, peak_memory_bytes=(610 + 40 * i) * 2**20)
+        for i, name in enumerate(names)]}
+    window.controller.state.took_bench(window.spec, doc)
+    window.controller.benchChanged.emit(doc)
+    window.resize(SMALLEST)
+
+    window.main_tabs.setCurrentWidget(window.tensors)
+    settle(qtbot)
+    panel, search = window.tensors, window.tensors.search
+    assert search.width() >= search.sizeHint().width()
+    for widget in (search, panel.dtype_filter, panel.device_filter, panel.only_problems, panel.colour_by):
+        assert right_edge(widget, panel) <= panel.width(), widget
+
+    window.main_tabs.setCurrentWidget(window.compare)
+    settle(qtbot)
+    bars = window.compare.bars
+    image = QImage(bars.size(), QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    gap = painter.fontMetrics().horizontalAdvance("0")
+    titles = []
+    for axis in (item for item in bars.scene().items() if isinstance(item, pg.AxisItem)):
+        if axis.orientation != "bottom":
+            continue
+        ticks = sorted((axis.mapRectToScene(rect) for rect, _, _ in axis.generateDrawSpecs(painter)[2]),
+                       key=lambda rect: rect.left())
+        assert len(ticks) >= 2, axis.labelText
+        for left, right in zip(ticks, ticks[1:]):
+            assert right.left() - left.right() >= gap, (axis.labelText, left, right)
+        titles.append(axis.label.sceneBoundingRect())
+    painter.end()
+    assert len(titles) == 2
+    assert not titles[0].intersects(titles[1]), titles
+    assert all(0 <= title.left() and title.right() <= bars.width() for title in titles), titles

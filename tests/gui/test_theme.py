@@ -2,10 +2,12 @@
 
 from pathlib import Path
 
+import pyqtgraph as pg
 import pytest
-from PySide6.QtGui import QPalette
+from PySide6.QtGui import QAction, QColor, QPalette
+from PySide6.QtWidgets import QApplication
 
-from fp16studio.gui import palette, theme
+from fp16studio.gui import MainWindow, palette, theme
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
@@ -60,3 +62,102 @@ def test_view_theme_pins_a_scheme_and_follows_the_system_again(qapp):
     finally:
         qapp.setStyleSheet("")
         qapp.setPalette(QPalette())
+
+
+# -- a theme switch reaches every icon and plot at once ------------------------------------------
+
+def luminance(color: QColor) -> float:
+    def lin(c):
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    return 0.2126 * lin(color.redF()) + 0.7152 * lin(color.greenF()) + 0.0722 * lin(color.blueF())
+
+
+def contrast(a: QColor, b: QColor) -> float:
+    """WCAG contrast ratio: 1 (the same) to 21 (black on white)."""
+    light, dark = sorted((luminance(a), luminance(b)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def ink(icon, size=24) -> QColor:
+    """The colour most of an icon is drawn in: its opaque pixels' median by luminance."""
+    image = icon.pixmap(size, size).toImage()
+    pixels = sorted((image.pixelColor(x, y) for x in range(image.width()) for y in range(image.height())
+                     if image.pixelColor(x, y).alpha() > 128), key=luminance)
+    assert pixels, "the icon draws nothing"
+    return pixels[len(pixels) // 2]
+
+
+def settle(qtbot):
+    for _ in range(3):
+        QApplication.processEvents()
+        qtbot.wait(10)
+
+
+@pytest.fixture
+def window_in_light(qtbot, qapp):
+    theme.Theme(qapp, "light")
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.resize(1280, 760)
+    window.show()
+    window.main_tabs.setCurrentWidget(window.drift)
+    settle(qtbot)
+    yield window
+    qapp.setStyleSheet("")
+    qapp.setPalette(QPalette())
+    qapp.setStyle("Fusion")
+    theme._current.pop("theme", None)   # the next test's window follows the system again
+
+
+def test_a_theme_switch_redraws_the_plots_at_once(qtbot, window_in_light):
+    """The drift plot on screen turns dark with the theme, not at the next tab change or resize,
+    and every plot's axes and titles are in the new text colour."""
+    window = window_in_light
+    plot = window.drift.plot
+    assert luminance(plot.grab().toImage().pixelColor(8, 8)) > 0.8
+    window.choose_theme("dark")
+    settle(qtbot)
+    background = plot.grab().toImage().pixelColor(8, 8)
+    assert luminance(background) < 0.05
+    text = plot.palette().color(QPalette.ColorRole.Text)
+    assert contrast(text, background) > 7
+    for view in (plot, window.benchPlot, window.compare.bars):
+        items = view.scene().items()
+        axes = [item for item in items if isinstance(item, pg.AxisItem)]
+        assert axes
+        for axis in axes:
+            assert axis.textPen().color() == text
+            assert contrast(axis.pen().color(), background) > 3
+        for label in (item for item in items if isinstance(item, pg.LabelItem)):
+            assert label.opts["color"] == text
+
+
+def test_icons_stand_out_in_the_dark_theme_after_a_switch(qtbot, window_in_light):
+    """The browse buttons, the toolbar's and the line edits' clear buttons: each icon contrasts
+    with what it is drawn on (3:1, WCAG's figure for graphics), in both themes."""
+    window = window_in_light
+    picker = window.form.dataset_picker
+    picker.edit.setText("data/images")
+    edits = [picker.edit, window.tensors.search]
+
+    def assert_visible(scheme):
+        for button in (picker.folder_button, picker.file_button):
+            field = button.palette().color(QPalette.ColorRole.Button)
+            assert contrast(ink(button.icon()), field) >= 3, (scheme, button.toolTip())
+        field = window.toolbar.palette().color(QPalette.ColorRole.Window)
+        for action in (window.act_bench, window.act_export, window.act_undo):
+            assert contrast(ink(action.icon()), field) >= 3, (scheme, action.text())
+        for edit in edits:
+            clear = [a for a in edit.findChildren(QAction) if not a.icon().isNull()]
+            assert clear, scheme
+            field = edit.palette().color(QPalette.ColorRole.Base)
+            assert contrast(ink(clear[0].icon()), field) >= 3, (scheme, edit.placeholderText())
+
+    assert_visible("light")
+    window.choose_theme("dark")
+    settle(qtbot)
+    assert_visible("dark")
+    window.choose_theme("light")
+    settle(qtbot)
+    assert_visible("light again")

@@ -1,0 +1,74 @@
+"""pyqtgraph plots drawn in the window's palette (kept in it when the theme switches), and axes
+whose tick labels never run together.
+
+pyqtgraph draws axes, titles and legends in its own configured foreground and caches a view's
+background (QGraphicsView.CacheBackground): left alone, a plot keeps the old theme's colours
+until it is resized. A followed view takes the palette's colours now and at each palette or
+style change: its background the palette's (transparent over the viewport), axes in the muted
+text colour, labels, titles and legend entries in the text colour.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, QObject
+from PySide6.QtGui import QFontMetricsF, QPalette
+
+_RESTYLE_ON = (QEvent.Type.PaletteChange, QEvent.Type.StyleChange)
+
+
+class _PaletteFollower(QObject):
+    def eventFilter(self, watched, event):
+        if event.type() in _RESTYLE_ON:
+            restyle(watched)
+        return False
+
+
+def follow_palette(view: pg.GraphicsView):
+    """Draw `view` (a PlotWidget, a GraphicsLayoutWidget) in the palette, now and after every
+    theme switch."""
+    view.setBackground(None)
+    follower = _PaletteFollower(view)   # parented: it lives as long as the view
+    view.installEventFilter(follower)
+    restyle(view)
+
+
+def restyle(view: pg.GraphicsView):
+    """`view`'s axes, titles and legend in its palette's colours, its background drawn anew."""
+    palette = view.palette()
+    text = palette.color(QPalette.ColorRole.Text)
+    muted = palette.color(QPalette.ColorRole.PlaceholderText)
+    for item in view.scene().items():
+        if isinstance(item, pg.AxisItem):
+            item.setPen(muted)
+            item.setTextPen(text)
+        elif isinstance(item, pg.LegendItem):
+            item.setLabelTextColor(text)
+        elif isinstance(item, pg.LabelItem):   # a plot's title, a legend entry's name
+            item.setText(item.text, color=text)
+    view.resetCachedContent()   # the background cached in the previous palette
+
+
+class SpacedAxis(pg.AxisItem):
+    """A horizontal axis whose tick labels keep a character's width apart: pyqtgraph keeps two
+    intervals and more whatever the axis's length, so on a narrow plot the labels run together
+    ("0 200400600")."""
+
+    def tickSpacing(self, minVal, maxVal, size):
+        levels = super().tickSpacing(minVal, maxVal, size)
+        if not levels or self.orientation not in ("top", "bottom") or size <= 0:
+            return levels
+        metrics = QFontMetricsF(self.style["tickFont"] or self.font())
+        per_unit = size / abs(maxVal - minVal)
+        spacing = levels[0][0]
+        while True:
+            ends = [math.ceil(minVal / spacing) * spacing, math.floor(maxVal / spacing) * spacing]
+            labels = self.tickStrings(ends, self.autoSIPrefixScale * self.scale, spacing)
+            widest = max(map(metrics.horizontalAdvance, labels))
+            if spacing * per_unit >= widest + metrics.horizontalAdvance("0"):
+                break
+            spacing *= 2
+        # When spread out, labelled ticks only: the finer levels would crowd them again.
+        return levels if spacing == levels[0][0] else [(spacing, 0)]
