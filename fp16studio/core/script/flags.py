@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from ..diagnostics.findings import Finding, Fix
 from ..diagnostics.rules import Evidence, source_line, with_argument
+from .tracer import Patches
 
 _MIXED_ERRORS = re.compile(r"bf16|fp16|mixed precision|bfloat16|float16", re.I)
 
@@ -69,7 +70,7 @@ class FlagWatch:
         self.watch = watch                # the ScriptWatch: its snapshots say what ran
         self.settings: list[Setting] = []
         self.autocasts_off: list[_AutocastOff] = []
-        self._patches: list[tuple] = []
+        self._patches = Patches()
         self._skip = ()
 
     # -- installing ---------------------------------------------------------------------------
@@ -82,26 +83,21 @@ class FlagWatch:
             training_args = None
         if training_args is not None:
             owner = training_args.TrainingArguments
-            self._patch(owner, "__post_init__", self._training_arguments(owner.__post_init__))
+            self._patches.set(owner, "__post_init__", self._training_arguments(owner.__post_init__))
         try:
             from accelerate import accelerator
         except ImportError:
             accelerator = None
         if accelerator is not None:
             owner = accelerator.Accelerator
-            self._patch(owner, "__init__", self._accelerator(owner.__init__))
+            self._patches.set(owner, "__init__", self._accelerator(owner.__init__))
         autocast = torch.amp.autocast_mode.autocast
         self._skip = (str(Path(torch.__file__).parent) + "/",)
-        self._patch(autocast, "__init__", self._autocast_init(autocast.__init__))
+        self._patches.set(autocast, "__init__", self._autocast_init(autocast.__init__))
 
     def uninstall(self):
-        for owner, name, original in reversed(self._patches):
-            setattr(owner, name, original)
-        self._patches.clear()
+        self._patches.undo()
 
-    def _patch(self, owner, name, wrapper):
-        self._patches.append((owner, name, owner.__dict__[name]))
-        setattr(owner, name, wrapper)
 
     # -- wrappers -------------------------------------------------------------------------------
     def _training_arguments(self, original):

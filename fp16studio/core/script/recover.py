@@ -24,7 +24,7 @@ from ..common.errors import InputError
 from ..common.files import expand_user
 from ..hf.loading import AUTO_CLASSES
 from ..spec.value import PipelineSpec
-from .tracer import UserCode
+from .tracer import Patches, UserCode
 
 _TASK_OF_AUTO = {cls: task for task, cls in AUTO_CLASSES.items()}
 
@@ -81,7 +81,7 @@ class Recorder:
         self.defaults: list[dict] = []    # torch.set_default_dtype calls: {"dtype", "source"}
         self.optimizers = weakref.WeakSet()   # every optimizer made (by anyone)
         self.clips: list[dict] = []       # the script's clip_grad_norm_ calls: {"max_norm", "source"}
-        self._patches: list[tuple] = []
+        self._patches = Patches()
         self._skip = ()
 
     # -- installing ---------------------------------------------------------------------------
@@ -93,44 +93,39 @@ class Recorder:
 
         self._skip = tuple(str(Path(m.__file__).parent) + "/" for m in (torch, datasets))
         for owner in (transformers.PreTrainedModel, _BaseAutoModelClass):
-            self._patch(owner, "from_pretrained", classmethod(self._from_pretrained(
+            self._patches.set(owner, "from_pretrained", classmethod(self._from_pretrained(
                 owner.__dict__["from_pretrained"].__func__)))
         for owner in (datasets, datasets.load):
-            self._patch(owner, "load_dataset", self._loader(datasets.load.load_dataset))
-            self._patch(owner, "load_from_disk", self._loader(datasets.load.load_from_disk))
-        self._patch(datasets.DatasetDict, "__getitem__",
+            self._patches.set(owner, "load_dataset", self._loader(datasets.load.load_dataset))
+            self._patches.set(owner, "load_from_disk", self._loader(datasets.load.load_from_disk))
+        self._patches.set(datasets.DatasetDict, "__getitem__",
                     self._split(datasets.DatasetDict.__getitem__))
-        self._patch(datasets.Dataset, "map", self._map(datasets.Dataset.map))
+        self._patches.set(datasets.Dataset, "map", self._map(datasets.Dataset.map))
         for name in ("with_format", "set_format"):
-            self._patch(datasets.Dataset, name, self._format(getattr(datasets.Dataset, name)))
-        self._patch(torch.utils.data.DataLoader, "__init__",
+            self._patches.set(datasets.Dataset, name, self._format(getattr(datasets.Dataset, name)))
+        self._patches.set(torch.utils.data.DataLoader, "__init__",
                     self._data_loader(torch.utils.data.DataLoader.__init__))
         for name in ("half", "bfloat16", "float", "to", "cuda"):
-            self._patch(torch.nn.Module, name, self._module_cast(getattr(torch.nn.Module, name), name))
+            self._patches.set(torch.nn.Module, name, self._module_cast(getattr(torch.nn.Module, name), name))
         autocast = torch.amp.autocast_mode.autocast
-        self._patch(autocast, "__enter__", self._autocast_enter(autocast.__enter__))
-        self._patch(autocast, "__exit__", self._autocast_exit(autocast.__exit__))
-        self._patch(_BaseAutoModelClass, "from_config", classmethod(self._from_config(
+        self._patches.set(autocast, "__enter__", self._autocast_enter(autocast.__enter__))
+        self._patches.set(autocast, "__exit__", self._autocast_exit(autocast.__exit__))
+        self._patches.set(_BaseAutoModelClass, "from_config", classmethod(self._from_config(
             _BaseAutoModelClass.__dict__["from_config"].__func__)))
-        self._patch(transformers.PreTrainedModel, "_from_config", classmethod(self._from_config(
+        self._patches.set(transformers.PreTrainedModel, "_from_config", classmethod(self._from_config(
             transformers.PreTrainedModel.__dict__["_from_config"].__func__)))
-        self._patch(torch, "set_default_dtype", self._set_default_dtype(torch.set_default_dtype))
-        self._patch(torch.optim.Optimizer, "__init__",
+        self._patches.set(torch, "set_default_dtype", self._set_default_dtype(torch.set_default_dtype))
+        self._patches.set(torch.optim.Optimizer, "__init__",
                     self._optimizer_init(torch.optim.Optimizer.__init__))
         import torch.nn.utils.clip_grad as clip_grad
 
         clip = self._clip(clip_grad.clip_grad_norm_)
         for owner in (torch.nn.utils, clip_grad):
-            self._patch(owner, "clip_grad_norm_", clip)
+            self._patches.set(owner, "clip_grad_norm_", clip)
 
     def uninstall(self):
-        for owner, name, original in reversed(self._patches):
-            setattr(owner, name, original)
-        self._patches.clear()
+        self._patches.undo()
 
-    def _patch(self, owner, name, wrapper):
-        self._patches.append((owner, name, owner.__dict__[name]))
-        setattr(owner, name, wrapper)
 
     def _called_by_user(self, through: str = ""):
         # Frames: the user's line -> [torch/datasets wrappers] -> our wrapper -> here.

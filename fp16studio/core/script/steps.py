@@ -17,7 +17,7 @@ from ..common import dtypes
 from ..diagnostics.training import training_findings
 from ..run.training import OptimizerProbe, Step, gradient_stats, loss_value
 from .entry import DEFAULT_STEPS
-from .tracer import ScriptTracer, UserCode
+from .tracer import Patches, ScriptTracer, UserCode
 
 
 class StepWatch:
@@ -26,7 +26,7 @@ class StepWatch:
     def __init__(self, user: UserCode, tracer: ScriptTracer, steps: int = DEFAULT_STEPS):
         self.user, self.tracer, self.limit = user, tracer, steps
         self.steps: list[Step] = []
-        self._patches: list[tuple] = []
+        self._patches = Patches()
         self._hooks: list = []
         self._probes: dict = {}               # id(optimizer) -> OptimizerProbe of this step
         self._scaled = None                   # (weakref to the scaled loss, scale)
@@ -72,13 +72,13 @@ class StepWatch:
         import torch.nn.utils.clip_grad as clip_grad
         from torch.optim import optimizer as optim
 
-        self._patch(torch.Tensor, "backward", self._backward(torch.Tensor.backward))
+        self._patches.set(torch.Tensor, "backward", self._backward(torch.Tensor.backward))
         for name in ("scale", "unscale_", "step", "update"):
-            self._patch(torch.amp.GradScaler, name, self._scaler_call(
+            self._patches.set(torch.amp.GradScaler, name, self._scaler_call(
                 torch.amp.GradScaler.__dict__[name], name))
         clip = self._clip(clip_grad.clip_grad_norm_)
         for owner in (torch.nn.utils, clip_grad):
-            self._patch(owner, "clip_grad_norm_", clip)
+            self._patches.set(owner, "clip_grad_norm_", clip)
         self._hooks = [optim.register_optimizer_step_pre_hook(self._before_step),
                        optim.register_optimizer_step_post_hook(self._after_step)]
 
@@ -86,13 +86,8 @@ class StepWatch:
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
-        for owner, name, original in reversed(self._patches):
-            setattr(owner, name, original)
-        self._patches.clear()
+        self._patches.undo()
 
-    def _patch(self, owner, name, wrapper):
-        self._patches.append((owner, name, owner.__dict__[name]))
-        setattr(owner, name, wrapper)
 
     # -- wrappers -------------------------------------------------------------------------------
     def _backward(self, original):

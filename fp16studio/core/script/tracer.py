@@ -78,6 +78,23 @@ class UserCode:
         return found
 
 
+class Patches:
+    """Attributes of torch, transformers and datasets replaced while the script runs, each
+    put back, in reverse order, by `undo`."""
+
+    def __init__(self):
+        self._saved: list[tuple] = []
+
+    def set(self, owner, name: str, wrapper):
+        self._saved.append((owner, name, owner.__dict__[name]))
+        setattr(owner, name, wrapper)
+
+    def undo(self):
+        for owner, name, original in reversed(self._saved):
+            setattr(owner, name, original)
+        self._saved.clear()
+
+
 @dataclass
 class Cast:
     """A dtype change of a tensor made by the user's code (`.half()`, `.to(dtype)`...)."""
