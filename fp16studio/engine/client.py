@@ -14,7 +14,6 @@ reacts at once to an event, a dead process or a Cancel, and does not poll.
 from __future__ import annotations
 
 import contextlib
-import gc
 import itertools
 import multiprocessing
 import signal
@@ -25,6 +24,7 @@ import types
 from multiprocessing.connection import wait
 
 from fp16studio.core.common.errors import CancelToken
+from fp16studio.core.common.gc_pause import gc_paused
 from fp16studio.core.spec import trust
 from . import messages as m
 
@@ -106,13 +106,8 @@ class EngineClient:
         # A result can be tens of thousands of new objects (a big model's tensor tree), which
         # would trigger full garbage collections over the whole window process, holding the
         # GIL the GUI thread waits for; the objects that arrive hold no cycles to collect.
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             return self._events.recv()
-        finally:
-            if enabled:
-                gc.enable()
 
     def kill(self):
         """End the process now (safe from any thread; the waiting run sees it end)."""
@@ -157,7 +152,10 @@ class EngineClient:
         events_out, events_in = context.Pipe(duplex=False)
         self._process = context.Process(target=serve, args=(commands_out, events_in),
                                         name="fp16studio-engine", daemon=True)
-        with _main_module_hidden():
+        # No collection meanwhile: in a window, a pass on the GUI thread that frees Qt
+        # wrappers while this thread imports through PySide's import hook (pickling the process
+        # for spawn) has hung or crashed the window in tests.
+        with _main_module_hidden(), gc_paused():
             self._process.start()
         commands_out.close()   # the child's ends; ours stay open
         events_in.close()
