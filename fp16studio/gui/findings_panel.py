@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (QAbstractItemView, QCommandLinkButton, QFrame, QH
 
 from fp16studio.core.diagnostics.findings import by_severity, severity_rank
 from fp16studio.core.present.vocabulary import evidence_value, severity_counts, steps_summary
-from fp16studio.core.script.fixes import fix_code
 from .fit import ElidedLabel, VerticalScrollArea, WrappedText, stale_note
 from .roles import NODE_ROLE, RAW_ROLE
 from .theme import icon, set_icon
@@ -152,7 +151,7 @@ class FindingDetail(QFrame):
         self.fixes_label.setVisible(bool(fixes))
         if self.code_fixes:
             for fix in fixes:
-                code = WrappedText(f"<b>{html.escape(fix.title)}</b>{PRE}{html.escape(fix_code(fix))}</pre>",
+                code = WrappedText(f"<b>{html.escape(fix.title)}</b>{PRE}{html.escape(fix.code_text())}</pre>",
                                    Qt.TextFormat.RichText, objectName="fixCode")
                 self.fixes_box.addWidget(code)
                 self.fix_codes.append(code)

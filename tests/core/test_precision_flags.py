@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fp16studio.core.script.fixes import fix_code
-from fp16studio.core.script.flags import _cpu_has_bf16
+from fp16studio.core.common.precision import cpu_has_native_bf16 as _cpu_has_bf16
 from fp16studio.core.script.trace import trace_script
 
 SCRIPTS = Path(__file__).parent.parent / "scripts"
@@ -62,7 +61,7 @@ def test_bf16_training_arguments_on_a_cpu_is_the_scripts_error_explained(tmp_pat
     first = "flag-bf16-use-cpu" if _cpu_has_bf16() else "flag-bf16-if-supported"
     assert ids[0] == first and set(ids) == {"flag-bf16-use-cpu", "flag-bf16-if-supported"}
     use_cpu = next(fix for fix in flag.fixes if fix.id == "flag-bf16-use-cpu")
-    code = fix_code(use_cpu)
+    code = use_cpu.code_text()
     assert code.startswith("args = TrainingArguments(output_dir=sys.argv[1], bf16=True, "
                            "max_steps=2, report_to=[], use_cpu=not torch.cuda.is_available())")
     # The fix's line, written in: the Trainer trains in bf16 on this CPU.
@@ -85,7 +84,7 @@ def test_fp16_training_arguments_on_a_cpu_train_silently_in_float32(tmp_path):
     ids = [fix.id for fix in flag.fixes]
     assert ids == (["flag-fp16-bf16-on-cpu", "flag-fp16-gpu-only"] if _cpu_has_bf16()
                    else ["flag-fp16-gpu-only", "flag-fp16-bf16-on-cpu"])
-    bf16 = fix_code(next(fix for fix in flag.fixes if fix.id == "flag-fp16-bf16-on-cpu"))
+    bf16 = next(fix for fix in flag.fixes if fix.id == "flag-fp16-bf16-on-cpu").code_text()
     assert ("fp16=torch.cuda.is_available(), bf16=not torch.cuda.is_available(), "
             "use_cpu=not torch.cuda.is_available()") in bf16
 
@@ -107,7 +106,7 @@ def test_accelerator_fp16_on_a_cpu_runs_float32():
     assert (flag.severity, flag.location) == ("warning", "Accelerator.mixed_precision")
     assert flag.source == at(script, "# the flag")
     assert flag.evidence["compute dtypes"] == {"float32": 2}
-    first = fix_code(flag.fixes[0])
+    first = flag.fixes[0].code_text()
     assert first.startswith('accelerator = Accelerator(mixed_precision="fp16" if '
                             'torch.cuda.is_available() else '
                             + ('"bf16"' if _cpu_has_bf16() else '"no"'))
@@ -121,6 +120,6 @@ def test_a_disabled_autocast_with_nothing_else_half_is_said():
     (flag,) = flags(result)
     assert (flag.severity, flag.location) == ("info", "autocast.enabled")
     assert flag.source == at(script, "# the autocast")
-    assert fix_code(flag.fixes[0]) == 'with torch.autocast(device_type="cpu", dtype=torch.bfloat16):'
+    assert flag.fixes[0].code_text() == 'with torch.autocast(device_type="cpu", dtype=torch.bfloat16):'
     # Not autocast-inactive's story (an autocast naming another device): said once, here.
     assert "autocast-inactive" not in {f.code for f in result.findings}

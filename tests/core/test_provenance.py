@@ -14,7 +14,6 @@ import torch
 
 from fp16studio.core import diagnose
 from fp16studio.core.demo.pipelines import demo_spec
-from fp16studio.core.script.fixes import fix_code
 from fp16studio.core.script.trace import trace_script
 
 SCRIPTS = Path(__file__).parent.parent / "scripts"
@@ -35,10 +34,10 @@ def plain(script: Path, *args) -> subprocess.CompletedProcess:
 
 
 def with_line(script: Path, line: int, code: str, folder: Path) -> Path:
-    """A copy of the script with its line `line` replaced by `code` (same indentation)."""
+    """A copy of the script with its line `line` replaced by `code` (a fix's code comes at the
+    line's own indentation)."""
     lines = script.read_text().splitlines()
-    indent = lines[line - 1][:len(lines[line - 1]) - len(lines[line - 1].lstrip())]
-    lines[line - 1] = indent + code
+    lines[line - 1] = code
     fixed = folder / script.name
     fixed.write_text("\n".join(lines) + "\n")
     return fixed
@@ -75,7 +74,7 @@ def test_from_config_takes_the_configs_bfloat16_and_the_first_fix_builds_in_floa
                                         "source": at(script, "# the build"), "training": True}
     assert "from_config took the config's dtype" in f.message
     assert [fix.id for fix in f.fixes][:2] == ["from-config-float32", "cast-inputs-bfloat16"]
-    code = fix_code(f.fixes[0])
+    code = f.fixes[0].code_text()
     assert code.startswith("model = AutoModelForImageClassification.from_config(config, "
                            "dtype=torch.float32)")
     fixed = plain(with_line(script, at(script, "# the build")["line"], code, tmp_path))
@@ -94,7 +93,7 @@ def test_set_default_dtype_half_is_named_and_undone_first(tmp_path):
     assert f.evidence["provenance"] == origin
     assert "torch.set_default_dtype(torch.float16)" in f.message
     assert f.fixes[0].id == "default-dtype-float32"
-    code = fix_code(f.fixes[0])
+    code = f.fixes[0].code_text()
     assert code.startswith("torch.set_default_dtype(torch.float32)")
     # float16 on a CPU: the same origin, the same first fix.
     on_cpu = next(x for x in result.findings if x.code == "half-on-cpu")
@@ -123,7 +122,7 @@ def test_half_inputs_from_the_default_dtype_against_a_float32_checkpoint(tmp_pat
               "training": False}
     assert f.evidence["provenance"] == origin and "set_default_dtype" in f.message
     assert [fix.id for fix in f.fixes][:2] == ["default-dtype-float32", "model-float16"]
-    fixed = plain(with_line(script, origin["source"]["line"], fix_code(f.fixes[0]), tmp_path),
+    fixed = plain(with_line(script, origin["source"]["line"], f.fixes[0].code_text(), tmp_path),
                   folder)
     assert fixed.returncode == 0, fixed.stderr
 
@@ -139,7 +138,7 @@ def test_a_half_checkpoint_loaded_without_dtype_to_train_is_loaded_in_float32(bf
     assert f.evidence["provenance"] == {"dtype": "bfloat16", "from": "checkpoint",
                                         "source": at(script, "# the load"), "training": True}
     assert f.fixes[0].id == "load-float32" and f.fixes[0].edits["model_dtype"] == "float32"
-    code = fix_code(f.fixes[0])
+    code = f.fixes[0].code_text()
     assert code.startswith("model = AutoModelForImageClassification.from_pretrained(checkpoint, "
                            "dtype=torch.float32)")
     fixed = plain(with_line(script, at(script, "# the load")["line"], code, tmp_path),

@@ -20,8 +20,9 @@ from .findings import by_severity
 from .inventory import mark, pipeline_tree
 from .islands import with_island_fix
 from .report import Diagnosis
-from .rules import Evidence, device_unavailable, run_rules, spec_provenance
-from .training import training_findings
+from .rules import Evidence, run_rules, spec_provenance
+from .rules.placement import device_unavailable
+from .rules.training import training_findings
 
 STAGES = ("model", "dataset", "batch", "forward", "rules")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import linecache
+import textwrap
 from dataclasses import dataclass, field
 
 CODES = (
@@ -31,17 +33,55 @@ def by_severity(findings) -> list:
 
 
 @dataclass(frozen=True)
+class CodeEdit:
+    """A fix said in code, built by the rule that knows the facts: `text` to write instead of
+    the user's line `source` ("replace"), right before it ("insert"), or where it fits ("add":
+    no line known). Rendered once (`render`) for the window, a trace's `code` and the export."""
+
+    text: str
+    kind: str = "add"
+    source: dict | None = None    # {"file", "line"} of the user's line, where known
+
+    def render(self) -> str:
+        """The text, indented as the user's line is (a multi-line snippet keeps its shape)."""
+        indent = _indent_of(self.source) if self.kind in ("replace", "insert") else ""
+        lines = textwrap.dedent(self.text).splitlines()
+        return "\n".join(indent + line if line.strip() else line for line in lines)
+
+
+def _indent_of(source: dict | None) -> str:
+    if not source or not source.get("file") or not source.get("line"):
+        return ""
+    line = linecache.getline(source["file"], source["line"])
+    return line[:len(line) - len(line.lstrip())]
+
+
+@dataclass(frozen=True)
 class Fix:
-    """One answer to a finding: a spec edit, plus the line the exported script explains it with."""
+    """One answer to a finding: a spec edit, the code that makes the same change in a script,
+    and the line the exported script explains it with."""
 
     id: str
     title: str
     edits: dict
     # One sentence for the exported script's comment and the window's "what this changes" view.
     explain: str = ""
+    code: CodeEdit | None = None
+
+    def code_text(self) -> str:
+        """What to write in a script: the code edit, else the explanation as a comment."""
+        return self.code.render() if self.code is not None else f"# {self.explain or self.title}"
 
     def to_json(self) -> dict:
-        return {"id": self.id, "title": self.title, "edits": dict(self.edits)}
+        return {"id": self.id, "title": self.title, "edits": dict(self.edits),
+                "code": self.code_text()}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Fix":
+        """A fix read back from a document: its code as it was rendered."""
+        code = doc.get("code")
+        return cls(doc["id"], doc["title"], doc.get("edits") or {}, doc.get("explain", ""),
+                   CodeEdit(code) if isinstance(code, str) and code else None)
 
 
 @dataclass(frozen=True)
@@ -68,3 +108,10 @@ class Finding:
             "evidence": self.evidence,
             "fixes": [fix.to_json() for fix in self.fixes],
         }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Finding":
+        """A finding read back from a document (a saved session): what it said, as it said it."""
+        return cls(doc["code"], doc["severity"], doc.get("location", ""), doc.get("message", ""),
+                   doc.get("evidence") or {},
+                   tuple(Fix.from_json(x) for x in doc.get("fixes", ())), doc.get("source"))

@@ -4,6 +4,7 @@ the batch, and the activations the tracer recorded (in call order)."""
 from __future__ import annotations
 
 from ..common import dtypes
+from ..common.precision import FLOAT_MAX
 from .tree import TensorNode
 
 
@@ -116,10 +117,6 @@ def locate(root: TensorNode, location: str) -> TensorNode | None:
 
 
 # -- colour by headroom / drift (per module, for the tree) --------------------------------------
-
-# The largest finite value of each floating dtype.
-FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
-             "float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
 
 
 def range_used(absmax: float | None, dtype: str | None) -> float | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ..run.compare import OutputRecorder, cast_batch, output_drift, within_tolerance
 from ..spec.value import PipelineSpec
 from .findings import Fix
-from .rules import FP16_MAX, FP16_TINY
+from ..common.precision import FP16_MAX, FP16_TINY
 
 # An island's boundary, its inputs and outputs in float32, must stay under this (half of
 # float16's range: room for the half run's rounding) and above FP16_TINY; inside, anything goes.

@@ -48,11 +48,7 @@ class Diagnosis:
     def from_json(cls, doc: dict) -> "Diagnosis":
         """A Diagnosis from its `diagnose --json` document (a saved session's findings): every
         field but the tensor tree, which the document does not hold."""
-        findings = [Finding(f["code"], f["severity"], f.get("location", ""), f.get("message", ""),
-                            f.get("evidence") or {},
-                            tuple(Fix(x["id"], x["title"], x.get("edits") or {}, x.get("explain", ""))
-                                  for x in f.get("fixes", ())))
-                    for f in doc.get("findings", ())]
+        findings = [Finding.from_json(f) for f in doc.get("findings", ())]
         return cls(spec=PipelineSpec.from_dict(doc["spec"]), device=doc.get("device", ""),
                    findings=findings, error=doc.get("error"), output=doc.get("output"),
                    timings=doc.get("timings") or {}, environment=doc.get("environment") or {},

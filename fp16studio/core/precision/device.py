@@ -3,8 +3,7 @@ dtype has native compute there, and the peak throughput a figure is a fraction o
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
+from ..common.precision import cpu_has_native_bf16
 
 # Dense peak TFLOP/s by GPU name (NVIDIA's data sheets, without sparsity): fp32, tf32, 16-bit.
 # The first name contained in the device's name wins.
@@ -62,7 +61,7 @@ def variant_support(variant: str, device) -> tuple[str, str | None]:
     if device.type == "cpu":
         if dtype == "float16":
             return "emulated", "float16 on a CPU: no fast path in most builds, usually slower"
-        if dtype == "bfloat16" and not _cpu_has_bf16():
+        if dtype == "bfloat16" and not cpu_has_native_bf16():
             return "emulated", "this CPU has no bfloat16 instructions (AVX512-BF16, AMX): slow"
     return "native", None
 
@@ -78,12 +77,3 @@ def peak_tflops(device, device_name: str, variant: str) -> float | None:
     if dtype == "tf32" or (dtype == "float32" and tf32_active(device)):
         return peaks["tf32"]
     return peaks["float32"] if dtype == "float32" else peaks["half"]
-
-
-@functools.cache
-def _cpu_has_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False  # not Linux: unknown, say emulated rather than promise speed
-    return "avx512_bf16" in flags or "amx_bf16" in flags

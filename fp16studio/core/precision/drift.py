@@ -8,11 +8,10 @@ can show and pickle.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 from ..common.errors import Cancelled, InputError, check_cancel, first_line, report_progress
-from ..diagnostics.findings import Finding
+from ..diagnostics.rules.ranges import drift_finding, drift_reference_broken
 from ..run.compare import (DRIFT_SQNR_DB, OutputRecorder, cast_batch, output_drift,
                            within_tolerance)
 from ..spec.value import PipelineSpec
@@ -174,7 +173,7 @@ def drift(spec: PipelineSpec, variant: str | None = None, progress=None, cancel=
     reference_tensor = primary_output(ref_output)[1]
     if reference_tensor is not None and not bool(reference_tensor.isfinite().all()):
         result.ok = False
-        result.findings = [reference_finding(result)]
+        result.findings = [drift_reference_broken(result)]
     elif not result.ok:
         search = None
         if islands and var_spec.model_dtype in ("float16", "bfloat16") and not var_spec.autocast:
@@ -216,61 +215,3 @@ def _traced_forward(spec, loaded, batch, recorder, stage):
 
 def _error(exc, stage) -> dict:
     return {"type": type(exc).__name__, "message": first_line(exc, 500), "stage": stage}
-
-
-def reference_finding(result: DriftResult) -> Finding:
-    """`overflow` when the float32 run itself is not finite: no precision setting is the fix."""
-    broken = [m for m in result.modules
-              if m.abs_max_float32 is None or not math.isfinite(m.abs_max_float32)]
-    names = {m.name for m in broken}
-    # The innermost: a module with no submodule among the broken ones ("" is the whole model).
-    first = next((m for m in broken if not any(n != m.name and (not m.name or n.startswith(m.name + "."))
-                                                for n in names)), None)
-    location = (first.name or "model") if first is not None else "model"
-    return Finding(
-        "overflow", "error", location,
-        f"The float32 run is itself not finite (inf/NaN first in the output of {location}), so "
-        f"{result.variant} cannot be judged against it, and no precision setting fixes it: look "
-        "for a NaN or inf in the weights or the inputs, or an operation that divides by zero.",
-        {"variant": result.variant, "float32 abs-max": first.abs_max_float32 if first else None},
-        ())
-
-
-def drift_finding(spec: PipelineSpec, result: DriftResult, dtype: str, search) -> Finding:
-    """`overflow` when the variant's output is not finite, else `precision-drift`."""
-    from ..diagnostics.islands import islands_fix
-    from ..diagnostics.rules import FP16_MAX, Evidence, fix_model_dtype
-
-    output = result.output
-    location = result.first_divergent or "model"
-    module = next((m for m in result.modules if (m.name or "model") == location), None)
-    # The model-wide fixes, as the diagnosis words them.
-    ev = Evidence(spec=spec, device_type=result.device.split(":")[0], param_dtypes={},
-                  module_param_dtypes={})
-    fixes = [islands_fix(spec, search)] if search is not None else []
-    evidence = {"variant": result.variant, "output sqnr dB": output["sqnr_db"],
-                "output cosine": output["cosine"], "output max abs diff": output["max_abs_diff"],
-                "tolerance sqnr dB": DRIFT_SQNR_DB}
-    if module is not None:
-        evidence |= {"float32 abs-max": module.abs_max_float32,
-                     f"{result.variant} abs-max": module.abs_max_variant,
-                     "non-finite values": module.nonfinite, "module sqnr dB": module.sqnr_db}
-    if search is not None:
-        evidence |= search.evidence()
-    if not output["finite"]:
-        if dtype == "float16":
-            fixes.append(fix_model_dtype("bfloat16", ev))
-        message = (f"The {result.variant} run's output holds {output['nonfinite']} inf/NaN "
-                   f"values; they first appear in the output of {location}"
-                   + (f", past float16's {FP16_MAX:.0f}" if dtype == "float16" else "") + ".")
-        code, severity = "overflow", "error"
-    else:
-        message = (f"The {result.variant} run is finite but its output drifts from float32 "
-                   f"(SQNR {output['sqnr_db']:.1f} dB, under the {DRIFT_SQNR_DB:.0f} dB "
-                   f"tolerance); the first module whose output parts from float32 is "
-                   f"{location}.")
-        code, severity = "precision-drift", "warning"
-    fixes.append(fix_model_dtype("float32", ev))
-    if search is not None:
-        message += " " + search.summary()
-    return Finding(code, severity, location, message, evidence, tuple(fixes))

@@ -7,7 +7,7 @@ weights; half weights get a float32 master copy, their gradients copied in and t
 values copied back).
 
 Each step is measured with the same helpers as a traced script's steps (core/run/training.py)
-into `Step` records; the rules that read them are in core/diagnostics/training.py. The model is
+into `Step` records; the rules that read them are in core/diagnostics/rules/training.py. The model is
 left as it was found (weights, buffers, gradients, mode): the warm model serves the next run.
 """
 

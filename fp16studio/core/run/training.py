@@ -1,7 +1,7 @@
 """What one training step shows: the loss, the gradients module by module, the optimizer.
 
 Plain records, measured with torch and kept as Python values, so a step can be read after the
-tensors are gone. The rules that read them are in core/diagnostics/training.py; the watchers
+tensors are gone. The rules that read them are in core/diagnostics/rules/training.py; the watchers
 that take them in a user's script, in core/script/steps.py.
 """
 

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..common import dtypes
+from ..common.precision import DEVICE_MISSING_ERRORS, LIST_ERRORS
 from ..data.columns import ColumnFacts
 from ..diagnostics.diagnosis import (
     describe_output,
@@ -22,7 +23,7 @@ from ..diagnostics.diagnosis import (
     parameter_dtypes,
     environment_info,
 )
-from ..diagnostics.findings import Finding, Fix, by_severity
+from ..diagnostics.findings import Finding, by_severity
 from ..diagnostics.inventory import (
     activations_tree,
     batch_tree,
@@ -30,7 +31,10 @@ from ..diagnostics.inventory import (
     mark,
     model_tree,
 )
-from ..diagnostics.rules import Evidence, rule_list_batch, run_rules
+from ..diagnostics.rules import Evidence, run_rules
+from ..diagnostics.rules.batch import rule_list_batch
+from ..diagnostics.rules.edits import batch_of, source_line
+from ..diagnostics.rules.placement import script_device_unavailable
 from ..diagnostics.tree import TensorNode
 from ..spec.value import PipelineSpec
 from .recover import Observed, Recorder, observed_spec, reproduction, with_train
@@ -41,13 +45,13 @@ from .trace import ScriptTrace
 from .tracer import ModelTrace, ScriptTracer, UserCode
 from .user_ops import UserOps
 
-_DEVICE_MISSING = re.compile(r"not compiled with CUDA|no NVIDIA driver|No CUDA GPUs|"
-                             r"invalid device ordinal|CUDA driver|MPS .*not available", re.I)
-_LIST_ERRORS = re.compile(r"'list' object has no attribute '(to|cuda|half|float)'", re.I)
 # Batch keys that hold integers in every Hugging Face model: a floating one was cast.
+# A list where the script expected a tensor: `.to(...)` / `.half()` on a batch of lists.
+_LIST_METHODS = re.compile(r"attribute '(to|cuda|half|float)'")
 _ID_NAMES = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "labels",
              "decoder_input_ids", "decoder_attention_mask")
-# Where a finding's source line is, by code, when it is not the failing call.
+# Where a finding's source line is, by code, when neither its provenance nor the failing call
+# says.
 _SOURCE_OF = {"map-cast-lost": ("map",), "autocast-inactive": ("autocast",),
               "half-on-cpu": ("cast", "load"), "mixed-precision-params": ("cast", "load"),
               "list-batch": ("format", "dataset"), "silent-upcast": ("cast", "load")}
@@ -169,10 +173,13 @@ def assemble(watch: ScriptWatch, script: str, args, outcome: dict, seconds: floa
         error = primary.error
     elif error is not None and outcome.get("exception") is not None:
         findings.extend(_script_failure_findings(outcome["exception"], error))
-    around = [f for watcher in watch.watchers for f in watcher.findings()]
+    around = [f for watcher in watch.watchers for f in watcher.findings(error)]
     # A watcher's finding of the same code at the same line tells the same failure more
-    # precisely (the user's own operation inside their forward, core/script/user_ops.py).
-    said = {_at(f) for f in around if f.source}
+    # precisely (the user's own operation inside their forward, core/script/user_ops.py): at
+    # its own line, or at the line where it failed (a tensor made elsewhere).
+    said = {_at(f) for f in around if f.source} | {
+        (f.code, f.evidence["failed at"].get("file"), f.evidence["failed at"].get("line"))
+        for f in around if isinstance(f.evidence.get("failed at"), dict)}
     findings = _unique([f for f in findings if _at(f) not in said] + around)
     # The spec offered (part 5): the snapshot's own stays as observed, as this runs again.
     observed = primary.observed if primary is not None else None
@@ -266,12 +273,16 @@ def _model_findings(snap: Snapshot, user: UserCode) -> list[Finding]:
         else None
     if error is not None:
         snap.error = dict(error, source=failing)
+    sources = dict(snap.observed.sources)
+    if trace.source:
+        sources["call"] = trace.source
     evidence = Evidence(
         spec=snap.observed.spec, device_type=snap.device.split(":")[0],
         param_dtypes=snap.param_dtypes, module_param_dtypes=snap.module_param_dtypes,
         keep_in_fp32=snap.keep_in_fp32, facts=snap.facts, calls=trace.calls, error=error,
         exception=exc, provenance=snap.observed.provenance,
-        input_provenance=snap.observed.input_provenance)
+        input_provenance=snap.observed.input_provenance, sources=sources,
+        batch=batch_of(source_line(trace.source)))
     out = []
     for finding in run_rules(evidence):
         source = _source_for(finding, snap, failing)
@@ -287,6 +298,9 @@ def _source_for(finding: Finding, snap: Snapshot, failing: dict | None) -> dict 
             return cast.source
     if finding.severity == "error" and failing is not None:
         return failing
+    provenance = finding.evidence.get("provenance")
+    if isinstance(provenance, dict) and provenance.get("source"):
+        return provenance["source"]   # where the dtype the finding is about was decided
     for what in _SOURCE_OF.get(finding.code, ()):
         source = snap.observed.sources.get(what)
         if source is not None:
@@ -298,30 +312,18 @@ def _script_failure_findings(exc: BaseException, error: dict) -> list[Finding]:
     """What the rules can say about a failure outside any model's forward pass."""
     message = error["message"]
     source = error.get("source")
-    if _DEVICE_MISSING.search(message):
-        return [device_unavailable(source)]
-    if _LIST_ERRORS.search(message):
+    if DEVICE_MISSING_ERRORS.search(message):
+        import torch
+
+        available = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+        return [script_device_unavailable(available, source)]
+    if LIST_ERRORS.search(message) and _LIST_METHODS.search(message):
         evidence = Evidence(spec=PipelineSpec(model="script", dataset="script", format="python"),
                             device_type="cpu", param_dtypes={}, module_param_dtypes={},
                             facts={"batch": ColumnFacts("batch", loaded="list")},
                             error=dict(error, stage="batch"), exception=exc)
         return [dataclasses.replace(f, source=source) for f in rule_list_batch(evidence)]
     return []
-
-
-def device_unavailable(source: dict | None) -> Finding:
-    import torch
-
-    available = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    return Finding(
-        "device-unavailable", "error", "cuda",
-        "The script moves a model or tensor to a device this machine does not have "
-        f"(available: {', '.join(available)}). Pick the device at run time: CUDA when present, "
-        "else the CPU.",
-        {"available": available},
-        (Fix("device-auto", "Use the best device present (auto)", {"device": "auto"},
-             "the first CUDA device when present, else the CPU"),),
-        source=source)
 
 
 def _at(finding: Finding) -> tuple:

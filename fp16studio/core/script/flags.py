@@ -32,8 +32,9 @@ import weakref
 from pathlib import Path
 from dataclasses import dataclass
 
-from ..diagnostics.findings import Finding, Fix
-from ..diagnostics.rules import Evidence, source_line, with_argument
+from ..diagnostics.findings import Finding
+from ..diagnostics.rules import Evidence
+from ..diagnostics.rules.flags import accelerator_finding, arguments_finding, autocast_off_finding
 from .tracer import Patches
 
 _MIXED_ERRORS = re.compile(r"bf16|fp16|mixed precision|bfloat16|float16", re.I)
@@ -177,12 +178,12 @@ class FlagWatch:
         return __init__
 
     # -- findings -------------------------------------------------------------------------------
-    def findings(self) -> list[Finding]:
+    def findings(self, error: dict | None = None) -> list[Finding]:
         ran = self._ran()
         out = []
         for setting in self.settings:
-            finding = (_arguments_finding(setting, ran) if setting.kind == "TrainingArguments"
-                       else _accelerator_finding(setting, ran))
+            finding = (arguments_finding(setting, ran, _cuda()) if setting.kind == "TrainingArguments"
+                       else accelerator_finding(setting, ran))
             if finding is not None:
                 out.append(finding)
         out.extend(self._autocast_findings())
@@ -213,7 +214,7 @@ class FlagWatch:
                       if f.final and f.final.startswith(("float16", "bfloat16"))]
             if off is None or set(snap.param_dtypes) - {"float32"} or halves:
                 continue  # the script has half precision of its own: the autocast is a choice
-            out.append(_autocast_off_finding(off, snap.device.split(":")[0]))
+            out.append(autocast_off_finding(off, snap.device.split(":")[0]))
         return out
 
 
@@ -236,186 +237,10 @@ def _arguments_setting(args, source, error: str | None = None) -> Setting:
                    error=error, ref=weakref.ref(args))
 
 
-def _arguments_finding(s: Setting, ran: dict | None) -> Finding | None:
+def _cuda() -> bool:
     import torch
 
-    cuda = torch.cuda.is_available()
-    line = source_line(s.source)
-    if s.error is not None and "bf16" in s.error and (s.flags["bf16"] or s.flags["bf16_full_eval"]):
-        name = "bf16" if s.flags["bf16"] else "bf16_full_eval"
-        return _bf16_refused(s, name, line, cuda)
-    if s.error is not None and "At most one of fp16 and bf16" in s.error:
-        return Finding(
-            "precision-flag", "error", f"{s.cls}.fp16",
-            f"{s.cls}(fp16=True, bf16=True) raised: {s.error}. Pick one: bf16 where the device "
-            "has it (same range as float32, no GradScaler), else fp16.",
-            {"setting": "fp16=True, bf16=True", "error": s.error},
-            (Fix("flag-one-half-dtype", "bf16 where supported, else fp16", {},
-                 _replaced(line, r"fp16\s*=\s*True\s*,?\s*", "")
-                 or f"args = {s.cls}(..., bf16=torch.cuda.is_bf16_supported(), "
-                    "fp16=not torch.cuda.is_bf16_supported())"),),
-            source=s.source)
-    if s.error is None and s.flags["fp16"] and s.device == "cpu":
-        return _fp16_on_cpu(s, f"{s.cls}.fp16", "fp16=True", ran, line, cuda)
-    return None
-
-
-def _bf16_refused(s: Setting, name: str, line: str | None, cuda: bool) -> Finding:
-    where = "this GPU has no bfloat16" if cuda else "this machine has no GPU"
-    message = (f"{s.cls}({name}=True) raised {s.error!r}: transformers checks for a bfloat16 GPU "
-               f"when the arguments are made, and {where}.")
-    keep_cpu = with_argument(line, s.cls, "use_cpu=not torch.cuda.is_available()") \
-        if line and "use_cpu" not in line else None
-    use_cpu = Fix(
-        "flag-bf16-use-cpu", "Keep bf16: train on the CPU when there is no GPU (use_cpu)", {},
-        (keep_cpu or f"args = {s.cls}(..., {name}=True, use_cpu=not torch.cuda.is_available())")
-        + "  # bf16 on a GPU, else a bfloat16 autocast on this CPU")
-    only_gpu = Fix(
-        "flag-bf16-if-supported", "bf16 only where the GPU has it (float32 elsewhere)", {},
-        _replaced(line, rf"\b{name}\s*=\s*True",
-                  f"{name}=torch.cuda.is_available() and torch.cuda.is_bf16_supported()")
-        or f"args = {s.cls}(..., {name}=torch.cuda.is_available() and "
-           "torch.cuda.is_bf16_supported())")
-    if cuda:   # a GPU without bfloat16 (a T4, a V100): float16 mixed precision is what it has
-        fp16 = Fix("flag-fp16-instead", "fp16 mixed precision on this GPU (it has no bfloat16)", {},
-                   _replaced(line, rf"\b{name}\s*=\s*True",
-                             f"{name}=torch.cuda.is_bf16_supported(), "
-                             "fp16=not torch.cuda.is_bf16_supported()")
-                   or f"args = {s.cls}(..., fp16=True)  # this GPU has no bfloat16")
-        fixes = (fp16, only_gpu)
-        message += " This GPU runs float16 mixed precision (fp16=True) instead."
-    elif _cpu_has_bf16():
-        fixes = (use_cpu, only_gpu)
-        message += (" This CPU computes bfloat16 natively (AVX512-BF16/AMX): with use_cpu=True "
-                    "the Trainer trains under a CPU bfloat16 autocast.")
-    else:
-        fixes = (only_gpu, use_cpu)
-        message += (" use_cpu=True would train under a CPU bfloat16 autocast, but this CPU has "
-                    "no native bfloat16 (slower than float32): keep bf16 for the GPU.")
-    return Finding("precision-flag", "error", f"{s.cls}.{name}", message,
-                   {"setting": f"{name}=True", "device": "cuda" if cuda else "cpu",
-                    "cpu bfloat16": _cpu_has_bf16(), "error": s.error},
-                   fixes, source=s.source)
-
-
-def _fp16_on_cpu(s: Setting, location: str, setting: str, ran: dict | None, line: str | None,
-                 cuda: bool) -> Finding:
-    computed = ", ".join(ran) if ran else None
-    dtype = computed or "the model's own dtype"
-    message = (f"{setting} on a CPU runs no half precision: accelerate does float16 mixed "
-               "precision only on an accelerator (on a CPU it turns native AMP off: no autocast, "
-               "no GradScaler), and neither transformers nor accelerate says so. The model "
-               f"trains in {dtype}" + (" (the first forward pass computed so)" if computed else "")
-               + ": no speed or memory gain.")
-    fixes = []
-    if location.startswith("Accelerator"):
-        bf16 = Fix("flag-accelerator-bf16-on-cpu", "bf16 on the CPU, fp16 on a GPU", {},
-                   _replaced(line, r"""(["'])fp16\1""",
-                             '"fp16" if torch.cuda.is_available() else "bf16"')
-                   or 'accelerator = Accelerator(mixed_precision="fp16" if torch.cuda.is_available() '
-                      'else "bf16")')
-        plain = Fix("flag-accelerator-fp16-gpu-only", "fp16 on a GPU, plainly float32 on the CPU",
-                    {}, _replaced(line, r"""(["'])fp16\1""",
-                                  '"fp16" if torch.cuda.is_available() else "no"')
-                    or 'accelerator = Accelerator(mixed_precision="fp16" if '
-                       'torch.cuda.is_available() else "no")')
-    else:
-        extra = "" if line and "use_cpu" in line else ", use_cpu=not torch.cuda.is_available()"
-        bf16 = Fix("flag-fp16-bf16-on-cpu", "bf16 on the CPU, fp16 on a GPU", {},
-                   _replaced(line, r"\bfp16\s*=\s*True",
-                             "fp16=torch.cuda.is_available(), bf16=not torch.cuda.is_available()"
-                             + extra)
-                   or f"args = {s.cls}(..., fp16=torch.cuda.is_available(), "
-                      f"bf16=not torch.cuda.is_available(){extra})")
-        plain = Fix("flag-fp16-gpu-only", "fp16 on a GPU, plainly float32 on the CPU", {},
-                    _replaced(line, r"\bfp16\s*=\s*True", "fp16=torch.cuda.is_available()")
-                    or f"args = {s.cls}(..., fp16=torch.cuda.is_available())")
-    if _cpu_has_bf16():
-        fixes = [bf16, plain]
-        message += " This CPU computes bfloat16 natively: bf16 mixed precision works here."
-    else:
-        fixes = [plain, bf16]
-        message += " This CPU has no native bfloat16 either: float32 is its fastest."
-    return Finding("precision-flag", "warning", location, message,
-                   {"setting": setting, "device": "cpu", "autocast": False,
-                    "grad scaler": bool(s.scaler), "compute dtypes": ran,
-                    "cpu bfloat16": _cpu_has_bf16()},
-                   tuple(fixes), source=s.source)
-
-
-# -- Accelerator ---------------------------------------------------------------------------------
-
-def _accelerator_finding(s: Setting, ran: dict | None) -> Finding | None:
-    mixed = s.flags["mixed_precision"]
-    line = source_line(s.source)
-    if s.error is not None:
-        return Finding(
-            "precision-flag", "error", f"{s.cls}.mixed_precision",
-            f"{s.cls}(mixed_precision={mixed!r}) raised: {s.error}. This device cannot run that "
-            "mixed precision: pick what it has (bf16 where supported, fp16 on a GPU without "
-            "bfloat16, no on a device with neither).",
-            {"setting": f"mixed_precision={mixed!r}", "error": s.error},
-            (Fix("flag-accelerator-supported", "The mixed precision this device has", {},
-                 _replaced(line, rf"""(["']){re.escape(mixed)}\1""",
-                           '"bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() '
-                           'else "fp16" if torch.cuda.is_available() else "no"')
-                 or 'accelerator = Accelerator(mixed_precision="bf16" if torch.cuda.is_available() '
-                    'and torch.cuda.is_bf16_supported() else "fp16" if torch.cuda.is_available() '
-                    'else "no")'),),
-            source=s.source)
-    if mixed == "fp16" and s.device == "cpu" and not s.native_amp:
-        return _fp16_on_cpu(s, f"{s.cls}.mixed_precision", 'mixed_precision="fp16"', ran, line,
-                            False)
-    return None
-
-
-# -- autocast ------------------------------------------------------------------------------------
-
-def _autocast_off_finding(off: _AutocastOff, device: str) -> Finding:
-    half = "bfloat16" if device == "cpu" else "float16"
-    if off.by_user:
-        severity = "info"
-        message = (f"The autocast({off.device!r}) around the model is off (enabled=False), and "
-                   "nothing else in the script is half precision: the forward pass runs in "
-                   f"float32. If mixed precision was meant, enable it: on {device} "
-                   f"autocast({half}) works" + (" (with a GradScaler for float16)."
-                                                if half == "float16" else "."))
-    else:
-        severity = "warning"
-        message = (f"torch turned the autocast({off.device!r}, {off.dtype}) around the model off: "
-                   f"{off.device} autocast has no {off.dtype} (it warned once). The forward pass "
-                   f"runs in float32. Ask for a dtype it has: {half}.")
-    return Finding(
-        "precision-flag", severity, "autocast.enabled", message,
-        {"autocast device": off.device, "dtype": off.dtype, "enabled by the script": not off.by_user,
-         "model device": device},
-        (Fix(f"flag-autocast-{half}", f"Autocast in {half} on {device}", {},
-             f'with torch.autocast(device_type="{device}", dtype=torch.{half}):'
-             + ("  # with torch.amp.GradScaler for training" if half == "float16" else "")),),
-        source=off.source)
-
-
-# -- helpers -------------------------------------------------------------------------------------
-
-def _replaced(line: str | None, pattern: str, replacement: str) -> str | None:
-    """The user's line with `pattern` replaced once (their comment dropped), None if absent."""
-    if not line:
-        return None
-    code = line.split("  #")[0].rstrip()
-    new, count = re.subn(pattern, lambda _: replacement, code, count=1)
-    return new if count else None
-
-
-def _cpu_has_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX): else torch emulates it,
-    slower than float32."""
-    import torch
-
-    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    try:
-        return any(getattr(torch.cpu, name)() for name in checks if hasattr(torch.cpu, name))
-    except Exception:  # noqa: BLE001 - a torch without these checks: say it has none
-        return False
+    return torch.cuda.is_available()
 
 
 def _device_present(device_type: str) -> bool:

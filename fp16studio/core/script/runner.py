@@ -22,6 +22,7 @@ import traceback
 from pathlib import Path
 
 from ..common.errors import first_line
+from ..common.precision import is_ours
 from .entry import CHECK_ARG, DEFAULT_STEPS, NEEDS, STEPS_ENV, frozen, restore_library_path
 
 
@@ -113,10 +114,6 @@ def _as_python_runs_a_script():
     restore_library_path(os.environ)
 
 
-# The fp16studio package: frames from here in a traceback are the tracer's wrappers. The frozen
-# program names them relative to its archive ("fp16studio/core/...").
-_OURS = str(Path(__file__).resolve().parents[2]) + os.sep
-_OUR_PREFIXES = (_OURS, "fp16studio" + os.sep) if frozen() else (_OURS,)
 
 
 def _print_traceback(exc: BaseException, user):
@@ -139,10 +136,10 @@ def _without_our_wrappers(stack):
     """The frames, less ours between the script's and the library's. Ours after the last
     frame of anyone else's stay: the exception was raised in them (a bug of ours, shown)."""
     frames = list(stack)
-    last_foreign = max((i for i, f in enumerate(frames) if not f.filename.startswith(_OUR_PREFIXES)),
+    last_foreign = max((i for i, f in enumerate(frames) if not is_ours(f.filename)),
                        default=-1)
     return traceback.StackSummary.from_list(
-        [f for i, f in enumerate(frames) if i > last_foreign or not f.filename.startswith(_OUR_PREFIXES)])
+        [f for i, f in enumerate(frames) if i > last_foreign or not is_ours(f.filename)])
 
 
 def _failure_outcome(exc: BaseException, user) -> dict:

@@ -14,7 +14,7 @@ import sys
 import weakref
 
 from ..common import dtypes
-from ..diagnostics.training import training_findings
+from ..diagnostics.rules.training import training_findings
 from ..run.training import OptimizerProbe, Step, gradient_stats, loss_value
 from .entry import DEFAULT_STEPS
 from .tracer import Patches, ScriptTracer, UserCode
@@ -170,8 +170,8 @@ class StepWatch:
                     return call.param_dtype
         return None
 
-    def findings(self):
-        return training_findings(self.steps, self.compute_dtype())
+    def findings(self, error: dict | None = None):
+        return training_findings(self.steps, self.compute_dtype(), error=error)
 
     def documents(self) -> list[dict]:
         return [step.to_json() for step in self.steps]

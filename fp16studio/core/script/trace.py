@@ -74,16 +74,12 @@ class ScriptTrace(Diagnosis):
         return self.spec if self.recovered else None
 
     def to_json(self) -> dict:
-        from .fixes import fix_code
-
         doc = super().to_json()
         doc["spec"] = doc["spec"] if self.recovered else None
         doc.update(script=self.script, args=list(self.args), models=self.models,
                    notes=list(self.notes), steps=list(self.steps))
         for finding, out in zip(self.findings, doc["findings"]):
             out["source"] = finding.source
-            for fix, fix_doc in zip(finding.fixes, out["fixes"]):
-                fix_doc["code"] = fix_code(fix)
         return doc
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common import dtypes
+from ..common.precision import OUR_PREFIXES
 from ..run.module_hooks import add_watcher, remove_watcher
 from ..run.trace import Tracer
 
@@ -31,9 +32,8 @@ class UserCode:
     def __init__(self, script: Path):
         self.script = str(script)
         self.folder = str(script.parent) + "/"
-        own = str(Path(__file__).resolve().parents[2]) + "/"  # the fp16studio package
         installed = {sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib")}
-        self._outside = tuple(str(Path(p)) + "/" for p in installed) + (own,)
+        self._outside = tuple(str(Path(p)) + "/" for p in installed) + OUR_PREFIXES
         self._known: dict[str, bool] = {}
 
     def owns(self, filename: str) -> bool:

@@ -33,6 +33,7 @@ plus a frame look-up and one dict hit; only the user's own calls are wrapped and
 from __future__ import annotations
 
 import ast
+import dataclasses
 import io
 import linecache
 import os
@@ -41,8 +42,20 @@ import sys
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace as Record
 
-from ..diagnostics.findings import Finding, Fix
+from ..common.precision import (
+    DEVICE_ERRORS,
+    FP16_MAX,
+    HALF_KERNEL_ERRORS,
+    HALF_TORCH_NAMES,
+    OUR_FOLDER,
+)
+from ..diagnostics.findings import Finding
+from ..diagnostics.rules.batch import float64_targets
+from ..diagnostics.rules.dtypes import user_half_unsupported
+from ..diagnostics.rules.placement import made_on_other_device
+from ..diagnostics.rules.ranges import user_overflowed, user_value_refused
 from .tracer import UserCode
 
 # What a frame's file is, for the mode: kinds, cached per file name.
@@ -50,18 +63,15 @@ _USER, _DISPATCH, _LOSS, _WRAPPER, _OTHER, _PASS = 1, 2, 3, 4, 5, 6
 _DISPATCH_FILE = os.sep.join(("torch", "overrides.py"))
 _LOSS_FILE = os.sep.join(("torch", "nn", "modules", "loss.py"))
 _MODULE_FILE = os.sep.join(("torch", "nn", "modules", "module.py"))
-_OURS = str(Path(__file__).resolve().parents[2]) + os.sep   # the fp16studio package
+_OURS = OUR_FOLDER
 _HANDLER = "__torch_function__"
 _RUNPY = os.sep + "runpy.py"
 
 _NUMPY_ERRORS = re.compile(r"Got unsupported ScalarType (BFloat16|Half)")
 _FLOAT_ONLY_ERRORS = re.compile(r"must be either float or double dtype")
-_HALF_KERNEL_ERRORS = re.compile(r"not implemented for '(Half|BFloat16)'|Unsupported dtype "
-                                 r"(Half|BFloat16)|Low precision dtypes not supported")
 _VALUE_ERRORS = re.compile(r"value cannot be converted to type (?:c10::)?(Half|BFloat16) "
                            r"without overflow")
 _BACKWARD_DTYPE_ERRORS = re.compile(r"Found dtype Double but expected (Float|Half|BFloat16)")
-_DTYPE_NAMES = {"Half": "float16", "BFloat16": "bfloat16"}
 # Operations that store a number as it is (else it is arithmetic: `x * 1e6`).
 _WRITES = frozenset((
     "full", "full_like", "new_full", "fill", "fill_", "masked_fill", "masked_fill_", "where",
@@ -69,30 +79,28 @@ _WRITES = frozenset((
     "as_tensor", "scalar_tensor", "index_fill", "index_fill_", "pad", "constant_pad_nd",
     "nan_to_num", "nan_to_num_", "index_put", "index_put_"))
 _DATA = ("tensor", "as_tensor")   # their numbers come in a list
-_HALF_MAX = 65504.0          # a number past float16's range: worth a look (below: no)
+# Factories that make a tensor on the default device unless told `device=`.
+_FACTORIES = frozenset((
+    "arange", "linspace", "logspace", "zeros", "ones", "full", "empty", "eye", "rand", "randn",
+    "randint", "tensor", "as_tensor", "tril_indices", "triu_indices"))
+_MADE = 64                   # the user's last factory tensors remembered (where each was made)
 _MEETINGS = 8                # the last losses that met float64 targets, kept
 _GRAPH_NODES = 200           # how far back the autograd graph is searched for the loss
-
-# Fix ids (core/script/fixes.py: their `explain` is the line to write).
-FLOAT_BEFORE_NUMPY = "float-before-numpy"
-FLOAT_INPUT = "float-input"
-FINFO_VALUE = "finfo-value"
-TARGETS_FLOAT32 = "targets-float32"
-FIX_IDS = (FLOAT_BEFORE_NUMPY, FLOAT_INPUT, FINFO_VALUE, TARGETS_FLOAT32)
 
 
 @dataclass
 class _Seen:
-    """One finding in the making, at one line; `exc` (a failure) until the script is over."""
+    """One finding in the making, at one line: the registry's rule that words it and the
+    record it reads; `exc` (a failure) until the script is over."""
 
     code: str
-    severity: str
-    location: str
-    message: str
-    evidence: dict
-    fix: Fix
-    source: dict
+    rule: object
+    record: Record
     exc: BaseException | None = None
+
+    @property
+    def source(self) -> dict:
+        return self.record.source
 
 
 @dataclass
@@ -115,6 +123,7 @@ class UserOps:
         self._kinds: dict[str, int] = {}
         self._seen: dict[tuple, _Seen] = {}
         self._meetings: list[_Meeting] = []
+        self._made: dict[int, tuple] = {}    # id(tensor) -> (weakref, func, source, line)
         self._mode = None
 
     # -- the ScriptWatch protocol -------------------------------------------------------------
@@ -140,16 +149,16 @@ class UserOps:
         for other in reversed(above):
             _push_mode(other)
 
-    def findings(self) -> list[Finding]:
+    def findings(self, error: dict | None = None) -> list[Finding]:
         out = []
         for seen in self._seen.values():
-            severity, message = seen.severity, seen.message
+            finding = seen.rule(seen.record)
             if seen.exc is not None and self._caught(seen.exc):
-                severity = "warning"
-                message += " (The script caught this exception and went on.)"
+                finding = dataclasses.replace(
+                    finding, severity="warning",
+                    message=finding.message + " (The script caught this exception and went on.)")
             seen.exc = None
-            out.append(Finding(seen.code, severity, seen.location, message, seen.evidence,
-                               (seen.fix,), source=seen.source))
+            out.append(finding)
         return out
 
     @staticmethod
@@ -230,6 +239,8 @@ class UserOps:
             self._wrote_inf(name, args, result, big, frame)
         if "loss" in name or "entropy" in name:
             self._loss_called(name, args, kwargs, frame)
+        if name in _FACTORIES:
+            self._remember_made(name, result, frame)
 
     def _failed(self, func, args, kwargs, frame, exc: Exception):
         message = str(exc).strip().split("\n", 1)[0][:500]
@@ -237,12 +248,14 @@ class UserOps:
         half = _half_tensor(args, kwargs)
         if _NUMPY_ERRORS.search(message) and half is not None:
             self._unsupported(name, args, kwargs, half, frame, exc, message, numpy=True)
-        elif (_FLOAT_ONLY_ERRORS.search(message) or _HALF_KERNEL_ERRORS.search(message)) \
+        elif (_FLOAT_ONLY_ERRORS.search(message) or HALF_KERNEL_ERRORS.search(message)) \
                 and half is not None:
             self._unsupported(name, args, kwargs, half, frame, exc, message)
         elif match := _VALUE_ERRORS.search(message):
-            self._refused_value(name, args, kwargs, _DTYPE_NAMES[match.group(1)], frame, exc,
+            self._refused_value(name, args, kwargs, HALF_TORCH_NAMES[match.group(1)], frame, exc,
                                 message)
+        elif DEVICE_ERRORS.search(message):
+            self._met_on_other_device(args, kwargs, frame, exc, message)
         elif match := _BACKWARD_DTYPE_ERRORS.search(message):
             self._backward_dtype(args, frame, exc, message)
 
@@ -260,21 +273,10 @@ class UserOps:
         if code is None:
             code = (f"{expr} = {expr}.float()" if expr else "# .float() the tensor") + \
                 f"  # before {_shown(name)}: it takes no {dtype}"
-        if numpy:
-            story = (f"{expr or 'The tensor'} is {dtype}, and numpy has no {dtype}: "
-                     f"{_shown(name)} refuses it ({message}). Cast that one tensor to float32 on "
-                     f"its way to numpy; the model stays in {dtype}.")
-            fix = Fix(FLOAT_BEFORE_NUMPY, "Cast to float32 before .numpy()", {}, code)
-        else:
-            story = (f"{_shown(name)} has no {dtype} support on {tensor.device.type} ({message}). "
-                     f"Cast its {dtype} input to float32 for this one call; the rest stays "
-                     f"{dtype}.")
-            fix = Fix(FLOAT_INPUT, f"Cast the input of {_shown(name)} to float32", {}, code)
-        self._note(_Seen(
-            "half-unsupported", "error", expr or _function_of(frame),
-            f"At line {frame.f_lineno}: {story}",
-            {"error": message, "dtype": dtype, "operation": name,
-             "device": tensor.device.type}, fix, _source(frame), exc))
+        self._note(_Seen("half-unsupported", user_half_unsupported, Record(
+            name=_shown(name), op=name, dtype=dtype, device=tensor.device.type, expr=expr,
+            message=message, numpy=numpy, lineno=frame.f_lineno, code=code,
+            source=_source(frame), location=expr or _function_of(frame)), exc))
 
     def _refused_value(self, name, args, kwargs, dtype, frame, exc, message):
         import torch
@@ -326,14 +328,9 @@ class UserOps:
         if code is None:
             code = (f"{expr} = {expr}.float()" if expr else "# .float() the tensor") + \
                 f"  # float32 before {_shown(name)}: {dtype} ends at {limit:g}"
-        where = _function_of(frame)
-        return _Seen(
-            "value-out-of-range", "warning", where,
-            f"{where} (line {frame.f_lineno}) computes {_shown(name)} with {value:g} on a "
-            f"{dtype} tensor: the result passed {limit:g}, the most {dtype} holds, and became "
-            "inf, silently. Compute this one step in float32.",
-            {"value": value, "dtype": dtype, "max": limit, "operation": name},
-            Fix(FLOAT_INPUT, "Compute it in float32", {}, code), _source(frame))
+        return _Seen("value-out-of-range", user_overflowed, Record(
+            where=_function_of(frame), lineno=frame.f_lineno, name=_shown(name), op=name,
+            value=value, dtype=dtype, limit=limit, code=code, source=_source(frame)))
 
     def _value_finding(self, name, args, kwargs, value, dtype, limit, frame, exc, outcome,
                        severity) -> _Seen:
@@ -346,15 +343,41 @@ class UserOps:
             f"torch.finfo(torch.{dtype}).{bound}"
         code = _replace_number(line, value, replacement) or \
             f"{replacement}  # in place of {value:g}"
-        where = _function_of(frame)
-        return _Seen(
-            "value-out-of-range", severity, where,
-            f"{where} (line {frame.f_lineno}) writes {value:g} into a {dtype} tensor with "
-            f"{_shown(name)}, but {dtype} holds at most {limit:g} in magnitude: {outcome}. "
-            f"Write the dtype's own extreme, {replacement}, which every dtype holds.",
-            {"value": value, "dtype": dtype, "max": limit, "operation": name},
-            Fix(FINFO_VALUE, f"Use {replacement} instead of {value:g}", {}, code),
-            _source(frame), exc)
+        return _Seen("value-out-of-range", user_value_refused, Record(
+            where=_function_of(frame), lineno=frame.f_lineno, name=_shown(name), op=name,
+            value=value, dtype=dtype, limit=limit, outcome=outcome, severity=severity,
+            replacement=replacement, code=code, source=_source(frame)), exc)
+
+    def _remember_made(self, name, result, frame):
+        """Where the user's code made a tensor: said if it then meets one on another device."""
+        import torch
+        import weakref
+
+        if not isinstance(result, torch.Tensor):
+            return
+        if len(self._made) >= _MADE:
+            self._made.pop(next(iter(self._made)))
+        self._made[id(result)] = (weakref.ref(result), name, _source(frame), _line(frame))
+
+    def _met_on_other_device(self, args, kwargs, frame, exc, message):
+        """A device clash in the user's code where one side is a tensor their code made: the
+        fix is where it was made, not the batch."""
+        import torch
+
+        tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
+        for tensor in tensors:
+            made = self._made.get(id(tensor))
+            if made is None or made[0]() is not tensor:
+                continue
+            other = next((t for t in tensors if t.device != tensor.device), None)
+            if other is None:
+                return
+            _, func, source, line = made
+            self._note(_Seen("device-mismatch", made_on_other_device, Record(
+                func=func, device=str(tensor.device), other_device=str(other.device),
+                like=_local_name(other, frame) or "x", line=line, source=source,
+                failed_at=_source(frame), message=message, function=_function_of(frame)), exc))
+            return
 
     def _loss_called(self, name, args, kwargs, frame):
         import torch
@@ -381,22 +404,14 @@ class UserOps:
         if meeting is None and graph_loss is None:
             return        # not shown to be the targets: no finding rather than a wrong one
         name = meeting.target if meeting and meeting.target else "targets"
-        loss = meeting.loss if meeting else graph_loss
-        predictions = meeting.predictions if meeting else "float32"
-        source = meeting.source if meeting else _source(frame)
         line = meeting.line if meeting else ""
         code = _replace_name(line, name, f"{name}.float()") or \
             f"{name} = {name}.float()  # float32, as the predictions: before the loss"
-        self._note(_Seen(
-            "label-dtype", "error", name,
-            f"The targets ({name}) reach the loss ({loss}, line {source['line']}) as float64 "
-            f"while the predictions are {predictions}: the loss accepted them, then the "
-            f"backward pass (line {frame.f_lineno}) failed ({message}). Cast the targets to "
-            "float32 before the loss (numpy and pandas make float64 by default).",
-            {"error": message, "targets dtype": "float64", "predictions dtype": predictions,
-             "loss": loss, "backward": _source(frame)},
-            Fix(TARGETS_FLOAT32, "Cast the targets to float32", {}, code),
-            source, exc))
+        self._note(_Seen("label-dtype", float64_targets, Record(
+            name=name, loss=meeting.loss if meeting else graph_loss,
+            predictions=meeting.predictions if meeting else "float32",
+            source=meeting.source if meeting else _source(frame), backward=_source(frame),
+            message=message, code=code), exc))
 
 
 def _mode_for(watcher: UserOps):
@@ -462,7 +477,7 @@ def _big_number(values, nested=False):
     for value in values:
         kind = type(value)
         if kind is float or kind is int:
-            if not -_HALF_MAX <= value <= _HALF_MAX and value == value and \
+            if not -FP16_MAX <= value <= FP16_MAX and value == value and \
                     value not in (float("inf"), float("-inf")):
                 return value
         elif nested and (kind is list or kind is tuple):

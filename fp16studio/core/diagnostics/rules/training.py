@@ -12,46 +12,17 @@ has none: its fixes are said in code.
 
 from __future__ import annotations
 
-from ..common.dtypes import HALF_NAMES
-from ..run.training import Step
-from .findings import Finding, Fix
+from ...common.dtypes import HALF_NAMES
+from ...common.precision import UNSCALE_BF16_ERRORS, UNSCALE_FP16_ERRORS
+from ...run.training import Step
+from ..findings import Finding
+from . import edits
+from .ranges import loss_overflow
+
+OWNS = ("grad-overflow", "grad-underflow", "optimizer-precision", "scaler-misuse")
 
 UNDERFLOW_SHARE = 0.01      # of a module's gradient below float16's normal range
 ROUNDED_AWAY_SHARE = 0.5    # of the updates a step left unchanged
-
-
-def _train_edits(train, **fields) -> dict:
-    """The edit of the spec's `train` (only the fields changed), when the run had one."""
-    return {"train": fields} if train is not None else {}
-
-
-def master_weights_fix(dtype: str, train=None) -> Fix:
-    """float32 weights the optimizer updates, the forward pass in `dtype` under autocast."""
-    scaler = " and a GradScaler" if dtype == "float16" else ""
-    train_fields = {"master_weights": True}
-    if dtype == "float16":
-        train_fields["grad_scaler"] = True
-    return Fix(f"master-weights-{dtype}", f"float32 master weights, autocast({dtype}){scaler}",
-               {"model_dtype": "float32", "model_cast": None, "input_dtype": None,
-                "autocast": dtype, **_train_edits(train, **train_fields)},
-               f"keep the weights in float32 for the optimizer and run the forward pass under "
-               f"torch.autocast(device_type, dtype=torch.{dtype})"
-               + ("; scale the loss with torch.amp.GradScaler so small gradients survive float16"
-                  if dtype == "float16" else ""))
-
-
-def grad_scaler_fix(train=None) -> Fix:
-    return Fix("grad-scaler", "Scale the loss with a GradScaler",
-               _train_edits(train, grad_scaler=True),
-               "scaler = torch.amp.GradScaler(); scaler.scale(loss).backward(); "
-               "scaler.step(optimizer); scaler.update()")
-
-
-def unscale_before_clip_fix(train=None) -> Fix:
-    return Fix("unscale-before-clip", "Unscale the gradients before clipping them",
-               _train_edits(train, clip_before_unscale=False),
-               "scaler.unscale_(optimizer) right before clip_grad_norm_: clipping acts on the "
-               "true gradients, not on gradients scaled by the GradScaler")
 
 
 def training_findings(steps: list[Step], compute_dtype: str | None, train=None,
@@ -70,8 +41,12 @@ def training_findings(steps: list[Step], compute_dtype: str | None, train=None,
     out.extend(_optimizer_risks(steps, out, train))
     if not any(f.code in ("overflow", "grad-overflow") for f in out):
         out.extend(_grad_underflow(steps, compute_dtype, train))  # else a consequence
-    if error is not None and _UNSCALE_HALF in str(error.get("message", "")):
-        out.append(_scaler_on_half_gradients(steps, error, train))
+    message = str((error or {}).get("message", ""))
+    if UNSCALE_FP16_ERRORS.search(message):
+        out.append(_scaler_refused(steps, error, train, "float16"))
+    elif UNSCALE_BF16_ERRORS.search(message):
+        out = [f for f in out if f.code != "scaler-misuse"]   # the crash says more
+        out.append(_scaler_refused(steps, error, train, "bfloat16"))
     return _first_of_each(out)
 
 
@@ -86,20 +61,26 @@ def _first_of_each(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-# torch's GradScaler.unscale_ on float16 gradients (half weights updated directly).
-_UNSCALE_HALF = "Attempting to unscale FP16 gradients"
-
-
-def _scaler_on_half_gradients(steps: list[Step], error: dict, train) -> Finding:
+def _scaler_refused(steps: list[Step], error: dict, train, dtype: str) -> Finding:
+    """The GradScaler failing on half gradients: the weights themselves are half. float16's
+    answer is float32 master weights under autocast with the scaler; bfloat16 needs no scaler
+    (on CUDA its unscale kernel has no bfloat16 at all)."""
     index = steps[-1].index if steps else 0
+    if dtype == "float16":
+        what = ("refused to unscale the gradients", "A GradScaler works on float32 weights "
+                "(master weights) whose forward pass runs in float16 under autocast.")
+        fixes = (edits.master_weights("float16", train),)
+    else:
+        what = ("failed to unscale bfloat16 gradients", "bfloat16 has float32's range and needs "
+                "no loss scaling: drop the scaler (or keep float32 weights under a bfloat16 "
+                "autocast, which needs none either).")
+        fixes = (edits.drop_grad_scaler(train), edits.master_weights("bfloat16", train))
     return Finding(
         "scaler-misuse", "error", "GradScaler.unscale_",
-        f"Training step {index}: the GradScaler refused to unscale the gradients "
-        f"({error.get('message')}): the weights themselves are float16, so their gradients are "
-        "too. A GradScaler works on float32 weights (master weights) whose forward pass runs in "
-        "float16 under autocast.",
-        {"step": index, "phase": "optimizer", "error": error.get("message")},
-        (master_weights_fix("float16", train),))
+        f"Training step {index}: the GradScaler {what[0]} ({error.get('message')}): the weights "
+        f"themselves are {dtype}, so their gradients are too. {what[1]}",
+        {"step": index, "phase": "optimizer", "error": error.get("message"),
+         "gradient dtype": dtype}, fixes, source=error.get("source"))
 
 
 def _first_nonfinite(step: Step, steps: list[Step], compute_dtype, train=None) -> Finding | None:
@@ -108,13 +89,7 @@ def _first_nonfinite(step: Step, steps: list[Step], compute_dtype, train=None) -
         return None
     phase = where["phase"]
     if phase == "forward":
-        return Finding(
-            "overflow", "error", "loss",
-            f"The loss of training step {step.index} is {step.loss}: the forward pass made "
-            "inf/NaN. Everything the step computes from it is lost.",
-            {"step": step.index, "phase": "forward", "loss": repr(step.loss)},
-            (master_weights_fix(compute_dtype, train),) if compute_dtype else (),
-            source=step.source)
+        return loss_overflow(step, compute_dtype, train)
     if phase == "backward":
         if step.scaled:
             return None  # the GradScaler skips this step and lowers its scale: its job
@@ -163,13 +138,10 @@ def _optimizer_evidence(step: Step, opt) -> dict:
 def _optimizer_fixes(opt, half: str | None, train=None) -> tuple:
     if half is None:
         return ()
-    fixes = [master_weights_fix(half, train)]
+    fixes = [edits.master_weights(half, train)]
     held = opt.eps_in_dtype.get(half)
     if opt.eps is not None and held is not None and held < opt.eps / 2:
-        fixes.append(Fix("optimizer-eps", "A larger eps the half dtype holds",
-                         _train_edits(train, eps=1e-4),
-                         "eps=1e-4 in the optimizer's arguments (1e-8 is 0 in float16); the "
-                         "weights stay in half precision, and so do the risks of updating them"))
+        fixes.append(edits.optimizer_eps(train))
     return tuple(fixes)
 
 
@@ -211,14 +183,14 @@ def _scaler_misuse(step: Step, compute_dtype, train=None) -> list[Finding]:
                 "large and shrinks the gradients to almost nothing once they are unscaled; "
                 "learning goes flat.",
                 {"step": step.index, "calls": events, "scale": step.scale},
-                (unscale_before_clip_fix(train),), source=source))
+                (edits.unscale_before_clip(train, source),), source=source))
         if name == "step" and "scale" not in events[:i]:
             out.append(Finding(
                 "scaler-misuse", "error", "GradScaler.step",
                 f"Training step {step.index}: scaler.step(optimizer) ran on gradients the "
                 "scaler never scaled (no scaler.scale(loss).backward()): it divides them by "
                 f"the scale (×{step.scale or 65536:g}) and the update all but vanishes.",
-                {"step": step.index, "calls": events}, (grad_scaler_fix(train),),
+                {"step": step.index, "calls": events}, (edits.grad_scaler(train),),
                 source=source))
     if step.scaled and compute_dtype == "bfloat16" and step.index == 0:
         source = next((s for n, s in step.scaler if n == "scale"), step.source)
@@ -228,9 +200,7 @@ def _scaler_misuse(step: Step, compute_dtype, train=None) -> list[Finding]:
             "gradients neither overflow nor underflow the way float16's do; the scaler only "
             "adds work (and skips steps it need not skip).",
             {"step": step.index, "compute dtype": compute_dtype},
-            (Fix("drop-grad-scaler", "Drop the GradScaler",
-                 _train_edits(train, grad_scaler=False, clip_before_unscale=False),
-                 "loss.backward(); optimizer.step() without a scaler under bfloat16"),),
+            (edits.drop_grad_scaler(train),),
             source=source))
     return out
 
@@ -258,5 +228,5 @@ def _gradient_fixes(grad_dtype: str, compute_dtype: str | None, train=None) -> t
     """Half gradients are half weights: master weights first (a GradScaler refuses to unscale
     float16 gradients). float32 weights under a float16 autocast need only the scaler."""
     if grad_dtype in HALF_NAMES:
-        return (master_weights_fix(grad_dtype, train),)
-    return (grad_scaler_fix(train),) if compute_dtype == "float16" else ()
+        return (edits.master_weights(grad_dtype, train),)
+    return (edits.grad_scaler(train),) if compute_dtype == "float16" else ()

@@ -1,0 +1,53 @@
+"""One registry of rules: every finding fp16studio makes is made in this package (issue 27).
+
+A family module owns its codes (`OWNS`): whatever observed the evidence (a forward pass, a
+training step, the user's own tensor code, a precision setting, a drift run, the script's
+failure), the finding of a code is worded and fixed by its owner, from the evidence it is given.
+A code has exactly one owner (tests/core/test_rule_registry.py checks it, and that no module
+outside this package constructs a Finding).
+
+    batch       list-batch, map-cast-lost, integer-cast, label-dtype
+    placement   device-mismatch, device-unavailable, out-of-memory
+    dtypes      dtype-mismatch, silent-upcast, mixed-precision-params, half-on-cpu,
+                autocast-inactive, half-unsupported
+    ranges      overflow, overflow-risk, precision-drift, value-out-of-range
+    training    grad-overflow, grad-underflow, optimizer-precision, scaler-misuse
+    flags       precision-flag
+
+Beside them: `evidence` (what a forward pass shows the rules), `words` (where a dtype came
+from, said from its provenance), `edits` (fixes as structured spec and code edits).
+
+Each forward-pass rule is `(Evidence) -> list[Finding]`; RULES is their order. The rules of
+other observers are plain functions of their records, called where the evidence is gathered.
+"""
+
+from __future__ import annotations
+
+from ..findings import Finding, by_severity
+from . import batch, dtypes, flags, placement, ranges, training
+from .evidence import Evidence
+from .words import spec_provenance
+
+FAMILIES = (batch, placement, dtypes, ranges, training, flags)
+
+RULES = (placement.rule_out_of_memory, placement.rule_input_device_unavailable,
+         batch.rule_label_dtype, placement.rule_device_mismatch, batch.rule_list_batch,
+         batch.rule_integer_cast, dtypes.rule_half_unsupported, dtypes.rule_dtype_mismatch,
+         ranges.rule_overflow, batch.rule_map_cast_lost, dtypes.rule_silent_upcast,
+         dtypes.rule_autocast_inactive, dtypes.rule_mixed_precision_params,
+         dtypes.rule_half_on_cpu, ranges.rule_overflow_risk)
+
+__all__ = ["Evidence", "FAMILIES", "RULES", "owner", "run_rules", "spec_provenance"]
+
+
+def owner(code: str):
+    """The family module that words and fixes findings of `code`."""
+    return next(family for family in FAMILIES if code in family.OWNS)
+
+
+def run_rules(ev: Evidence) -> list[Finding]:
+    """The findings of one forward pass, most severe first."""
+    findings = []
+    for rule in RULES:
+        findings.extend(rule(ev))
+    return by_severity(findings)

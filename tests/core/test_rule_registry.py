@@ -1,0 +1,140 @@
+"""One registry of rules (issue 27): every finding is made in core/diagnostics/rules, each code
+by one owner, and what a finding says and fixes agrees with the evidence it carries.
+
+The invariants run the forward-pass rules over evidence made to vary (hypothesis): where the
+model's and the inputs' dtypes came from, the device, whether the batch is on it, a failure.
+"""
+
+import ast
+import re
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from fix_code import parses
+
+import fp16studio
+from fp16studio.core.data.columns import ColumnFacts
+from fp16studio.core.diagnostics import rules
+from fp16studio.core.diagnostics.findings import CODES, Finding
+from fp16studio.core.diagnostics.rules import Evidence, run_rules
+from fp16studio.core.diagnostics.rules.edits import Batch
+from fp16studio.core.run.trace import ModuleCall, TensorInfo
+from fp16studio.core.spec.value import PipelineSpec
+
+PACKAGE = Path(fp16studio.__file__).parent
+RULES = PACKAGE / "core" / "diagnostics" / "rules"
+ORIGINS = ("dtype-argument", "checkpoint", "config", "default-dtype", "cast", "processor",
+           "dataset", "autocast", "library")
+# Spec keys a fix sets to a dtype, and to a device: the fix's code must name what it sets.
+DTYPE_KEYS = ("model_dtype", "model_cast", "input_dtype", "autocast")
+DEVICE_KEYS = {"device": {"auto": "cuda"}, "input_device": {"model": "model.device"},
+               "autocast_device": {}}
+
+
+def finding_calls(path: Path) -> list[ast.Call]:
+    tree = ast.parse(path.read_text())
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name) and node.func.id == "Finding"]
+
+
+def test_only_the_registry_makes_findings():
+    makers = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+                    if finding_calls(path) and RULES not in path.parents)
+    assert makers == []
+
+
+def test_every_code_has_exactly_one_owner_and_owners_make_only_their_own():
+    owned = [code for family in rules.FAMILIES for code in family.OWNS]
+    assert sorted(owned) == sorted(CODES) and len(owned) == len(set(owned))
+    for family in rules.FAMILIES:
+        made = {call.args[0].value for call in finding_calls(Path(family.__file__))
+                if call.args and isinstance(call.args[0], ast.Constant)}
+        assert made <= set(family.OWNS), (family.__name__, made - set(family.OWNS))
+    assert rules.owner("precision-flag") is rules.flags
+
+
+# -- evidence made to vary ------------------------------------------------------------------------
+
+def tensor(dtype, device="cpu", absmax=1.0):
+    return TensorInfo(name="x", dtype=dtype, device=device, shape=(2, 8), absmax=absmax)
+
+
+def call(index, name, cls, inputs, outputs, param_dtype, param_device="cpu", completed=True):
+    return ModuleCall(index=index, name=name, cls=cls, params={param_dtype: 64},
+                      param_devices=(param_device,), inputs=inputs, outputs=outputs,
+                      completed=completed, finished=index)
+
+
+@st.composite
+def evidences(draw):
+    model = draw(st.sampled_from(("float16", "bfloat16", "float32")))
+    given_in = draw(st.sampled_from(("float16", "bfloat16", "float32")))
+    device = draw(st.sampled_from(("cpu", "cuda")))
+    batch_device = draw(st.sampled_from((device, "cpu", "meta")))
+    origin = draw(st.sampled_from(ORIGINS))
+    input_origin = draw(st.sampled_from(ORIGINS))
+    line = draw(st.none() | st.integers(1, 400))
+    autocast = draw(st.sampled_from((None, "float16", "bfloat16")))
+    autocast_device = draw(st.sampled_from((None, "cpu", "cuda")))
+    failure = draw(st.sampled_from((None, "dtype", "device", "kernel")))
+    training = draw(st.booleans())
+    spec = PipelineSpec(model="m", dataset="synthetic",
+                        model_dtype="auto" if origin == "checkpoint" else model,
+                        model_cast=model if origin == "cast" and model != "float32" else None,
+                        input_dtype=given_in if given_in != "float32" else None,
+                        autocast=autocast if autocast != "float32" else None,
+                        autocast_device=autocast_device if autocast else None)
+    source = {"file": "script.py", "line": line} if line else None
+    messages = {"dtype": f"Input type ({given_in}) and weight type ({model}) should be the same",
+                "device": "Expected all tensors to be on the same device, but found at least two "
+                          "devices, cuda:0 and cpu!",
+                "kernel": f"\"addmm\" not implemented for '{'Half' if model == 'float16' else 'BFloat16'}'"}
+    error = {"type": "RuntimeError", "message": messages[failure], "stage": "forward",
+             "module": "encoder"} if failure else None
+    calls = [call(0, "encoder", "Linear", [tensor(given_in, batch_device)],
+                  [tensor(model, device)], model, device, completed=failure is None)]
+    facts = {"pixel_values": ColumnFacts("pixel_values", stored="float32", loaded="float32",
+                                         final=given_in, device=batch_device, shape=(2, 8))}
+    return Evidence(
+        spec=spec, device_type=device, param_dtypes={model: 10}, module_param_dtypes={"encoder": model},
+        facts=facts, calls=calls, error=error,
+        provenance={"dtype": model, "from": origin, "source": source, "training": training},
+        input_provenance={"pixel_values": {"dtype": given_in, "from": input_origin,
+                                           "source": source, "training": training}},
+        sources={"autocast": source} if autocast else {},
+        batch=draw(st.sampled_from((Batch("inputs"), Batch("batch"), Batch("input_tensor", False)))))
+
+
+def agrees(finding: Finding, ev: Evidence):
+    text = finding.message
+    provenance = finding.evidence.get("provenance")
+    froms = {p["from"] for p in (provenance, ev.provenance) if p}
+    if "checkpoint" in text:
+        assert "checkpoint" in froms, text
+    if "was cast to" in text:
+        assert "cast" in froms, text
+    if "was not moved" in text:
+        params = {d for c in ev.calls for d in c.param_devices}
+        assert not {f.device for f in ev.facts.values()} <= params, text
+    for fix in finding.fixes:
+        code = fix.code_text()
+        assert parses(code), (fix.id, code)
+        for key in DTYPE_KEYS:
+            value = fix.edits.get(key)
+            if value and value != "auto":
+                assert f"torch.{value}" in code, (fix.id, key, code)
+        for key, shown in DEVICE_KEYS.items():
+            value = fix.edits.get(key)
+            if value:
+                assert shown.get(value, value) in code, (fix.id, key, code)
+        assert "torch.cuda)" not in code and "torch.cpu)" not in code, code
+        for called in re.findall(r"model\((?:\*\*)?\w+\)", code):   # the model called
+            assert called == ev.batch.call(), code
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(evidences())
+def test_every_finding_agrees_with_its_evidence(ev):
+    for finding in run_rules(ev):
+        agrees(finding, ev)
