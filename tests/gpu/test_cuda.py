@@ -76,3 +76,45 @@ def test_bench_runs_tf32_beside_float32_and_gives_the_setting_back(demo_dir):
     assert fp32["ok"] and tf32["ok"] and tf32["support"] == "native"
     assert tf32["weights_bytes"] == fp32["weights_bytes"]
     assert torch.backends.cuda.matmul.allow_tf32 == before
+
+
+def test_a_cast_lost_in_map_is_said_when_autocast_saved_the_run(demo_dir, tmp_path):
+    """The seed's first example as it was written for a GPU: autocast("cuda") around the
+    float16 model casts the float32 batch again, so the script runs; the lost cast is still a
+    fact about the pipeline (issue 27)."""
+    from fp16studio.core.demo.pipelines import trace_demo_script
+    from fp16studio.core.script.trace import trace_script
+
+    original = trace_demo_script("map-cast")
+    text = original.read_text().replace(
+        "    with torch.inference_mode():\n        output = model(input_tensor)",
+        '    with torch.inference_mode(), torch.autocast("cuda", dtype=torch.float16):\n'
+        "        output = model(input_tensor)")
+    assert "autocast" in text
+    script = original.with_name("map_cast_autocast.py")
+    script.write_text(text)
+    try:
+        result = trace_script(script)
+    finally:
+        script.unlink()
+    assert result.error is None
+    lost = next(f for f in result.findings if f.code == "map-cast-lost")
+    assert lost.severity == "warning" and "autocast(float16)" in lost.message
+
+
+def test_a_tensor_made_on_the_cpu_inside_the_forward_is_fixed_where_it_was_made(tmp_path):
+    from fp16studio.core.script.trace import trace_script
+
+    script = tmp_path / "made_on_cpu.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Scaled(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.proj = nn.Linear(8, 8)\n\n"
+        "    def forward(self, hidden):\n        hidden = self.proj(hidden)\n"
+        "        ramp = torch.linspace(0, 1, hidden.shape[-1], dtype=hidden.dtype)  # made\n"
+        "        return hidden * ramp\n\n\n"
+        "model = Scaled().cuda()\nprint(model(torch.rand(4, 8, device='cuda')))\n")
+    result = trace_script(script)
+    (finding,) = [f for f in result.findings if f.code == "device-mismatch"]
+    assert finding.source["line"] == 12 and "batch was not moved" not in finding.message
+    assert "device=hidden.device" in finding.fixes[0].code_text()
