@@ -71,8 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     fp8 = sub.add_parser("fp8", help="which Linear layers can go to FP8, and what each would "
                                      "lose (SQNR against bfloat16) on your batch")
     fp8.add_argument("spec", metavar="SPEC")
-    fp8.add_argument("--recipe", choices=("tensorwise", "rowwise"), default="tensorwise",
-                     help="torchao's float8 recipe (default: tensorwise)")
+    fp8.add_argument("--recipe", default="tensorwise", metavar="R",
+                     help="torchao's float8 recipe: tensorwise or rowwise (default: tensorwise)")
     fp8.add_argument("--export", "-o", dest="output", metavar="SCRIPT.py",
                      help="also write a script that converts exactly the plan's layers")
     fp8.add_argument("--json", action="store_true", help="print one JSON document")

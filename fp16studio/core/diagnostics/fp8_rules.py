@@ -47,13 +47,14 @@ def unsupported_finding(location: str, message: str, recipe: str | None,
 
 
 def shape_finding(refused: list, source: dict | None = None, message: str | None = None) -> Finding:
-    """`fp8-shape`: Linear layers the recipe refuses (their names, or the failing message)."""
+    """`fp8-shape`: Linear layers the plan's recipe refuses (info), or the message a script
+    failed with (error)."""
     names = [layer.name for layer in refused]
     said = (f"{len(names)} Linear layer(s) have shapes FP8's matmul refuses "
             f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
             f"{refused[0].reason}." if refused else f"FP8 refused a shape: {message}.")
     return Finding(
-        "fp8-shape", "error" if source is not None else "info",
+        "fp8-shape", "error" if message is not None else "info",
         names[0] if names else "model",
         said + " Convert only the layers whose weight dimensions are divisible by 16 (and feed "
         "Transformer Engine inputs whose token count is divisible by 8); the others stay bfloat16.",
@@ -86,7 +87,7 @@ def plan_findings(layers: list, threshold_db: float, recipe: str, device: str,
     if not runs:
         out.append(unsupported_finding(device, why, recipe, supported))
     refused = [layer for layer in layers if not layer.eligible
-               and "divisible" in layer.reason]
+               and "not divisible" in layer.reason]
     if refused:
         out.append(shape_finding(refused))
     sensitive = [layer for layer in layers if layer.keep_bf16]

@@ -85,7 +85,8 @@ class LinearProbe:
                                out_features=module.out_features)
         # Shares the module's weight and bias: no copy.
         self.fp8 = float8.Float8Linear.from_float(module, config=config) if float8 else None
-        self.counts = [0, 0]                 # values under e4m3's smallest step, non-zero values
+        # Per operand: [values under e4m3's smallest step once scaled, non-zero values].
+        self.counts = {"weight": [0, 0], "input": [0, 0]}
         self.sums = None                     # distance_sums, added over the calls
         self.handle = module.register_forward_hook(self.measure)
 
@@ -97,8 +98,9 @@ class LinearProbe:
         x = args[0].detach().reshape(-1, self.layer.in_features)
         self.layer.flops += 2 * x.shape[0] * self.layer.in_features * self.layer.out_features
         if self.layer.weight_amax is None:
-            self.layer.weight_amax, self.layer.weight_scale = self._range(module.weight.detach())
-        amax, scale = self._range(x)
+            self.layer.weight_amax, self.layer.weight_scale = self._range(module.weight.detach(),
+                                                                          "weight")
+        amax, scale = self._range(x, "input")
         self.layer.input_amax = max(amax, self.layer.input_amax or 0.0)
         self.layer.input_scale = min(scale, self.layer.input_scale or math.inf)
         if self.fp8 is not None:
@@ -107,9 +109,9 @@ class LinearProbe:
                 self.sums = sums if self.sums is None else torch.stack([
                     torch.maximum(self.sums[0], sums[0]), *(self.sums[1:] + sums[1:])])
 
-    def _range(self, tensor) -> tuple[float, float]:
+    def _range(self, tensor, operand: str) -> tuple[float, float]:
         """(abs-max, the recipe's scale) of a 2-d tensor; rowwise: of its largest row. Counts
-        the non-zero values that fall under e4m3's smallest step once scaled."""
+        the operand's non-zero values that fall under e4m3's smallest step once scaled."""
         import torch
 
         magnitude = tensor.abs().float()
@@ -120,14 +122,16 @@ class LinearProbe:
         if self.rowwise:
             scale = torch.exp2(torch.floor(torch.log2(scale)))
         nonzero = magnitude != 0
-        self.counts[0] += int(((magnitude * scale < E4M3_SMALLEST) & nonzero).sum())
-        self.counts[1] += int(nonzero.sum())
+        counts = self.counts[operand]
+        counts[0] += int(((magnitude * scale < E4M3_SMALLEST) & nonzero).sum())
+        counts[1] += int(nonzero.sum())
         return float(amax.max()), float(scale.min())
 
     def result(self) -> LayerPlan:
         self.handle.remove()
-        under, nonzero = self.counts
-        self.layer.underflow_share = under / nonzero if nonzero else None
+        # The operand that loses more: a weight flushed whole is not diluted by a healthy input.
+        shares = [under / nonzero for under, nonzero in self.counts.values() if nonzero]
+        self.layer.underflow_share = max(shares, default=None)
         if self.sums is not None:
             self.layer.sqnr_db = distances(self.sums.tolist())["sqnr_db"]
         return self.layer

@@ -85,7 +85,7 @@ class LayerPlan:
     input_amax: float | None = None
     weight_scale: float | None = None  # rowwise: the smallest row scale (the largest row)
     input_scale: float | None = None
-    underflow_share: float | None = None  # of the non-zero weight and input values
+    underflow_share: float | None = None  # of the operand (weight, input) that loses more
     sqnr_db: float | None = None       # None without torchao, or a layer that did not run
     keep_bf16: bool = False
     flops: int = field(default=0, repr=False)   # not in the document: its share is
@@ -111,7 +111,7 @@ def decide(layers: list[LayerPlan], threshold_db: float = SENSITIVE_SQNR_DB) -> 
             layer.eligible, layer.reason = False, (
                 f"too small to gain: {layer.flops / largest:.2%} of the largest layer's GEMM")
         else:
-            layer.eligible, layer.reason = True, "shapes divisible by 16"
+            layer.eligible, layer.reason = True, "weight dimensions multiples of 16"
         layer.keep_bf16 = (layer.eligible and layer.sqnr_db is not None
                            and layer.sqnr_db < threshold_db)
         if layer.keep_bf16:

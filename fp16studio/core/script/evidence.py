@@ -22,6 +22,7 @@ from ..diagnostics.diagnosis import (
     parameter_dtypes,
     environment_info,
 )
+from ..diagnostics import fp8_rules
 from ..diagnostics.findings import Finding, Fix, by_severity
 from ..diagnostics.inventory import (
     activations_tree,
@@ -273,7 +274,8 @@ def _model_findings(snap: Snapshot, user: UserCode) -> list[Finding]:
         exception=exc, provenance=snap.observed.provenance,
         input_provenance=snap.observed.input_provenance)
     out = []
-    for finding in run_rules(evidence):
+    fp8 = fp8_rules.failure_findings(type(exc).__name__, str(exc)) if exc is not None else []
+    for finding in fp8 or run_rules(evidence):
         source = _source_for(finding, snap, failing)
         out.append(dataclasses.replace(finding, source=source))
     return out
@@ -298,6 +300,9 @@ def _script_failure_findings(exc: BaseException, error: dict) -> list[Finding]:
     """What the rules can say about a failure outside any model's forward pass."""
     message = error["message"]
     source = error.get("source")
+    fp8 = fp8_rules.failure_findings(error["type"], message, source)
+    if fp8:
+        return fp8
     if _DEVICE_MISSING.search(message):
         return [device_unavailable(source)]
     if _LIST_ERRORS.search(message):
