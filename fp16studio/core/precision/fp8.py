@@ -114,17 +114,20 @@ class LinearProbe:
         the operand's non-zero values that fall under e4m3's smallest step once scaled."""
         import torch
 
-        magnitude = tensor.abs().float()
+        # In the tensor's own dtype, four passes: its abs-max is exact there, and the threshold
+        # (e4m3's smallest step over the scale) is compared in it.
+        magnitude = tensor.abs()
         amax = magnitude.amax(dim=1, keepdim=True) if self.rowwise else magnitude.amax()
         # torchao's amax_to_scale: the e4m3 maximum over the clamped abs-max (rowwise: rounded
         # down to a power of 2).
         scale = (E4M3_MAX / amax.double().clamp(min=1e-12)).float()
         if self.rowwise:
             scale = torch.exp2(torch.floor(torch.log2(scale)))
-        nonzero = magnitude != 0
+        threshold = (E4M3_SMALLEST / scale).to(tensor.dtype)
         counts = self.counts[operand]
-        counts[0] += int(((magnitude * scale < E4M3_SMALLEST) & nonzero).sum())
-        counts[1] += int(nonzero.sum())
+        zeros = tensor.numel() - int(torch.count_nonzero(tensor))
+        counts[0] += int(torch.count_nonzero(magnitude < threshold)) - zeros
+        counts[1] += tensor.numel() - zeros
         return float(amax.max()), float(scale.min())
 
     def result(self) -> LayerPlan:
@@ -143,7 +146,7 @@ def fp8_plan(spec: PipelineSpec, recipe: str = "tensorwise",
     (a forward pass that fails in bfloat16 included) and Cancelled."""
     import torch
 
-    from ..run.pipeline import prepare, run_forward
+    from ..run.pipeline import prepare
     from .bench import variant_spec
 
     recipe = parse_recipe(recipe)
@@ -155,18 +158,14 @@ def fp8_plan(spec: PipelineSpec, recipe: str = "tensorwise",
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
     support = recipe_support(recipe, device.type, capability)
     config = float8_config(float8, recipe, emulate=support[1]) if float8 else None
-    probes = [LinearProbe(name, module, recipe, float8, config)
-              for name, module in model.named_modules() if type(module) is torch.nn.Linear]
     check_cancel(cancel)
-    report_progress(progress, "forward", f"bfloat16 forward pass, {len(probes)} Linear layers "
-                                         "measured in FP8")
+    report_progress(progress, "forward", "bfloat16 forward pass, its Linear layers measured "
+                                         "in FP8")
     try:
-        with _removed_on_exit(probes):
-            run_forward(bf16, model, prepared.batch, device, inference=False)
+        layers = measured_layers(prepared, recipe, float8, config)
     except Exception as exc:  # noqa: BLE001 - the user's pipeline fails in bfloat16: say why
         raise InputError(f"fp8: the bfloat16 forward pass failed ({type(exc).__name__}: "
                          f"{first_line(exc, 300)}); diagnose the spec first") from None
-    layers = [probe.result() for probe in probes]
     decide(layers, threshold_db)
     plan = Fp8Plan(recipe=recipe, device=str(device),
                    compute_capability=f"{capability[0]}.{capability[1]}" if capability else None,
@@ -179,13 +178,23 @@ def fp8_plan(spec: PipelineSpec, recipe: str = "tensorwise",
     return plan
 
 
-@contextlib.contextmanager
-def _removed_on_exit(probes):
+def measured_layers(prepared, recipe: str, float8, config) -> list[LayerPlan]:
+    """One forward pass of the prepared (bfloat16) pipeline with every nn.Linear measured:
+    its LayerPlan rows, in the model's order, before the rules decide on them."""
+    import torch
+
+    from ..run.pipeline import run_forward
+
+    probes = [LinearProbe(name, module, recipe, float8, config)
+              for name, module in prepared.model.named_modules()
+              if type(module) is torch.nn.Linear]
     try:
-        yield
+        run_forward(prepared.spec, prepared.model, prepared.batch, prepared.device,
+                    inference=False)
     finally:
         for probe in probes:
             probe.handle.remove()
+    return [probe.result() for probe in probes]
 
 
 def preflight(plan: Fp8Plan, support: tuple, float8, quantization_config) -> list[dict]:
