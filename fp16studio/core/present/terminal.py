@@ -212,22 +212,26 @@ def format_fp8(doc: dict) -> str:
         lines += textwrap.wrap(f"{check['check']}: {check['message']}", 110,
                                initial_indent=f"  {'ok' if check['ok'] else '!!':2}  ",
                                subsequent_indent=" " * 6)
-    name_width = min(44, max((len(layer["name"]) for layer in layers), default=5))
+    name_width = min(40, max((len(layer["name"]) for layer in layers), default=5))
     lines += ["", f"  {'layer':{name_width}}  {'in x out':>11}  {'share':>6}  {'w amax':>8}  "
                   f"{'x amax':>8}  {'under':>6}  {'SQNR dB':>7}  plan"]
     for layer in layers:
         name = layer["name"]
         if len(name) > name_width:
             name = "…" + name[-name_width + 1:]
-        plan = ("bfloat16: sensitive" if layer["keep_bf16"] else "FP8" if layer["eligible"]
-                else f"bfloat16: {layer['reason']}")
-        lines.append(
+        # Short: the shape is in its own column, the whole reason in the findings and --json.
+        reason = ("shape" if "not divisible" in layer["reason"] else "too small"
+                  if layer["reason"].startswith("too small") else "did not run")
+        plan = ("bf16: sensitive" if layer["keep_bf16"] else "FP8" if layer["eligible"]
+                else f"bf16: {reason}")
+        line = (
             f"  {name:{name_width}}  {layer['in_features']:>5}x{layer['out_features']:<5}  "
             f"{vocabulary.number(layer['flops_share'], '{:.1%}'):>6}  "
             f"{vocabulary.number(layer['weight_amax'], '{:.3g}'):>8}  "
             f"{vocabulary.number(layer['input_amax'], '{:.3g}'):>8}  "
             f"{vocabulary.number(layer['underflow_share'], '{:.1%}'):>6}  "
-            f"{vocabulary.number(layer['sqnr_db'], '{:.1f}', '-'):>7}  {plan}"[:120])
+            f"{vocabulary.number(layer['sqnr_db'], '{:.1f}', '-'):>7}  {plan}")
+        lines.append(line if len(line) <= 120 else line[:119] + "…")
     for finding in doc["findings"]:
         lines += finding_lines(finding)
     return "\n".join(lines)
