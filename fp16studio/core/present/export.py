@@ -57,7 +57,10 @@ class _Plan:
 
 def export_script(spec: PipelineSpec, path: str | Path | None = None) -> str:
     """The script's text; also written (atomically) to `path` when given."""
-    text = render(_plan(spec))
+    return _checked(render(_plan(spec)), path)
+
+
+def _checked(text: str, path: str | Path | None) -> str:
     compile(text, "<exported script>", "exec")  # a syntax error here is our bug, never the user's
     if path is not None:
         write_text_atomic(Path(path), text)
@@ -72,11 +75,7 @@ def export_fp8_script(spec: PipelineSpec, plan, path: str | Path | None = None) 
     resolved = _plan(variant_spec(spec, "bfloat16"))
     resolved.fp8 = {"recipe": plan.recipe, "converted": plan.converted,
                     "keep_bf16": plan.keep_bf16}
-    text = render(resolved)
-    compile(text, "<exported script>", "exec")
-    if path is not None:
-        write_text_atomic(Path(path), text)
-    return text
+    return _checked(render(resolved), path)
 
 
 def render(plan: _Plan) -> str:
