@@ -123,6 +123,25 @@ def test_recipes_against_the_device():
     assert [fix.id for fix in finding.fixes] == ["fp8-recipe-tensorwise", "fp8-bfloat16"]
 
 
+def test_preflight_names_an_fp8_checkpoint_dequantised_here():
+    from fp16studio.core.precision.fp8 import preflight
+    from fp16studio.core.precision.fp8_plan import Fp8Plan, is_fp8_checkpoint
+
+    fp8_config = {"quant_method": "fp8", "activation_scheme": "dynamic",
+                  "weight_block_size": [128, 128]}
+    assert is_fp8_checkpoint(fp8_config) and not is_fp8_checkpoint(None)
+    assert is_fp8_checkpoint({"quant_method": "torchao", "quant_type": {
+        "default": {"_type": "Float8DynamicActivationFloat8WeightConfig"}}})
+    assert not is_fp8_checkpoint({"quant_method": "bitsandbytes", "load_in_8bit": True})
+    plan = Fp8Plan("tensorwise", "cpu", None, True)
+    checks = {c["check"]: c for c in preflight(plan, recipe_support("tensorwise", "cpu", None),
+                                               None, fp8_config)}
+    assert not checks["checkpoint"]["ok"] and "dequantises" in checks["checkpoint"]["message"]
+    assert not checks["torchao"]["ok"] and checks["device"]["ok"]
+    assert "checkpoint" not in {c["check"] for c in preflight(
+        plan, recipe_support("tensorwise", "cpu", None), None, None)}
+
+
 @pytest.mark.parametrize("kind, message, code", [
     ("AssertionError", "Device compute capability 8.9 or higher required for FP8 execution.",
      "fp8-unsupported"),
