@@ -251,19 +251,11 @@ def test_cli_json_and_exit_codes(demo_dir, fp8_models, tmp_path, capsys):
     assert main(["fp8", str(tmp_path / "missing.json")]) == 2
 
 
-def test_no_layer_to_convert_exits_1(demo_dir, fp8_models, tmp_path, monkeypatch, capsys):
-    from fp16studio.core.spec.documents import save_spec
-
-    monkeypatch.setattr(fp8_module, "decide", _refuse_all)
-    path = tmp_path / "bert.json"
-    save_spec(_spec(demo_dir, fp8_models, "bert"), path)
-    assert main(["fp8", str(path), "--json"]) == 1
-    assert json.loads(capsys.readouterr().out)["converted"] == []
-
-
-def _refuse_all(layers, threshold_db):
-    for layer in layers:
-        layer.eligible, layer.reason = False, "refused"
+def test_no_layer_to_convert_exits_1(demo_dir, capsys):
+    # The demo's ResNet: its one Linear, the 3-class head, is a shape FP8 refuses.
+    assert main(["fp8", "demo:healthy", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["converted"] == [] and [layer["eligible"] for layer in doc["layers"]] == [False]
 
 
 # -- the exported script ------------------------------------------------------------------------
