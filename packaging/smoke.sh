@@ -144,6 +144,8 @@ check bench 0 "$APP" bench demo:healthy --variants float32,bfloat16 --warmup 0 -
 json '[v["name"] for v in d["variants"]] == ["float32", "bfloat16"]'
 check drift 0 "$APP" drift demo:healthy --json
 json 'd["ok"] and d["modules"]'
+check fp8 0 "$APP" fp8 demo:blind-half --json
+json 'd["converted"] and d["emulated"]'
 check export 0 "$APP" export demo:map-cast -o "$T/exported.py"
 if "$PYTHON" -c "import torch, transformers, datasets" 2>/dev/null; then
     check exported-runs-in-python 1 "$PYTHON" "$T/exported.py"   # the pipeline as written: it fails

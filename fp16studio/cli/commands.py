@@ -8,7 +8,7 @@ import sys
 from ..core.common.errors import InputError
 from ..core.demo.pipelines import DEMO_PREFIX
 from ..core.present.terminal import (format_bench, format_diagnosis, format_drift, format_fix,
-                                     format_inspect, format_trace)
+                                     format_fp8, format_inspect, format_trace)
 
 
 def _load_spec(text: str, trust: bool | None = None):
@@ -117,6 +117,23 @@ def cmd_drift(args) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_fp8(args) -> int:
+    """0 a plan with layers to convert; 1 none can go to FP8, or the device cannot run the
+    recipe; with --export, the script that converts exactly the plan's layers."""
+    from ..core.precision.fp8 import fp8_plan
+
+    spec = _load_spec(args.spec, trust=args.trust)
+    output = _output(args, args.spec, spec, _is_script) if args.output else None
+    plan = fp8_plan(spec, recipe=args.recipe)
+    if output is not None:
+        from ..core.present.export import export_fp8_script
+
+        export_fp8_script(spec, plan, output)
+        print(f"wrote {args.output}", file=sys.stderr if args.json else sys.stdout)
+    _emit(plan.to_json(), args, format_fp8)
+    return 0 if plan.ok else 1
+
+
 def cmd_export(args) -> int:
     from ..core.present.export import export_script
 
@@ -205,7 +222,7 @@ def cmd_trace(args) -> int:
 
 COMMANDS = {"diagnose": cmd_diagnose, "fix": cmd_fix, "bench": cmd_bench, "drift": cmd_drift,
             "export": cmd_export, "report": cmd_report, "inspect": cmd_inspect, "demo": cmd_demo,
-            "trace": cmd_trace}
+            "trace": cmd_trace, "fp8": cmd_fp8}
 
 
 def _print_json(doc, args):

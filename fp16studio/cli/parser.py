@@ -68,6 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
     drift.add_argument("--json", action="store_true", help="print one JSON document")
     _run_options(drift)
 
+    fp8 = sub.add_parser("fp8", help="which Linear layers can go to FP8, and what each would "
+                                     "lose (SQNR against bfloat16) on your batch")
+    fp8.add_argument("spec", metavar="SPEC")
+    fp8.add_argument("--recipe", default="tensorwise", metavar="R",
+                     help="torchao's float8 recipe: tensorwise or rowwise (default: tensorwise)")
+    fp8.add_argument("--export", "-o", dest="output", metavar="SCRIPT.py",
+                     help="also write a script that converts exactly the plan's layers")
+    fp8.add_argument("--json", action="store_true", help="print one JSON document")
+    _run_options(fp8)
+    _force_option(fp8)
+
     export = sub.add_parser("export", help="write a runnable script of the pipeline")
     export.add_argument("spec", metavar="SPEC")
     export.add_argument("-o", "--output", required=True, metavar="SCRIPT.py")

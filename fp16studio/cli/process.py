@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import logging
 import os
 import signal
 import sys
@@ -78,6 +79,10 @@ def quiet_libraries():
     for category in (UserWarning, FutureWarning, DeprecationWarning):
         warnings.filterwarnings("ignore", category=category)
         warnings.filterwarnings("default", category=category, module="fp16studio")
+    # torchao (the fp8 extra, imported by transformers whenever it is installed) logs kernels it
+    # cannot load on this machine and torch's pytree deprecations, on every command.
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 class TimedOut(BaseException):

@@ -89,6 +89,15 @@ def drift(spec, variant, progress, cancel):
     return run(spec, variant, progress=progress, cancel=cancel)
 
 
+@task("fp8")
+def fp8(spec, recipe, progress, cancel) -> dict:
+    """The FP8 plan of `spec` with `recipe`: its --json document (plain values)."""
+    from fp16studio.core.precision.fp8 import fp8_plan
+
+    warm_model().clear()   # the plan loads its own bfloat16 model
+    return fp8_plan(spec, recipe, progress=progress, cancel=cancel).to_json()
+
+
 @task("bench")
 def benchmark(spec, variants, progress, cancel, on_sample=None) -> dict:
     from fp16studio.core import benchmark as run

@@ -57,6 +57,9 @@ class WindowActions:
         self.act_drift = a("Compare with &float32", self.compare_with_float32, "search", "Ctrl+D",
                            "Run in float32 and in the half precision on one batch and show, "
                            "module by module, where they part (Ctrl+D)")
+        self.act_fp8 = a("Plan F&P8", lambda: self.plan_fp8(self.fp8.recipe.currentText()), "search",
+                         None, "Which Linear layers can go to FP8, and what each would lose (SQNR "
+                         "against bfloat16) on this batch")
         self.act_undo = self.undo_stack.createUndoAction(self, "&Undo")
         self.act_redo = self.undo_stack.createRedoAction(self, "&Redo")
         for action, name, key in ((self.act_undo, "undo", keys.Undo), (self.act_redo, "redo", keys.Redo)):
@@ -100,7 +103,8 @@ class WindowActions:
             action.setData(choice)
             self.theme_actions.addAction(action)
         self.theme_actions.triggered.connect(lambda action: self.choose_theme(action.data()))
-        bar.addMenu("&Run").addActions([self.act_run, self.act_bench, self.act_drift, self.act_cancel])
+        bar.addMenu("&Run").addActions([self.act_run, self.act_bench, self.act_drift, self.act_fp8,
+                                        self.act_cancel])
         helpm = bar.addMenu("&Help")
         demos = helpm.addMenu("&Demo Pipelines")
         set_icon(demos, "demo")
@@ -145,7 +149,8 @@ class WindowActions:
 
     # -- what is enabled ------------------------------------------------------------------------
     def _on_busy(self, busy: bool):
-        for action in (self.act_run, self.act_bench, self.act_drift, self.act_trace):
+        for action in (self.act_run, self.act_bench, self.act_drift, self.act_fp8, self.act_trace,
+                       self.fp8.run_button):
             action.setEnabled(not busy)
         self.act_cancel.setEnabled(busy)
         self._enable_continue()

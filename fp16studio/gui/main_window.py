@@ -18,6 +18,7 @@ from fp16studio.session_state import NO_MODEL
 from .actions import WindowActions
 from .compare import CompareView
 from .drift_view import DriftView
+from .fp8_view import Fp8View
 from .file_actions import FileActions
 from .findings_panel import FindingsPanel
 from .history import HistoryPanel
@@ -106,6 +107,13 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
             self.main_tabs.setCurrentWidget(self.drift)
         return started
 
+    def plan_fp8(self, recipe: str = "tensorwise") -> bool:
+        """The FP8 plan of the spec, shown in the FP8 tab."""
+        started = self.controller.run_fp8(recipe)
+        if started:
+            self.main_tabs.setCurrentWidget(self.fp8)
+        return started
+
     def continue_as_pipeline(self) -> bool:
         return self._may_discard() and self.controller.continue_as_pipeline()
 
@@ -127,6 +135,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.compare = CompareView()
         self.benchPlot = self.compare.plot
         self.drift = DriftView()
+        self.fp8 = Fp8View()
         self.findings = FindingsPanel()
         self.findingsView = self.findings.view
         self.log = LogPanel()
@@ -137,6 +146,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.main_tabs.addTab(self.preview, "Dataset")
         self.main_tabs.addTab(self.compare, "Compare")
         self.main_tabs.addTab(self.drift, "Drift")
+        self.main_tabs.addTab(self.fp8, "FP8")
         self.bottom_tabs = QTabWidget()
         self.bottom_tabs.addTab(self.log, "Log")
         self.bottom_tabs.addTab(self.history, "Changes")
@@ -180,6 +190,9 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         c.driftStale.connect(self.drift.set_stale)
         c.driftFailed.connect(self.drift.show_failure)
         c.driftFinished.connect(self.driftFinished)
+        c.fp8Finished.connect(self.fp8.set_result)
+        c.fp8Failed.connect(self.fp8.show_failure)
+        self.fp8.runRequested.connect(self.plan_fp8)
         c.traceChanged.connect(self._on_trace)
         self.findings.add_header_button(self.act_continue)
         c.busyChanged.connect(self._on_busy)

@@ -28,8 +28,9 @@ __all__ = ["NO_MODEL", "RUNS", "SCRIPT_LINES_SHOWN", "SessionController"]
 
 # A script's output lines per batch (one every 50 ms at most) that reach the Log.
 SCRIPT_LINES_SHOWN = 200
-RUNS = ("diagnose", "bench", "trace", "drift")   # the jobs Run/Cancel and the progress bar are about
-PROGRESS = {"bench": "Benchmarking…", "trace": "Tracing the script…", "drift": "Comparing with float32…"}
+RUNS = ("diagnose", "bench", "trace", "drift", "fp8")   # the jobs Run/Cancel and the progress bar are about
+PROGRESS = {"bench": "Benchmarking…", "trace": "Tracing the script…", "drift": "Comparing with float32…",
+            "fp8": "Planning FP8…"}
 _windows = iter(range(1, 1 << 30))
 
 
@@ -58,6 +59,8 @@ class SessionController(SessionFiles, QObject):
     driftStale = Signal(bool)             # the drift is of another spec than the current one
     driftFinished = Signal(object)        # the drift --json document
     driftFailed = Signal(str)
+    fp8Finished = Signal(object)          # the fp8 --json document
+    fp8Failed = Signal(str)
     traceChanged = Signal(object)         # the ScriptTrace shown (not yet a pipeline), or None
     busyChanged = Signal(bool)
     titleChanged = Signal(str)
@@ -207,6 +210,19 @@ class SessionController(SessionFiles, QObject):
         self._submit("drift", (spec, variant), lambda result: self._on_drift(spec, result),
                      self._on_drift_error, "Comparison cancelled.")
         return True
+
+    def run_fp8(self, recipe: str = "tensorwise") -> bool:
+        """The FP8 plan of the spec (core.precision.fp8); `fp8Finished(doc)` when done."""
+        if not self._can_start():
+            return False
+        self.logged.emit("info", f"FP8 plan ({recipe}): {self.spec.model}")
+        self._submit("fp8", (self.spec, recipe), self.fp8Finished.emit, self._on_fp8_error,
+                     "FP8 plan cancelled.")
+        return True
+
+    def _on_fp8_error(self, message, detail):
+        self.fp8Failed.emit(message)
+        self.logged.emit("error", f"FP8 plan failed: {message}\n{detail}".strip())
 
     def run_benchmark(self, variants=None) -> bool:
         """Measure the precision variants (default: all); `benchmarkFinished(doc)` when done,

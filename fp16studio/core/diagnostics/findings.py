@@ -15,6 +15,8 @@ CODES = (
     # what a training step and the user's own tensor code show (fp16studio trace)
     "grad-overflow", "grad-underflow", "optimizer-precision", "scaler-misuse", "precision-flag",
     "value-out-of-range",
+    # the FP8 plan (fp16studio fp8) and a traced script's FP8 failures
+    "fp8-unsupported", "fp8-shape", "fp8-sensitive",
 )
 # Most severe first: the order findings are listed in, everywhere.
 SEVERITIES = ("error", "warning", "info")

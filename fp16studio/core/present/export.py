@@ -52,15 +52,30 @@ class _Plan:
     decoder_start: int | None = None  # encoder-decoder models: the decoder start token
     multimodal: tuple = ()            # ("image",) or ("audio",): the processor also gets that
     audio: dict | None = None         # {"column", "rate", "kwargs", "undecode"}: audio processed
+    fp8: dict | None = None           # {"recipe", "converted", "keep_bf16"}: an FP8 plan's layers
 
 
 def export_script(spec: PipelineSpec, path: str | Path | None = None) -> str:
     """The script's text; also written (atomically) to `path` when given."""
-    text = render(_plan(spec))
+    return _checked(render(_plan(spec)), path)
+
+
+def _checked(text: str, path: str | Path | None) -> str:
     compile(text, "<exported script>", "exec")  # a syntax error here is our bug, never the user's
     if path is not None:
         write_text_atomic(Path(path), text)
     return text
+
+
+def export_fp8_script(spec: PipelineSpec, plan, path: str | Path | None = None) -> str:
+    """The script of the pipeline in bfloat16 (as its FP8 plan ran it) with exactly the plan's
+    layers converted by torchao's `convert_to_float8_training` (`plan`: an fp8 Fp8Plan)."""
+    from ..precision.bench import variant_spec
+
+    resolved = _plan(variant_spec(spec, "bfloat16"))
+    resolved.fp8 = {"recipe": plan.recipe, "converted": plan.converted,
+                    "keep_bf16": plan.keep_bf16}
+    return _checked(render(resolved), path)
 
 
 def render(plan: _Plan) -> str:
@@ -180,6 +195,9 @@ def _docstring(plan: _Plan) -> str:
         precision += f", autocast to {s.autocast}"
     if _islands_rendered(s):
         precision += f", {len(s.run_in_float32)} float32 island pattern(s)"
+    if plan.fp8:
+        precision += (f", {len(plan.fp8['converted'])} Linear layer(s) in FP8 (torchao float8, "
+                      f"{plan.fp8['recipe']})")
     what = "One forward pass"
     prints = ("Prints a summary of the output, then the same as one JSON\nline; --save-output "
               "also saves the output tensor (torch.save).")
@@ -209,7 +227,7 @@ def _fix_list(spec: PipelineSpec) -> str:
 
 def _imports(plan: _Plan) -> str:
     s = plan.spec
-    stdlib = {"argparse", "inspect", "json"}
+    stdlib = {"argparse", "inspect", "json"} | ({"dataclasses"} if plan.fp8 else set())
     if s.train:
         stdlib.add("math")
     if plan.preprocess:
@@ -225,6 +243,8 @@ def _imports(plan: _Plan) -> str:
         names["transformers"].add(plan.processor_class)
     if plan.audio and plan.audio["undecode"]:
         names.setdefault("datasets", set()).add("Audio")
+    if plan.fp8:
+        names["torchao.float8"] = {"Float8LinearConfig", "convert_to_float8_training"}
     for module, name in plan.read_imports:
         if name is None:
             third[module] = None
@@ -252,7 +272,39 @@ def _constants(plan: _Plan) -> str:
     if _islands_rendered(s):
         lines.append(f"RUN_IN_FLOAT32 = {_q(list(s.run_in_float32))}  # module-name patterns "
                      "(fnmatch)")
+    if plan.fp8:
+        lines += _fp8_constants(plan.fp8)
     return "\n".join(lines)
+
+
+def _fp8_constants(fp8: dict) -> list[str]:
+    from ..precision.fp8_plan import RECIPE_CAPABILITY
+
+    return [f"# The FP8 plan (fp16studio fp8, recipe {fp8['recipe']}): these Linear layers go to "
+            "FP8; the rest stay",
+            "# bfloat16 (shapes FP8 refuses, too small to gain, or sensitive: KEEP_BF16).",
+            f"FP8_LAYERS = {_q(fp8['converted'])}",
+            f"KEEP_BF16 = {_q(fp8['keep_bf16'])}  # FP8 SQNR under the threshold on the plan's batch",
+            f"FP8_RECIPE = {_q(fp8['recipe'])}",
+            f"FP8_CAPABILITY = {RECIPE_CAPABILITY[fp8['recipe']]}  # the recipe's compute "
+            "capability; below it, emulated"]
+
+
+def _fp8_conversion() -> list[str]:
+    return ["# FP8: torchao converts exactly the plan's Linear layers; where the GPU has no FP8 "
+            "(or on a CPU)",
+            "# torchao emulates it: the same numerics, no speed. FP8 is faster only compiled.",
+            'native = device.type == "cuda" and torch.cuda.get_device_capability(device) >= '
+            "FP8_CAPABILITY",
+            "config = Float8LinearConfig.from_recipe_name(FP8_RECIPE)",
+            "config = dataclasses.replace(config, emulate=not native)",
+            "convert_to_float8_training(model, config=config,",
+            "                           module_filter_fn=lambda module, fqn: fqn in FP8_LAYERS)",
+            'converted = [name for name, m in model.named_modules() if type(m).__name__ == '
+            '"Float8Linear"]',
+            'print(json.dumps({"fp8_converted": converted}))',
+            "if native:",
+            "    model = torch.compile(model)"]
 
 
 def _pick_device() -> str:
@@ -353,6 +405,8 @@ def _load_model(plan: _Plan) -> str:
                  "for name, module in model.named_modules():",
                  "    if name and any(fnmatch.fnmatchcase(name, p) for p in KEEP_FP32):",
                  "        module.float()"]
+    if plan.fp8:
+        body += _fp8_conversion()
     body += ["model.eval()", "return model"]
     return "def load_model(device):\n" + _indent(body)
 

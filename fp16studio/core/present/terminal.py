@@ -198,3 +198,40 @@ def format_inspect(doc: dict, dtype: str | None = None) -> str:
     if doc["keep_fp32_modules"]:
         lines.append("  kept in float32 by the model: " + ", ".join(doc["keep_fp32_modules"]))
     return "\n".join(lines)
+
+
+def format_fp8(doc: dict) -> str:
+    """`fp8`: the verdict, the pre-flight checks, one row per Linear layer (within 120
+    columns), then each finding with its fixes."""
+    layers = doc["layers"]
+    where = doc["device"] + (" (emulated)" if doc["emulated"] else "")
+    lines = [f"FP8 plan ({doc['recipe']}) on {where}: {len(doc['converted'])} of {len(layers)} "
+             f"Linear layers to FP8, {len(doc['keep_bf16'])} kept in bfloat16 (SQNR under "
+             f"{doc['threshold_db']:g} dB)"]
+    for check in doc["preflight"]:
+        lines += textwrap.wrap(f"{check['check']}: {check['message']}", 110,
+                               initial_indent=f"  {'ok' if check['ok'] else '!!':2}  ",
+                               subsequent_indent=" " * 6)
+    name_width = min(40, max((len(layer["name"]) for layer in layers), default=5))
+    lines += ["", f"  {'layer':{name_width}}  {'in x out':>11}  {'share':>6}  {'w amax':>8}  "
+                  f"{'x amax':>8}  {'under':>6}  {'SQNR dB':>7}  plan"]
+    for layer in layers:
+        name = layer["name"]
+        if len(name) > name_width:
+            name = "…" + name[-name_width + 1:]
+        # Short: the shape is in its own column, the whole reason in the findings and --json.
+        reason = ("shape" if "not divisible" in layer["reason"] else "too small"
+                  if layer["reason"].startswith("too small") else "did not run")
+        plan = ("bf16: sensitive" if layer["keep_bf16"] else "FP8" if layer["eligible"]
+                else f"bf16: {reason}")
+        line = (
+            f"  {name:{name_width}}  {layer['in_features']:>5}x{layer['out_features']:<5}  "
+            f"{vocabulary.number(layer['flops_share'], '{:.1%}'):>6}  "
+            f"{vocabulary.number(layer['weight_amax'], '{:.3g}'):>8}  "
+            f"{vocabulary.number(layer['input_amax'], '{:.3g}'):>8}  "
+            f"{vocabulary.number(layer['underflow_share'], '{:.1%}'):>6}  "
+            f"{vocabulary.number(layer['sqnr_db'], '{:.1f}', '-'):>7}  {plan}")
+        lines.append(line if len(line) <= 120 else line[:119] + "…")
+    for finding in doc["findings"]:
+        lines += finding_lines(finding)
+    return "\n".join(lines)

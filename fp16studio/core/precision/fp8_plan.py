@@ -1,0 +1,155 @@
+"""The rules of an FP8 plan, known without running anything (and without torchao): which recipes
+a device runs, which Linear layers a recipe takes, and the plan document (`fp8 --json`).
+
+The recipes are torchao's float8 training recipes (`Float8LinearConfig.from_recipe_name`):
+`tensorwise` (one scale per tensor) and `rowwise` (one per row, rounded down to a power of 2).
+Both cast to e4m3 (largest finite value 448) and run `torch._scaled_mm`, which needs both
+dimensions of the weight divisible by 16; torchao's own examples filter the layers so
+(`in_features % 16 == 0 and out_features % 16 == 0`), Transformer Engine refuses the same shapes
+("FP8 execution requires 2D input matrices with height divisible by 8 and width divisible by 16").
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+E4M3_MAX = 448.0                 # torch.finfo(torch.float8_e4m3fn).max
+E4M3_SMALLEST = 2.0 ** -9        # e4m3's smallest subnormal: scaled values below it lose all but
+#                                  their order of magnitude, or flush to zero
+SENSITIVE_SQNR_DB = 20.0         # a layer whose FP8 output is noisier than this stays bfloat16
+SHAPE_MULTIPLE = 16              # _scaled_mm: the weight's dimensions divisible by 16
+# A layer whose GEMM is under this share of the largest Linear's gains nothing from FP8: the
+# casts cost more than the faster matmul saves (a LoRA adapter beside its base layer, a head).
+SMALL_SHARE_OF_LARGEST = 0.01
+# Below this width FP8's matmul does not beat bfloat16's on a Hopper GPU (ao#2262).
+SPEED_FEATURES = 1024
+RECIPES = ("tensorwise", "rowwise")
+# The compute capability each recipe needs natively (rowwise scales: Hopper's _scaled_mm).
+RECIPE_CAPABILITY = {"tensorwise": (8, 9), "rowwise": (9, 0)}
+BLACKWELL_ONLY = "MXFP8 and NVFP4 recipes need a Blackwell GPU (compute capability 10.0)"
+
+
+def shape_reason(in_features: int, out_features: int) -> str | None:
+    """Why the recipe refuses a Linear of this shape, or None when it takes it."""
+    bad = [f"{name} {size} is not divisible by {SHAPE_MULTIPLE}"
+           for name, size in (("in_features", in_features), ("out_features", out_features))
+           if size % SHAPE_MULTIPLE]
+    return "; ".join(bad) or None
+
+
+def recipe_support(recipe: str, device_type: str, capability) -> tuple[bool, bool, str]:
+    """(runs here, emulated, why) for the recipe on this device; `capability` is (major, minor)
+    on a CUDA device, else None."""
+    if device_type != "cuda":
+        return (True, True, f"{device_type.upper()}: FP8 is emulated by torchao (emulate=True): "
+                "the numerics of an FP8 GPU, no speed; " + BLACKWELL_ONLY)
+    need = RECIPE_CAPABILITY[recipe]
+    have = f"{capability[0]}.{capability[1]}"
+    if tuple(capability) < (8, 9):
+        return (False, True, f"compute capability {have}: FP8 needs 8.9 or higher (Ada, Hopper); "
+                "measured emulated here, run bfloat16 on this GPU")
+    if tuple(capability) < need:
+        return (False, True, f"compute capability {have}: the {recipe} recipe needs "
+                f"{need[0]}.{need[1]} (Hopper); tensorwise runs here")
+    return True, False, f"compute capability {have}: {recipe} runs natively; {BLACKWELL_ONLY}"
+
+
+def supported_recipe(device_type: str, capability) -> str | None:
+    """The recipe this device runs natively (the fix of an unsupported one), or None."""
+    if device_type != "cuda":
+        return None
+    return next((r for r in RECIPES if tuple(capability) >= RECIPE_CAPABILITY[r]), None)
+
+
+def is_fp8_checkpoint(quantization_config) -> bool:
+    """A transformers config's quantization_config that stores the weights in FP8."""
+    if quantization_config is None:
+        return False
+    if not isinstance(quantization_config, dict):
+        quantization_config = getattr(quantization_config, "to_dict", lambda: {})()
+    method = str(quantization_config.get("quant_method", "")).lower()
+    return "fp8" in method or "float8" in str(quantization_config).lower()
+
+
+@dataclass
+class LayerPlan:
+    """One Linear layer of the plan (the `layers` rows of `fp8 --json`)."""
+
+    name: str
+    in_features: int
+    out_features: int
+    eligible: bool = False
+    reason: str = ""
+    flops_share: float = 0.0           # of the model's Linear GEMM FLOPs on this batch
+    weight_amax: float | None = None
+    input_amax: float | None = None
+    weight_scale: float | None = None  # rowwise: the smallest row scale (the largest row)
+    input_scale: float | None = None
+    underflow_share: float | None = None  # of the operand (weight, input) that loses more
+    sqnr_db: float | None = None       # None without torchao, or a layer that did not run
+    keep_bf16: bool = False
+    flops: int = field(default=0, repr=False)   # not in the document: its share is
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out.pop("flops")
+        return out
+
+
+def decide(layers: list[LayerPlan], threshold_db: float = SENSITIVE_SQNR_DB) -> None:
+    """Each layer's share, eligibility (and why) and whether it stays bfloat16, in place."""
+    total = sum(layer.flops for layer in layers)
+    largest = max((layer.flops for layer in layers), default=0)
+    for layer in layers:
+        layer.flops_share = layer.flops / total if total else 0.0
+        refused = shape_reason(layer.in_features, layer.out_features)
+        if not layer.flops:
+            layer.eligible, layer.reason = False, "did not run on this batch"
+        elif refused:
+            layer.eligible, layer.reason = False, refused
+        elif layer.flops < SMALL_SHARE_OF_LARGEST * largest:
+            layer.eligible, layer.reason = False, (
+                f"too small to gain: {layer.flops / largest:.2%} of the largest layer's GEMM")
+        else:
+            layer.eligible, layer.reason = True, "weight dimensions multiples of 16"
+        layer.keep_bf16 = (layer.eligible and layer.sqnr_db is not None
+                           and layer.sqnr_db < threshold_db)
+        if layer.keep_bf16:
+            layer.reason = f"FP8 SQNR {layer.sqnr_db:.1f} dB, under {threshold_db:g} dB"
+
+
+@dataclass
+class Fp8Plan:
+    """The `fp8 --json` document (CONTRACT §3)."""
+
+    recipe: str
+    device: str
+    compute_capability: str | None
+    emulated: bool
+    runs_here: bool = True             # the device runs the recipe natively or emulated by choice
+    preflight: list = field(default_factory=list)   # {"check", "ok", "message"}
+    layers: list = field(default_factory=list)      # LayerPlan, in the model's order
+    threshold_db: float = SENSITIVE_SQNR_DB
+    findings: list = field(default_factory=list)    # Finding
+
+    @property
+    def keep_bf16(self) -> list[str]:
+        return [layer.name for layer in self.layers if layer.keep_bf16]
+
+    @property
+    def converted(self) -> list[str]:
+        return [layer.name for layer in self.layers if layer.eligible and not layer.keep_bf16]
+
+    @property
+    def ok(self) -> bool:
+        """Exit 0: a layer goes to FP8 and the device runs the recipe."""
+        return bool(self.converted) and self.runs_here
+
+    def to_json(self) -> dict:
+        return {"recipe": self.recipe, "device": self.device,
+                "compute_capability": self.compute_capability, "emulated": self.emulated,
+                "preflight": list(self.preflight),
+                "layers": [layer.to_json() for layer in self.layers],
+                "keep_bf16": self.keep_bf16, "converted": self.converted,
+                "threshold_db": self.threshold_db,
+                "findings": [f.to_json() for f in self.findings]}

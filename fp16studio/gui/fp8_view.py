@@ -1,0 +1,133 @@
+"""The FP8 tab: the FP8 plan of the spec (`fp16studio fp8`, core.precision.fp8, run in the
+engine): one row per Linear layer with whether the recipe takes it, its share of the GEMM FLOPs,
+its SQNR in FP8 against bfloat16, and what the plan does with it, under the pre-flight checks.
+
+It takes the plan's --json document (plain values); the window never imports torch.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton,
+                               QTableView, QVBoxLayout, QWidget)
+
+from fp16studio.core.present import vocabulary
+from .roles import RAW_ROLE
+
+HINT = ("Plan FP8 loads this spec in bfloat16, runs one forward pass on its batch and says, for "
+        "each Linear layer, whether FP8 takes it and how much its output loses (SQNR).")
+RECIPES = ("tensorwise", "rowwise")
+
+
+def _plan(row: dict) -> str:
+    if row["keep_bf16"]:
+        return "keep bfloat16 (sensitive)"
+    return "FP8" if row["eligible"] else f"bfloat16: {row['reason']}"
+
+
+COLUMNS = (  # header, the text of a layer's row, its raw value (sorting)
+    ("Layer", lambda r: r["name"], lambda r: r["name"]),
+    ("Shape", lambda r: f"{r['in_features']} x {r['out_features']}",
+     lambda r: r["in_features"] * r["out_features"]),
+    ("Eligible", lambda r: "yes" if r["eligible"] else "no", lambda r: r["eligible"]),
+    ("Share", lambda r: vocabulary.number(r["flops_share"], "{:.1%}"), lambda r: r["flops_share"]),
+    ("SQNR dB", lambda r: vocabulary.number(r["sqnr_db"], "{:.1f}", "-"),
+     lambda r: r["sqnr_db"]),
+    ("Plan", _plan, lambda r: (r["keep_bf16"], r["eligible"])),
+)
+
+
+class Fp8Model(QAbstractTableModel):
+    """One row per Linear layer of an fp8 document, in the model's order."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.rows: list[dict] = []
+
+    def set_doc(self, doc: dict | None):
+        self.beginResetModel()
+        self.rows = list(doc["layers"]) if doc else []
+        self.endResetModel()
+
+    def rowCount(self, parent=QModelIndex()):
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()):
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            return COLUMNS[section][0]
+        return None
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid() or not 0 <= index.row() < len(self.rows):
+            return None
+        row = self.rows[index.row()]
+        _, text, raw = COLUMNS[index.column()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return text(row)
+        if role == RAW_ROLE:
+            return raw(row)
+        if role == Qt.ItemDataRole.FontRole and row["keep_bf16"]:
+            font = QFont()
+            font.setBold(True)
+            return font
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return row["reason"]
+        return None
+
+
+class Fp8View(QWidget):
+    """The recipe, the Plan FP8 button (`runRequested(recipe)`), the verdict and pre-flight, and
+    the table of layers."""
+
+    runRequested = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.recipe = QComboBox()
+        self.recipe.addItems(RECIPES)
+        self.recipe.setToolTip("torchao's float8 recipe: tensorwise (Ada, Hopper) or rowwise "
+                               "(Hopper)")
+        self.run_button = QPushButton("Plan FP8")
+        self.run_button.clicked.connect(lambda: self.runRequested.emit(self.recipe.currentText()))
+        bar = QHBoxLayout()
+        bar.addWidget(QLabel("Recipe"))
+        bar.addWidget(self.recipe)
+        bar.addWidget(self.run_button)
+        bar.addStretch(1)
+        self.summary = QLabel(HINT)
+        self.summary.setWordWrap(True)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.model = Fp8Model(self)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setAlternatingRowColors(True)
+        self.table.verticalHeader().hide()
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        layout = QVBoxLayout(self)
+        layout.addLayout(bar)
+        layout.addWidget(self.summary)
+        layout.addWidget(self.table, 1)
+
+    def set_result(self, doc: dict | None):
+        """The fp8 --json document, or None (nothing planned)."""
+        self.model.set_doc(doc)
+        if doc is None:
+            self.summary.setText(HINT)
+            return
+        where = doc["device"] + (" (emulated)" if doc["emulated"] else "")
+        lines = [f"{doc['recipe']} on {where}: {len(doc['converted'])} of {len(doc['layers'])} "
+                 f"Linear layers to FP8, {len(doc['keep_bf16'])} kept in bfloat16 (SQNR under "
+                 f"{doc['threshold_db']:g} dB)."]
+        lines += [f"{'✓' if c['ok'] else '✗'} {c['check']}: {c['message']}"
+                  for c in doc["preflight"]]
+        self.summary.setText("\n".join(lines))
+
+    def show_failure(self, message: str):
+        self.model.set_doc(None)
+        self.summary.setText(f"The FP8 plan failed: {message}")

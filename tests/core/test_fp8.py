@@ -1,0 +1,337 @@
+"""The FP8 plan (`fp16studio fp8`): eligibility by the recipes' shape rules, a layer made
+sensitive on purpose kept in bfloat16, the device pre-flight, the exported script that converts
+exactly the plan's layers, and a traced script's FP8 failures. Models are built from configs with
+fixed seeds (a Llama-style LM and a BERT). The measured SQNR needs torchao (the `fp8` extra):
+those tests skip without it; eligibility, FLOPs and ranges are tested either way."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from numerics_zoo import text_spec
+
+from fp16studio.cli import main
+from fp16studio.core.diagnostics.rules import fp8 as fp8_rules
+from fp16studio.core.precision import fp8 as fp8_module
+from fp16studio.core.precision.fp8 import fp8_plan
+from fp16studio.core.precision.fp8_plan import (SENSITIVE_SQNR_DB, SMALL_SHARE_OF_LARGEST,
+                                                LayerPlan, decide, recipe_support, shape_reason,
+                                                supported_recipe)
+from fp16studio.core.script.trace import trace_script
+
+needs_torchao = pytest.mark.skipif(fp8_module.torchao_float8() is None,
+                                   reason="torchao is not installed (pip install '.[fp8]')")
+
+
+def _sensitive_channel(up, down, channel: int = 5, factor: float = 1e5):
+    """One inner channel scaled down going in and up coming out, as the overflow fixtures scale
+    a feed-forward block: the bfloat16 function is the same (the activation is linear near 0),
+    but the outgoing weight holds a 1e5 outlier, so a per-tensor (or per-row) e4m3 scale
+    flushes the rest of it under e4m3's smallest step."""
+    up.weight[channel].div_(factor)
+    down.weight[:, channel].mul_(factor)
+
+
+@pytest.fixture(scope="session")
+def fp8_models(tmp_path_factory):
+    from transformers import (BertConfig, BertForSequenceClassification, LlamaConfig,
+                              LlamaForCausalLM)
+
+    from fp16studio.core.demo.pipelines import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()   # 135 tokens: the LM head's out_features is not a multiple of 16
+    root = tmp_path_factory.mktemp("fp8-models")
+
+    def llama(intermediate):
+        return LlamaForCausalLM(LlamaConfig(
+            vocab_size=len(tokenizer), hidden_size=48, intermediate_size=intermediate,
+            num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=3,
+            max_position_embeddings=64, pad_token_id=0))
+
+    def bert():
+        return BertForSequenceClassification(BertConfig(
+            vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+            num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+            num_labels=3))
+
+    def llama_sensitive(model):
+        mlp = model.model.layers[1].mlp
+        _sensitive_channel(mlp.up_proj, mlp.down_proj)
+
+    def bert_sensitive(model):
+        layer = model.bert.encoder.layer[1]
+        _sensitive_channel(layer.intermediate.dense, layer.output.dense)
+
+    builds = {"llama": (lambda: llama(40), None), "llama-sensitive": (lambda: llama(64),
+                                                                      llama_sensitive),
+              "bert": (bert, None), "bert-sensitive": (bert, bert_sensitive)}
+    paths = {}
+    for name, (make, edit) in builds.items():
+        torch.manual_seed(0)
+        model = make()
+        if edit is not None:
+            with torch.no_grad():
+                edit(model)
+        model.save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+        paths[name] = root / name
+    return paths
+
+
+def _spec(demo_dir, fp8_models, name, **keys):
+    return text_spec(demo_dir, fp8_models[name], **keys)
+
+
+# -- the rules ----------------------------------------------------------------------------------
+
+def test_shape_rule_on_both_sides_of_16():
+    assert shape_reason(32, 64) is None and shape_reason(16, 4096) is None
+    assert shape_reason(40, 64) == "in_features 40 is not divisible by 16"
+    assert shape_reason(64, 3) == "out_features 3 is not divisible by 16"
+    assert "in_features 8" in shape_reason(8, 24) and "out_features 24" in shape_reason(8, 24)
+
+
+def test_too_small_to_gain_on_both_sides_of_the_share():
+    big = LayerPlan("big", 64, 64, flops=1000)
+    above = LayerPlan("above", 64, 64, flops=int(1000 * SMALL_SHARE_OF_LARGEST))
+    below = LayerPlan("below", 64, 64, flops=int(1000 * SMALL_SHARE_OF_LARGEST) - 1)
+    idle = LayerPlan("idle", 64, 64)
+    sensitive = LayerPlan("sensitive", 64, 64, flops=1000, sqnr_db=SENSITIVE_SQNR_DB - 0.1)
+    edge = LayerPlan("edge", 64, 64, flops=1000, sqnr_db=SENSITIVE_SQNR_DB)
+    decide([big, above, below, idle, sensitive, edge])
+    assert big.eligible and above.eligible and not below.eligible and not idle.eligible
+    assert below.reason.startswith("too small to gain") and idle.reason == "did not run on this batch"
+    assert sensitive.keep_bf16 and sensitive.eligible and not edge.keep_bf16
+    assert abs(sum(layer.flops_share for layer in (big, above, below, idle, sensitive, edge))
+               - 1) < 1e-9
+
+
+def test_recipes_against_the_device():
+    assert recipe_support("tensorwise", "cpu", None)[:2] == (True, True)
+    assert recipe_support("tensorwise", "cuda", (8, 6))[:2] == (False, True)
+    assert recipe_support("tensorwise", "cuda", (8, 9))[:2] == (True, False)
+    assert recipe_support("rowwise", "cuda", (8, 9))[:2] == (False, True)
+    assert recipe_support("rowwise", "cuda", (9, 0))[:2] == (True, False)
+    assert supported_recipe("cuda", (8, 9)) == "tensorwise"
+    assert supported_recipe("cuda", (8, 0)) is None and supported_recipe("cpu", None) is None
+    finding, = fp8_rules.plan_findings([], 20.0, "rowwise", "cuda:0",
+                                       recipe_support("rowwise", "cuda", (8, 9)), "tensorwise")
+    assert (finding.code, finding.severity) == ("fp8-unsupported", "error")
+    assert [fix.id for fix in finding.fixes] == ["fp8-recipe-tensorwise", "fp8-bfloat16"]
+
+
+def test_preflight_names_an_fp8_checkpoint_dequantised_here():
+    from fp16studio.core.precision.fp8 import preflight
+    from fp16studio.core.precision.fp8_plan import Fp8Plan, is_fp8_checkpoint
+
+    fp8_config = {"quant_method": "fp8", "activation_scheme": "dynamic",
+                  "weight_block_size": [128, 128]}
+    assert is_fp8_checkpoint(fp8_config) and not is_fp8_checkpoint(None)
+    assert is_fp8_checkpoint({"quant_method": "torchao", "quant_type": {
+        "default": {"_type": "Float8DynamicActivationFloat8WeightConfig"}}})
+    assert not is_fp8_checkpoint({"quant_method": "bitsandbytes", "load_in_8bit": True})
+    plan = Fp8Plan("tensorwise", "cpu", None, True)
+    checks = {c["check"]: c for c in preflight(plan, recipe_support("tensorwise", "cpu", None),
+                                               None, fp8_config)}
+    assert not checks["checkpoint"]["ok"] and "dequantises" in checks["checkpoint"]["message"]
+    assert not checks["torchao"]["ok"] and checks["device"]["ok"]
+    assert "checkpoint" not in {c["check"] for c in preflight(
+        plan, recipe_support("tensorwise", "cpu", None), None, None)}
+
+
+@pytest.mark.parametrize("kind, message, code", [
+    ("AssertionError", "Device compute capability 8.9 or higher required for FP8 execution.",
+     "fp8-unsupported"),
+    ("RuntimeError", "torch._scaled_mm is only supported on CUDA devices with compute capability "
+                     ">= 9.0 or 8.9", "fp8-unsupported"),
+    ("AssertionError", "FP8 execution requires 2D input matrices with height divisible by 8 and "
+                       "width divisible by 16, but got tensor with dims=[896, 712]", "fp8-shape"),
+    ("RuntimeError", "mat1 and mat2 shapes cannot be multiplied (4x3 and 4x2)", None),
+])
+def test_failure_messages(kind, message, code):
+    findings = fp8_rules.failure_findings(kind, message, {"file": "x.py", "line": 3})
+    assert [f.code for f in findings] == ([code] if code else [])
+    if code:
+        assert findings[0].severity == "error" and findings[0].source["line"] == 3
+
+
+# -- the plan on real models --------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["llama", "bert"])
+def test_eligibility_matches_the_rules_on_every_layer(demo_dir, fp8_models, name):
+    plan = fp8_plan(_spec(demo_dir, fp8_models, name))
+    model_linears = {n: m for n, m in _model(fp8_models[name]).named_modules()
+                     if type(m) is torch.nn.Linear}
+    assert [layer.name for layer in plan.layers] == list(model_linears)
+    largest = max(layer.flops_share for layer in plan.layers)
+    for layer in plan.layers:
+        module = model_linears[layer.name]
+        assert (layer.in_features, layer.out_features) == (module.in_features,
+                                                          module.out_features)
+        rule = (module.in_features % 16 == 0 and module.out_features % 16 == 0
+                and layer.flops_share >= SMALL_SHARE_OF_LARGEST * largest)
+        assert layer.eligible == rule, (layer.name, layer.reason)
+        assert layer.weight_amax == pytest.approx(float(module.weight.detach().abs().max()), rel=1e-2)
+        assert layer.weight_scale == pytest.approx(448 / layer.weight_amax, rel=1e-2)
+        assert 0 <= layer.underflow_share <= 1 and layer.input_amax > 0
+    # Both sides of the rules are in each model: refused and taken layers.
+    assert any(layer.eligible for layer in plan.layers)
+    assert any(not layer.eligible for layer in plan.layers)
+    assert sum(layer.flops_share for layer in plan.layers) == pytest.approx(1.0)
+    refused = [f for f in plan.findings if f.code == "fp8-shape"]
+    assert refused and set(refused[0].evidence["layers"]) == {
+        layer.name for layer in plan.layers if "not divisible" in layer.reason}
+
+
+def _model(path):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    auto = AutoModelForSequenceClassification if "bert" in path.name else AutoModelForCausalLM
+    return auto.from_pretrained(path)
+
+
+@needs_torchao
+@pytest.mark.parametrize("name, sensitive", [
+    ("llama-sensitive", "model.layers.1.mlp.down_proj"),
+    ("bert-sensitive", "bert.encoder.layer.1.output.dense"),
+])
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_the_layer_made_sensitive_is_kept_in_bfloat16(demo_dir, fp8_models, name, sensitive,
+                                                      recipe):
+    plan = fp8_plan(_spec(demo_dir, fp8_models, name), recipe=recipe)
+    assert plan.keep_bf16 == [sensitive]
+    measured = [layer for layer in plan.layers if layer.sqnr_db is not None]
+    assert min(measured, key=lambda layer: layer.sqnr_db).name == sensitive
+    assert sensitive not in plan.converted and plan.converted and plan.ok
+    doc = plan.to_json()
+    finding = next(f for f in doc["findings"] if f["code"] == "fp8-sensitive")
+    assert finding["location"] == sensitive and finding["severity"] == "warning"
+    row = next(layer for layer in doc["layers"] if layer["name"] == sensitive)
+    # Why: the outlier's scale flushes the rest of the weight, more than in any other layer.
+    assert row["keep_bf16"] and row["underflow_share"] == max(
+        layer["underflow_share"] for layer in doc["layers"]) > 0.2
+    # The same model without the edit keeps nothing in bfloat16.
+    plain = fp8_plan(_spec(demo_dir, fp8_models, name.removesuffix("-sensitive")),
+                     recipe=recipe)
+    assert plain.keep_bf16 == [] and all(layer.sqnr_db > SENSITIVE_SQNR_DB
+                                         for layer in plain.layers if layer.sqnr_db is not None)
+
+
+def test_without_torchao_the_plan_says_so(demo_dir, fp8_models, monkeypatch):
+    monkeypatch.setattr(fp8_module, "torchao_float8", lambda: None)
+    plan = fp8_plan(_spec(demo_dir, fp8_models, "bert-sensitive"))
+    check = next(c for c in plan.preflight if c["check"] == "torchao")
+    assert not check["ok"] and "not installed" in check["message"]
+    assert all(layer.sqnr_db is None and not layer.keep_bf16 for layer in plan.layers)
+    assert plan.converted == [layer.name for layer in plan.layers if layer.eligible]
+
+
+def test_cli_json_and_exit_codes(demo_dir, fp8_models, tmp_path, capsys):
+    from fp16studio.core.spec.documents import save_spec
+
+    path = tmp_path / "bert.json"
+    save_spec(_spec(demo_dir, fp8_models, "bert"), path)
+    assert main(["fp8", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == {"recipe", "device", "compute_capability", "emulated", "preflight",
+                        "layers", "keep_bf16", "converted", "threshold_db", "findings"}
+    assert (doc["recipe"], doc["device"], doc["compute_capability"], doc["emulated"]) == (
+        "tensorwise", "cpu", None, True)
+    assert set(doc["layers"][0]) == {
+        "name", "in_features", "out_features", "eligible", "reason", "flops_share", "weight_amax",
+        "input_amax", "weight_scale", "input_scale", "underflow_share", "sqnr_db", "keep_bf16"}
+    assert main(["fp8", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "FP8 plan (tensorwise) on cpu (emulated)" in text
+    assert max(len(line) for line in text.splitlines()) <= 120
+    assert main(["fp8", str(path), "--recipe", "mxfp8"]) == 2
+    assert main(["fp8", str(tmp_path / "missing.json")]) == 2
+
+
+def test_no_layer_to_convert_exits_1(demo_dir, capsys):
+    # The demo's ResNet: its one Linear, the 3-class head, is a shape FP8 refuses.
+    assert main(["fp8", "demo:healthy", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["converted"] == [] and [layer["eligible"] for layer in doc["layers"]] == [False]
+
+
+# -- the exported script ------------------------------------------------------------------------
+
+@needs_torchao
+def test_exported_script_converts_exactly_the_plans_layers(demo_dir, fp8_models, tmp_path,
+                                                           capsys):
+    from fp16studio.core.spec.documents import save_spec
+
+    path = tmp_path / "llama.json"
+    save_spec(_spec(demo_dir, fp8_models, "llama-sensitive"), path)
+    script = tmp_path / "fp8_llama.py"
+    assert main(["fp8", str(path), "--json", "--export", str(script)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["keep_bf16"] == ["model.layers.1.mlp.down_proj"]
+    run = subprocess.run([sys.executable, str(script), "--device", "cpu"], capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    converted = next(line["fp8_converted"] for line in lines if "fp8_converted" in line)
+    assert converted == doc["converted"]
+    assert set(converted).isdisjoint(doc["keep_bf16"])
+    assert next(line for line in lines if "output" in line)["finite"]
+    # An existing script is replaced (kept as .bak); the spec, an input, never is.
+    assert main(["fp8", str(path), "--export", str(script)]) == 0
+    assert (tmp_path / "fp8_llama.py.bak").is_file()
+    assert main(["fp8", str(path), "--export", str(path)]) == 2
+
+
+# -- a traced script's FP8 failures -------------------------------------------------------------
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _line(path, text):
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_trace_fp8_unsupported_outside_a_model_at_its_line(tmp_path):
+    script = _write(tmp_path, "scaled_mm.py", """\
+        import torch
+
+        net = torch.nn.Linear(32, 32)
+        net(torch.randn(2, 32))
+        raise RuntimeError("torch._scaled_mm is only supported on CUDA devices with compute "
+                           "capability >= 9.0 or 8.9")
+        """)
+    result = trace_script(script)
+    finding = next(f for f in result.findings if f.code == "fp8-unsupported")
+    assert finding.severity == "error" and finding.source["line"] == _line(script, "raise")
+    assert finding.fixes[-1].id == "fp8-bfloat16"
+
+
+def test_trace_fp8_shape_inside_a_model_at_its_line(tmp_path):
+    script = _write(tmp_path, "te_shape.py", """\
+        import torch
+
+
+        class FP8Linear(torch.nn.Linear):
+            def forward(self, x):
+                assert x.shape[-1] % 16 == 0, ("FP8 execution requires 2D input matrices with "
+                    "height divisible by 8 and width divisible by 16, but got tensor with "
+                    f"dims={list(x.shape)}")
+                return super().forward(x)
+
+
+        net = FP8Linear(12, 32)
+        net(torch.randn(3, 12))
+        """)
+    result = trace_script(script)
+    codes = [f.code for f in result.findings]
+    assert codes == ["fp8-shape"], codes
+    finding = result.findings[0]
+    assert finding.severity == "error"
+    assert finding.source["line"] in (_line(script, "assert"), _line(script, "net(torch"))
+    assert finding.fixes[0].id == "fp8-filter-shapes"

@@ -1,0 +1,57 @@
+"""The FP8 tab: Run → Plan FP8 (and the tab's own button) runs the plan in the engine and
+shows one row per Linear layer; a layer the plan keeps in bfloat16 stands out."""
+
+from PySide6.QtCore import Qt
+
+from fp16studio.gui import MainWindow
+from fp16studio.gui.fp8_view import Fp8View
+
+RUN_TIMEOUT_MS = 120_000
+
+
+def test_plan_fp8_fills_the_table(qtbot):
+    from fp16studio.core.demo.pipelines import demo_spec
+
+    window = MainWindow(demo_spec("blind-half"))
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.spec is not None, timeout=RUN_TIMEOUT_MS)
+    with qtbot.waitSignal(window.controller.fp8Finished, timeout=RUN_TIMEOUT_MS) as done:
+        window.act_fp8.trigger()
+    doc = done.args[0]
+    assert window.main_tabs.currentWidget() is window.fp8
+    model = window.fp8.table.model()
+    rows = [[model.index(r, c).data() for c in range(model.columnCount())]
+            for r in range(model.rowCount())]
+    assert [row[0] for row in rows] == [layer["name"] for layer in doc["layers"]]
+    classifier = rows[[row[0] for row in rows].index("classifier")]
+    assert classifier[2] == "no" and classifier[5].startswith("bfloat16: out_features 3")
+    assert "tensorwise on cpu (emulated)" in window.fp8.summary.text()
+    # The tab's own button, with the recipe chosen there.
+    window.fp8.recipe.setCurrentText("rowwise")
+    qtbot.waitUntil(lambda: window.fp8.run_button.isEnabled(), timeout=RUN_TIMEOUT_MS)
+    with qtbot.waitSignal(window.controller.fp8Finished, timeout=RUN_TIMEOUT_MS) as done:
+        qtbot.mouseClick(window.fp8.run_button, Qt.MouseButton.LeftButton)
+    assert done.args[0]["recipe"] == "rowwise"
+    assert "rowwise on cpu" in window.fp8.summary.text()
+
+
+def test_a_layer_kept_in_bfloat16_stands_out(qtbot):
+    view = Fp8View()
+    qtbot.addWidget(view)
+    layer = {"name": "a", "in_features": 64, "out_features": 64, "eligible": True,
+             "reason": "FP8 SQNR 3.0 dB, under 20 dB", "flops_share": 0.5, "weight_amax": 1.0,
+             "input_amax": 1.0, "weight_scale": 448.0, "input_scale": 448.0,
+             "underflow_share": 0.9, "sqnr_db": 3.0, "keep_bf16": True}
+    doc = {"recipe": "tensorwise", "device": "cpu", "compute_capability": None,
+           "emulated": True, "preflight": [{"check": "torchao", "ok": False, "message": "absent"}],
+           "layers": [layer, dict(layer, name="b", sqnr_db=30.0, keep_bf16=False)],
+           "keep_bf16": ["a"], "converted": ["b"], "threshold_db": 20.0, "findings": []}
+    view.set_result(doc)
+    model = view.table.model()
+    assert model.index(0, 5).data() == "keep bfloat16 (sensitive)"
+    assert model.index(0, 0).data(Qt.ItemDataRole.FontRole).bold()
+    assert model.index(1, 5).data() == "FP8" and model.index(1, 0).data(Qt.ItemDataRole.FontRole) is None
+    assert "✗ torchao: absent" in view.summary.text()
+    view.show_failure("boom")
+    assert model.rowCount() == 0 and "boom" in view.summary.text()
