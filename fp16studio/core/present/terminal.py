@@ -145,7 +145,7 @@ def format_bench(doc: dict) -> str:
     for v in variants:
         if v["ok"]:
             lines += _wrapped(v.get("verdict") or v["name"], "  ")
-            details = _details(v)
+            details = bench_details(v)
             if details:
                 lines += _wrapped(details, "      ")
     for note in vocabulary.bench_notes(doc):
@@ -182,7 +182,8 @@ _DETAILS = {"p90 ms": "p90 {} ms", "min ms": "min {} ms", "Overhead ms": "overhe
             "Tokens/s": "{} tokens/s"}
 
 
-def _details(v: dict) -> str:
+def bench_details(v: dict) -> str:
+    """A variant's figures that are not table columns, in a line."""
     columns = {c[0]: c for c in vocabulary.BENCH_COLUMNS + VERDICT_COLUMNS}
     return ", ".join(words.format(columns[title][2](columns[title][1](v)))
                      for title, words in _DETAILS.items()
