@@ -23,10 +23,11 @@ from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QHeaderView, QLabel, QP
                                QSplitter, QTableView, QTabWidget, QVBoxLayout, QWidget)
 from pyqtgraph.exporters import ImageExporter
 
+from fp16studio.core.precision.verdict import VERDICT_COLUMNS
 from fp16studio.core.present.vocabulary import bench_columns, bench_notes, stability, status, with_ratio
 from .fit import ElidedLabel, VerticalScrollArea
 from .palette import DTYPE_COLORS, OKABE_ITO
-from .plot_style import SpacedAxis, follow_palette
+from .plot_style import SpacedAxis, follow_palette, restyle
 from .roles import RAW_ROLE
 
 REDRAW_MS = 66  # ~15 Hz: smooth enough to watch, cheap enough for the GUI thread
@@ -64,20 +65,25 @@ def _brush(name: str, light: bool = False) -> QBrush:
 
 class ResultsModel(QAbstractTableModel):
     """One row per variant of a bench document: text to read, RAW_ROLE to sort and export. The
-    columns are the shared ones (core.present.vocabulary) that this document fills."""
+    columns are the shared ones (core.present.vocabulary, then the verdict's) that this document
+    fills; a variant's verdict is its name's tooltip."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.columns: tuple = ()
         self._rows: list[list] = []
         self._stable: list[str] = []
+        self._verdicts: list = []
 
     def set_doc(self, doc: dict | None):
         self.beginResetModel()
         variants = with_ratio(doc) if doc else []
-        self.columns = bench_columns(variants) if doc else ()
+        self.columns = (bench_columns(variants) + tuple(
+            c for c in VERDICT_COLUMNS if any(c[1](v) is not None for v in variants))
+            if doc else ())
         self._rows = [[value(v) for _, value, _, _ in self.columns] for v in variants]
         self._stable = [stability(v) for v in variants]
+        self._verdicts = [v.get("verdict") for v in variants]
         self.endResetModel()
 
     def headers(self) -> list[str]:
@@ -108,6 +114,8 @@ class ResultsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             if header == "Error":
                 return raw
+            if header == "Variant" and self._verdicts[index.row()]:
+                return self._verdicts[index.row()]
             if self._stable[index.row()] == "noisy":
                 return "The spread across rounds says the machine was busy: this figure is not to be trusted."
         return None
@@ -180,23 +188,33 @@ class CompareView(QWidget):
         # width, and a longer label runs into its neighbour's; what they mean is in the caption.
         self._speed_plot = self.bars.addPlot(title="Throughput", axisItems={"bottom": SpacedAxis("bottom")})
         self._memory_plot = self.bars.addPlot(title="Memory", axisItems={"bottom": SpacedAxis("bottom")})
+        # Each step split into the GPU's busy time and the rest (the interpreter launching
+        # kernels, waits): at a glance, where half precision's faster kernels went. In the
+        # layout only when the document has busy times (a GPU's).
+        self._time_plot = pg.PlotItem(title="Time per call", axisItems={"bottom": SpacedAxis("bottom")})
         self._speed_plot.setLabel("bottom", "samples/s")
         self._memory_plot.setLabel("bottom", "MiB")
+        self._time_plot.setLabel("bottom", "ms")
         # MiB as they are (0.05 MiB), not rescaled with a "(x0.001)" appended to a long label.
         self._memory_plot.getAxis("bottom").enableAutoSIPrefix(False)
         self._speed_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.6)
         self._peak_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.38)
         self._weight_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.38)
+        self._busy_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.6)
+        self._overhead_bars = pg.BarGraphItem(x0=[], y=[], width=[], height=0.6)
         self._speed_plot.addItem(self._speed_bars)
         self._memory_plot.addItem(self._peak_bars)
         self._memory_plot.addItem(self._weight_bars)
-        for item in (self._speed_plot, self._memory_plot):
+        self._time_plot.addItem(self._busy_bars)
+        self._time_plot.addItem(self._overhead_bars)
+        for item in self._result_plots:
             item.setMouseEnabled(x=False, y=False)
             item.showGrid(x=True, alpha=0.3)
             item.invertY(True)   # the document's order, top to bottom
-        # The memory bars share the throughput bars' rows, so their names are written once.
-        self._memory_plot.setYLink(self._speed_plot)
-        self._memory_plot.getAxis("left").setStyle(showValues=False)
+        # The other bars share the throughput bars' rows, so their names are written once.
+        for item in (self._memory_plot, self._time_plot):
+            item.setYLink(self._speed_plot)
+            item.getAxis("left").setStyle(showValues=False)
         for widget in (self.plot, self.bars):
             follow_palette(widget)
 
@@ -247,8 +265,9 @@ class CompareView(QWidget):
         results.setContentsMargins(0, 0, 0, 0)
         results.addWidget(self.bars, 1)
         results.addWidget(QLabel("Throughput: higher is better. Memory: lower is better; each "
-                                 "variant's peak solid, its weights light.", objectName="muted",
-                                 wordWrap=True))
+                                 "variant's peak solid, its weights light. Time per call (on a "
+                                 "GPU): the GPU busy solid, the rest of the step light.",
+                                 objectName="muted", wordWrap=True))
         self.charts.addTab(self.results, "Results")
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.charts)
@@ -279,8 +298,15 @@ class CompareView(QWidget):
         self._dirty.clear()
         self._doc = None
         self.model.set_doc(None)
-        for bars in (self._speed_bars, self._peak_bars, self._weight_bars):
-            bars.setOpts(y=[], width=[])
+        for bars in (self._speed_bars, self._peak_bars, self._weight_bars, self._busy_bars,
+                     self._overhead_bars):
+            bars.setOpts(x0=0, y=[], width=[])
+        # No names nor ranges of the figures gone: empty axes until the next result.
+        for item in self._result_plots:
+            item.getAxis("left").setTicks(None)
+            item.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
+        self._show_time_plot(False)
+        self.charts.setCurrentWidget(self.plot)
         self.summary.setText("Run a benchmark to compare float32, float16 and bfloat16 on this "
                              "pipeline's own model and batch.")
         self.note.hide()
@@ -330,7 +356,16 @@ class CompareView(QWidget):
                                 brushes=[_brush(n) for n in names], pens=pens)
         self._weight_bars.setOpts(y=y + 0.2, width=[(v.get("weights_bytes") or 0) / mib for v in ok],
                                   brushes=[_brush(n, light=True) for n in names], pens=pens)
-        for item in (self._speed_plot, self._memory_plot):
+        busy = [v.get("busy_ms") for v in ok]
+        timed = any(b is not None for b in busy)
+        self._show_time_plot(timed)
+        if timed:
+            busy = [b or 0.0 for b in busy]
+            self._busy_bars.setOpts(y=y, width=busy, brushes=[_brush(n) for n in names], pens=pens)
+            self._overhead_bars.setOpts(
+                x0=busy, y=y, width=[max(v.get("overhead_ms") or 0.0, 0.0) for v in ok],
+                brushes=[_brush(n, light=True) for n in names], pens=pens)
+        for item in self._result_plots:
             item.getAxis("left").setTicks(ticks)
             item.enableAutoRange()
         self.bars.setMinimumHeight(BAR_ROW_PX * len(ok) + 90)
@@ -340,11 +375,23 @@ class CompareView(QWidget):
         scrollbar = self.table.horizontalScrollBar().sizeHint().height()
         self.table.setMinimumHeight(rows + scrollbar + 2 * self.table.frameWidth() + 4)
         self.summary.setText(self._summary_text(doc))
-        note = doc.get("note") or ""  # on a CPU: no speed-up expected (core's CPU_NOTE)
+        note = doc.get("note") or ""  # on a CPU: what its figures say (core's CPU_NOTE)
         self.note.setText(note)
         self.note.setVisible(bool(note))
         for button in self._export_buttons:
             button.setEnabled(True)
+
+    @property
+    def _result_plots(self):
+        return (self._speed_plot, self._memory_plot, self._time_plot)
+
+    def _show_time_plot(self, show: bool):
+        layout = self.bars.ci
+        if show and self._time_plot not in layout.items:
+            layout.addItem(self._time_plot, row=0, col=2)
+            restyle(self.bars)  # in the palette, as the plots already there
+        elif not show and self._time_plot in layout.items:
+            layout.removeItem(self._time_plot)
 
     # -- export -------------------------------------------------------------------------------
     def export_png(self, path) -> list[Path]:
@@ -407,7 +454,8 @@ class CompareView(QWidget):
 
     @staticmethod
     def _summary_text(doc: dict) -> str:
-        parts = [f"Device: {doc.get('device', '?')}"
+        parts = [f"Verdict: {doc['verdict']}"] if doc.get("verdict") else []
+        parts += [f"Device: {doc.get('device', '?')}"
                  + (f" ({doc['device_name']})" if doc.get("device_name") else "")]
         batch = doc.get("batch") or {}
         if batch.get("size"):

@@ -32,17 +32,75 @@ class Counter:
 CPU_TIMER = bench_measure.make_timer(torch.device("cpu"))
 
 
+@pytest.fixture(autouse=True)
+def float32_matmuls_restored():
+    """Each test starts with float32 matmuls as torch starts them (precision "highest") and
+    leaves the TF32 settings as it found them, whatever it changed. Tests set them directly:
+    monkeypatch's undo deletes the attribute of torch's cuBLAS module where reading it failed."""
+    saved = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("highest")
+    yield
+    torch.set_float32_matmul_precision(saved[0])
+    torch.backends.cudnn.allow_tf32 = saved[1]
+
+
+class FakeTimer:
+    """A timer for a device whose every call takes `call_ms` and every block `overhead_ms` more
+    (its synchronise): calls `fn` as the real one does, and records the block sizes."""
+
+    def __init__(self, call_ms=1.0, overhead_ms=0.0):
+        self.call_ms, self.overhead_ms, self.blocks = call_ms, overhead_ms, []
+
+    def __call__(self, fn, calls=1):
+        result = None
+        for _ in range(calls):
+            result = fn()
+        self.blocks.append(calls)
+        return self.overhead_ms + self.call_ms * calls, result
+
+
 def test_variants_take_turns_after_warming_up_until_every_minimum_is_met():
     a, b, order = Counter(), Counter(), []
     limits = Limits(warmup=3, min_iterations=6, min_seconds=0.0, min_rounds=3)
     timings, errors = bench_measure.time_interleaved(
-        {"a": a, "b": b}, CPU_TIMER, limits, on_iteration=lambda name, i, ms: order.append(name))
-    assert not errors and a.calls == b.calls == 3 + 6
-    assert order == ["a", "a", "b", "b"] * 3  # A B A B A B: rounds of 2 calls each
+        {"a": a, "b": b}, FakeTimer(), limits,
+        on_iteration=lambda name, i, ms: order.append((name, i)))
+    # A negligible synchronise: blocks of one call, A B A B A B in rounds of 2 calls each.
+    assert not errors and a.calls == b.calls == 3 + 1 + 6  # warm-up, block sizing, timed
+    assert [name for name, _ in order] == ["a", "a", "b", "b"] * 3
+    assert [i for name, i in order if name == "a"] == [1, 2, 3, 4, 5, 6]
     assert timings["a"].output == 1  # the first call's result is kept for the accuracy check
     assert [len(block) for block in timings["a"].rounds] == [2, 2, 2]
     summary = timings["b"].summary()
     assert summary["min"] <= summary["p50"] <= summary["p90"]
+
+
+def test_blocks_grow_until_the_synchronise_is_negligible_and_report_time_per_call():
+    """A device whose synchronise costs 0.05 ms and whose call 1 ms: blocks of 64 calls (the
+    synchronise then 0.08% of a block), each figure per call; a block is never longer than a
+    round's share of min_seconds."""
+    fn, timer, seen = Counter(), FakeTimer(call_ms=1.0, overhead_ms=0.05), []
+    limits = Limits(warmup=1, min_iterations=100, min_seconds=0.0, min_rounds=2)
+    timings, _ = bench_measure.time_interleaved({"f": fn}, timer, limits,
+                                                on_iteration=lambda n, i, ms: seen.append((i, ms)))
+    timing = timings["f"]
+    assert timing.block_size == 64 and timer.blocks[-1] == 64
+    assert timing.calls == 128 and [i for i, _ in seen] == [64, 128]
+    assert all(ms == pytest.approx(1.0 + 0.05 / 64) for _, ms in seen)
+    assert timing.total_s == pytest.approx(128 * (1.0 + 0.05 / 64) / 1000)
+    short = Limits(warmup=1, min_iterations=2, min_seconds=0.016, min_rounds=2)  # 8 ms a round
+    timings, _ = bench_measure.time_interleaved({"f": Counter()}, FakeTimer(1.0, 0.05), short)
+    assert timings["f"].block_size == 8
+
+
+def test_a_block_is_back_to_back_calls_closed_by_one_synchronise(monkeypatch):
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(device))
+    device = torch.device("cuda", 0)
+    fn = Counter()
+    ms, result = bench_measure.make_timer(device)(fn, 5)
+    assert fn.calls == 5 and result == 5 and ms >= 0
+    assert syncs == [device, device]  # one before the block (nothing earlier counted), one after
 
 
 def test_rounds_run_until_min_seconds_but_not_past_max_iterations():
@@ -53,7 +111,7 @@ def test_rounds_run_until_min_seconds_but_not_past_max_iterations():
     assert timings["mm"].total_s >= 0.05 and len(timings["mm"].rounds) >= 2
     capped = Limits(warmup=1, min_iterations=1, min_seconds=60.0, max_iterations=3)
     timings, _ = bench_measure.time_interleaved({"c": Counter()}, CPU_TIMER, capped)
-    assert len(timings["c"].latencies_ms) == 3
+    assert timings["c"].calls == 3
 
 
 def test_without_warmup_the_first_call_is_timed():
@@ -78,7 +136,7 @@ def test_time_interleaved_stops_when_cancelled():
     token = CancelToken()
 
     def on_iteration(name, i, ms):
-        if i == 2:
+        if i >= 2:
             token.cancel()
 
     with pytest.raises(Cancelled):
@@ -103,6 +161,17 @@ def test_limits_reject_nonsense():
     with pytest.raises(ValueError):
         Limits(min_rounds=0)
     assert Limits(warmup=0).warmup == 0
+
+
+def test_busy_time_is_the_union_of_the_device_intervals():
+    assert bench_measure.covered_ns([(0, 10), (5, 12), (20, 25), (21, 22)]) == 17
+    assert bench_measure.covered_ns([]) == 0
+    assert bench_measure.device_busy_ms(Counter(), torch.device("cpu")) is None  # a GPU figure
+
+
+def test_gemm_dims_are_the_layers_widths():
+    model = torch.nn.Sequential(torch.nn.Linear(768, 30522), torch.nn.Conv2d(3, 64, 3))
+    assert bench_measure.gemm_dims(model) == [3, 64, 768, 30522]
 
 
 def test_flops_of_a_matmul_are_counted():
@@ -206,8 +275,8 @@ def test_tf32_settings_name_the_float32_baseline():
     assert isinstance(settings["cuda_matmul_allow_tf32"], bool)
 
 
-def test_the_tf32_variant_allows_tf32_during_its_calls_only(monkeypatch):
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+def test_the_tf32_variant_allows_tf32_during_its_calls_only():
+    torch.backends.cudnn.allow_tf32 = False
     before = bench_measure.tf32_settings()
     assert not before["cuda_matmul_allow_tf32"]
     during = bench_measure.with_tf32(bench_measure.tf32_settings)()
@@ -266,15 +335,18 @@ CONTRACT_KEYS = {"name", "ok", "samples_per_s", "latency_ms", "peak_memory_bytes
                  "weights_bytes", "max_abs_diff_vs_float32", "top1_agreement"}
 
 
-def test_every_variant_runs_on_a_tiny_resnet_and_streams_samples():
+def test_every_variant_runs_on_a_tiny_resnet_and_streams_samples(monkeypatch):
     from fp16studio.core.demo.pipelines import demo_spec
+    from fp16studio.core.common import precision as cpu_facts
 
+    monkeypatch.setattr(cpu_facts, "cpu_flags", frozenset)  # a CPU without half instructions
     samples, stages = [], []
     result = bench.benchmark(demo_spec("healthy"), on_sample=samples.append,
                              progress=lambda stage, message: stages.append(stage),
                              **{**FAST, "min_iterations": 3, "min_rounds": 3})
     doc = json.loads(json.dumps(result.to_json(), allow_nan=False))  # strict JSON
-    assert doc["device"] == "cpu" and "no speed-up is expected" in doc["note"]
+    assert doc["device"] == "cpu" and "says little about a GPU" in doc["note"]
+    assert "GPU" not in doc["verdict"] and "threads" in doc["verdict"]
     assert set(doc["tf32"]) == {"cuda_matmul_allow_tf32", "cudnn_allow_tf32",
                                 "float32_matmul_precision"}
     assert [v["name"] for v in doc["variants"]] == list(bench.VARIANTS)
@@ -285,7 +357,10 @@ def test_every_variant_runs_on_a_tiny_resnet_and_streams_samples():
         assert CONTRACT_KEYS <= set(v), v["name"]
         assert v["ok"], v["error"]
         assert set(v["latency_ms"]) == {"p50", "p90", "min"}
-        assert v["samples_per_s"] > 0 and v["iterations"] == 3 and v["rounds"] == 3
+        assert v["samples_per_s"] > 0 and v["iterations"] >= 3 and v["rounds"] == 3
+        # On a CPU: no busy time (a GPU figure); the verdict is about this CPU.
+        assert v["busy_ms"] is v["overhead_ms"] is v["bound"] is v["kernel_speedup"] is None
+        assert v["verdict"].startswith(v["name"]) and "CPU" in v["verdict"]
         # samples/s from the median latency and the batch size
         assert v["samples_per_s"] == pytest.approx(doc["batch"]["size"] * 1000
                                                    / v["latency_ms"]["p50"])
@@ -300,14 +375,16 @@ def test_every_variant_runs_on_a_tiny_resnet_and_streams_samples():
     assert by_name["autocast-float16"]["weights_bytes"] == by_name["float32"]["weights_bytes"]
     assert by_name["float16"]["output"]["dtype"] == "float16"
     assert by_name["float16"]["max_abs_diff_vs_float32"] > 0
-    assert by_name["float16"]["support"] == "emulated"  # float16 on a CPU: named slow
+    assert by_name["float16"]["support"] == "emulated"  # a CPU without float16 instructions
     assert by_name["float16"]["flops_per_sample"] == by_name["float32"]["flops_per_sample"]
     assert {s["variant"] for s in samples} == set(bench.VARIANTS) - {"tf32"}
-    assert [s["iteration"] for s in samples if s["variant"] == "float32"] == [1, 2, 3]
+    counts = [s["iteration"] for s in samples if s["variant"] == "float32"]
+    assert counts == sorted(counts) and counts[-1] == by_name["float32"]["iterations"]
     assert all(s["latency_ms"] > 0 and s["samples_per_s"] > 0 for s in samples)
     assert "bench" in stages and "model" in stages  # prepare()'s own stages pass through
     table = format_bench(doc)
-    assert "autocast-bfloat16" in table and "no speed-up is expected" in table
+    assert "autocast-bfloat16" in table and "says little about a GPU" in table
+    assert f"verdict: {doc['verdict'][:40]}" in table
 
 
 def test_float16_overflow_shows_as_nonfinite_drift_and_bfloat16_does_not():
@@ -381,6 +458,7 @@ def fake_gpu(monkeypatch, name, capability, bf16_emulated=False):
 
 
 def test_support_is_decided_from_the_device_before_running(monkeypatch):
+    from fp16studio.core.common import precision as cpu_facts
     from fp16studio.core.precision.device import variant_support
 
     t4 = fake_gpu(monkeypatch, "Tesla T4", (7, 5))
@@ -394,19 +472,25 @@ def test_support_is_decided_from_the_device_before_running(monkeypatch):
     fake_gpu(monkeypatch, "NVIDIA A100", (8, 0))
     assert variant_support("bfloat16", t4) == ("native", None)
     assert variant_support("tf32", t4)[0] == "native"
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    torch.backends.cuda.matmul.allow_tf32 = True
     assert "TF32" in variant_support("float32", t4)[1]
     fake_gpu(monkeypatch, "Tesla T4", (7, 5))
     support, why = variant_support("tf32", t4)
     assert support == "unsupported" and "T4" in why and "8.0" in why
     cpu = torch.device("cpu")
     assert variant_support("tf32", cpu)[0] == "unsupported"
-    assert variant_support("float16", cpu)[0] == "emulated"
+    monkeypatch.setattr(cpu_facts, "cpu_flags", lambda: {"avx2", "avx512_bf16"})
+    support, why = variant_support("float16", cpu)
+    assert support == "emulated" and "AVX512-FP16" in why and "slower" not in why
+    assert variant_support("bfloat16", cpu) == ("native", None)
+    monkeypatch.setattr(cpu_facts, "cpu_flags", lambda: {"avx512_fp16", "amx_fp16"})
+    assert variant_support("float16", cpu) == ("native", None)
+    assert variant_support("bfloat16", cpu)[0] == "emulated"
     assert variant_support("float32", cpu) == ("native", None)
 
 
 def test_unsupported_variant_is_reported_without_loading(monkeypatch):
-    from fp16studio.core.precision import device as bench_device
+    from fp16studio.core.common import precision as cpu_facts
     from fp16studio.core.demo.pipelines import demo_spec
 
     monkeypatch.setattr(bench, "variant_support", lambda name, device: (
@@ -442,13 +526,13 @@ def test_peak_fraction_only_on_a_known_gpu(monkeypatch):
     from fp16studio.core.precision.device import peak_tflops
 
     gpu = fake_gpu(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0))
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    torch.backends.cuda.matmul.allow_tf32 = False
     monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "highest")
     assert peak_tflops(gpu, "NVIDIA H100 80GB HBM3", "float32") == 67.0
     assert peak_tflops(gpu, "NVIDIA H200", "autocast-bfloat16") == 989.0
     assert peak_tflops(gpu, "NVIDIA H100 PCIe", "float16") == 756.0
     assert peak_tflops(gpu, "NVIDIA H100 80GB HBM3", "tf32") == 495.0
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    torch.backends.cuda.matmul.allow_tf32 = True
     assert peak_tflops(gpu, "NVIDIA H100 80GB HBM3", "float32") == 495.0
     assert peak_tflops(gpu, "NVIDIA L4", "float16") is None
     assert peak_tflops(torch.device("cpu"), "x86_64", "float32") is None
@@ -506,18 +590,55 @@ def test_cli_bench_without_warmup_runs(demo_dir, capsys):
         assert {"stable", "spread", "support", "flops_per_sample", "tflops"} <= set(v)
 
 
-def test_cli_bench_table_shows_the_spread_and_flags_unstable_figures(demo_dir, capsys):
+def test_cli_bench_table_shows_the_spread_and_flags_unstable_figures(demo_dir, capsys,
+                                                                    monkeypatch):
     from fp16studio import cli
+    from fp16studio.core.common import precision as cpu_facts
 
+    monkeypatch.setattr(cpu_facts, "cpu_flags", frozenset)  # a CPU without half instructions
     assert cli.main(["bench", "demo:healthy", "--variants", "float32,float16", *QUICK]) == 0
     out = capsys.readouterr().out
     assert "Spread" in out and "TFLOP/s" in out and "float16: emulated" in out
+    assert "verdict: " in out and max(map(len, out.splitlines())) <= 120
     doc = {"device": "cpu", "variants": [
         {"name": "float32", "ok": True, "samples_per_s": 10.0, "stable": False, "spread": 0.4,
          "latency_ms": {"p50": 400.0, "p90": 500.0, "min": 300.0}, "peak_memory_bytes": None,
-         "weights_bytes": None, "max_abs_diff_vs_float32": 0.0, "top1_agreement": None}]}
+         "weights_bytes": None, "max_abs_diff_vs_float32": 0.0, "top1_agreement": None},
+        {"name": "bfloat16", "ok": True, "samples_per_s": 20.0, "stable": True, "spread": 0.01,
+         "latency_ms": {"p50": 200.0, "p90": 210.0, "min": 190.0}, "peak_memory_bytes": None,
+         "weights_bytes": None, "max_abs_diff_vs_float32": 0.1, "top1_agreement": None}]}
+    table = format_bench(doc).splitlines()
+    rows = {line.split()[0]: line for line in table if line.startswith(("float32", "bfloat16"))}
+    assert "40.0%" in rows["float32"] and rows["float32"].split()[1] == "!"
+    assert "!" not in rows["bfloat16"]
+    assert any(line.startswith("! UNSTABLE (float32)") for line in table)
+
+
+def test_the_table_of_every_figure_fits_120_columns_with_details_and_verdicts_under_it():
+    """A GPU document with every figure: the busy time and the bound are columns, the rest
+    (overhead, kernels' speed-up, p90, TFLOP/s, cosine) and each verdict lines under it."""
+    figures = {"samples_per_s": 12345.6, "stable": True, "spread": 0.012,
+               "latency_ms": {"p50": 2.59, "p90": 2.7, "min": 2.5}, "peak_memory_bytes": 15 * 2**30,
+               "weights_bytes": 2 * 2**30, "max_abs_diff_vs_float32": 0.0123,
+               "top1_agreement": 0.999, "tflops": 123.0, "peak_fraction": 0.124,
+               "cosine_vs_float32": 0.99999, "nonfinite_outputs": 0, "tokens_per_s": 3.2e6,
+               "first_call_ms": 1500.0, "support": "native", "memory_kind": "cuda-max-allocated"}
+    doc = {"device": "cuda:0", "device_name": "NVIDIA H100 80GB HBM3",
+           "verdict": "autocast-bfloat16 pays: 4.95x float32's throughput but launch-bound.",
+           "variants": [{"name": "float32", "ok": True, **figures, "busy_ms": 36.0,
+                         "overhead_ms": 0.3, "bound": "math", "kernel_speedup": 1.0,
+                         "verdict": "float32; math-bound at 60% of the GPU's float32 peak."},
+                        {"name": "autocast-bfloat16", "ok": True, **figures, "stable": False,
+                         "busy_ms": 1.2, "overhead_ms": 1.39, "bound": "launch",
+                         "kernel_speedup": 30.0, "verdict": "autocast-bfloat16 runs " + "x" * 150}]}
     table = format_bench(doc)
-    assert "40.0%" in table and "noisy" in table and "UNSTABLE (float32)" in table
+    lines = table.splitlines()
+    assert max(map(len, lines)) <= 120
+    header = next(line for line in lines if line.startswith("Variant"))
+    assert "Busy ms" in header and "Bound" in header and "Overhead" not in header
+    assert any("launch" in line.split() for line in lines if line.startswith("autocast-bfloat16 !"))
+    assert "overhead 1.39 ms" in table and "kernels 30.00× float32's" in table
+    assert "verdict: autocast-bfloat16 pays" in table and "  autocast-bfloat16 runs xxx" in table
 
 
 def test_cli_bench_rejects_nonsense_limits_with_exit_2(demo_dir, capsys):

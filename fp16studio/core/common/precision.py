@@ -52,14 +52,26 @@ HALF_TORCH_NAMES = {"Half": "float16", "BFloat16": "bfloat16"}
 
 
 @functools.cache
+def cpu_flags() -> frozenset:
+    """The CPU's instruction-set flags as Linux names them; empty where unknown (not Linux):
+    then no native half is promised."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    return frozenset(flag for line in text.splitlines() if line.startswith("flags")
+                     for flag in line.split(":", 1)[1].split())
+
+
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX); else torch emulates it,
-    slower than float32. Unknown (not Linux) reads as no: promise no speed."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    slower than float32."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
+def cpu_has_native_fp16() -> bool:
+    """Whether this CPU computes float16 natively (AVX512-FP16 or AMX-FP16)."""
+    return bool(cpu_flags() & {"avx512_fp16", "amx_fp16"})
 
 
 # The fp16studio package: frames from here are its own (wrappers, watchers). The frozen program

@@ -21,19 +21,20 @@ from ..common import dtypes
 from ..common.errors import Cancelled, InputError, check_cancel, first_line, report_progress
 from ..run.distance import reference_copy
 from ..spec.value import PipelineSpec
-from .device import peak_tflops, variant_support
-from .measure import (Limits, MemoryProbe, count_flops, drift, make_timer,
-                      output_summary, tf32_settings, time_interleaved,
+from .device import peak_gb_per_s, peak_tflops, variant_support
+from .measure import (Limits, MemoryProbe, count_flops, device_busy_ms, drift, gemm_dims,
+                      make_timer, output_summary, tf32_settings, time_interleaved,
                       weights_bytes, with_tf32)
+from .verdict import Step, judge
 
 # tf32: the float32 model with float32 matmuls and convolutions run as TF32 (NVIDIA GPUs of
 # compute capability 8.0 and newer), the one speed-up that keeps the float32 weights and range.
 VARIANTS = ("float32", "tf32", "float16", "bfloat16", "autocast-float16", "autocast-bfloat16")
 
-CPU_NOTE = ("Measured on a CPU: in general no speed-up is expected here. float16 usually runs "
-            "slower than float32 on CPUs; bfloat16 is faster only on CPUs with bfloat16 matrix "
-            "instructions (AVX512-BF16, AMX). Half precision still halves the weights' memory. "
-            "Judge speed on the GPU you deploy on.")
+CPU_NOTE = ("Measured on a CPU: what half precision does to speed here depends on this CPU's "
+            "kernels (bfloat16 and float16 matrix instructions such as AVX512-BF16 or AMX) and "
+            "says little about a GPU; judge speed on the device you deploy on. Half precision "
+            "halves the weights' memory everywhere.")
 
 
 def variant_spec(spec: PipelineSpec, name: str) -> PipelineSpec:
@@ -106,6 +107,13 @@ class VariantResult:
     flops_per_sample: int | None = None
     tflops: float | None = None
     peak_fraction: float | None = None
+    # Why it is as fast as it is (core.precision.verdict): the device's busy time per call and
+    # the rest of the step, what bounds it, float32's busy time over this one's, in words.
+    busy_ms: float | None = None
+    overhead_ms: float | None = None
+    bound: str | None = None
+    kernel_speedup: float | None = None
+    verdict: str | None = None
     tokens_per_s: float | None = None
     first_call_ms: float | None = None
     iterations: int = 0
@@ -134,6 +142,8 @@ class BenchResult:
     note: str | None = None
     # Why there is no float32 reference, when float32 was not asked for and could not run.
     reference_error: str | None = None
+    # One sentence: does half precision pay here, and if not, why (core.precision.verdict).
+    verdict: str | None = None
 
     def to_json(self) -> dict:
         out = dataclasses.asdict(self)
@@ -190,8 +200,9 @@ def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_
                 continue
             if result.batch is None:
                 result.batch = batch_info(runs[name].batch)
-        _measure(runs, out, reference, device, result.device_name, limits, progress, cancel,
-                 on_sample)
+        steps = _measure(runs, out, reference, device, result.device_name, limits, progress,
+                         cancel, on_sample)
+        result.verdict = _judge(steps, out, device, runs)
     finally:  # nothing may hold a model when the memory is given back
         runs.clear()
         loader.clear()
@@ -242,11 +253,13 @@ def _reference(loader, spec, names):
 
 
 def _measure(runs, out, reference, device, device_name, limits, progress, cancel, on_sample):
-    """Time the prepared variants in interleaved rounds and fill their results in `out`."""
+    """Time the prepared variants in interleaved rounds and fill their results in `out`;
+    returns the `Step` of each variant that ran, for the verdict."""
     from ..run import pipeline
 
+    steps = []
     if not runs:
-        return
+        return steps
     probes = {name: MemoryProbe(device) for name in runs}
     sizes = {name: batch_info(run.batch)["size"] for name, run in runs.items()}
 
@@ -296,11 +309,33 @@ def _measure(runs, out, reference, device, device_name, limits, progress, cancel
         for key, value in {**probes[name].result(variant.weights_bytes),
                            **drift(reference, reference_copy(timing.output))}.items():
             setattr(variant, key, value)
+        peak = peak_tflops(device, device_name, name)
         if flops and per_s:
             variant.flops_per_sample = flops // size
             variant.tflops = flops * per_s / 1e12
-            peak = peak_tflops(device, device_name, name)
             variant.peak_fraction = variant.tflops / peak if peak else None
+        check_cancel(cancel)
+        if device.type == "cuda":
+            report_progress(progress, "bench", f"GPU busy time of {name}")
+        steps.append(Step(name=name, wall_ms=latency["p50"],
+                          busy_ms=device_busy_ms(fns[name], device), flops=flops,
+                          bytes=variant.peak_memory_bytes, peak_tflops=peak,
+                          peak_gb_per_s=peak_gb_per_s(device, device_name),
+                          support=variant.support))
+    return steps
+
+
+def _judge(steps, out, device, runs) -> str:
+    """Each variant's bound, busy time and verdict in `out`; the whole bench's verdict."""
+    import torch
+
+    model = next((run.model for run in runs.values()), None)
+    figures, overall = judge(steps, device.type, torch.get_num_threads(),
+                             gemm_dims(model) if model is not None else ())
+    for name, found in figures.items():
+        for key, value in found.items():
+            setattr(out[name], key, value)
+    return overall
 
 
 def _device(spec: PipelineSpec):

@@ -3,14 +3,14 @@ dtype has native compute there, and the peak throughput a figure is a fraction o
 
 from __future__ import annotations
 
-from ..common.precision import cpu_has_native_bf16
+from ..common.precision import cpu_has_native_bf16, cpu_has_native_fp16
 
-# Dense peak TFLOP/s by GPU name (NVIDIA's data sheets, without sparsity): fp32, tf32, 16-bit.
-# The first name contained in the device's name wins.
+# Dense peak TFLOP/s by GPU name (NVIDIA's data sheets, without sparsity): fp32, tf32, 16-bit;
+# and the memory bandwidth in GB/s. The first name contained in the device's name wins.
 GPU_PEAKS = (
-    ("H100 PCIe", {"float32": 51.0, "tf32": 378.0, "half": 756.0}),
-    ("H100", {"float32": 67.0, "tf32": 495.0, "half": 989.0}),
-    ("H200", {"float32": 67.0, "tf32": 495.0, "half": 989.0}),
+    ("H100 PCIe", {"float32": 51.0, "tf32": 378.0, "half": 756.0, "gb_per_s": 2000.0}),
+    ("H100", {"float32": 67.0, "tf32": 495.0, "half": 989.0, "gb_per_s": 3350.0}),
+    ("H200", {"float32": 67.0, "tf32": 495.0, "half": 989.0, "gb_per_s": 4800.0}),
 )
 
 
@@ -59,18 +59,30 @@ def variant_support(variant: str, device) -> tuple[str, str | None]:
     if dtype == "tf32":
         return "unsupported", "TF32 is a mode of NVIDIA GPUs (compute capability 8.0 or newer)"
     if device.type == "cpu":
-        if dtype == "float16":
-            return "emulated", "float16 on a CPU: no fast path in most builds, usually slower"
+        if dtype == "float16" and not cpu_has_native_fp16():
+            return "emulated", ("this CPU has no float16 instructions (AVX512-FP16, AMX-FP16): "
+                                "most operators convert to float32 and back")
         if dtype == "bfloat16" and not cpu_has_native_bf16():
-            return "emulated", "this CPU has no bfloat16 instructions (AVX512-BF16, AMX): slow"
+            return "emulated", ("this CPU has no bfloat16 instructions (AVX512-BF16, AMX): "
+                                "most operators convert to float32 and back")
     return "native", None
+
+
+def _peaks(device, device_name: str) -> dict | None:
+    if device.type != "cuda":
+        return None
+    return next((p for name, p in GPU_PEAKS if name in device_name), None)
+
+
+def peak_gb_per_s(device, device_name: str) -> float | None:
+    """The GPU's memory bandwidth, or None for an unknown device."""
+    peaks = _peaks(device, device_name)
+    return peaks["gb_per_s"] if peaks else None
 
 
 def peak_tflops(device, device_name: str, variant: str) -> float | None:
     """The GPU's dense peak for the variant's compute dtype, or None for an unknown device."""
-    if device.type != "cuda":
-        return None
-    peaks = next((p for name, p in GPU_PEAKS if name in device_name), None)
+    peaks = _peaks(device, device_name)
     if peaks is None:
         return None
     dtype = compute_dtype(variant)

@@ -23,7 +23,7 @@ class Limits:
     """How long each variant is timed: at least `min_iterations` calls and `min_seconds`, spread
     over at least `min_rounds` interleaved rounds (A B C A B C ...; fewer only when fewer calls
     are asked for), never more than `max_iterations` calls. `warmup` untimed calls first (0: the
-    first call is timed too)."""
+    first call is timed too, and every call is a block of its own)."""
 
     warmup: int = 3
     min_iterations: int = 20
@@ -54,22 +54,39 @@ class Limits:
 # Above this spread across rounds a figure is flagged unstable: other load moved it.
 STABLE_SPREAD = 0.05
 
+# A timed block's synchronise and clock reads are at most this share of its time. (torch's
+# Timer.blocked_autorange asks 1e-4 of a longer run; here a block is a round's share.)
+BLOCK_OVERHEAD = 1e-3
+
 
 @dataclass
 class Timing:
     first_call_ms: float
-    # Timed calls, one list per round.
+    # Per round, the time per call of each of its blocks (a block: back-to-back calls closed by
+    # one device synchronise).
     rounds: list = field(default_factory=list)
     # The result of the first call, kept for the accuracy comparison.
     output: object = None
+    # Calls per block; the calls and seconds timed so far, and the calls of the last round.
+    block_size: int = 1
+    calls: int = 0
+    total_s: float = 0.0
+    round_calls: int = 0
 
     @property
     def latencies_ms(self) -> list:
+        """Time per call of every block."""
         return [ms for block in self.rounds for ms in block]
 
-    @property
-    def total_s(self) -> float:
-        return sum(self.latencies_ms) / 1000.0
+    def start_round(self):
+        self.rounds.append([])
+        self.round_calls = 0
+
+    def add(self, ms_per_call: float, calls: int):
+        self.rounds[-1].append(ms_per_call)
+        self.calls += calls
+        self.round_calls += calls
+        self.total_s += ms_per_call * calls / 1000.0
 
     def summary(self) -> dict:
         lat = sorted(self.latencies_ms)
@@ -77,8 +94,8 @@ class Timing:
 
     @property
     def spread(self) -> float | None:
-        """(slowest - fastest) / median of the rounds' median latencies: how much the figure
-        moved while the variants took turns. None with fewer than two rounds."""
+        """(slowest - fastest) / median of the rounds' median times per call: how much the
+        figure moved while the variants took turns. None with fewer than two rounds."""
         medians = sorted(percentile(sorted(block), 50) for block in self.rounds if block)
         if len(medians) < 2:
             return None
@@ -98,50 +115,65 @@ def percentile(sorted_values: list, q: float) -> float:
 
 
 def make_timer(device):
-    """A function `timer(fn) -> (milliseconds, fn())` right for the device.
+    """A function `timer(fn, calls) -> (milliseconds, last result)`: the wall-clock time of
+    `calls` back-to-back calls of `fn`, closed by a device synchronise: what the user's loop gets.
 
-    CUDA launches are asynchronous, so wall-clock time around a call measures the launch only:
-    time it between CUDA events on the current stream and wait for the end event. MPS is
-    asynchronous too and has no per-stream events here: synchronise, then read perf_counter.
-    On a CPU the call returns when the work is done.
+    CUDA and MPS launches are asynchronous: the interpreter enqueues the next call's kernels
+    while the device runs this one's, and a step is as slow as the slower of the two. Events
+    around each call would see only the device's part; a synchronise after every call would
+    add the queue's fill and drain to each. So calls run back to back and the block ends with
+    one synchronise (and starts with one, so no earlier work is counted). On a CPU a call
+    returns when its work is done.
     """
     import torch
 
-    if device.type == "cuda":
-        def cuda_timer(fn):
-            with torch.cuda.device(device):
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                result = fn()
-                end.record()
-                end.synchronize()
-                return start.elapsed_time(end), result
+    sync = {"cuda": lambda: torch.cuda.synchronize(device),
+            "mps": torch.mps.synchronize}.get(device.type)
 
-        return cuda_timer
-
-    sync = torch.mps.synchronize if device.type == "mps" else None
-
-    def wall_timer(fn):
+    def timer(fn, calls=1):
+        result = None
+        if sync is not None:
+            sync()
         started = time.perf_counter()
-        result = fn()
+        for _ in range(calls):
+            result = fn()
         if sync is not None:
             sync()
         return (time.perf_counter() - started) * 1000.0, result
 
-    return wall_timer
+    return timer
+
+
+def block_size(fn, timer, limits: Limits) -> int:
+    """Calls per timed block, as `Timer.blocked_autorange` sizes its blocks: doubled from one
+    until an empty block's synchronise and clock reads are at most BLOCK_OVERHEAD of the block,
+    or the block takes a round's share of `min_seconds` (or of `max_iterations`). The calls made
+    here warm up too."""
+    overhead = percentile(sorted(timer(_nothing, 0)[0] for _ in range(5)), 50)
+    calls, most = 1, max(1, limits.max_iterations // limits.rounds)
+    while calls * 2 <= most:
+        ms, _ = timer(fn, calls)
+        if overhead <= BLOCK_OVERHEAD * ms or 0 < limits.block_seconds * 1000.0 <= ms:
+            break
+        calls *= 2
+    return calls
+
+
+def _nothing():
+    return None
 
 
 def time_interleaved(fns: dict, timer, limits: Limits, cancel=None, on_iteration=None,
                      on_block=None):
     """Time several callables in turns, so that a burst of other load hits them alike.
 
-    Each is warmed up (its first call reported apart: lazy init, autotuning, caches; its result
-    kept), then the rounds run each in turn for a block of at least `limits.block_calls` calls
-    and `limits.block_seconds`, until every one has its minimum calls, time and rounds.
-    `on_iteration(name, i, ms)` runs after each timed call and `on_block(name, started)` around
-    each block, both outside the timed region; `cancel.check()` runs between calls. A callable
-    that raises is dropped. Returns ({name: Timing}, {name: exception}).
+    Each is warmed up (its first call timed apart: lazy init, autotuning, caches; its result
+    kept) and its block size found (`block_size`), then the rounds run each in turn for blocks
+    of back-to-back calls, at least `limits.block_calls` calls and `limits.block_seconds` per
+    round, until every one has its minimum calls, time and rounds. `on_iteration(name, calls,
+    ms)` runs after each block (`ms` per call) and `on_block(name, started)` around each turn,
+    both outside the timed region; `cancel.check()` runs between blocks. A callable that raises
+    is dropped. Returns ({name: Timing}, {name: exception}).
     """
     timings, errors = {}, {}
     for name, fn in fns.items():
@@ -151,14 +183,16 @@ def time_interleaved(fns: dict, timer, limits: Limits, cancel=None, on_iteration
             for _ in range(limits.warmup - 1):
                 check_cancel(cancel)
                 timer(fn)
+            size = block_size(fn, timer, limits) if limits.warmup else 1
         except Cancelled:
             raise
         except Exception as exc:  # noqa: BLE001 - this variant fails, the others still run
             errors[name] = exc
             continue
-        timings[name] = Timing(first_call_ms=first_ms, output=output)
+        timings[name] = Timing(first_call_ms=first_ms, output=output, block_size=size)
         if limits.warmup == 0:  # nothing was untimed: the first call counts
-            timings[name].rounds.append([first_ms])
+            timings[name].start_round()
+            timings[name].add(first_ms, 1)
     round_no = 0
     while True:
         round_no += 1
@@ -169,19 +203,20 @@ def time_interleaved(fns: dict, timer, limits: Limits, cancel=None, on_iteration
         for name in active:
             timing = timings[name]
             if len(timing.rounds) < round_no:
-                timing.rounds.append([])
-            block, started = timing.rounds[-1], time.perf_counter()
+                timing.start_round()
+            started = time.perf_counter()
             if on_block is not None:
                 on_block(name, True)
             try:
-                while len(block) < limits.block_calls or (
+                while timing.round_calls < limits.block_calls or (
                         time.perf_counter() - started < limits.block_seconds
-                        and len(timing.latencies_ms) < limits.max_iterations):
+                        and timing.calls < limits.max_iterations):
                     check_cancel(cancel)
-                    ms, _ = timer(fns[name])
-                    block.append(ms)
+                    calls = max(1, min(timing.block_size, limits.max_iterations - timing.calls))
+                    ms, _ = timer(fns[name], calls)
+                    timing.add(ms / calls, calls)
                     if on_iteration is not None:
-                        on_iteration(name, len(timing.latencies_ms), ms)
+                        on_iteration(name, timing.calls, ms / calls)
             except Cancelled:
                 raise
             except Exception as exc:  # noqa: BLE001 - e.g. out of memory later on
@@ -191,11 +226,45 @@ def time_interleaved(fns: dict, timer, limits: Limits, cancel=None, on_iteration
 
 
 def _wants_more(timing: Timing, limits: Limits) -> bool:
-    calls = len(timing.latencies_ms)
-    if calls >= limits.max_iterations:
+    if timing.calls >= limits.max_iterations:
         return False
-    return (calls < limits.min_iterations or timing.total_s < limits.min_seconds
+    return (timing.calls < limits.min_iterations or timing.total_s < limits.min_seconds
             or sum(1 for block in timing.rounds if block) < limits.rounds)
+
+
+def device_busy_ms(fn, device, calls: int = 3) -> float | None:
+    """How long the GPU is busy per call of `fn`: the time in which it ran any of the call's
+    kernels, copies or memsets (overlapping ones counted once), from the profiler's CUDA
+    activity over `calls` untimed calls. None off CUDA, or when the profiler saw no activity."""
+    if device.type != "cuda":
+        return None
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize(device)
+    with _native_stderr_quiet(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize(device)
+    cuda = torch._C._autograd.DeviceType.CUDA
+    intervals = [(event.start_ns(), event.end_ns())
+                 for event in prof.profiler.kineto_results.events()
+                 if event.device_type() == cuda]
+    busy = covered_ns(intervals)
+    return busy / calls / 1e6 if busy else None
+
+
+def covered_ns(intervals) -> int:
+    """The length of the union of (start, end) intervals."""
+    total, reach = 0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
 
 
 # -- memory -------------------------------------------------------------------------------------
@@ -358,6 +427,22 @@ def drift(reference, copy) -> dict:
 
 
 # -- work ---------------------------------------------------------------------------------------
+
+def gemm_dims(model) -> list[int]:
+    """The matmul dimensions the model's weights fix: linear layers' input and output widths
+    (transformers' Conv1D too) and convolutions' channels, each once."""
+    import torch
+
+    dims = set()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            dims.update((module.in_features, module.out_features))
+        elif isinstance(module, torch.nn.modules.conv._ConvNd):
+            dims.update((module.in_channels, module.out_channels))
+        elif type(module).__name__ == "Conv1D" and getattr(module, "weight", None) is not None:
+            dims.update(module.weight.shape)
+    return sorted(dims)
+
 
 def count_flops(fn) -> int | None:
     """Floating-point operations of one call of `fn`, as torch.utils.flop_counter counts them

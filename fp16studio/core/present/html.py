@@ -13,8 +13,10 @@ from html import escape
 
 from ... import __version__
 from ..diagnostics.findings import by_severity
+from ..precision.verdict import VERDICT_COLUMNS
+from .terminal import bench_details
 from .vocabulary import (OKABE_ITO, SEVERITY_COLORS, bench_columns, bench_notes,
-                         evidence_value, size, with_ratio)
+                         evidence_value, size, stability, with_ratio)
 
 # Okabe–Ito, the window's palette; severity is always spelled out too, never colour alone.
 OK_COLOUR = SEVERITY_COLORS["ok"]
@@ -28,6 +30,7 @@ h1 { font-size: 1.5rem; margin-bottom: .25rem; } h2 { margin-top: 2rem; font-siz
 pre { background: #f4f4f6; padding: .5rem; overflow-x: auto; white-space: pre-wrap; }
 table { border-collapse: collapse; margin: .5rem 0; }
 .wide { overflow-x: auto; max-width: 100%; }
+.wide table { font-size: 13px; } .wide th { white-space: normal; vertical-align: bottom; }
 th, td { text-align: left; padding: .25rem .75rem .25rem 0; border-bottom: 1px solid #ddd;
          vertical-align: top; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
@@ -155,17 +158,35 @@ _BENCH_CHARTS = (
     ("Weights (lower is better)", lambda v: v.get("weights_bytes"), lambda x: _bytes(x)),
 )
 
+# The table's columns, of the shared ones and the verdict's: what fits the page's width; the
+# other figures are said under the table, with each variant's verdict.
+_BENCH_TABLE = ("Variant", "Status", "Samples/s", "vs float32", "p50 ms", "Busy ms", "Bound",
+                "Spread", "Peak memory", "Weights", "Max |diff| vs fp32", "Top-1 agreement")
+# Each step split into the GPU's busy time and the rest (the interpreter, launches, waits).
+BUSY_COLOURS = (OKABE_ITO["blue"], OKABE_ITO["grey"])
+
+
 def _bench(bench: dict) -> str:
     variants = bench.get("variants") or []
     parts = [f'<section id="bench">\n<h2>Benchmark</h2>\n{_key_table(_bench_facts(bench))}']
+    if bench.get("verdict"):
+        parts.append(f"<p><strong>Verdict:</strong> {_e(bench['verdict'])}</p>")
     for title, value_of, fmt in _BENCH_CHARTS:
         rows = [(str(v.get("name", "?")), value_of(v)) for v in variants if v.get("ok")]
         rows = [(name, value) for name, value in rows if isinstance(value, (int, float))]
         if rows:
             parts.append(_bar_chart(title, rows, fmt))
+    split = [(str(v["name"]), (v["busy_ms"], max(v["overhead_ms"] or 0.0, 0.0)))
+             for v in variants if v.get("ok") and v.get("busy_ms") is not None]
+    if split:
+        parts.append(_bar_chart("Time per call, ms: GPU busy (dark) + the rest of the step "
+                                "(light)", split, lambda x: f"{x:,.2f}", BUSY_COLOURS))
     rows = with_ratio(bench)
-    # The shared columns but the error, which gets a row of its own under a failed variant.
-    columns = [c for c in bench_columns(rows) if c[0] != "Error"]
+    # The error gets a row of its own under a failed variant.
+    columns = sorted((c for c in bench_columns(rows) + VERDICT_COLUMNS
+                      if c[0] in _BENCH_TABLE and (c[3] or any(c[1](v) not in (None, "")
+                                                                for v in rows))),
+                     key=lambda c: _BENCH_TABLE.index(c[0]))
     head = "".join(f'<th class="{"num" if i > 1 else ""}">{_e(name)}</th>'
                    for i, (name, *_) in enumerate(columns))
     body = []
@@ -179,6 +200,11 @@ def _bench(bench: dict) -> str:
     # As wide as its columns: it scrolls inside the page rather than widening it.
     parts.append(f'<div class="wide"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n'
                  + "\n".join(body) + "\n</tbody>\n</table></div>")
+    said = [f"<li><strong>{_e(v['name'])}</strong>{' (unstable)' if stability(v) == 'noisy' else ''}: "
+            + _e(" ".join(filter(None, (v.get("verdict"), bench_details(v)))))
+            + "</li>" for v in rows if v.get("ok")]
+    if said:
+        parts.append('<ul class="verdicts">\n' + "\n".join(said) + "\n</ul>")
     parts.extend(f'<p class="meta">{_e(note)}.</p>' for note in bench_notes(bench))
     return "\n".join(parts) + "\n</section>"
 
@@ -228,20 +254,23 @@ def _environment(environment: dict | None, timings: dict | None) -> str:
 
 
 # -- building blocks -----------------------------------------------------------------------------
-def _bar_chart(title: str, rows: list[tuple[str, float]], fmt) -> str:
-    """Horizontal bars, one per row, each labelled with its value (readable without colour)."""
+def _bar_chart(title: str, rows: list[tuple[str, object]], fmt, colours=(BAR_COLOUR,)) -> str:
+    """Horizontal bars, one per row, each labelled with its value (readable without colour).
+    A row's value may be a tuple: its parts stacked, in `colours`, labelled with their sum."""
     label_w, bar_w, value_w, row_h = 170, 380, 110, 24
-    top = max((value for _, value in rows), default=0) or 1
+    rows = [(label, value if isinstance(value, tuple) else (value,)) for label, value in rows]
+    top = max((sum(parts) for _, parts in rows), default=0) or 1
     height = row_h * len(rows) + 8
     bars = []
-    for i, (label, value) in enumerate(rows):
-        y = 4 + i * row_h
-        width = max(1.0, bar_w * value / top) if value > 0 else 0.0
-        bars.append(
-            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">{_e(label)}</text>'
-            f'<rect x="{label_w}" y="{y + 3}" width="{width:.1f}" height="{row_h - 6}" '
-            f'fill="{BAR_COLOUR}" />'
-            f'<text x="{label_w + width + 6:.1f}" y="{y + 16}">{_e(fmt(value))}</text>')
+    for i, (label, parts) in enumerate(rows):
+        y, x = 4 + i * row_h, float(label_w)
+        bars.append(f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">{_e(label)}</text>')
+        for part, colour in zip(parts, colours):
+            width = max(1.0, bar_w * part / top) if part > 0 else 0.0
+            bars.append(f'<rect x="{x:.1f}" y="{y + 3}" width="{width:.1f}" '
+                        f'height="{row_h - 6}" fill="{colour}" />')
+            x += width
+        bars.append(f'<text x="{x + 6:.1f}" y="{y + 16}">{_e(fmt(sum(parts)))}</text>')
     total_w = label_w + bar_w + value_w
     return (f'<figure>\n<figcaption>{_e(title)}</figcaption>\n'
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{height}" '

@@ -10,6 +10,7 @@ import textwrap
 from ..common.units import format_bytes
 from ..precision.drift import DRIFT_SQNR_DB
 from ..precision.measure import STABLE_SPREAD
+from ..precision.verdict import VERDICT_COLUMNS
 from ..spec.value import PipelineSpec
 from . import vocabulary
 
@@ -91,10 +92,15 @@ def at_line(source) -> str:
     return f" ({os.path.basename(source['file'])}:{source['line']})" if source else ""
 
 
-# The columns the terminal shows, of the one table of bench columns (present.vocabulary).
-TERMINAL_COLUMNS = ("Variant", "Samples/s", "vs float32", "p50 ms", "p90 ms", "min ms", "Spread",
-                    "Stability", "TFLOP/s", "% of peak", "Peak memory", "Weights",
-                    "Max |diff| vs fp32", "inf/NaN outputs", "Cosine vs fp32", "Top-1 agreement")
+# The columns the terminal shows, of the one table of bench columns (present.vocabulary) and
+# the verdict's, with shorter headers where the long one would widen the table; the rest of the
+# figures go on lines under it, so the table fits 120 columns.
+TERMINAL_COLUMNS = {"Variant": "Variant", "Samples/s": "Samples/s", "vs float32": "vs fp32",
+                    "p50 ms": "p50 ms", "Busy ms": "Busy ms", "Bound": "Bound",
+                    "Spread": "Spread", "Peak memory": "Peak memory", "Weights": "Weights",
+                    "Max |diff| vs fp32": "|diff| fp32", "Top-1 agreement": "Top-1"}
+# Marks an unstable figure's row (the spread says other load moved it).
+UNSTABLE_MARK = "!"
 
 
 def format_bench(doc: dict) -> str:
@@ -112,8 +118,10 @@ def format_bench(doc: dict) -> str:
         lines.append(f"batch: {batch['size']} samples"
                      + (f", {batch['tokens']} tokens" if batch.get("tokens") else ""))
     variants = vocabulary.with_ratio(doc)
-    columns = [c for c in vocabulary.bench_columns(variants) if c[0] in TERMINAL_COLUMNS]
-    header = tuple(title for title, *_ in columns)
+    order = list(TERMINAL_COLUMNS)
+    columns = sorted((c for c in vocabulary.bench_columns(variants) + _verdict_columns(variants)
+                      if c[0] in TERMINAL_COLUMNS), key=lambda c: order.index(c[0]))
+    header = tuple(TERMINAL_COLUMNS[title] for title, *_ in columns)
     rows = [header]
     failures = []
     for v in variants:
@@ -121,34 +129,69 @@ def format_bench(doc: dict) -> str:
             status = vocabulary.status(v)
             rows.append((v["name"], status) + ("",) * (len(header) - 2))
             if status == "failed":  # unsupported: said under "support:"
-                failures.append(f"  {v['name']}: {v.get('error') or 'failed'}")
+                failures.append(f"{v['name']}: {v.get('error') or 'failed'}")
             continue
-        rows.append(tuple("-" if raw(v) in (None, "") else text(raw(v))
-                          for _, raw, text, _ in columns))
+        mark = f" {UNSTABLE_MARK}" if vocabulary.stability(v) == "noisy" else ""
+        rows.append((v["name"] + mark,) + tuple(
+            "-" if raw(v) in (None, "") else text(raw(v)) for _, raw, text, _ in columns[1:]))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     lines.append("")
     for row in rows:
         lines.append("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
                                for i, (c, w) in enumerate(zip(row, widths))).rstrip())
-    lines.extend(f"{note}." for note in vocabulary.bench_notes(doc))
+    lines.append("")
+    if doc.get("verdict"):
+        lines += _wrapped(f"verdict: {doc['verdict']}")
+    for v in variants:
+        if v["ok"]:
+            lines += _wrapped(v.get("verdict") or v["name"], "  ")
+            details = bench_details(v)
+            if details:
+                lines += _wrapped(details, "      ")
+    for note in vocabulary.bench_notes(doc):
+        lines += _wrapped(f"{note}.")
     unstable = [v["name"] for v in doc["variants"] if v["ok"] and not v.get("stable", True)]
     if unstable:
-        lines.append(f"UNSTABLE ({', '.join(unstable)}): these figures moved more than "
-                     f"{STABLE_SPREAD:.0%} between rounds; other load on this machine changed "
-                     "them: do not trust them, measure again on a quiet machine")
-    notes = [f"  {v['name']}: {v['support']}, {v['support_note']}" for v in doc["variants"]
+        lines += _wrapped(f"{UNSTABLE_MARK} UNSTABLE ({', '.join(unstable)}): these figures moved "
+                          f"more than {STABLE_SPREAD:.0%} between rounds; other load on this "
+                          "machine changed them: do not trust them, measure again on a quiet "
+                          "machine")
+    notes = [f"{v['name']}: {v['support']}, {v['support_note']}" for v in doc["variants"]
              if v.get("support_note")]
-    if notes:
-        lines.append("support:")
-        lines.extend(notes)
-    if failures:
-        lines.append("failed:")
-        lines.extend(failures)
+    for title, items in (("support:", notes), ("failed:", failures)):
+        if items:
+            lines.append(title)
+            for item in items:
+                lines += _wrapped(item, "  ")
     if doc.get("reference_error"):
         lines.append(f"no float32 reference: {doc['reference_error']}")
     if doc.get("note"):
-        lines.append(f"note: {doc['note']}")
+        lines += _wrapped(f"note: {doc['note']}")
     return "\n".join(lines)
+
+
+def _verdict_columns(variants) -> tuple:
+    return tuple(c for c in VERDICT_COLUMNS if any(c[1](v) not in (None, "") for v in variants))
+
+
+# The figures that are not columns, under each variant's verdict: (header, its words).
+_DETAILS = {"p90 ms": "p90 {} ms", "min ms": "min {} ms", "Overhead ms": "overhead {} ms",
+            "Kernels vs fp32": "kernels {} float32's", "TFLOP/s": "{} TFLOP/s",
+            "% of peak": "{} of peak",
+            "Cosine vs fp32": "cosine vs fp32 {}", "inf/NaN outputs": "{} inf/NaN outputs",
+            "Tokens/s": "{} tokens/s"}
+
+
+def bench_details(v: dict) -> str:
+    """A variant's figures that are not table columns, in a line."""
+    columns = {c[0]: c for c in vocabulary.BENCH_COLUMNS + VERDICT_COLUMNS}
+    return ", ".join(words.format(columns[title][2](columns[title][1](v)))
+                     for title, words in _DETAILS.items()
+                     if columns[title][1](v) not in (None, ""))
+
+
+def _wrapped(text: str, indent: str = "") -> list[str]:
+    return textwrap.wrap(text, 118, initial_indent=indent, subsequent_indent=indent + "  ")
 
 
 def format_drift(doc: dict) -> str:

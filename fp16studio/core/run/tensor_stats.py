@@ -8,12 +8,15 @@ counter, which every in-place operation moves (`ReLU(inplace=True)`, a residual 
 `masked_fill_`): a tensor changed since it was measured is measured again. Tensors made under
 `torch.inference_mode()` have no version counter, so they are measured every time they are seen.
 
-On the CPU the values are read as they are taken (nothing to wait for, and no 0-d tensors to
-keep); on an accelerator they stay there as 0-d tensors and `read_back` reads them in one sync per
-device. Counting inf/NaN needs a full pass over a tensor that is usually freed by the end of the
-pass, so it is done only with `count_nonfinite=True`: where values are read as taken, only for
-a tensor whose abs-max shows some. Without it a non-finite abs-max gives a count of 1 ("at least
-one") and `counted` turns False: a caller that shows counts runs the pass again with counting on.
+So a measured tensor costs one device operation: `aminmax` writes its two ends into the next
+slots of a buffer on the tensor's device (one per device and dtype, grown a chunk at a time), and
+`read_back` reads the buffers in one sync per device (on a fast GPU each
+extra operation is a kernel launch the interpreter pays for while the GPU waits; on the CPU a
+read per tensor is two more operations too). Counting inf/NaN needs a full pass over a tensor
+that is usually freed by the end of the pass, so it is done only with `count_nonfinite=True`:
+then on the CPU the values are read as they are taken, and counted only for a tensor whose
+abs-max shows some. Without it a non-finite abs-max gives a count of 1 ("at least one") and
+`counted` turns False: a caller that shows counts runs the pass again with counting on.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ class TensorStats:
     the finite values); the last is None where it is not known (not counted) or there are none.
     `seen` and `kinds` are read directly by the trace's hot path."""
 
-    read_now_on = ("cpu",)  # device names whose statistics are read as they are taken
+    # Device names whose statistics are read as they are taken when counting inf/NaN.
+    read_now_on = ("cpu",)
 
     def __init__(self, count_nonfinite: bool = False):
         import torch
@@ -39,7 +43,10 @@ class TensorStats:
         # two slots for a caller that describes tensors: the name and description it last gave]
         self.seen: dict = {}
         self.kinds: dict = {}    # (device, dtype) -> what `kind` says of them
-        self._pending: dict = {}  # (device, dtype) -> [(index, min, max, count, finite max)]
+        # (device, dtype) -> [(index, count, finite max)], in the order of the buffer's slots
+        self._pending: dict = {}
+        self._buffers: dict = {}  # (device, dtype) -> [buffer of shape (2, SLOTS): min, max]
+        self._slots: dict = {}    # (device, dtype) -> iterator of the (min, max) slots left
         self._aminmax, self._isfinite = torch.aminmax, torch.isfinite
 
     def kind(self, device, dtype) -> tuple[str, str, bool, bool, bool]:
@@ -55,7 +62,8 @@ class TensorStats:
             kind = self.kinds[key] = (
                 device_name, dtypes.name_of(dtype),
                 dtype.is_floating_point and device_name != "meta",
-                device_name in self.read_now_on, dtype.is_floating_point)
+                self.count_nonfinite and device_name in self.read_now_on,
+                dtype.is_floating_point)
         return kind
 
     def entry(self, tensor) -> list | None:
@@ -74,9 +82,9 @@ class TensorStats:
         """A new entry of `seen` for the tensor, its statistics taken now, and read now too
         where `now`, else by `read_back`; `key` is its (device, dtype), of a measured kind."""
         detached = tensor.detach() if tensor.requires_grad else tensor
-        low, high = self._aminmax(detached)
         index = len(self.values)
         if now:
+            low, high = self._aminmax(detached)
             low = low.item()  # aminmax passes NaN on
             absmax = max(abs(low), abs(high.item())) if low == low else math.nan
             count = finite = None
@@ -84,15 +92,34 @@ class TensorStats:
                 count, finite = (value.item() for value in self._nonfinite(detached))
             self.values.append(self._value(absmax, count, finite))
         else:
+            self._aminmax(detached, out=self._slot(key))
             count, finite = (self._nonfinite(detached) if self.count_nonfinite
                              else (None, None))
             self.values.append(None)
-            self._pending.setdefault(key, []).append((index, low, high, count, finite))
+            self._pending.setdefault(key, []).append((index, count, finite))
         entry = [weakref.ref(tensor), -1 if tensor.is_inference() else tensor._version, index,
                  None, None]
         if entry[1] >= 0:  # an inference tensor, without a version counter, is not known again
             self.seen[id(tensor)] = entry
         return entry
+
+    SLOTS = 1024  # measurements per buffer
+
+    def _slot(self, key) -> tuple:
+        """The next (min, max) slot of the device and dtype's buffers, as two 0-d views; a new
+        buffer when they are full. A normal tensor even under inference mode: it is written
+        to wherever the pass goes next."""
+        slot = next(self._slots.get(key, _FULL), None)
+        if slot is None:
+            import torch
+
+            with torch.inference_mode(False):
+                buffer = torch.empty(2, self.SLOTS, dtype=key[1], device=key[0])
+            self._buffers.setdefault(key, []).append(buffer)
+            lows, highs = buffer.unbind()
+            self._slots[key] = zip(lows.unbind(), highs.unbind())
+            slot = next(self._slots[key])
+        return slot
 
     def _nonfinite(self, tensor) -> tuple:
         """0-d tensors: the inf/NaN count, and the abs-max of the finite values (-1: none)."""
@@ -114,31 +141,41 @@ class TensorStats:
         import torch
 
         by_device: dict = {}
-        for (device, dtype), rows in self._pending.items():
-            by_device.setdefault(device, []).append((dtype, rows))
+        for key, rows in self._pending.items():
+            by_device.setdefault(key[0], []).append((key, rows))
         for groups in by_device.values():
             order, maxima, finites, counts = [], [], [], []
             # float64 where the device has it (a float64 tensor was measured there): float32
             # would turn 1e300 into inf; exact for every narrower dtype.
-            wide = (torch.float64 if any(dtype == torch.float64 for dtype, _ in groups)
+            wide = (torch.float64 if any(key[1] == torch.float64 for key, _ in groups)
                     else torch.float32)
-            for _, rows in groups:
+            for key, rows in groups:
                 order += [row[0] for row in rows]
-                low, high = (torch.stack([row[end] for row in rows]) for end in (1, 2))
-                maxima.append(torch.maximum(low.abs(), high.abs()).to(wide))  # NaN wins
+                buffers = self._buffers[key]
+                ends = (torch.cat(buffers, 1) if len(buffers) > 1 else buffers[0])[:, :len(rows)]
+                absmax = ends.abs().amax(0)  # NaN wins
+                maxima.append(absmax if key[1] == wide else absmax.to(wide))
                 if self.count_nonfinite:
-                    counts.append(torch.stack([row[3] for row in rows]))
-                    finites.append(torch.stack([row[4] for row in rows]).to(wide))
-            maxima = torch.cat(maxima + finites).tolist()  # the finite abs-maxima after them
+                    counts.append(torch.stack([row[1] for row in rows]))
+                    finites.append(torch.stack([row[2] for row in rows]).to(wide))
+            maxima = maxima + finites  # the finite abs-maxima after them
+            maxima = (torch.cat(maxima) if len(maxima) > 1 else maxima[0]).tolist()
             n = len(order)
             counts = torch.cat(counts).tolist() if counts else [None] * n
             finite = maxima[n:] or [None] * n
             for index, absmax, count, finite_max in zip(order, maxima, counts, finite):
                 self.values[index] = self._value(absmax, count, finite_max)
         self._pending.clear()
+        self._buffers.clear()
+        self._slots.clear()
 
     def clear(self):
         """Lets go of every tensor and figure (in place: the trace holds these containers)."""
         self.seen.clear()
         self.values.clear()
         self._pending.clear()
+        self._buffers.clear()
+        self._slots.clear()
+
+
+_FULL = iter(())  # the slots of no buffer

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The GPU check in one call (issue 29), for a session that has a device machine: tests/gpu, the
+# bench's timing against torch.utils.benchmark and the user's plain loop on BERT-base and a 1.1B
+# Llama (built from configs), `fp16studio bench --json` with its verdicts, and the traced pass
+# against the plain one. Each phase has its own timeout (6 minutes in all) and writes its log
+# and figures into $OUT as it goes, so a phase cut short leaves what it measured.
+#
+# The device image lacks datasets, dill and multiprocess: they travel as wheels. Here, once
+# (network to PyPI needed; build/ is ignored by git, so nothing is committed):
+#     bash benchmarks/gpu_check.sh --fetch
+# Then through the device tool (docs/gpu.md):
+#     run(command="bash benchmarks/gpu_check.sh", carry=["build/gpu-wheels"], timeout_s=420)
+set -u
+cd "$(dirname "$0")/.."
+WHEELS=build/gpu-wheels
+
+if [ "${1:-}" = "--fetch" ]; then
+    # The versions this checkout is tested with; the device's Python is 3.12.
+    exec python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+        -d "$WHEELS" datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+fi
+
+OUT=${OUT:-/tmp/gpu-check}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/gpu-check-site "$WHEELS"/*.whl || { echo "no wheels in $WHEELS: run --fetch here first"; exit 2; }
+export PYTHONPATH=/tmp/gpu-check-site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+
+# phase NAME SECONDS COMMAND...: the command's output into $OUT/NAME.log (no pipe, no `wait`:
+# a timeout ends it and the next phase starts), then the end of the log here.
+phase() {
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (at most ${limit}s)"
+    timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+    echo "== $name: exit $? after ${SECONDS}s in all"
+    grep -v -e '^USDT' -e 'Warning' "$OUT/$name.log" | tail -n 30
+}
+
+phase tests 90 python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider
+phase bench 150 python3 benchmarks/gpu_check.py bench "$OUT"
+phase app 60 python3 benchmarks/gpu_check.py app "$OUT"
+phase trace 50 python3 benchmarks/gpu_check.py trace "$OUT"
