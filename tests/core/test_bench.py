@@ -490,7 +490,7 @@ def test_support_is_decided_from_the_device_before_running(monkeypatch):
 
 
 def test_unsupported_variant_is_reported_without_loading(monkeypatch):
-    from fp16studio.core.common import precision as cpu_facts
+    from fp16studio.core.precision import device as bench_device
     from fp16studio.core.demo.pipelines import demo_spec
 
     monkeypatch.setattr(bench, "variant_support", lambda name, device: (
