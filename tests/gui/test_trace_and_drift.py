@@ -161,3 +161,14 @@ def test_a_comparison_that_failed_before_any_module_is_shown_not_raised(qtbot):
     assert "could not be compared: no such model" in view.verdict.text()
     xs, _ = view.sqnr_curve.getData()
     assert xs is None or len(xs) == 0
+
+
+def test_the_verdict_says_the_output_sqnr_as_a_number():
+    """The verdict over the table says the output's SQNR in dB as the CLI does (it printed a
+    function's repr once)."""
+    from fp16studio.gui.drift_view import verdict
+
+    doc = {"variant": "float16", "device": "cpu", "first_divergent": "encoder.layer.3",
+           "output": {"sqnr_db": 17.25, "finite": True}}
+    assert "output SQNR 17.2 dB, under the" in verdict({**doc, "ok": False})
+    assert "(output SQNR 17.2 dB)" in verdict({**doc, "ok": True})
