@@ -30,6 +30,10 @@ __all__ = ["NO_MODEL", "RUNS", "SCRIPT_LINES_SHOWN", "SessionController"]
 SCRIPT_LINES_SHOWN = 200
 RUNS = ("diagnose", "bench", "trace", "drift")   # the jobs Run/Cancel and the progress bar are about
 PROGRESS = {"bench": "Benchmarking…", "trace": "Tracing the script…", "drift": "Comparing with float32…"}
+# What a run waits for when it is queued behind another job of the engine's.
+AHEAD = {"demo": "the demo pipeline is ready", "open": "the file is open",
+         "warm-up": "the engine has loaded torch", "preview": "the dataset preview is read",
+         "export": "the script is exported"}
 _windows = iter(range(1, 1 << 30))
 
 
@@ -105,7 +109,9 @@ class SessionController(SessionFiles, QObject):
 
     @property
     def busy(self) -> bool:
-        return any(job.kind in RUNS for job in self.worker.pending())
+        """A run is under way or queued (behind another job, or until the first spec is
+        ready): Run is off, Cancel on."""
+        return self.state.run_when_ready or any(job.kind in RUNS for job in self.worker.pending())
 
     @property
     def fixes_enabled(self) -> bool:
@@ -143,6 +149,7 @@ class SessionController(SessionFiles, QObject):
         if state.run_when_ready:
             state.run_when_ready = False
             self.run_diagnosis()
+            self._update_busy()   # not started after all: nothing is queued any more
 
     def restore_session(self, session):
         """Adopt a session (fp16studio.core.spec.session.Session): its spec, findings and figures."""
@@ -173,6 +180,7 @@ class SessionController(SessionFiles, QObject):
         before the first spec is ready, the run starts as soon as it is."""
         if self.spec is None:
             self.state.run_when_ready = True
+            self._queued("the pipeline is ready")
             return True
         if not self._can_start():
             return False
@@ -225,8 +233,17 @@ class SessionController(SessionFiles, QObject):
         return True
 
     def _submit(self, kind, args, on_result, on_error, cancelled: str, **more):
-        self.worker.submit(Job(kind, kind, args, on_result=on_result, on_error=on_error,
-                               on_cancel=lambda: self.logged.emit("warning", cancelled), **more))
+        job = self.worker.submit(Job(kind, kind, args, on_result=on_result, on_error=on_error,
+                                     on_cancel=lambda: self.logged.emit("warning", cancelled), **more))
+        ahead = next((other for other in self.worker.pending() if other.id < job.id), None)
+        if ahead is not None:   # it starts when that one is done: say so, and Cancel reaches it
+            self._queued(AHEAD.get(ahead.kind, "the engine is free"))
+        self._update_busy()
+
+    def _queued(self, until: str):
+        self.progressChanged.emit(0, 0, "Queued…")
+        self._say(f"Queued: starts when {until}.")
+        self._update_busy()
 
     def apply_fix(self, fix_id: str) -> bool:
         """Apply a fix to the spec it was found for, which must be the current spec (undoably),
@@ -261,6 +278,11 @@ class SessionController(SessionFiles, QObject):
         return True
 
     def cancel(self):
+        if self.state.run_when_ready:   # queued before there was a spec: it never starts
+            self.state.run_when_ready = False
+            self.logged.emit("warning", "Run cancelled.")
+            self._say("")
+            self._update_busy()
         for kind in RUNS:
             self.worker.cancel(kind)
         if self.busy:
@@ -357,13 +379,13 @@ class SessionController(SessionFiles, QObject):
             self.progressChanged.emit(0, len(STAGES), "Starting…")
         elif job.kind in PROGRESS:
             self.progressChanged.emit(0, 0, PROGRESS[job.kind])
-        elif job.kind in ("demo", "open"):
-            self._say("Preparing the demo…" if job.kind == "demo" else "Opening…")
         self._update_busy()
 
     def _on_progress(self, job, stage, message):
         if job.kind == "diagnose" and stage in STAGES:
             self.progressChanged.emit(list(STAGES).index(stage) + 1, len(STAGES), STAGES[stage] + "…")
+        elif job.kind in RUNS and stage not in STAGES:   # the engine starting, torch loading
+            self.progressChanged.emit(0, 0, message)
         if message:
             self._progress_message = message
             self._say(message)

@@ -16,6 +16,7 @@ class SessionFiles:
 
         name = name or DEMO_DEFAULT
         self.logged.emit("info", f"Opening the demo pipeline {name!r}.")
+        self._say("Preparing the demo pipeline…")
         self.worker.submit(Job("demo", "demo", (name,), on_result=self.start_with,
                                on_error=self._on_open_error))
 
@@ -31,6 +32,7 @@ class SessionFiles:
                 self._say(note)
             else:
                 self.logged.emit("info", f"Opened {path}")
+        self._say(f"Opening {path}…")
         self.worker.submit(Job("open", "open", (path,), on_result=done, on_error=self._on_open_error))
 
     def new_pipeline(self):
@@ -40,6 +42,7 @@ class SessionFiles:
 
     def _on_open_error(self, message, detail):
         self.state.run_when_ready = False
+        self._update_busy()
         self.logged.emit("error", message + (f"\n{detail}" if detail else ""))
         self.diagnosisFailed.emit(message)
         self.warned.emit("Cannot open", message)
