@@ -105,6 +105,7 @@ class SessionState:
         self.drift: Slot | None = None
         self.tracing: str | None = None        # the script (its name) whose trace is under way
         self.run_when_ready = False            # Run was asked for before there was a spec
+        self._saved_bench: Slot | None = None  # the figures the session's file holds
         self.dropped: str | None = None        # what the session opened last could not read
 
     # -- adopting a spec ------------------------------------------------------------------------
@@ -120,7 +121,7 @@ class SessionState:
         if diagnosis is not None:
             of = spec if same_run(diagnosis.spec, spec) else diagnosis.spec
             self.findings = Findings(diagnosis, of, SAVED, diagnosis_doc)
-        self.bench = Slot(bench_doc, spec) if bench_doc else None
+        self.bench = self._saved_bench = Slot(bench_doc, spec) if bench_doc else None
         self.drift = None
         self.tracing = None
 
@@ -336,6 +337,16 @@ class SessionState:
 
     def took_bench(self, spec: PipelineSpec, doc: dict):
         self.bench = Slot(doc, spec)
+
+    def saved(self, path: Path):
+        """The session was saved to `path`, its figures with it."""
+        self.path, self._saved_bench = path, self.bench
+
+    @property
+    def bench_unsaved(self) -> bool:
+        """Figures measured since the session was opened or saved: minutes of measuring that
+        no file holds (closing asks first)."""
+        return self.bench is not None and self.bench is not self._saved_bench
 
     # -- consent (CONTRACT §6) ------------------------------------------------------------------
     def consent(self, spec: PipelineSpec, ask: Callable[[str], bool]) -> Consent:

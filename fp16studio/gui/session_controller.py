@@ -104,7 +104,8 @@ class SessionController(SessionFiles, QObject):
     script_trace = _state("trace")
     session_path = property(lambda self: self.state.path,
                             lambda self, path: setattr(self.state, "path", path))
-    dirty = property(lambda self: not self.undo_stack.isClean())
+    # Unsaved: an edit of the spec, or a benchmark's figures (saved with the session).
+    dirty = property(lambda self: not self.undo_stack.isClean() or self.state.bench_unsaved)
     closed = property(lambda self: self._closing)
 
     @property
@@ -336,6 +337,7 @@ class SessionController(SessionFiles, QObject):
 
     def _on_benchmark(self, spec, doc):
         self.state.took_bench(spec, doc)
+        self._emit_title()
         self.benchChanged.emit(doc)
         self.benchStale.emit(self.state.bench_stale)
         for variant in doc.get("variants", []):

@@ -58,7 +58,7 @@ class SessionFiles:
             self.logged.emit("error", str(exc))
             self.warned.emit("Cannot save", str(exc))
             return False
-        self.state.path = saved.path
+        self.state.saved(saved.path)
         self.undo_stack.setClean()
         self.logged.emit("info", f"Saved session {saved.path}")
         kept = saved.kept_as
