@@ -236,6 +236,26 @@ class SessionState:
             return "Findings saved with this session: Run to refresh them and to apply their fixes."
         return None
 
+    @property
+    def traced_script(self) -> str | None:
+        """The script whose trace is under way or shown (its name), or None."""
+        if self.tracing is not None:
+            return self.tracing
+        return script_name(self.trace.script) if self.trace is not None else None
+
+    def form_notice(self) -> str | None:
+        """What the Pipeline form says over itself while a script's trace is under way or shown:
+        the tree and findings are the script's, but the form, Run, Benchmark, Compare and Export
+        are still the pipeline's from before it. None: they agree."""
+        script = self.traced_script
+        if script is None:
+            return None
+        notice = (f"The tree and findings are the trace of {script}. This form is still the pipeline "
+                  "from before it: Run, Benchmark, Compare and Export act on it.")
+        if self.trace is not None and self.trace.recovered_spec is not None:
+            notice += " Continue as a Pipeline makes the script's pipeline this form's."
+        return notice
+
     def tree_notice(self) -> str | None:
         """What the Tensors tab says over its tree when the tree is not of the current spec."""
         if self.tracing is not None and self.tree_index is not None:
@@ -287,14 +307,18 @@ class SessionState:
         return NO_MODEL if self.spec is not None and not self.spec.model else None
 
     def title(self, dirty: bool) -> str:
+        """The session's name, and the traced script's while its trace is what is shown."""
         name = self.path.name if self.path else (self.spec.model if self.spec else "")
-        return f"{name}{' •' if dirty else ''} — fp16studio" if name else "fp16studio"
+        name = f"{name}{' •' if dirty else ''}" if name else ""
+        if self.traced_script is not None:
+            name = " · ".join(filter(None, (f"{self.traced_script} (trace)", name)))
+        return f"{name} — fp16studio" if name else "fp16studio"
 
     # -- results arriving -----------------------------------------------------------------------
     def trace_started(self, script):
         """A trace of `script` (a path or demo:NAME) is under way: its findings will replace the
         slot's, which are not the script's and are not listed meanwhile."""
-        self.tracing = PurePath(str(script)).name if not str(script).startswith("demo:") else str(script)
+        self.tracing = script_name(script)
 
     def trace_ended(self) -> bool:
         """The trace ended without a result (cancelled): the slot's findings are back. True
@@ -362,6 +386,11 @@ class SessionState:
             return Consent(*trust.consent(path, spec, ask))
         except InputError as exc:   # the preprocess file is gone or unreadable: the run says so
             return Consent(True, note=str(exc))
+
+
+def script_name(script) -> str:
+    """A script as the window names it: its file name, or `demo:NAME`."""
+    return str(script) if str(script).startswith("demo:") else PurePath(str(script)).name
 
 
 def same_run(run: PipelineSpec, spec: PipelineSpec) -> bool:

@@ -14,6 +14,9 @@ from .file_actions import settings
 from .theme import CHOICES, app_theme, set_icon
 
 
+RUN_TIP = "Load the model and dataset and run one traced forward pass (Ctrl+R)"
+
+
 class WindowActions:
     def _action(self, text, slot, icon_name=None, shortcut=None, tip=None) -> QAction:
         action = QAction(text, self)
@@ -49,8 +52,7 @@ class WindowActions:
                             "Write the findings and benchmark as one HTML file")
         # Closing asks before discarding unsaved changes (closeEvent), so Quit only closes.
         self.act_quit = a("&Quit", self.close, "quit", keys.Quit)
-        self.act_run = a("&Run", c.run_diagnosis, "run", "Ctrl+R",
-                         "Load the model and dataset and run one traced forward pass (Ctrl+R)")
+        self.act_run = a("&Run", c.run_diagnosis, "run", "Ctrl+R", RUN_TIP)
         self.act_cancel = a("&Cancel", c.cancel, "stop", "Esc", "Stop the running job")
         self.act_bench = a("&Benchmark", self.run_benchmark, "bench", "Ctrl+B",
                            "Measure each precision variant on the same batch (Ctrl+B)")

@@ -199,6 +199,7 @@ class SessionController(SessionFiles, QObject):
             return False
         self.logged.emit("info", f"Trace: {' '.join([str(path), *map(str, args)])}")
         self.state.trace_started(path)
+        self._emit_title()
         self._submit("trace", (str(path), tuple(map(str, args))),
                      lambda result: self._on_diagnosis(None, *result), self._on_diagnosis_error,
                      "Trace cancelled.", on_samples=self._on_script_output, on_arrival=_arrived,
@@ -293,6 +294,7 @@ class SessionController(SessionFiles, QObject):
     def _on_diagnosis(self, spec, diagnosis, tree_index, gpu_memory):
         """A run's result, or a script's trace (`spec` None: its fixes are code, not edits)."""
         self.state.took_diagnosis(spec, diagnosis, tree_index, gpu_memory)
+        self._emit_title()
         self.traceChanged.emit(self.script_trace)
         self.diagnosisChanged.emit(diagnosis)
         verdict = "clean" if diagnosis.ok else f"{len(diagnosis.errors)} error finding(s)"
@@ -307,6 +309,7 @@ class SessionController(SessionFiles, QObject):
 
     def _on_diagnosis_error(self, message, detail):
         self.state.diagnosis_failed()
+        self._emit_title()
         self.traceChanged.emit(None)
         self.diagnosisChanged.emit(None)
         self.logged.emit("error", message + (f"\n{detail}" if detail else ""))
@@ -398,6 +401,7 @@ class SessionController(SessionFiles, QObject):
             self._say("")
         self._progress_message = ""
         if job.kind == "trace" and self.state.trace_ended():   # cancelled: no result came
+            self._emit_title()
             self.findingsChanged.emit()
         self._update_busy()
 

@@ -71,11 +71,20 @@ def test_trace_a_script_cancel_then_continue_as_a_pipeline_and_fix_it(qtbot, win
     assert not detail.fix_buttons and len(detail.fix_codes) == len(lost.fixes)
     assert "inputs = " in detail.fix_codes[0].text()
 
+    # The form, the title and Run say what they act on: the pipeline from before the trace.
+    before = window.spec.model
+    assert window.form_notice.isVisible() and "the trace of map_cast.py" in window.form_notice.text()
+    assert "Run, Benchmark, Compare and Export act on it" in window.form_notice.text()
+    assert window.windowTitle() == f"map_cast.py (trace) · {before} — fp16studio"
+    assert f"Run the pipeline in the form ({before})" in window.act_run.toolTip()
+
     assert window.act_continue.isEnabled()
     assert window.findings.header_buttons[window.act_continue].isVisible()
     window.act_continue.trigger()
     assert window.spec.to_dict() == doc["spec"]
     assert not window.act_continue.isEnabled()
+    assert not window.form_notice.isVisible() and "(trace)" not in window.windowTitle()
+    assert window.act_run.toolTip().startswith("Load the model and dataset")
     # Now a pipeline: the same findings, with one-click fixes on the recovered spec.
     select(window, label)
     button = detail.fix_buttons[0]
