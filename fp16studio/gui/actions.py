@@ -6,7 +6,7 @@ are in file_actions.py.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel, QProgressBar, QSizePolicy, QToolBar, QWidget
 
@@ -101,7 +101,7 @@ class WindowActions:
             action.setChecked(choice == current)
             action.setData(choice)
             self.theme_actions.addAction(action)
-        self.theme_actions.triggered.connect(lambda action: self.choose_theme(action.data()))
+        self.theme_actions.triggered.connect(lambda action: self._choose_theme_later(action.data()))
         bar.addMenu("&Run").addActions([self.act_run, self.act_bench, self.act_drift, self.act_cancel])
         helpm = bar.addMenu("&Help")
         demos = helpm.addMenu("&Demo Pipelines")
@@ -141,9 +141,20 @@ class WindowActions:
 
     def choose_theme(self, choice: str):
         """View → Theme: light, dark, or following the system (remembered). Icons and plots
-        follow at once (theme.set_icon, plot_style)."""
-        app_theme(QApplication.instance()).choose(choice)
+        follow at once (theme.set_icon, plot_style). Every widget is restyled: a busy cursor
+        meanwhile."""
+        QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
+        try:
+            app_theme(QApplication.instance()).choose(choice)
+        finally:
+            QApplication.restoreOverrideCursor()
         settings().setValue("theme", choice)
+
+    def _choose_theme_later(self, choice: str):
+        """From the menu: the menu is closed and the window drawn again under it first, so the
+        restyling does not leave the open menu frozen on the screen."""
+        self.repaint()
+        QTimer.singleShot(0, self, lambda: self.choose_theme(choice))
 
     # -- what is enabled ------------------------------------------------------------------------
     def _on_busy(self, busy: bool):

@@ -9,7 +9,7 @@ to save, whether to discard) in file_actions.py.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from fp16studio.core import PipelineSpec
@@ -23,6 +23,7 @@ from .findings_panel import FindingsPanel
 from .fit import stale_note
 from .history import HistoryPanel
 from .log_panel import LogPanel
+from .placement import place, remember
 from .preview_panel import PreviewPanel
 from .session_controller import SessionController
 from .source_lookups import SourceLookups
@@ -30,9 +31,6 @@ from .spec_form import SpecForm
 from .status_bar import StatusInfo
 from .theme import app_icon
 from .tree_panel import TensorPanel
-
-WINDOW_SIZE = QSize(1280, 800)
-
 
 class MainWindow(WindowActions, FileActions, QMainWindow):
     """CONTRACT §5: `run_diagnosis`, `apply_fix`, `run_benchmark`, `export_script`, the
@@ -51,7 +49,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         super().__init__(parent)
         self.setWindowTitle("fp16studio")
         self.setWindowIcon(app_icon())
-        self.resize(WINDOW_SIZE)
+        place(self)
         self.controller = c = SessionController(self)
         c.ask_consent = lambda question: self._confirm(
             "Run this code?", f"{question}.\n\nThis spec was not written here: read the code "
@@ -282,6 +280,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         if not self._may_discard():
             event.ignore()
             return
+        remember(self)
         self.lookups.shutdown()
         if not self.controller.shutdown():
             self.log.log("error", "The worker did not stop in time.")
