@@ -10,6 +10,7 @@ script or a test drives the whole loop through this object.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
@@ -87,6 +88,7 @@ class SessionController(SessionFiles, QObject):
         from fp16studio.core.spec.session import autosave_owner
 
         self.autosave_owner = autosave_owner(next(_windows))
+        self._crash_copies = ThreadPoolExecutor(1, "fp16studio-autosave")   # SessionFiles.autosave
         self.undo_stack = QUndoStack(self)
         # Bound methods, not lambdas: disconnected when this object goes, before the stack's
         # own destruction emits cleanChanged.
@@ -391,7 +393,9 @@ class SessionController(SessionFiles, QObject):
             self.progressChanged.emit(list(STAGES).index(stage) + 1, len(STAGES), STAGES[stage] + "…")
         elif job.kind in RUNS and stage not in STAGES:   # the engine starting, torch loading
             self.progressChanged.emit(0, 0, message)
-        if message:
+        # A helper's progress (torch loading in the warm-up) does not cover what the window said
+        # meanwhile ("Opened X without its saved findings").
+        if message and (job.kind in (*RUNS, "demo", "open") or self.status in ("", self._progress_message)):
             self._progress_message = message
             self._say(message)
 

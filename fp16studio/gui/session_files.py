@@ -104,18 +104,24 @@ class SessionFiles:
                        path=self.state.path if with_path else None)
 
     def autosave(self):
-        """The crash copy of this window's session. A blank pipeline has none: its spec (no
-        model yet) could not be read back."""
-        from fp16studio.core.spec.session import autosave, clear_autosave
+        """The crash copy of this window's session, written in order on a thread of its own: a
+        file written on the GUI thread stalled it 10-100 ms on a busy disk. A blank pipeline
+        has none: its spec (no model yet) could not be read back."""
+        from fp16studio.core.spec.session import clear_autosave
 
         if self.spec is None or self._closing:
             return
         if self.state.missing():
-            clear_autosave(self.autosave_owner)
-            return
+            self._crash_copies.submit(clear_autosave, self.autosave_owner)
+        else:
+            self._crash_copies.submit(self._write_crash_copy, self._session())
+
+    def _write_crash_copy(self, session):
+        from fp16studio.core.spec.session import autosave
+
         try:
-            autosave(self._session(), self.autosave_owner)
-        except InputError as exc:
+            autosave(session, self.autosave_owner)
+        except InputError as exc:   # said in the Log (a queued signal from this thread)
             self.logged.emit("warning", f"Autosave failed: {exc}")
 
     def shutdown(self) -> bool:
@@ -124,5 +130,6 @@ class SessionFiles:
 
         self._closing = True
         stopped = self.worker.shutdown()
+        self._crash_copies.shutdown()   # what is being written first, then dropped
         clear_autosave(self.autosave_owner)
         return stopped
