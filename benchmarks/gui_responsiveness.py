@@ -12,7 +12,14 @@ step an event of its own after a pause: "expand" (show the Tensors tab, expand t
 widest module, scroll to the end), "filter" (a name, only problems, clear) and "rerun" (Run
 again until the tree is refreshed).
 
-    python benchmarks/gui_responsiveness.py [--bench] [--large] [--json]
+With --load N, N busy processes (`while True: pass`) run beside the app for the whole session,
+as other work on the machine would: the figures then say what a loaded machine's user gets. Each
+stall is reported with the GUI thread's own CPU time in it (`cpu` beside `longest`): a stall
+with little CPU is the thread waiting (the scheduler, the GIL), one with as much CPU as time is
+the window's own work. --why names the events whose handlers ran longest inside the stalls over
+the target (receiver, event, wall and CPU milliseconds).
+
+    python benchmarks/gui_responsiveness.py [--bench] [--large] [--load N] [--why] [--json]
 
 Run by hand (or on a GPU machine); this is a measurement, not a test with timed asserts.
 """
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -42,36 +50,52 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--tree", type=int, default=20_000, metavar="N",
                         help="also time the tensor tree on a synthetic model of N tensors")
+    parser.add_argument("--load", type=int, default=0, metavar="N",
+                        help="N busy processes beside the app for the whole session")
+    parser.add_argument("--why", action="store_true",
+                        help="name the longest event handlers inside the stalls over the target")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
+    try:
+        return _session(args)
+    finally:
+        for busy in load:
+            busy.kill()
+            busy.wait()
 
+
+def _session(args) -> int:
     from PySide6.QtCore import QElapsedTimer, QTimer
     from PySide6.QtWidgets import QApplication
 
-    app = QApplication(sys.argv[:1])
+    events: list[tuple[float, float, float, str]] = []   # (end, wall ms, CPU ms, what)
+    app = _timed_application(events, sys.argv[:1]) if args.why else QApplication(sys.argv[:1])
     from fp16studio.gui.theme import Theme
 
     Theme(app)
     from fp16studio.gui import MainWindow
 
     window = MainWindow()
-    window._confirm = lambda title, text: True   # closing at the end discards the applied fix
+    from fp16studio.gui.file_actions import DISCARD
+
+    window._ask_unsaved = lambda title, text: DISCARD   # closing at the end drops the applied fix
     window.show()
     ready = {}
     QTimer.singleShot(0, lambda: ready.setdefault("s", time.perf_counter() - START))
     torch_at_ready = {}
     QTimer.singleShot(0, lambda: torch_at_ready.setdefault("loaded", "torch" in sys.modules))
 
-    gaps: list[tuple[str, float]] = []      # (phase, gap in ms)
+    gaps: list[tuple[str, float, float, float]] = []   # (phase, gap ms, its CPU ms, its end)
     phase = ["startup"]
     clock = QElapsedTimer()
     clock.start()
-    last = [clock.nsecsElapsed()]
+    last = [clock.nsecsElapsed(), time.thread_time()]
 
     def beat():
-        now = clock.nsecsElapsed()
-        gaps.append((phase[0], (now - last[0]) / 1e6))
-        last[0] = now
+        now, cpu = clock.nsecsElapsed(), time.thread_time()
+        gaps.append((phase[0], (now - last[0]) / 1e6, (cpu - last[1]) * 1000, time.perf_counter()))
+        last[:] = [now, cpu]
 
     heartbeat = QTimer(interval=HEARTBEAT_MS, timeout=beat)
     heartbeat.start()
@@ -160,14 +184,17 @@ def main(argv=None) -> int:
     result = {
         "window_ready_s": round(ready.get("s", float("nan")), 3),
         "torch_imported_at_ready": torch_at_ready.get("loaded"),
-        "stalls_ms": {name: _stalls([g for p, g in gaps if p == name])
+        "load_processes": args.load,
+        "stalls_ms": {name: _stalls([(g, c) for p, g, c, _ in gaps if p == name])
                       for name in ("startup", "run", "bench", "open", "large", "expand",
                                    "filter", "rerun")
-                      if any(p == name for p, _ in gaps)},
+                      if any(p == name for p, *_ in gaps)},
         "steps_s": dict(steps),
         "tree_ms": tree_ms,
         "targets": {"window_ready_s": READY_TARGET_S, "longest_stall_ms": STALL_TARGET_MS},
     }
+    if args.why:
+        result["why"] = _why(gaps, events)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -281,12 +308,51 @@ def _arrival_costs(index) -> dict:
             "payload_mib": round(len(payload) / 2**20, 2)}
 
 
-def _stalls(gaps: list[float]) -> dict:
-    stalls = sorted(max(0.0, gap - HEARTBEAT_MS) for gap in gaps)
+def _stalls(gaps: list[tuple[float, float]]) -> dict:
+    """The stalls (a gap beyond the heartbeat) of a phase; `cpu`: the GUI thread's CPU time in
+    the longest."""
+    stalls = sorted((max(0.0, gap - HEARTBEAT_MS), cpu) for gap, cpu in gaps)
     if not stalls:
         return {}
-    return {"longest": round(stalls[-1], 1), "p99": round(stalls[int(len(stalls) * 0.99)], 1),
-            "over_50ms": sum(s > STALL_TARGET_MS for s in stalls), "heartbeats": len(stalls)}
+    (longest, cpu) = stalls[-1]
+    return {"longest": round(longest, 1), "cpu": round(cpu, 1),
+            "p99": round(stalls[int(len(stalls) * 0.99)][0], 1),
+            "over_50ms": sum(s > STALL_TARGET_MS for s, _ in stalls), "heartbeats": len(stalls)}
+
+
+def _timed_application(events, argv):
+    from PySide6.QtWidgets import QApplication
+
+    class TimedApplication(QApplication):
+        """Times each event's delivery on the GUI thread (wall and thread CPU): --why."""
+
+        def __init__(self, events, argv):
+            super().__init__(argv)
+            self._events = events
+
+        def notify(self, receiver, event):
+            wall, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return super().notify(receiver, event)
+            finally:
+                spent = (time.perf_counter() - wall) * 1000
+                if spent >= 5:
+                    self._events.append((time.perf_counter(), spent, (time.thread_time() - cpu) * 1000,
+                                         f"{type(receiver).__name__}/{event.type().name}"))
+    return TimedApplication(events, argv)
+
+
+def _why(gaps, events) -> list[dict]:
+    """For each stall over the target: its phase, time and CPU, and the longest events that
+    ended inside it (outermost first: nested deliveries are counted in their parent's time)."""
+    found = []
+    for phase, gap, cpu, end in gaps:
+        if gap - HEARTBEAT_MS <= STALL_TARGET_MS:
+            continue
+        inside = sorted((e for e in events if end - gap / 1000 <= e[0] <= end), key=lambda e: -e[1])
+        found.append({"phase": phase, "stall": round(gap - HEARTBEAT_MS, 1), "cpu": round(cpu, 1),
+                      "events": [f"{what} {wall:.0f} ms (cpu {c:.0f})" for _, wall, c, what in inside[:4]]})
+    return found
 
 
 if __name__ == "__main__":

@@ -105,6 +105,7 @@ class SessionState:
         self.drift: Slot | None = None
         self.tracing: str | None = None        # the script (its name) whose trace is under way
         self.run_when_ready = False            # Run was asked for before there was a spec
+        self._saved_bench: Slot | None = None  # the figures the session's file holds
         self.dropped: str | None = None        # what the session opened last could not read
 
     # -- adopting a spec ------------------------------------------------------------------------
@@ -120,7 +121,7 @@ class SessionState:
         if diagnosis is not None:
             of = spec if same_run(diagnosis.spec, spec) else diagnosis.spec
             self.findings = Findings(diagnosis, of, SAVED, diagnosis_doc)
-        self.bench = Slot(bench_doc, spec) if bench_doc else None
+        self.bench = self._saved_bench = Slot(bench_doc, spec) if bench_doc else None
         self.drift = None
         self.tracing = None
 
@@ -235,6 +236,26 @@ class SessionState:
             return "Findings saved with this session: Run to refresh them and to apply their fixes."
         return None
 
+    @property
+    def traced_script(self) -> str | None:
+        """The script whose trace is under way or shown (its name), or None."""
+        if self.tracing is not None:
+            return self.tracing
+        return script_name(self.trace.script) if self.trace is not None else None
+
+    def form_notice(self) -> str | None:
+        """What the Pipeline form says over itself while a script's trace is under way or shown:
+        the tree and findings are the script's, but the form, Run, Benchmark, Compare and Export
+        are still the pipeline's from before it. None: they agree."""
+        script = self.traced_script
+        if script is None:
+            return None
+        notice = (f"The tree and findings are the trace of {script}. This form is still the pipeline "
+                  "from before it: Run, Benchmark, Compare and Export act on it.")
+        if self.trace is not None and self.trace.recovered_spec is not None:
+            notice += " Continue as a Pipeline makes the script's pipeline this form's."
+        return notice
+
     def tree_notice(self) -> str | None:
         """What the Tensors tab says over its tree when the tree is not of the current spec."""
         if self.tracing is not None and self.tree_index is not None:
@@ -286,14 +307,18 @@ class SessionState:
         return NO_MODEL if self.spec is not None and not self.spec.model else None
 
     def title(self, dirty: bool) -> str:
+        """The session's name, and the traced script's while its trace is what is shown."""
         name = self.path.name if self.path else (self.spec.model if self.spec else "")
-        return f"{name}{' •' if dirty else ''} — fp16studio" if name else "fp16studio"
+        name = f"{name}{' •' if dirty else ''}" if name else ""
+        if self.traced_script is not None:
+            name = " · ".join(filter(None, (f"{self.traced_script} (trace)", name)))
+        return f"{name} — fp16studio" if name else "fp16studio"
 
     # -- results arriving -----------------------------------------------------------------------
     def trace_started(self, script):
         """A trace of `script` (a path or demo:NAME) is under way: its findings will replace the
         slot's, which are not the script's and are not listed meanwhile."""
-        self.tracing = PurePath(str(script)).name if not str(script).startswith("demo:") else str(script)
+        self.tracing = script_name(script)
 
     def trace_ended(self) -> bool:
         """The trace ended without a result (cancelled): the slot's findings are back. True
@@ -337,6 +362,16 @@ class SessionState:
     def took_bench(self, spec: PipelineSpec, doc: dict):
         self.bench = Slot(doc, spec)
 
+    def saved(self, path: Path):
+        """The session was saved to `path`, its figures with it."""
+        self.path, self._saved_bench = path, self.bench
+
+    @property
+    def bench_unsaved(self) -> bool:
+        """Figures measured since the session was opened or saved: minutes of measuring that
+        no file holds (closing asks first)."""
+        return self.bench is not None and self.bench is not self._saved_bench
+
     # -- consent (CONTRACT §6) ------------------------------------------------------------------
     def consent(self, spec: PipelineSpec, ask: Callable[[str], bool]) -> Consent:
         """May `spec` run its code (its preprocess, the model's own code)? A spec read from a
@@ -351,6 +386,11 @@ class SessionState:
             return Consent(*trust.consent(path, spec, ask))
         except InputError as exc:   # the preprocess file is gone or unreadable: the run says so
             return Consent(True, note=str(exc))
+
+
+def script_name(script) -> str:
+    """A script as the window names it: its file name, or `demo:NAME`."""
+    return str(script) if str(script).startswith("demo:") else PurePath(str(script)).name
 
 
 def same_run(run: PipelineSpec, spec: PipelineSpec) -> bool:

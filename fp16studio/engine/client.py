@@ -63,6 +63,8 @@ class EngineClient:
     def run(self, task, args, kwargs, token: CancelToken, on_event) -> m.Result | m.Failed | m.Cancelled:
         """Run `task` there and wait, passing Progress and Log messages, and ("samples",
         [payload, ...]) batches, to `on_event` as they come; returns the ending message."""
+        if not self.started:   # seconds, a minute on a busy machine: the window says so
+            on_event(m.Progress(0, "engine", "Starting the engine process…"))
         self._ensure_started()
         job_id = next(_job_ids)
         self._commands.send(m.Run(job_id, task_name(task), tuple(args), tuple(kwargs.items()),
@@ -141,8 +143,13 @@ class EngineClient:
         except ValueError:  # closed by the worker thread meanwhile
             return None
 
+    @property
+    def started(self) -> bool:
+        """The process is running (call from the thread that runs tasks)."""
+        return self._process is not None and self._process.is_alive()
+
     def _ensure_started(self):
-        if self._process is not None and self._process.is_alive():
+        if self.started:
             return
         from .server import serve
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 from typing import Callable
 
 TASKS: dict[str, Callable] = {}
@@ -41,10 +42,19 @@ def takes(fn: Callable, parameter: str) -> bool:
     return parameter in inspect.signature(fn).parameters
 
 
+def torch_loaded(progress, what: str = "torch"):
+    """Import torch, saying so first when this engine has not yet: the first task of a fresh
+    engine spends seconds there (a minute on a busy machine), and the window tells the user."""
+    if "torch" not in sys.modules:
+        progress("libraries", f"Loading {what}…")
+    import torch  # noqa: F401
+
+
 @task("diagnose")
 def diagnose(spec, progress, cancel):
     """(Diagnosis, its TreeIndex or None, GPU memory in bytes or None). The index pickles as
     the call that builds it, so it is built once, where it arrives (the window's worker)."""
+    torch_loaded(progress)
     import torch
 
     from fp16studio.core import diagnose as run
@@ -83,6 +93,7 @@ def trace(path: str, args, progress, cancel, on_sample):
 def drift(spec, variant, progress, cancel):
     """float32 against `variant` (None: the spec's own half precision), module by module: a
     DriftResult (plain values)."""
+    torch_loaded(progress)
     from fp16studio.core.precision.drift import drift as run
 
     warm_model().clear()   # drift loads the spec twice (float32 and half): no third model beside
@@ -100,6 +111,7 @@ def fp8(spec, recipe, progress, cancel) -> dict:
 
 @task("bench")
 def benchmark(spec, variants, progress, cancel, on_sample=None) -> dict:
+    torch_loaded(progress)
     from fp16studio.core import benchmark as run
 
     warm_model().clear()
@@ -116,28 +128,33 @@ def export(spec, path: str) -> str:
 
 
 @task("warm-up")
-def warm_up():
+def warm_up(progress):
     """Import the heavy libraries now, while the user is still reading the window, so that the
     first Run does not wait seconds for them."""
+    if not {"datasets", "transformers.modeling_utils"} <= sys.modules.keys():
+        progress("libraries", "Loading torch, transformers and datasets…")
     import datasets  # noqa: F401
     import torch  # noqa: F401
     import transformers.modeling_utils  # noqa: F401  (from_pretrained's own heavy imports)
 
 
 @task("demo")
-def demo(name: str):
+def demo(name: str, progress):
     """A built-in demo spec (builds its tiny model and data on first use: imports torch)."""
+    torch_loaded(progress)
+    progress("demo", f"Preparing the demo pipeline {name!r}…")
     from fp16studio.core.demo.pipelines import demo_spec
 
     return demo_spec(name)
 
 
 @task("open")
-def open_source(path: str):
+def open_source(path: str, progress):
     """A spec or session file -> (spec, diagnosis document or None, bench document or None)."""
     from fp16studio.core.demo.pipelines import DEMO_PREFIX, open_spec
 
     if str(path).startswith(DEMO_PREFIX):
+        torch_loaded(progress)
         return open_spec(path), None, None
     from fp16studio.core.spec.session import open_session
 

@@ -6,12 +6,15 @@ are in file_actions.py.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel, QProgressBar, QSizePolicy, QToolBar, QWidget
 
 from .file_actions import settings
 from .theme import CHOICES, app_theme, set_icon
+
+
+RUN_TIP = "Load the model and dataset and run one traced forward pass (Ctrl+R)"
 
 
 class WindowActions:
@@ -49,8 +52,7 @@ class WindowActions:
                             "Write the findings and benchmark as one HTML file")
         # Closing asks before discarding unsaved changes (closeEvent), so Quit only closes.
         self.act_quit = a("&Quit", self.close, "quit", keys.Quit)
-        self.act_run = a("&Run", c.run_diagnosis, "run", "Ctrl+R",
-                         "Load the model and dataset and run one traced forward pass (Ctrl+R)")
+        self.act_run = a("&Run", c.run_diagnosis, "run", "Ctrl+R", RUN_TIP)
         self.act_cancel = a("&Cancel", c.cancel, "stop", "Esc", "Stop the running job")
         self.act_bench = a("&Benchmark", self.run_benchmark, "bench", "Ctrl+B",
                            "Measure each precision variant on the same batch (Ctrl+B)")
@@ -102,7 +104,7 @@ class WindowActions:
             action.setChecked(choice == current)
             action.setData(choice)
             self.theme_actions.addAction(action)
-        self.theme_actions.triggered.connect(lambda action: self.choose_theme(action.data()))
+        self.theme_actions.triggered.connect(lambda action: self._choose_theme_later(action.data()))
         bar.addMenu("&Run").addActions([self.act_run, self.act_bench, self.act_drift, self.act_fp8,
                                         self.act_cancel])
         helpm = bar.addMenu("&Help")
@@ -143,9 +145,20 @@ class WindowActions:
 
     def choose_theme(self, choice: str):
         """View → Theme: light, dark, or following the system (remembered). Icons and plots
-        follow at once (theme.set_icon, plot_style)."""
-        app_theme(QApplication.instance()).choose(choice)
+        follow at once (theme.set_icon, plot_style). Every widget is restyled: a busy cursor
+        meanwhile."""
+        QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
+        try:
+            app_theme(QApplication.instance()).choose(choice)
+        finally:
+            QApplication.restoreOverrideCursor()
         settings().setValue("theme", choice)
+
+    def _choose_theme_later(self, choice: str):
+        """From the menu: the menu is closed and the window drawn again under it first, so the
+        restyling does not leave the open menu frozen on the screen."""
+        self.repaint()
+        QTimer.singleShot(0, self, lambda: self.choose_theme(choice))
 
     # -- what is enabled ------------------------------------------------------------------------
     def _on_busy(self, busy: bool):

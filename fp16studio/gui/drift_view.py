@@ -33,12 +33,15 @@ def _number(pattern):
     return lambda value: vocabulary.number(value, pattern)
 
 
+sqnr_text = _number("{:.1f}")   # the table's column and the verdict's output SQNR
+
+
 COLUMNS = (  # header, key of the module's JSON, text
     ("Module", "name", lambda v: v or "model"),
     ("Class", "class", str),
     ("Max |diff|", "max_abs_diff", _number("{:.4g}")),
     ("Cosine", "cosine", _number("{:.6f}")),
-    ("SQNR dB", "sqnr_db", _number("{:.1f}")),
+    ("SQNR dB", "sqnr_db", sqnr_text),
     ("Abs-max float32", "abs_max_float32", _number("{:.4g}")),
     ("Abs-max variant", "abs_max_variant", _number("{:.4g}")),
     ("Non-finite", "nonfinite", str),
@@ -208,8 +211,9 @@ def verdict(doc: dict) -> str:
         "first_divergent") else ""
     if doc["ok"]:
         return (f"{doc['variant']} stays within tolerance of float32 on {doc['device']} (output "
-                f"SQNR {_number(output.get('sqnr_db'))} dB).{where}")
+                f"SQNR {sqnr_text(output.get('sqnr_db'))} dB).{where}")
     if not output.get("finite", True):
         return f"{doc['variant']} overflows: its output holds {output.get('nonfinite')} inf/NaN values.{where}"
-    return (f"{doc['variant']} drifts from float32: output SQNR {_number(output.get('sqnr_db'))} dB, "
+    return (f"{doc['variant']} drifts from float32: output SQNR {sqnr_text(output.get('sqnr_db'))} dB, "
             f"under the {DRIFT_SQNR_DB:.0f} dB tolerance.{where}")
+

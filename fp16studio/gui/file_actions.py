@@ -38,8 +38,10 @@ class FileActions:
         dialog cancelled or a failed save keeps them), or chose Discard. Cancel keeps them."""
         if not self.controller.dirty:
             return True
+        what = ("changes" if not self.controller.undo_stack.isClean()
+                else "a benchmark's figures")
         answer = self._ask_unsaved(
-            "Save changes?", "This pipeline has changes that are not saved. Save them first?")
+            "Save changes?", f"This pipeline has {what} that are not saved. Save them first?")
         if answer == SAVE:
             return self.save_session()
         return answer == DISCARD

@@ -9,20 +9,22 @@ to save, whether to discard) in file_actions.py.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from fp16studio.core import PipelineSpec
 from fp16studio.core.diagnostics.inventory import drift_by_module, rolled_up
 from fp16studio.session_state import NO_MODEL
-from .actions import WindowActions
+from .actions import RUN_TIP, WindowActions
 from .compare import CompareView
 from .drift_view import DriftView
 from .fp8_view import Fp8View
 from .file_actions import FileActions
 from .findings_panel import FindingsPanel
+from .fit import stale_note
 from .history import HistoryPanel
 from .log_panel import LogPanel
+from .placement import place, remember
 from .preview_panel import PreviewPanel
 from .session_controller import SessionController
 from .source_lookups import SourceLookups
@@ -30,9 +32,6 @@ from .spec_form import SpecForm
 from .status_bar import StatusInfo
 from .theme import app_icon
 from .tree_panel import TensorPanel
-
-WINDOW_SIZE = QSize(1280, 800)
-
 
 class MainWindow(WindowActions, FileActions, QMainWindow):
     """CONTRACT §5: `run_diagnosis`, `apply_fix`, `run_benchmark`, `export_script`, the
@@ -51,7 +50,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         super().__init__(parent)
         self.setWindowTitle("fp16studio")
         self.setWindowIcon(app_icon())
-        self.resize(WINDOW_SIZE)
+        place(self)
         self.controller = c = SessionController(self)
         c.ask_consent = lambda question: self._confirm(
             "Run this code?", f"{question}.\n\nThis spec was not written here: read the code "
@@ -163,6 +162,8 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         title = QLabel("Pipeline", objectName="panelTitle")
         title.setContentsMargins(4, 0, 0, 0)
         column.addWidget(title)
+        self.form_notice = stale_note("")   # while a script's trace is what the window shows
+        column.addWidget(self.form_notice)
         column.addWidget(self.form, 1)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
@@ -239,6 +240,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         whether its fixes are one click, and what is said of it when it is not current."""
         state = self.controller.state
         self.tensors.set_notice(state.tree_notice())
+        self._say_what_the_form_is(state.form_notice())
         self.findings.set_fixes_enabled(self.controller.fixes_enabled)
         if state.tracing is not None:
             self.findings.show_pending(state.findings_notice())
@@ -250,6 +252,15 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.findings.set_findings(findings, ok, state.located, code_fixes=state.trace is not None,
                                    notice=state.findings_notice())
         self.findings.set_steps(state.trace.steps if state.trace is not None else ())
+
+    def _say_what_the_form_is(self, notice: str | None):
+        """While a trace is shown, the form and Run say they are the pipeline's, not the script's."""
+        self.form_notice.setText(notice or "")
+        self.form_notice.setVisible(bool(notice))
+        model = self.spec.model if self.spec is not None else ""
+        self.act_run.setToolTip(
+            RUN_TIP if notice is None or not model else
+            f"Run the pipeline in the form ({model}), not the traced script (Ctrl+R)")
 
     def _on_drift(self, result):
         self.drift.set_result(result.to_json() if result is not None else None)
@@ -282,6 +293,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         if not self._may_discard():
             event.ignore()
             return
+        remember(self)
         self.lookups.shutdown()
         if not self.controller.shutdown():
             self.log.log("error", "The worker did not stop in time.")

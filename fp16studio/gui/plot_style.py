@@ -13,24 +13,36 @@ from __future__ import annotations
 import math
 
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QObject
+from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtGui import QFontMetricsF, QPalette
 
 _RESTYLE_ON = (QEvent.Type.PaletteChange, QEvent.Type.StyleChange)
 
 
 class _PaletteFollower(QObject):
+    """Restyles its view once per theme switch, after the switch: one switch sends a view a
+    palette change and a style change or more, and each restyle sets every axis's pens."""
+
+    def __init__(self, view):
+        super().__init__(view)
+        self._due = False
+
     def eventFilter(self, watched, event):
-        if event.type() in _RESTYLE_ON:
-            restyle(watched)
+        if event.type() in _RESTYLE_ON and not self._due:
+            self._due = True
+            QTimer.singleShot(0, self, self._restyle)
         return False
+
+    def _restyle(self):
+        self._due = False
+        restyle(self.parent())
 
 
 def follow_palette(view: pg.GraphicsView):
     """Draw `view` (a PlotWidget, a GraphicsLayoutWidget) in the palette, now and after every
     theme switch."""
     view.setBackground(None)
-    follower = _PaletteFollower(view)   # parented: it lives as long as the view
+    follower = _PaletteFollower(view)   # parented: it lives as long as the view, and its timer
     view.installEventFilter(follower)
     restyle(view)
 

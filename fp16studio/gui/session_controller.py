@@ -10,6 +10,7 @@ script or a test drives the whole loop through this object.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
@@ -31,6 +32,10 @@ SCRIPT_LINES_SHOWN = 200
 RUNS = ("diagnose", "bench", "trace", "drift", "fp8")   # the jobs Run/Cancel and the progress bar are about
 PROGRESS = {"bench": "Benchmarking…", "trace": "Tracing the script…", "drift": "Comparing with float32…",
             "fp8": "Planning FP8…"}
+# What a run waits for when it is queued behind another job of the engine's.
+AHEAD = {"demo": "the demo pipeline is ready", "open": "the file is open",
+         "warm-up": "the engine has loaded torch", "preview": "the dataset preview is read",
+         "export": "the script is exported"}
 _windows = iter(range(1, 1 << 30))
 
 
@@ -86,6 +91,7 @@ class SessionController(SessionFiles, QObject):
         from fp16studio.core.spec.session import autosave_owner
 
         self.autosave_owner = autosave_owner(next(_windows))
+        self._crash_copies = ThreadPoolExecutor(1, "fp16studio-autosave")   # SessionFiles.autosave
         self.undo_stack = QUndoStack(self)
         # Bound methods, not lambdas: disconnected when this object goes, before the stack's
         # own destruction emits cleanChanged.
@@ -103,12 +109,15 @@ class SessionController(SessionFiles, QObject):
     script_trace = _state("trace")
     session_path = property(lambda self: self.state.path,
                             lambda self, path: setattr(self.state, "path", path))
-    dirty = property(lambda self: not self.undo_stack.isClean())
+    # Unsaved: an edit of the spec, or a benchmark's figures (saved with the session).
+    dirty = property(lambda self: not self.undo_stack.isClean() or self.state.bench_unsaved)
     closed = property(lambda self: self._closing)
 
     @property
     def busy(self) -> bool:
-        return any(job.kind in RUNS for job in self.worker.pending())
+        """A run is under way or queued (behind another job, or until the first spec is
+        ready): Run is off, Cancel on."""
+        return self.state.run_when_ready or any(job.kind in RUNS for job in self.worker.pending())
 
     @property
     def fixes_enabled(self) -> bool:
@@ -146,6 +155,7 @@ class SessionController(SessionFiles, QObject):
         if state.run_when_ready:
             state.run_when_ready = False
             self.run_diagnosis()
+            self._update_busy()   # not started after all: nothing is queued any more
 
     def restore_session(self, session):
         """Adopt a session (fp16studio.core.spec.session.Session): its spec, findings and figures."""
@@ -176,6 +186,7 @@ class SessionController(SessionFiles, QObject):
         before the first spec is ready, the run starts as soon as it is."""
         if self.spec is None:
             self.state.run_when_ready = True
+            self._queued("the pipeline is ready")
             return True
         if not self._can_start():
             return False
@@ -193,6 +204,7 @@ class SessionController(SessionFiles, QObject):
             return False
         self.logged.emit("info", f"Trace: {' '.join([str(path), *map(str, args)])}")
         self.state.trace_started(path)
+        self._emit_title()
         self._submit("trace", (str(path), tuple(map(str, args))),
                      lambda result: self._on_diagnosis(None, *result), self._on_diagnosis_error,
                      "Trace cancelled.", on_samples=self._on_script_output, on_arrival=_arrived,
@@ -241,8 +253,17 @@ class SessionController(SessionFiles, QObject):
         return True
 
     def _submit(self, kind, args, on_result, on_error, cancelled: str, **more):
-        self.worker.submit(Job(kind, kind, args, on_result=on_result, on_error=on_error,
-                               on_cancel=lambda: self.logged.emit("warning", cancelled), **more))
+        job = self.worker.submit(Job(kind, kind, args, on_result=on_result, on_error=on_error,
+                                     on_cancel=lambda: self.logged.emit("warning", cancelled), **more))
+        ahead = next((other for other in self.worker.pending() if other.id < job.id), None)
+        if ahead is not None:   # it starts when that one is done: say so, and Cancel reaches it
+            self._queued(AHEAD.get(ahead.kind, "the engine is free"))
+        self._update_busy()
+
+    def _queued(self, until: str):
+        self.progressChanged.emit(0, 0, "Queued…")
+        self._say(f"Queued: starts when {until}.")
+        self._update_busy()
 
     def apply_fix(self, fix_id: str) -> bool:
         """Apply a fix to the spec it was found for, which must be the current spec (undoably),
@@ -277,6 +298,11 @@ class SessionController(SessionFiles, QObject):
         return True
 
     def cancel(self):
+        if self.state.run_when_ready:   # queued before there was a spec: it never starts
+            self.state.run_when_ready = False
+            self.logged.emit("warning", "Run cancelled.")
+            self._say("")
+            self._update_busy()
         for kind in RUNS:
             self.worker.cancel(kind)
         if self.busy:
@@ -286,6 +312,7 @@ class SessionController(SessionFiles, QObject):
     def _on_diagnosis(self, spec, diagnosis, tree_index, gpu_memory):
         """A run's result, or a script's trace (`spec` None: its fixes are code, not edits)."""
         self.state.took_diagnosis(spec, diagnosis, tree_index, gpu_memory)
+        self._emit_title()
         self.traceChanged.emit(self.script_trace)
         self.diagnosisChanged.emit(diagnosis)
         verdict = "clean" if diagnosis.ok else f"{len(diagnosis.errors)} error finding(s)"
@@ -300,6 +327,7 @@ class SessionController(SessionFiles, QObject):
 
     def _on_diagnosis_error(self, message, detail):
         self.state.diagnosis_failed()
+        self._emit_title()
         self.traceChanged.emit(None)
         self.diagnosisChanged.emit(None)
         self.logged.emit("error", message + (f"\n{detail}" if detail else ""))
@@ -330,6 +358,7 @@ class SessionController(SessionFiles, QObject):
 
     def _on_benchmark(self, spec, doc):
         self.state.took_bench(spec, doc)
+        self._emit_title()
         self.benchChanged.emit(doc)
         self.benchStale.emit(self.state.bench_stale)
         for variant in doc.get("variants", []):
@@ -373,14 +402,16 @@ class SessionController(SessionFiles, QObject):
             self.progressChanged.emit(0, len(STAGES), "Starting…")
         elif job.kind in PROGRESS:
             self.progressChanged.emit(0, 0, PROGRESS[job.kind])
-        elif job.kind in ("demo", "open"):
-            self._say("Preparing the demo…" if job.kind == "demo" else "Opening…")
         self._update_busy()
 
     def _on_progress(self, job, stage, message):
         if job.kind == "diagnose" and stage in STAGES:
             self.progressChanged.emit(list(STAGES).index(stage) + 1, len(STAGES), STAGES[stage] + "…")
-        if message:
+        elif job.kind in RUNS and stage not in STAGES:   # the engine starting, torch loading
+            self.progressChanged.emit(0, 0, message)
+        # A helper's progress (torch loading in the warm-up) does not cover what the window said
+        # meanwhile ("Opened X without its saved findings").
+        if message and (job.kind in (*RUNS, "demo", "open") or self.status in ("", self._progress_message)):
             self._progress_message = message
             self._say(message)
 
@@ -390,6 +421,7 @@ class SessionController(SessionFiles, QObject):
             self._say("")
         self._progress_message = ""
         if job.kind == "trace" and self.state.trace_ended():   # cancelled: no result came
+            self._emit_title()
             self.findingsChanged.emit()
         self._update_busy()
 

@@ -16,6 +16,7 @@ class SessionFiles:
 
         name = name or DEMO_DEFAULT
         self.logged.emit("info", f"Opening the demo pipeline {name!r}.")
+        self._say("Preparing the demo pipeline…")
         self.worker.submit(Job("demo", "demo", (name,), on_result=self.start_with,
                                on_error=self._on_open_error))
 
@@ -31,6 +32,7 @@ class SessionFiles:
                 self._say(note)
             else:
                 self.logged.emit("info", f"Opened {path}")
+        self._say(f"Opening {path}…")
         self.worker.submit(Job("open", "open", (path,), on_result=done, on_error=self._on_open_error))
 
     def new_pipeline(self):
@@ -40,6 +42,7 @@ class SessionFiles:
 
     def _on_open_error(self, message, detail):
         self.state.run_when_ready = False
+        self._update_busy()
         self.logged.emit("error", message + (f"\n{detail}" if detail else ""))
         self.diagnosisFailed.emit(message)
         self.warned.emit("Cannot open", message)
@@ -55,7 +58,7 @@ class SessionFiles:
             self.logged.emit("error", str(exc))
             self.warned.emit("Cannot save", str(exc))
             return False
-        self.state.path = saved.path
+        self.state.saved(saved.path)
         self.undo_stack.setClean()
         self.logged.emit("info", f"Saved session {saved.path}")
         kept = saved.kept_as
@@ -101,18 +104,24 @@ class SessionFiles:
                        path=self.state.path if with_path else None)
 
     def autosave(self):
-        """The crash copy of this window's session. A blank pipeline has none: its spec (no
-        model yet) could not be read back."""
-        from fp16studio.core.spec.session import autosave, clear_autosave
+        """The crash copy of this window's session, written in order on a thread of its own: a
+        file written on the GUI thread stalled it 10-100 ms on a busy disk. A blank pipeline
+        has none: its spec (no model yet) could not be read back."""
+        from fp16studio.core.spec.session import clear_autosave
 
         if self.spec is None or self._closing:
             return
         if self.state.missing():
-            clear_autosave(self.autosave_owner)
-            return
+            self._crash_copies.submit(clear_autosave, self.autosave_owner)
+        else:
+            self._crash_copies.submit(self._write_crash_copy, self._session())
+
+    def _write_crash_copy(self, session):
+        from fp16studio.core.spec.session import autosave
+
         try:
-            autosave(self._session(), self.autosave_owner)
-        except InputError as exc:
+            autosave(session, self.autosave_owner)
+        except InputError as exc:   # said in the Log (a queued signal from this thread)
             self.logged.emit("warning", f"Autosave failed: {exc}")
 
     def shutdown(self) -> bool:
@@ -121,5 +130,6 @@ class SessionFiles:
 
         self._closing = True
         stopped = self.worker.shutdown()
+        self._crash_copies.shutdown()   # what is being written first, then dropped
         clear_autosave(self.autosave_owner)
         return stopped

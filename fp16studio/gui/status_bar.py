@@ -22,7 +22,7 @@ MEMORY_INTERVAL_MS = 2000
 class StatusInfo:
     def __init__(self, bar: QStatusBar):
         self.bar = bar
-        self.message = ElidedLabel("Ready")
+        self.message = ElidedLabel("")   # the controller says what it does from the start
         self.device = QLabel("device: —")
         self.versions = ElidedLabel("torch not loaded yet")
         self.memory = ElidedLabel("")

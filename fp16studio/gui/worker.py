@@ -134,13 +134,14 @@ class WorkerHost(QObject):
         self._worker = _Worker(self.engine)
         self._worker.moveToThread(self._thread)
         self._submit.connect(self._worker.run)
-        self._worker.started.connect(self.jobStarted)
+        self._worker.started.connect(self._on_started)
         self._worker.progress.connect(self._on_progress)
         self._worker.samples.connect(self._on_samples)
         self._worker.finished.connect(self._on_finished)
         self._worker.failed.connect(self._on_failed)
         self._worker.cancelled.connect(self._on_cancelled)
         self._pending: dict[int, Job] = {}
+        self._started: set[int] = set()   # the pending jobs the worker has begun
         self._thread.start()
 
     # -- submitting -----------------------------------------------------------------------------
@@ -155,8 +156,12 @@ class WorkerHost(QObject):
         return [job for job in self._pending.values() if kind is None or job.kind == kind]
 
     def cancel(self, kind: str | None = None):
+        """Cancel the pending jobs (of `kind`). One still queued behind another is done at once:
+        it will never start, so Run and Cancel need not wait for the job ahead of it."""
         for job in self.pending(kind):
             job.token.cancel()
+            if job.id not in self._started:
+                self._on_cancelled(job)
         self.engine.interrupt()
 
     def shutdown(self, timeout_ms: int = 10000) -> bool:
@@ -178,6 +183,11 @@ class WorkerHost(QObject):
         return self._thread
 
     # -- results (GUI thread) -------------------------------------------------------------------
+    def _on_started(self, job):
+        if job.id in self._pending:   # not one cancelled while it was queued
+            self._started.add(job.id)
+            self.jobStarted.emit(job)
+
     def _on_progress(self, job, stage, message):
         if not job.token.cancelled:
             self.jobProgress.emit(job, stage, message)
@@ -187,20 +197,29 @@ class WorkerHost(QObject):
             job.on_samples(payloads)
 
     def _on_finished(self, job, result):
-        self._pending.pop(job.id, None)
+        if not self._done(job):
+            return
         if job.on_result:
             job.on_result(result)
         self.jobDone.emit(job, "finished")
 
     def _on_failed(self, job, message, detail):
-        self._pending.pop(job.id, None)
+        if not self._done(job):
+            return
         if job.on_error:
             job.on_error(message, detail)
         self.jobFailed.emit(job, message, detail)
         self.jobDone.emit(job, "failed")
 
     def _on_cancelled(self, job):
-        self._pending.pop(job.id, None)
+        if not self._done(job):
+            return
         if job.on_cancel:
             job.on_cancel()
         self.jobDone.emit(job, "cancelled")
+
+    def _done(self, job) -> bool:
+        """Forget the job; False when it was done already (cancelled while queued, and said
+        then: what the worker reports of it later is not passed on)."""
+        self._started.discard(job.id)
+        return self._pending.pop(job.id, None) is not None

@@ -210,3 +210,27 @@ def test_at_1024_wide_the_filter_box_and_the_chart_labels_read_well(qtbot, windo
     assert len(titles) == 2
     assert not titles[0].intersects(titles[1]), titles
     assert all(0 <= title.left() and title.right() <= bars.width() for title in titles), titles
+
+
+def test_the_first_window_fits_its_screen_with_a_title_bar_and_the_last_size_is_kept(qtbot):
+    """A fixed 1280x800 on a 1280x800 screen put the status bar under its bottom edge (the
+    title bar is the screen's too). The first window takes the screen's available room less a
+    frame, at most 1280x800; a window opens where and as large as the last one closed."""
+    from fp16studio.gui.placement import FRAME, PREFERRED
+
+    first = MainWindow()
+    qtbot.addWidget(first)
+    room = first.screen().availableGeometry()    # offscreen: 800x800, smaller than preferred
+    assert first.height() == min(PREFERRED.height(), room.height() - FRAME.height())
+    assert first.width() == max(min(PREFERRED.width(), room.width() - FRAME.width()),
+                                first.minimumWidth())
+    assert first.pos() == room.topLeft()
+    first.show()
+    qtbot.waitUntil(lambda: first.spec is not None, timeout=TIMEOUT_MS)
+    first.setGeometry(10, 30, first.minimumWidth(), 600)
+    first.close()
+
+    second = MainWindow()
+    qtbot.addWidget(second)
+    kept = second.geometry()   # where the first was left, and kept on the screen by Qt
+    assert (kept.top(), kept.height()) == (30, 600) and room.contains(kept)

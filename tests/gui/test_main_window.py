@@ -301,9 +301,11 @@ def test_a_blank_pipeline_is_not_autosaved(qtbot, window):
     def crash_copy():
         return config_dir() / f"autosave-{window.controller.autosave_owner}.fp16studio"
 
-    assert crash_copy().is_file()                  # the demo's spec, written on opening
+    # Written off the GUI thread: the demo's spec on opening; a spec without a model has none
+    # (it cannot be read back).
+    qtbot.waitUntil(crash_copy().is_file)
     assert window.new_pipeline()
-    assert not crash_copy().exists()               # a spec without a model cannot be read back
+    qtbot.waitUntil(lambda: not crash_copy().exists())
 
 
 def test_what_no_longer_belongs_to_the_spec_is_cleared(qtbot, window, tmp_path):

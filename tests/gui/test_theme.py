@@ -161,3 +161,30 @@ def test_icons_stand_out_in_the_dark_theme_after_a_switch(qtbot, window_in_light
     window.choose_theme("light")
     settle(qtbot)
     assert_visible("light again")
+
+
+def test_a_switch_restyles_each_plot_once_and_keeps_the_style(qtbot, window_in_light, qapp,
+                                                              monkeypatch):
+    """A switch cost the window seconds on a busy machine: the style was made and set again
+    (every widget repolished once more), and each plot restyled once per palette or style
+    event it got. The style stays; each plot is restyled once, after the switch."""
+    from fp16studio.gui import plot_style
+
+    window = window_in_light
+    style = qapp.style()
+    restyled = []
+    real = plot_style.restyle
+    monkeypatch.setattr(plot_style, "restyle", lambda view: (restyled.append(view), real(view)))
+    window.choose_theme("dark")
+    assert qapp.style() is style and restyled == []   # not yet: after the switch's events
+    settle(qtbot)
+    plots = [window.drift.plot, window.benchPlot, window.compare.bars]
+    assert all(restyled.count(view) == 1 for view in plots), [restyled.count(v) for v in plots]
+
+
+def test_the_menu_closes_before_the_theme_switches(qtbot, window_in_light, qapp):
+    window = window_in_light
+    dark = next(a for a in window.theme_actions.actions() if a.data() == "dark")
+    dark.trigger()
+    assert qapp.styleSheet() == theme.stylesheet("light")   # the menu's own trigger returns first
+    qtbot.waitUntil(lambda: qapp.styleSheet() == theme.stylesheet("dark"), timeout=5000)

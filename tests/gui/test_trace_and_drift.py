@@ -71,11 +71,20 @@ def test_trace_a_script_cancel_then_continue_as_a_pipeline_and_fix_it(qtbot, win
     assert not detail.fix_buttons and len(detail.fix_codes) == len(lost.fixes)
     assert "inputs = " in detail.fix_codes[0].text()
 
+    # The form, the title and Run say what they act on: the pipeline from before the trace.
+    before = window.spec.model
+    assert window.form_notice.isVisible() and "the trace of map_cast.py" in window.form_notice.text()
+    assert "Run, Benchmark, Compare and Export act on it" in window.form_notice.text()
+    assert window.windowTitle() == f"map_cast.py (trace) · {before} — fp16studio"
+    assert f"Run the pipeline in the form ({before})" in window.act_run.toolTip()
+
     assert window.act_continue.isEnabled()
     assert window.findings.header_buttons[window.act_continue].isVisible()
     window.act_continue.trigger()
     assert window.spec.to_dict() == doc["spec"]
     assert not window.act_continue.isEnabled()
+    assert not window.form_notice.isVisible() and "(trace)" not in window.windowTitle()
+    assert window.act_run.toolTip().startswith("Load the model and dataset")
     # Now a pipeline: the same findings, with one-click fixes on the recovered spec.
     select(window, label)
     button = detail.fix_buttons[0]
@@ -161,3 +170,14 @@ def test_a_comparison_that_failed_before_any_module_is_shown_not_raised(qtbot):
     assert "could not be compared: no such model" in view.verdict.text()
     xs, _ = view.sqnr_curve.getData()
     assert xs is None or len(xs) == 0
+
+
+def test_the_verdict_says_the_output_sqnr_as_a_number():
+    """The verdict over the table says the output's SQNR in dB as the CLI does (it printed a
+    function's repr once)."""
+    from fp16studio.gui.drift_view import verdict
+
+    doc = {"variant": "float16", "device": "cpu", "first_divergent": "encoder.layer.3",
+           "output": {"sqnr_db": 17.25, "finite": True}}
+    assert "output SQNR 17.2 dB, under the" in verdict({**doc, "ok": False})
+    assert "(output SQNR 17.2 dB)" in verdict({**doc, "ok": True})

@@ -1,5 +1,6 @@
 """The window's other surfaces: benchmark streaming, dataset preview, status bar, pickers, app."""
 
+import json
 import re
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
 from fp16studio.gui import MainWindow
+from fp16studio.gui.file_actions import CANCEL
 from fp16studio.gui.pickers import SourcePicker
 
 TIMEOUT_MS = 180_000
@@ -22,7 +24,8 @@ def window(qtbot):
     return window
 
 
-def test_benchmark_streams_samples_to_the_plot_and_emits_the_document(qtbot, window, monkeypatch):
+def test_benchmark_streams_samples_to_the_plot_and_emits_the_document(qtbot, window, monkeypatch,
+                                                                      tmp_path):
     samples = []
     plot_sample = window.compare.add_sample
     monkeypatch.setattr(window.compare, "add_sample", lambda s: (samples.append(s), plot_sample(s)))
@@ -35,6 +38,17 @@ def test_benchmark_streams_samples_to_the_plot_and_emits_the_document(qtbot, win
     assert window.main_tabs.currentWidget() is window.compare
     assert window.bench_doc == doc
     assert window.act_bench.isEnabled()
+
+    # Minutes of measuring that no file holds: closing asks first, and Save keeps them.
+    assert window.controller.dirty and window.windowTitle().endswith(" • — fp16studio")
+    asked = []
+    monkeypatch.setattr(window, "_ask_unsaved", lambda title, text: asked.append(text) or CANCEL)
+    assert not window.close()   # the close event was refused
+    assert asked == ["This pipeline has a benchmark's figures that are not saved. Save them first?"]
+    path = tmp_path / "measured.fp16studio"
+    assert window.save_session(path=str(path))
+    assert json.loads(path.read_text())["bench"] == doc
+    assert not window.controller.dirty and "•" not in window.windowTitle()
 
 
 def test_dataset_preview_and_model_info_arrive_from_the_worker(qtbot, window):

@@ -34,10 +34,14 @@ def test_result_and_progress_arrive_from_the_engine_process(qtbot, host):
     results = []
     job = Job("diagnose", work.report, (1,), on_result=results.append)
     assert run(qtbot, host, job) == "finished"
-    assert seen == [("model", "loading"), ("forward", "")]
+    # The process starting is said first (seconds, a minute on a busy machine), once.
+    assert seen == [("engine", "Starting the engine process…"), ("model", "loading"), ("forward", "")]
     assert results[0]["bytes"] == 2**40 + 1          # no 32-bit truncation on the way
     assert results[0]["pid"] not in (os.getpid(), None)
     assert host.pending() == []
+    seen.clear()
+    assert run(qtbot, host, Job("diagnose", work.report, (2,))) == "finished"
+    assert seen == [("model", "loading"), ("forward", "")]
 
 
 def test_on_arrival_runs_on_the_worker_thread_before_the_result_is_handed_over(qtbot, host):
@@ -117,6 +121,24 @@ def test_a_result_that_arrives_after_cancel_is_discarded(qtbot, host):
     results = []
     job = Job("diagnose", work.ignore_cancel, (0.3,), on_result=results.append)
     assert run(qtbot, host, job) == "cancelled" and results == []
+
+
+def test_a_job_cancelled_while_queued_is_done_at_once(qtbot, host):
+    """Cancel of a run queued behind another job (the engine starting, torch loading) ends it
+    then, not when the job ahead is done; what the worker says of it later is not passed on."""
+    reports, results = [], []
+    ahead = Job("warm-up", work.ignore_cancel, (1.5,), on_result=results.append)
+    with qtbot.waitSignal(host.jobStarted, timeout=TIMEOUT_MS):
+        host.submit(ahead)
+    queued = host.submit(Job("diagnose", work.report, (1,), on_result=results.append,
+                             on_cancel=lambda: reports.append("cancelled")))
+    host.jobDone.connect(lambda job, outcome: job is queued and reports.append(outcome))
+    host.cancel("diagnose")
+    assert reports == ["cancelled", "cancelled"] and host.pending() == [ahead]
+    with qtbot.waitSignal(host.jobDone, timeout=TIMEOUT_MS):
+        pass                                   # the job ahead ends, untouched
+    qtbot.wait(200)
+    assert results == ["late"] and reports == ["cancelled", "cancelled"]
 
 
 def test_a_job_that_ignores_cancel_ends_with_its_process(qtbot, host):

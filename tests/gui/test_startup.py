@@ -1,0 +1,65 @@
+"""The window from its first second: what it says while the engine starts, torch loads and the
+demo is prepared, and a Run asked for meanwhile (queued: Cancel reaches it)."""
+
+import pytest
+
+from fp16studio.gui import MainWindow
+from window_steps import RUN_TIMEOUT_MS
+
+
+@pytest.fixture
+def fresh(qtbot):
+    """A window whose engine has not started: its demo is still being prepared."""
+    window = MainWindow()
+    qtbot.addWidget(window)
+    said = [window.status.message.text()]
+    window.controller.statusChanged.connect(said.append)
+    window.show()
+    return window, said
+
+
+def test_the_status_says_what_the_window_waits_for(qtbot, fresh):
+    window, said = fresh
+    assert said[0] == "Preparing the demo pipeline…"   # at once, not "Ready"
+    qtbot.waitUntil(lambda: window.spec is not None, timeout=RUN_TIMEOUT_MS)
+    assert said.index("Starting the engine process…") < said.index("Loading torch…") < said.index(
+        "Preparing the demo pipeline 'map-cast'…")
+
+
+def test_a_run_asked_for_before_the_demo_is_ready_is_queued_and_cancelled(qtbot, fresh):
+    window, said = fresh
+    assert window.spec is None and window.run_diagnosis()
+    assert not window.act_run.isEnabled() and window.act_cancel.isEnabled()
+    assert window.stage_label.text() == "Queued…" and said[-1].startswith("Queued: starts when")
+    window.act_cancel.trigger()
+    assert window.act_run.isEnabled() and not window.act_cancel.isEnabled()
+    qtbot.waitUntil(lambda: window.spec is not None, timeout=RUN_TIMEOUT_MS)
+    qtbot.wait(100)
+    assert not window.controller.busy and window.diagnosis is None   # it never started
+
+
+def test_a_queued_run_starts_by_itself_once_the_demo_is_ready(qtbot, fresh):
+    window, _ = fresh
+    with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS) as finished:
+        assert window.run_diagnosis()
+        assert window.act_cancel.isEnabled()
+    assert finished.args[0]["spec"]["model"].endswith("tiny-resnet")
+    qtbot.waitUntil(lambda: window.act_run.isEnabled(), timeout=RUN_TIMEOUT_MS)
+
+
+def test_a_run_queued_behind_another_job_says_so_and_cancel_ends_it_at_once(qtbot, fresh):
+    import engine_jobs as work
+
+    from fp16studio.gui.worker import Job
+
+    window, said = fresh
+    qtbot.waitUntil(lambda: window.spec is not None and not window.worker.pending(),
+                    timeout=RUN_TIMEOUT_MS)
+    with qtbot.waitSignal(window.worker.jobStarted, timeout=RUN_TIMEOUT_MS):
+        window.worker.submit(Job("warm-up", work.ignore_cancel, (1.5,)))
+    assert window.run_diagnosis()
+    assert window.stage_label.text() == "Queued…"
+    assert said[-1] == "Queued: starts when the engine has loaded torch."
+    assert not window.act_run.isEnabled() and window.act_cancel.isEnabled()
+    window.act_cancel.trigger()   # not after the job ahead: now
+    assert window.act_run.isEnabled() and not window.act_cancel.isEnabled()
