@@ -1,0 +1,61 @@
+"""Hostile and odd input, round 4 (issue 32): consent that follows the code, the user's
+processes and files, malformed models and configs, the training watch, and the words.
+
+Bad input exits 2 with one line (never 3, never a traceback); what could hang runs in a child
+process with a bound."""
+
+import errno
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fp16studio.cli import main
+from fp16studio.core.script.trace import trace_script
+
+SCRIPTS = Path(__file__).parent.parent / "scripts"
+CHILD_TIMEOUT_S = 120
+
+
+def run_cli(*args, timeout=CHILD_TIMEOUT_S, **kwargs):
+    return subprocess.run([sys.executable, "-m", "fp16studio", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def assert_one_line(err: str, *words):
+    assert err.startswith("fp16studio: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    for word in words:
+        assert word in err, err
+
+
+# -- the training watch -----------------------------------------------------------------------------
+def plain_losses(script: Path) -> list[float]:
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, check=True)
+    return [float(x) for x in re.findall(r"loss ([-\d.]+)", done.stdout)]
+
+
+def test_a_closure_step_is_the_first_optimizer_step_with_the_loss_it_returned():
+    script = SCRIPTS / "train_lbfgs_closure.py"
+    losses = plain_losses(script)
+    steps = trace_script(script).to_json()["steps"]
+    assert [s["index"] for s in steps] == [0, 1]
+    assert [s["loss"] for s in steps] == pytest.approx(losses[:2], rel=1e-5)
+
+
+def test_sparse_gradients_are_measured_not_a_traceback_of_ours():
+    script = SCRIPTS / "train_sparse_adam.py"
+    losses = plain_losses(script)
+    result = trace_script(script)
+    assert result.error is None, result.error
+    assert [s["loss"] for s in result.to_json()["steps"]] == pytest.approx(losses[:2], rel=1e-5)
+    node = result.tree.find("gradients.0")   # the sparse Embedding's gradient, its stored values
+    assert node.kind == "gradient" and node.status == "ok" and node.nonfinite == 0
