@@ -59,3 +59,40 @@ def test_sparse_gradients_are_measured_not_a_traceback_of_ours():
     assert [s["loss"] for s in result.to_json()["steps"]] == pytest.approx(losses[:2], rel=1e-5)
     node = result.tree.find("gradients.0")   # the sparse Embedding's gradient, its stored values
     assert node.kind == "gradient" and node.status == "ok" and node.nonfinite == 0
+
+
+# -- the user's processes and files ------------------------------------------------------------------
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone in all but name (our own children are reaped by their parent).
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_ending_trace_ends_the_script_it_runs(sig, tmp_path):
+    pid_file = tmp_path / "pid"
+    trace = subprocess.Popen([sys.executable, "-m", "fp16studio", "trace",
+                              str(SCRIPTS / "sleeps_with_pid.py"), "--", str(pid_file)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + CHILD_TIMEOUT_S
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        script = int(pid_file.read_text())
+        trace.send_signal(sig)
+        trace.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _alive(script) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(script), f"the script outlived trace ({sig.name})"
+    finally:
+        trace.kill()
+        if pid_file.exists() and pid_file.read_text():
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
