@@ -96,3 +96,20 @@ def test_ending_trace_ends_the_script_it_runs(sig, tmp_path):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_module_the_script_imports_runs_its_top_level_code_once(demo_dir, tmp_path):
+    """The recovered spec names the script's own Dataset.map module as its preprocess; checking
+    that spec must not import the module again (its side effects twice)."""
+    log = tmp_path / "imported.log"
+    demo_scripts = demo_dir / "scripts"
+    (tmp_path / "preprocess.py").write_text(
+        f"with open({str(log)!r}, 'a') as handle:\n    handle.write('imported\\n')\n"
+        + (demo_scripts / "preprocess.py").read_text())
+    script = tmp_path / "pil_preprocess.py"
+    script.write_text((demo_scripts / "pil_preprocess.py").read_text().replace(
+        "Path(__file__).resolve().parent.parent", f"Path({str(demo_dir)!r})"))
+    result = trace_script(script)
+    assert result.findings and result.recovered_spec is not None, result.notes
+    assert result.recovered_spec.preprocess.endswith("preprocess.py:custom_preprocessing")
+    assert log.read_text() == "imported\n"
