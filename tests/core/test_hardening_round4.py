@@ -113,3 +113,31 @@ def test_a_module_the_script_imports_runs_its_top_level_code_once(demo_dir, tmp_
     assert result.findings and result.recovered_spec is not None, result.notes
     assert result.recovered_spec.preprocess.endswith("preprocess.py:custom_preprocessing")
     assert log.read_text() == "imported\n"
+
+
+def _symlink_to_a_script(tmp_path, spec):
+    real = tmp_path / "real.py"
+    assert main(["export", str(spec), "-o", str(real)]) == 0
+    link = tmp_path / "link.py"
+    link.symlink_to(real)
+    return link
+
+
+def _fifo(tmp_path, spec):
+    fifo = tmp_path / "out.py"
+    os.mkfifo(fifo)
+    return fifo
+
+
+@pytest.mark.parametrize("make", [_symlink_to_a_script, _fifo, lambda t, s: Path("/dev/stdout")],
+                         ids=["symlink", "fifo", "/dev/stdout"])
+@pytest.mark.parametrize("force", [[], ["--force"]], ids=["", "force"])
+def test_an_output_that_is_a_link_pipe_or_device_is_bad_input(make, force, demo_dir, tmp_path,
+                                                             capsys):
+    spec = demo_dir / "healthy.json"
+    output = make(tmp_path, spec)
+    capsys.readouterr()
+    assert main(["export", str(spec), "-o", str(output), *force]) == 2
+    assert_one_line(capsys.readouterr().err, str(output))
+    if output.name == "link.py":   # the link is left as it was
+        assert output.is_symlink() and output.resolve() == tmp_path / "real.py"
