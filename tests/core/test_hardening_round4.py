@@ -141,3 +141,47 @@ def test_an_output_that_is_a_link_pipe_or_device_is_bad_input(make, force, demo_
     assert_one_line(capsys.readouterr().err, str(output))
     if output.name == "link.py":   # the link is left as it was
         assert output.is_symlink() and output.resolve() == tmp_path / "real.py"
+
+
+@pytest.mark.parametrize("json_flag", [["--json"], []], ids=["json", "text"])
+def test_a_full_stdout_is_bad_input_in_one_line(json_flag):
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "fp16studio", "diagnose", "demo:healthy",
+                               *json_flag], stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=CHILD_TIMEOUT_S)
+    assert proc.returncode == 2
+    assert_one_line(proc.stderr, "cannot write the output to stdout", "No space left on device")
+
+
+def _safetensors_disk_full(*args, **kwargs):
+    from safetensors import SafetensorError
+
+    raise SafetensorError("Error while serializing: I/O error: No space left on device "
+                          "(os error 28)")
+
+
+def _oserror_disk_full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _transformers_saving():
+    import transformers.modeling_utils
+
+    return transformers.modeling_utils
+
+
+def _dataset_dict():
+    import datasets
+
+    return datasets.DatasetDict
+
+
+@pytest.mark.parametrize("owner, name, fail", [
+    (_transformers_saving, "safe_save_file", _safetensors_disk_full),
+    (_dataset_dict, "save_to_disk", _oserror_disk_full)], ids=["weights", "dataset"])
+def test_the_demo_on_a_full_disk_says_what_it_could_not_write(owner, name, fail, tmp_path,
+                                                             monkeypatch, capsys):
+    monkeypatch.setattr(owner(), name, fail)
+    folder = tmp_path / "demo"
+    assert main(["demo", str(folder)]) == 2
+    assert_one_line(capsys.readouterr().err, str(folder), "No space left on device")
