@@ -185,3 +185,80 @@ def test_the_demo_on_a_full_disk_says_what_it_could_not_write(owner, name, fail,
     folder = tmp_path / "demo"
     assert main(["demo", str(folder)]) == 2
     assert_one_line(capsys.readouterr().err, str(folder), "No space left on device")
+
+
+# -- malformed models and configs ----------------------------------------------------------------
+def _model_copy(demo_dir, tmp_path, config=None, weights=None):
+    """The demo's tiny BERT with its config.json settings changed, or its weights replaced
+    (bytes, or "fifo"); returns (model folder, spec file)."""
+    source = demo_dir / "models/tiny-bert"
+    model = tmp_path / "model"
+    model.mkdir()
+    for path in source.iterdir():
+        (model / path.name).write_bytes(path.read_bytes())
+    if config is not None:
+        settings = json.loads((model / "config.json").read_text())
+        settings.update(config)
+        (model / "config.json").write_text(json.dumps(settings))
+    if weights is not None:
+        (model / "model.safetensors").unlink()
+        if weights == "fifo":
+            os.mkfifo(model / "model.safetensors")
+        else:
+            (model / "model.safetensors").write_bytes(weights)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"model": str(model), "dataset": str(demo_dir / "data/texts.jsonl")}))
+    return model, spec
+
+
+CONFIGS = {
+    "hidden_size 32.5": ({"hidden_size": 32.5}, "hidden_size"),
+    "no attention heads": ({"num_attention_heads": 0}, "num_attention_heads"),
+    "id2label a list": ({"id2label": ["cat", "dog", "bird"]}, "id2label"),
+    "dtype float128": ({"dtype": "float128"}, "float128"),
+    "vocab_size -5": ({"vocab_size": -5}, "vocab_size"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONFIGS))
+@pytest.mark.parametrize("command", ["diagnose", "inspect"])
+def test_a_malformed_config_is_one_line_of_ours(case, command, demo_dir, tmp_path):
+    """In a process of its own: a library's own warning line would reach the real stderr."""
+    settings, word = CONFIGS[case]
+    model, spec = _model_copy(demo_dir, tmp_path, config=settings)
+    proc = run_cli(command, spec if command == "diagnose" else model)
+    assert proc.returncode == 2, proc.stderr
+    assert_one_line(proc.stderr, str(model), "config.json", word)
+
+
+def _header(value) -> bytes:
+    raw = value if isinstance(value, bytes) else json.dumps(value).encode()
+    return struct.pack("<Q", len(raw)) + raw
+
+
+WEIGHTS = {
+    "header a list": _header([1, 2]),
+    "no dtype": _header({"w": {"shape": [1], "data_offsets": [0, 4]}}) + bytes(4),
+    "nested 200,000 deep": _header(b"[" * 200_000 + b"]" * 200_000),
+    "a FIFO": "fifo",
+}
+
+
+@pytest.mark.parametrize("case", sorted(WEIGHTS))
+@pytest.mark.parametrize("command", ["diagnose", "inspect"])
+def test_a_malformed_safetensors_file_is_one_line_never_a_hang(case, command, demo_dir, tmp_path):
+    model, spec = _model_copy(demo_dir, tmp_path, weights=WEIGHTS[case])
+    proc = run_cli(command, spec if command == "diagnose" else model, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert_one_line(proc.stderr, str(model))
+
+
+def test_inspect_takes_the_path_of_a_config_json_for_its_folder(demo_dir, capsys):
+    config = demo_dir / "models/tiny-bert/config.json"
+    assert main(["inspect", str(config), "--json"]) == 0
+    by_config = json.loads(capsys.readouterr().out)
+    assert main(["inspect", str(config.parent), "--json"]) == 0
+    by_folder = json.loads(capsys.readouterr().out)
+    assert by_config["model"] == str(config)
+    assert {**by_config, "model": None} == {**by_folder, "model": None}
+    assert by_config["checkpoint_dtypes"] == {"float32": 41}
