@@ -262,3 +262,62 @@ def test_inspect_takes_the_path_of_a_config_json_for_its_folder(demo_dir, capsys
     assert by_config["model"] == str(config)
     assert {**by_config, "model": None} == {**by_folder, "model": None}
     assert by_config["checkpoint_dtypes"] == {"float32": 41}
+
+
+# -- consent follows the code -------------------------------------------------------------------------
+@pytest.fixture
+def code_elsewhere(demo_dir, tmp_path, monkeypatch):
+    """A received spec whose model folder was trusted with its own code, then its config.json
+    pointed at code in another folder (`other--modeling_other.OtherModel`)."""
+    import shutil
+
+    from fp16studio.core.spec import trust
+
+    monkeypatch.setenv("FP16STUDIO_CONFIG_DIR", str(tmp_path / "config"))
+    model = tmp_path / "received" / "model"
+    shutil.copytree(demo_dir / "models/tiny-bert", model)
+    (model / "modeling_own.py").write_text("OWN = 1\n")
+    spec_path = tmp_path / "received" / "spec.json"
+    spec_path.write_text(json.dumps({"model": "model", "dataset": "synthetic",
+                                     "task": "sequence-classification", "trust_remote_code": True}))
+    from fp16studio.core.spec.documents import load_spec
+
+    trust.require(spec_path, load_spec(spec_path), grant=True)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "modeling_other.py").write_text(
+        "from transformers import BertForSequenceClassification\n\n\n"
+        "class OtherModel(BertForSequenceClassification):\n    pass\n")
+    config = json.loads((model / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForSequenceClassification": f"{other}--modeling_other.OtherModel"}
+    (model / "config.json").write_text(json.dumps(config))
+    return spec_path, other
+
+
+def test_consent_covers_model_code_in_another_folder_its_auto_map_names(code_elsewhere):
+    from fp16studio.core.spec import trust
+    from fp16studio.core.spec.documents import load_spec
+
+    spec_path, other = code_elsewhere
+    question = trust.consent_needed(spec_path, load_spec(spec_path))
+    assert question is not None and str(other) in question
+    trust.require(spec_path, load_spec(spec_path), grant=True)
+    assert trust.consent_needed(spec_path, load_spec(spec_path)) is None
+    code = other / "modeling_other.py"
+    code.write_text(code.read_text() + "\nimport os  # changed\n")
+    assert trust.consent_needed(spec_path, load_spec(spec_path)) is not None
+
+
+def test_model_code_changed_after_consent_is_refused_before_it_loads(code_elsewhere):
+    from fp16studio.core.common.errors import InputError
+    from fp16studio.core.hf.loading import load_config, model_folder
+    from fp16studio.core.spec import trust
+    from fp16studio.core.spec.documents import load_spec
+
+    spec_path, other = code_elsewhere
+    spec = load_spec(spec_path)
+    trust.require(spec_path, spec, grant=True)
+    code = other / "modeling_other.py"
+    code.write_text(code.read_text() + "\nimport os  # swapped after the question\n")
+    with pytest.raises(InputError, match="changed since you agreed"):
+        load_config(model_folder(spec), spec)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..common import dtypes
 from ..common.errors import InputError, first_line
+from ..spec import trust
 from ..spec.value import PipelineSpec
 from .config_file import read_config
 from .hub import resolve_model_source
@@ -75,6 +76,7 @@ def load_config(folder: str, spec: PipelineSpec):
     from transformers import AutoConfig
 
     _refuse_remote_code(read_config(folder, spec.model), spec)
+    trust.check_agreed_model_code(spec)   # the config class may be the model's own code
     with quiet_hf():
         try:
             return AutoConfig.from_pretrained(folder, trust_remote_code=spec.trust_remote_code)
@@ -150,6 +152,7 @@ def load_model(spec: PipelineSpec, device) -> LoadedModel:
     if spec.device_map:
         _check_device_map(spec)
         kwargs["device_map"] = spec.device_map
+    trust.check_agreed_model_code(spec)
     with quiet_hf():
         try:
             model = cls.from_pretrained(folder, **kwargs)
