@@ -321,3 +321,17 @@ def test_model_code_changed_after_consent_is_refused_before_it_loads(code_elsewh
     code.write_text(code.read_text() + "\nimport os  # swapped after the question\n")
     with pytest.raises(InputError, match="changed since you agreed"):
         load_config(model_folder(spec), spec)
+
+
+# -- words --------------------------------------------------------------------------------------------
+def test_string_labels_are_said_to_be_strings_not_missing(demo_dir, tmp_path, capsys):
+    data = tmp_path / "reviews.jsonl"
+    data.write_text('{"text": "good film", "label": "positive"}\n'
+                    '{"text": "bad film", "label": "negative"}\n')
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"model": str(demo_dir / "models/tiny-bert"), "dataset": str(data),
+                                "with_labels": True}))
+    assert main(["diagnose", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert_one_line(err, "'label' column", "holds strings", "class ids", "ClassLabel")
+    assert "no label column" not in err
