@@ -182,7 +182,7 @@ def model_code_digest(spec: PipelineSpec) -> str:
     hasher = hashlib.sha256()
     local = spec.local_path(spec.model) if spec.trust_remote_code else None
     for code in model_code_files(spec):
-        inside = local is not None and code.parent == local
+        inside = code.parent == local.resolve()
         hasher.update(b"\0" + (code.name if inside else str(code.resolve())).encode() + b"\0")
         hasher.update(read_bytes(code, "model code"))
     return hasher.hexdigest() if local is not None else ""
@@ -196,7 +196,7 @@ def model_code_files(spec: PipelineSpec) -> list[Path]:
     local = spec.local_path(spec.model) if spec.trust_remote_code else None
     if local is None or not local.is_dir():
         return []
-    folders = dict.fromkeys([local, *(folder for folder in _auto_map_folders(local))])
+    folders = dict.fromkeys([local.resolve(), *_auto_map_folders(local)])
     return [code for folder in folders for code in sorted(folder.glob("*.py"))]
 
 
