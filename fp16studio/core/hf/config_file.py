@@ -13,9 +13,9 @@ from ..common.files import read_bytes
 # Sizes a model is built from: whole numbers, at least 1 (0 heads divide by zero, -5 tokens
 # make a tensor of negative size) or, for counts of layers and labels, at least 0.
 _AT_LEAST_1 = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
-               "max_position_embeddings", "num_key_value_heads", "head_dim", "d_model",
+               "max_position_embeddings", "num_key_value_heads", "d_model",
                "d_ff", "d_kv", "num_heads", "embedding_size", "n_embd", "n_head", "n_positions")
-_AT_LEAST_0 = ("num_hidden_layers", "num_layers", "num_decoder_layers", "num_labels",
+_AT_LEAST_0 = ("head_dim", "num_hidden_layers", "num_layers", "num_decoder_layers", "num_labels",
                "type_vocab_size", "n_layer")
 # The dtypes a config may name (transformers takes `getattr(torch, name)`).
 _DTYPES = ("float32", "float16", "bfloat16", "float64", "float", "half", "double", "auto",
@@ -43,8 +43,8 @@ def config_problem(config: dict, where: str = "") -> str | None:
     Sub-configs (text_config, vision_config, ...) are checked too."""
     for key, least in [(k, 1) for k in _AT_LEAST_1] + [(k, 0) for k in _AT_LEAST_0]:
         value = config.get(key)
-        if value is not None and (type(value) is not int or value < least):
-            return (f"{where}{key} is {json.dumps(value)}; it must be a whole number of at "
+        if value is not None and not _whole(value, least):
+            return (f"{where}{key} is {json.dumps(value)[:60]}; it must be a whole number of at "
                     f"least {least}")
     for key in ("id2label", "label2id"):
         value = config.get(key)
@@ -64,6 +64,14 @@ def config_problem(config: dict, where: str = "") -> str | None:
             if problem:
                 return problem
     return None
+
+
+def _whole(value, least: int) -> bool:
+    """A whole number of at least `least` (1200.0 counts), or a list or object of them: one
+    per stage or part (Swin's num_heads, LXMERT's num_hidden_layers)."""
+    values = list(value.values()) if isinstance(value, dict) else value if isinstance(value, list) else [value]
+    return bool(values) and all((type(v) is int or (type(v) is float and v.is_integer()))
+                                and v >= least for v in values)
 
 
 def _kind(value) -> str:
