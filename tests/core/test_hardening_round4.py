@@ -231,6 +231,31 @@ def test_a_malformed_config_is_one_line_of_ours(case, command, demo_dir, tmp_pat
     assert_one_line(proc.stderr, str(model), "config.json", word)
 
 
+def test_the_config_check_refuses_no_default_config_of_transformers():
+    """Sizes per stage (Swin's num_heads list), per part (LXMERT's layers), 1200.0: all models'
+    own defaults pass the check."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    from fp16studio.core.hf.config_file import config_problem
+
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    checked, refused = 0, {}
+    try:
+        for name in list(CONFIG_MAPPING.keys()):
+            try:
+                settings = CONFIG_MAPPING[name]().to_dict()
+            except Exception:  # noqa: BLE001 - a config class that needs arguments: not ours
+                continue
+            checked += 1
+            if config_problem(settings):
+                refused[name] = config_problem(settings)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    assert checked > 100 and not refused, refused
+
+
 def _header(value) -> bytes:
     raw = value if isinstance(value, bytes) else json.dumps(value).encode()
     return struct.pack("<Q", len(raw)) + raw
