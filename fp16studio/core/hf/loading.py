@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..common import dtypes
 from ..common.errors import InputError, first_line
+from ..common.files import regular_file
 from ..spec import trust
 from ..spec.value import PipelineSpec
 from .config_file import read_config
@@ -65,6 +66,8 @@ def model_folder(spec: PipelineSpec) -> str:
             raise InputError(f"model {spec.model!r}: expected a folder (save_pretrained layout)")
         if not (local / "config.json").is_file():
             raise InputError(f"model {spec.model!r}: the folder has no config.json")
+        for weights in sorted(local.glob("*.safetensors")) + sorted(local.glob("*.bin")):
+            regular_file(weights, "model weights")   # a FIFO is skipped by the library, unsaid
         return str(local)
     return resolve_model_source(spec.model, spec.revision, spec.trust_remote_code,
                                 spec.resolve_path(spec.model))
