@@ -164,13 +164,14 @@ def cmd_report(args) -> int:
 
 def cmd_inspect(args) -> int:
     from ..core.common import dtypes
-    from ..core.hf.model_info import inspect_model
+    from ..core.hf.model_info import CONFIG_NAME, inspect_model
 
     dtype = dtypes.normalize(args.dtype, "--dtype") if args.dtype else None
-    if args.model.startswith(DEMO_PREFIX) or (os.path.isfile(args.model) and args.model.lower().endswith(
-            (".json", ".toml", ".fp16studio"))):
-        raise InputError(f"inspect takes a model (a save_pretrained folder or a Hub id), not a spec: "
-                         f"{args.model}; its \"model\" is what to inspect")
+    config = os.path.basename(args.model) == CONFIG_NAME   # a model's config.json: its folder
+    if args.model.startswith(DEMO_PREFIX) or (not config and os.path.isfile(args.model) and
+                                              args.model.lower().endswith((".json", ".toml", ".fp16studio"))):
+        raise InputError(f"inspect takes a model (a save_pretrained folder, its {CONFIG_NAME}, or a "
+                         f"Hub id), not a spec: {args.model}; its \"model\" is what to inspect")
     doc = inspect_model(args.model, dtype=dtype, trust_remote_code=args.trust_remote_code,
                         base_dir=os.getcwd())
     _emit(doc, args, lambda d: format_inspect(d, dtype))

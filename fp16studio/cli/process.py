@@ -4,6 +4,7 @@ stdout kept for the --json document, a closed pipe, quiet libraries."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import logging
@@ -30,12 +31,7 @@ def run(command, args) -> int:
         check_timeouts(args)
         with time_limit(getattr(args, "timeout", None)), stdout_for(args):
             code = command(args)
-        if getattr(args, "json_doc", None) is not None:
-            json.dump(strict_json(args.json_doc), sys.stdout, indent=2, default=str, allow_nan=False)
-            sys.stdout.write("\n")
-        # Here, not at exit: a reader that went away is exit 141, not Python's 120 and a
-        # traceback (stdout is block-buffered into a pipe, unless PYTHONUNBUFFERED is set).
-        sys.stdout.flush()
+        write_stdout(getattr(args, "json_doc", None))
         return code
     except InputError as exc:
         print(f"fp16studio: {one_line(str(exc))}", file=sys.stderr)
@@ -47,18 +43,70 @@ def run(command, args) -> int:
         print("fp16studio: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader went away (`| head`): nothing left to say, no error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        drop_stdout()
         return SIGPIPE_STATUS
     except SystemExit as exc:  # user code that exits is never a quiet success
         print(f"fp16studio: code run by the pipeline called sys.exit({exc.code!r})",
               file=sys.stderr)
         return BAD_INPUT
     except Exception as exc:  # a bug of ours: one line, the traceback on request
+        if disk_full(exc):   # the user's disk: what could not be written, in one line
+            drop_stdout()    # perhaps the full one: what is left in its buffer is given up
+            print(f"fp16studio: cannot write {destination(args, exc)}: the disk is full "
+                  f"({os.strerror(errno.ENOSPC)})", file=sys.stderr)
+            return BAD_INPUT
         if os.environ.get("FP16STUDIO_DEBUG"):
             raise
         print(f"fp16studio: internal error: {type(exc).__name__}: {one_line(str(exc))} "
               "(set FP16STUDIO_DEBUG=1 for the traceback)", file=sys.stderr)
         return 3
+
+
+def write_stdout(json_doc) -> None:
+    """The --json document, if any, and whatever is left in stdout's buffer. Written here, not
+    at exit: a reader that went away is exit 141, not Python's 120 and a traceback (stdout is
+    block-buffered into a pipe, unless PYTHONUNBUFFERED is set); a stdout that cannot take it
+    (`> /dev/full`) is bad input, said in one line."""
+    try:
+        if json_doc is not None:
+            json.dump(strict_json(json_doc), sys.stdout, indent=2, default=str, allow_nan=False)
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        drop_stdout()   # what is left in the buffer would fail again at exit
+        raise InputError(f"cannot write the output to stdout: {exc.strerror or exc}") from None
+
+
+def drop_stdout() -> None:
+    """Point stdout at /dev/null: what is left in its buffer cannot fail again at exit."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):   # a stdout with no file under it (a test's capture)
+        pass
+
+
+# A full disk or quota: the user's to free, not a bug (errno, or in a library's own words:
+# safetensors reports it from Rust as text).
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc.errno in _DISK_FULL
+    return any(os.strerror(code) in str(exc) for code in _DISK_FULL)
+
+
+def destination(args, exc: BaseException) -> str:
+    """What a command was writing when the disk filled up, in words."""
+    if isinstance(exc, OSError) and exc.filename:
+        return str(exc.filename)
+    if getattr(args, "output", None):
+        return str(args.output)
+    if getattr(args, "dir", None):
+        return f"the demo to {args.dir}"
+    return "the output to stdout"
 
 
 def strict_json(value):

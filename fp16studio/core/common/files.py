@@ -1,7 +1,8 @@
 """The user's files: read only regular files, and never lose one when writing (CONTRACT §6).
 
 A FIFO, a device (`/dev/zero`) or a folder given where a file belongs would block or never end;
-they are refused before anything opens them. Outputs never overwrite an input, replace a file of
+they are refused before anything opens them. Outputs are regular files, never a link, pipe or
+device (`-o /dev/stdout`), and never overwrite an input, replace a file of
 another kind only with `--force`, and keep the replaced file as NAME.bak, never in place of a
 NAME.bak of the user's.
 """
@@ -88,9 +89,8 @@ def check_output(path: str | Path, inputs: list[Path], is_own_kind, force: bool 
         raise InputError(f"output {path}: is a folder; give a file name")
     if not path.parent.is_dir():
         raise InputError(f"output {path}: folder {path.parent} does not exist")
+    _not_special(path)
     if path.exists() and not force:
-        if not path.is_file():
-            raise InputError(f"output {path}: not a regular file")
         if path.stat().st_size and not is_own_kind(path):
             raise InputError(f"output {path}: exists and is not a file this command writes; "
                              "choose another name, or pass --force to replace it (kept as "
@@ -103,6 +103,24 @@ def check_output(path: str | Path, inputs: list[Path], is_own_kind, force: bool 
                          f"(yours, or one --force kept) and the old {path.name} would replace it; "
                          "move it away, or choose another output name")
     return path
+
+
+def _not_special(path: Path) -> None:
+    """An output is written as a new regular file moved into place: a symbolic link there would
+    be replaced (or, written through, its target: `-o /dev/stdout` as root replaces the system's
+    /dev/stdout), a pipe or device would block or swallow it. Even --force does not."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(f"output {path}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(mode):
+        raise InputError(f"output {path}: is a symbolic link (to {os.readlink(path)}); "
+                         "give the path of a file, not of a link")
+    if not stat.S_ISREG(mode):
+        raise InputError(f"output {path}: not a regular file (a pipe, socket or device); "
+                         "give the path of a file")
 
 
 def starts_with(path: Path, marker: str, size: int = 4096) -> bool:

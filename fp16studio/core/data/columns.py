@@ -65,7 +65,22 @@ def detect_columns(ds, spec: PipelineSpec) -> dict:
     pick("text", lambda n, f: n.lower() in TEXT_NAMES and is_text(f))
     pick("text_pair", lambda n, f: n.lower() in PAIR_NAMES and is_text(f))
     pick("text", lambda n, f: is_text(f))
+    if spec.with_labels and "label" not in roles:
+        _refuse_string_labels(spec, [n for n in names if n.lower() in LABEL_NAMES
+                                     and is_text(features[n])])
     return roles
+
+
+def _refuse_string_labels(spec: PipelineSpec, named: list) -> None:
+    """A column named like labels that holds strings: the model takes class ids, and saying
+    "no label column" would send the user looking for a column that is there."""
+    if not named:
+        return
+    column = named[0]
+    raise InputError(f"with_labels is on, and dataset {spec.dataset!r} has a {column!r} column, "
+                     f"but it holds strings where the model takes class ids "
+                     f"(whole numbers): make it a ClassLabel (dataset.class_encode_column("
+                     f"{column!r})) or map each name to its id, or set with_labels to false")
 
 
 def _is_number_list(feature) -> bool:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import contextlib
 import difflib
 import fnmatch
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..common import dtypes
 from ..common.errors import InputError, first_line
+from ..common.files import regular_file
+from ..spec import trust
 from ..spec.value import PipelineSpec
+from .config_file import read_config
 from .hub import resolve_model_source
 
 # Architecture-name suffix -> task family; the first match wins.
@@ -64,29 +66,29 @@ def model_folder(spec: PipelineSpec) -> str:
             raise InputError(f"model {spec.model!r}: expected a folder (save_pretrained layout)")
         if not (local / "config.json").is_file():
             raise InputError(f"model {spec.model!r}: the folder has no config.json")
+        for weights in sorted(local.glob("*.safetensors")) + sorted(local.glob("*.bin")):
+            regular_file(weights, "model weights")   # a FIFO is skipped by the library, unsaid
         return str(local)
     return resolve_model_source(spec.model, spec.revision, spec.trust_remote_code,
                                 spec.resolve_path(spec.model))
 
 
 def load_config(folder: str, spec: PipelineSpec):
+    """The model's config, once config.json is read and checked as data (config_file): what
+    transformers still refuses is the config's fault, said in one line."""
     from transformers import AutoConfig
 
-    _refuse_remote_code(folder, spec)
-    try:
-        return AutoConfig.from_pretrained(folder, trust_remote_code=spec.trust_remote_code)
-    except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
-        raise InputError(f"model {spec.model!r}: unreadable config ({first_line(exc)})") from None
+    _refuse_remote_code(read_config(folder, spec.model), spec)
+    trust.check_agreed_model_code(spec)   # the config class may be the model's own code
+    with quiet_hf():
+        try:
+            return AutoConfig.from_pretrained(folder, trust_remote_code=spec.trust_remote_code)
+        except Exception as exc:  # noqa: BLE001 - the user's settings (or their config class)
+            raise InputError(f"model {spec.model!r}: unreadable config "
+                             f"({type(exc).__name__}: {first_line(exc)})") from None
 
 
-def _refuse_remote_code(folder: str, spec: PipelineSpec):
-    config_path = Path(folder) / "config.json"
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise InputError(f"model {spec.model!r}: unreadable config.json ({first_line(exc)})") from None
-    if not isinstance(config, dict):
-        raise InputError(f"model {spec.model!r}: config.json is not an object of settings")
+def _refuse_remote_code(config: dict, spec: PipelineSpec):
     if config.get("auto_map") and not spec.trust_remote_code:
         import transformers
 
@@ -153,6 +155,7 @@ def load_model(spec: PipelineSpec, device) -> LoadedModel:
     if spec.device_map:
         _check_device_map(spec)
         kwargs["device_map"] = spec.device_map
+    trust.check_agreed_model_code(spec)
     with quiet_hf():
         try:
             model = cls.from_pretrained(folder, **kwargs)
@@ -180,8 +183,8 @@ def auto_dtype(folder: str | Path) -> tuple[str | None, str]:
 
     folder = Path(folder)
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        config = read_config(folder, str(folder))
+    except InputError:
         config = {}
     for key in ("dtype", "torch_dtype"):
         value = str(config.get(key) or "").removeprefix("torch.")
@@ -231,7 +234,7 @@ def _weights_error(spec: PipelineSpec, exc: Exception) -> Exception:
     if isinstance(exc, SafetensorError):
         return InputError(f"model {spec.model!r}: damaged or invalid safetensors weights "
                           f"({first_line(exc)})")
-    if isinstance(exc, (OSError, ValueError, KeyError, RuntimeError, EOFError)):
+    if isinstance(exc, (OSError, ValueError, KeyError, RuntimeError, EOFError, ArithmeticError)):
         return InputError(f"model {spec.model!r} could not be loaded: {first_line(exc)}")
     return exc
 

@@ -13,10 +13,13 @@ from ..common.errors import InputError
 from ..spec.value import PipelineSpec
 from .checkpoint import checkpoint_dtypes
 
+CONFIG_NAME = "config.json"
+
 
 def inspect_model(model: str, dtype: str | None = None, trust_remote_code: bool = False,
                   revision: str | None = None, base_dir: str | None = None) -> dict:
-    """The `inspect --json` document (CONTRACT §3) for a local folder, config file or Hub id."""
+    """The `inspect --json` document (CONTRACT §3) for a local folder, its config.json or a Hub
+    id."""
     import torch
 
     from .loading import load_config, model_folder, quiet_hf, resolve_task
@@ -64,9 +67,9 @@ def inspect_model(model: str, dtype: str | None = None, trust_remote_code: bool 
 
 
 def _config_folder(spec: PipelineSpec) -> str | None:
-    # A bare config.json file is enough for inspect.
+    # A config.json is enough for inspect: the path of one means its folder.
     local = spec.local_path(spec.model)
-    if local is not None and local.is_file() and local.name.endswith(".json"):
+    if local is not None and local.name == CONFIG_NAME and not local.is_dir():
         return str(local.parent)
     return None
 

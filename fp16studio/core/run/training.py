@@ -109,7 +109,7 @@ def gradient_stats(named_params, order: dict) -> list[GradStat]:
         if grad is None or not grad.is_floating_point():
             continue
         module = name.rpartition(".")[0]
-        g = grad.detach()
+        g = stored_values(grad.detach())
         tiny = torch.finfo(g.dtype).tiny
         finite = torch.isfinite(g)
         nonzero = g != 0
@@ -127,6 +127,16 @@ def gradient_stats(named_params, order: dict) -> list[GradStat]:
     stats = [GradStat(module, *values) for module, values in by_module.items()]
     stats.sort(key=lambda s: -order.get(s.module, -1))
     return stats
+
+
+def stored_values(grad):
+    """The elements a gradient holds: a sparse one's stored values (an Embedding with
+    sparse=True), which the elementwise statistics can read; a dense one as it is."""
+    import torch
+
+    if grad.layout == torch.strided:
+        return grad
+    return grad.coalesce().values() if grad.is_sparse else grad.values()
 
 
 class OptimizerProbe:
@@ -180,7 +190,7 @@ class OptimizerProbe:
             old = self.before.get(id(p))
             if old is None:
                 continue
-            moved = p.grad.detach() != 0
+            moved = p.grad.detach().to_dense() != 0
             total = int(moved.sum())
             if not total:
                 continue

@@ -15,6 +15,7 @@ describes the script well enough to continue as a pipeline.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -605,7 +606,8 @@ def reproduction(spec: PipelineSpec, findings: list, error: dict | None) -> str:
     from ..diagnostics.diagnosis import diagnose
 
     try:
-        report = diagnose(spec)
+        with _imported_preprocess(spec):
+            report = diagnose(spec)
     except InputError as exc:
         return f"diagnosing the recovered spec fails ({exc})"
     except KeyboardInterrupt:
@@ -613,6 +615,42 @@ def reproduction(spec: PipelineSpec, findings: list, error: dict | None) -> str:
     except Exception as exc:  # noqa: BLE001 - whatever it is, the spec is not offered
         return f"diagnosing the recovered spec failed ({type(exc).__name__}: {first_line(exc)})"
     return outcome_difference(findings, error, report.findings, report.error)
+
+
+@contextlib.contextmanager
+def _imported_preprocess(spec: PipelineSpec):
+    """While the recovered spec is checked in the script's process, its preprocess is the
+    function of the module the script imported itself: loading the spec's preprocess would run
+    that file's top-level code a second time (its side effects twice)."""
+    from ..data import batch
+
+    function = _imported_function(spec.preprocess) if spec.preprocess else None
+    if function is None:
+        yield
+        return
+    load = batch.load_user_function
+    patches = Patches()
+    patches.set(batch, "load_user_function",
+                lambda given: function if given.preprocess == spec.preprocess else load(given))
+    try:
+        yield
+    finally:
+        patches.undo()
+
+
+def _imported_function(preprocess: str):
+    """The function `file.py:name` names, from the module the script imported from that file;
+    None when no module holds it (`_preprocess_file` made the name from such a module)."""
+    import sys
+
+    file, _, name = preprocess.rpartition(":")
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and Path(path).resolve() == Path(file):
+            function = getattr(module, name, None)
+            if callable(function):
+                return function
+    return None
 
 
 def outcome_difference(script: list, script_error: dict | None, spec: list,

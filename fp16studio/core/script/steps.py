@@ -1,7 +1,9 @@
 """Following a script's training steps after its first forward pass (`trace --steps N`).
 
 A step opens at the script's `loss.backward()` (or `scaler.scale(loss)` before it) and closes
-with its `optimizer.step()`: the loss, the gradients of every traced model module by module
+with its `optimizer.step()`; an `optimizer.step(closure)` (LBFGS) that runs the forward and
+backward passes itself, perhaps several times, is one step whose loss and gradients are those of
+its first evaluation (the loss it returns). The loss, the gradients of every traced model module by module
 once the backward pass is over, what the optimizer updated and did to the weights
 (torch's global optimizer hooks), and the GradScaler's calls and `clip_grad_norm_` in their
 order. After N closed steps nothing more is measured: the wrappers stay (taking them off
@@ -29,6 +31,7 @@ class StepWatch:
         self._patches = Patches()
         self._hooks: list = []
         self._probes: dict = {}               # id(optimizer) -> OptimizerProbe of this step
+        self._stepping: set = set()           # id of each optimizer inside its step() now
         self._scaled = None                   # (weakref to the scaled loss, scale)
         self._in_scaler = False
 
@@ -95,7 +98,9 @@ class StepWatch:
 
         def backward(tensor, *args, **kwargs):
             step = watch._current()
-            if step is None:
+            # A closure's second and later evaluations inside one optimizer.step(): the step
+            # keeps its first (the loss step() returns, the gradients it starts from).
+            if step is None or (watch._stepping and step.source is not None):
                 return original(tensor, *args, **kwargs)
             step.source = watch._source()
             scaled = watch._scaled
@@ -147,13 +152,16 @@ class StepWatch:
         return clip_grad_norm_
 
     def _before_step(self, optimizer, args, kwargs):
-        if self.steps and not self.steps[-1].done:
+        self._stepping.add(id(optimizer))
+        # With a closure the step opens inside step() (its backward): probe from here on.
+        if self.following:
             names = {id(p): n for n, p in self._named_parameters()}
             self._probes[id(optimizer)] = OptimizerProbe(optimizer, names)
 
     def _after_step(self, optimizer, args, kwargs):
+        self._stepping.discard(id(optimizer))
         probe = self._probes.pop(id(optimizer), None)
-        if probe is None:
+        if probe is None or not self.steps or self.steps[-1].done:
             return
         step = self.steps[-1]
         step.optimizers.append(probe.after(self.user.frame_source(sys._getframe(1))))

@@ -12,6 +12,7 @@ script: that is said as such (a bad `--python` is bad input), never blamed on th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import shutil
@@ -135,22 +136,29 @@ def trace_script(path, args=(), timeout: float | None = None, progress=None, can
         python = _check_python(python, named, env, cancel)
     command = runner_command(python)
     report_progress(progress, "script", f"running {script.name}")
-    with tempfile.TemporaryDirectory(prefix="fp16studio-trace-") as work:
-        result_path = Path(work) / "result.pickle"
-        lines = _Lines(output, result_path.with_suffix(".started"))
-        start = time.perf_counter()
-        child = subprocess.Popen(
-            [*command, str(result_path), str(script), *map(str, args)],
-            stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env=env, start_new_session=True)
-        readers = [_forward_lines(child.stdout, "stdout", lines),
-                   _forward_lines(child.stderr, "stderr", lines)]
-        timed_out = _wait(child, timeout, cancel, lines)
-        for reader in readers:
-            reader.join(timeout=5)
-        seconds = time.perf_counter() - start
-        started = lines.finish()
-        result = _read_result(result_path)
+    # The script's group is stopped (_ends_with_us) before its work folder goes, and a signal
+    # that ends this process is passed on once both are done.
+    try:
+        with tempfile.TemporaryDirectory(prefix="fp16studio-trace-") as work, \
+                _ends_with_us() as own:
+            result_path = Path(work) / "result.pickle"
+            lines = _Lines(output, result_path.with_suffix(".started"))
+            start = time.perf_counter()
+            child = own(subprocess.Popen(
+                [*command, str(result_path), str(script), *map(str, args)],
+                stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, env=env, start_new_session=True))
+            readers = [_forward_lines(child.stdout, "stdout", lines),
+                       _forward_lines(child.stderr, "stderr", lines)]
+            timed_out = _wait(child, timeout, cancel, lines)
+            for reader in readers:
+                reader.join(timeout=5)
+            seconds = time.perf_counter() - start
+            started = lines.finish()
+            result = _read_result(result_path)
+    except _Terminated as ended:
+        signal.raise_signal(ended.signum)   # its own handler now: by default, the end of us
+        raise KeyboardInterrupt from None   # a handler that let us live: the trace is over
     if result is None:
         if not started and not timed_out:
             _not_started(script, child.returncode, lines.held, python, named)
@@ -319,6 +327,41 @@ def _wait(child: subprocess.Popen, timeout: float | None, cancel, lines: _Lines)
                 return True
         time.sleep(0.05)
     return False
+
+
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP reached the supervisor while the script ran."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _ends_with_us():
+    """The script runs in a session of its own (a terminal's Ctrl-C reaches this process only,
+    which then interrupts the script in order): whatever ends this supervisor (Ctrl-C, SIGTERM,
+    SIGHUP, an error of ours) ends the script's process group first, so that no training goes
+    on unwatched. SIGTERM and SIGHUP raise _Terminated meanwhile (their handlers are put back
+    after). Yields `own(child)`, which registers the child and returns it."""
+    children: list = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # only it can take signals
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                previous[sig] = signal.signal(sig, _raise_terminated)
+    try:
+        yield lambda child: children.append(child) or child
+    finally:
+        for child in children:
+            if child.poll() is None:
+                _stop(child, grace=0.5)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated(signum)
 
 
 def _stop(child: subprocess.Popen, grace: float):

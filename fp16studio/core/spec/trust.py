@@ -2,24 +2,25 @@
 
 A spec runs code of two kinds: its `preprocess` function, and with `trust_remote_code` the
 model's own Python files (`auto_map`). A spec or session read from a file runs either only when
-the file's content, together with that code (the preprocess file; a local model folder's .py
-files), is in the trust store: a list of SHA-256 digests in the config folder. A digest gets
-there when the user says so (the CLI's `--trust`, the window's question) or when fp16studio
-itself writes the file (a spec or session saved by the app, the demo): that is how "the user
-wrote it" is known. Any change to the spec or the code gives a new digest, so a changed file is
-asked about again. Specs built in memory (the window's form, the Python API) are the user's own
-and need no consent.
+the file's content, together with that code (the preprocess file; the .py files of a local
+model folder and of each other local folder its `auto_map` names), is in the trust store: a
+list of SHA-256 digests in the config folder. A digest gets there when the user says so (the
+CLI's `--trust`, the window's question) or when fp16studio itself writes the file (a spec or
+session saved by the app, the demo): that is how "the user wrote it" is known. Any change to
+the spec or the code gives a new digest, so a changed file is asked about again. Specs built in
+memory (the window's form, the Python API) are the user's own and need no consent.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 from ..common.config_folder import config_list, update_config_list
 from ..common.errors import InputError
-from ..common.files import read_bytes
+from ..common.files import expand_user, read_bytes
 from .value import PipelineSpec
 
 STORE = "trusted.json"
@@ -50,12 +51,15 @@ def consent(path: str | Path | None, spec: PipelineSpec, ask: Callable[[str], bo
     (`agreed_preprocess`), so a preprocess swapped meanwhile (while the question is open, while
     the model loads) is refused, never run."""
     file = str(_preprocess_path(spec).resolve()) if spec.preprocess else None
+    code_key = _code_key(spec)
     if path is None or not runs_code(spec):
         _AGREED.pop(file, None)
+        _AGREED.pop(code_key, None)
         return True, None
-    if file:
-        _AGREED[file] = ""   # nothing agreed to until this content is read and agreed to
-    key, preprocess = _read(path, spec)
+    for pinned in (file, code_key):
+        if pinned:
+            _AGREED[pinned] = ""   # nothing agreed to until this content is read and agreed to
+    key, preprocess, code = _read(path, spec)
     question = None if key in _read_store() else _question(path, spec)
     if question is not None:
         if not ask(question):
@@ -63,6 +67,8 @@ def consent(path: str | Path | None, spec: PipelineSpec, ask: Callable[[str], bo
         _record(key)
     if file:
         _AGREED[file] = preprocess
+    if code_key:
+        _AGREED[code_key] = code
     return True, question
 
 
@@ -83,6 +89,21 @@ def agreed_preprocess(path: Path) -> str | None:
     return _AGREED.get(str(path.resolve()))
 
 
+def check_agreed_model_code(spec: PipelineSpec) -> None:
+    """Before a trust_remote_code load imports the model's code: it must still be the code
+    consented to in this process (none pinned: a spec built in memory, the user's own)."""
+    key = _code_key(spec)
+    agreed = _AGREED.get(key) if key else None
+    if agreed is not None and model_code_digest(spec) != agreed:
+        raise InputError(f"model {spec.model!r}: its code (trust_remote_code) changed since you "
+                         "agreed to run it; run again to be asked about the new code")
+
+
+def _code_key(spec: PipelineSpec) -> str | None:
+    local = spec.local_path(spec.model) if spec.trust_remote_code else None
+    return f"model code {local.resolve()}" if local is not None else None
+
+
 def agreed() -> tuple:
     """What this process agreed to, for the engine process that runs it (`agree`)."""
     return tuple(_AGREED.items())
@@ -97,6 +118,7 @@ def agree(pins: tuple) -> None:
 
 # Preprocess file -> SHA-256 of the content consent let run ("": none yet): a file swapped
 # between the question and the import (the model loads in between) is refused, never run.
+# "model code FOLDER" -> `model_code_digest` agreed to, the same way for a model's own code.
 _AGREED: dict[str, str] = {}
 
 
@@ -107,8 +129,10 @@ def _question(path: str | Path, spec: PipelineSpec) -> str:
         what.append(f"the Python function {function!r} from {spec.resolve_path(file)}")
     if spec.trust_remote_code:
         local = spec.local_path(spec.model)
-        what.append(f"the model's own code (trust_remote_code) from "
-                    f"{local if local is not None else 'the Hub repository ' + repr(spec.model)}")
+        folders = list(dict.fromkeys(str(code.parent) for code in model_code_files(spec)))
+        where = (" and ".join(folders) if folders else str(local)) if local is not None else \
+            "the Hub repository " + repr(spec.model)
+        what.append(f"the model's own code (trust_remote_code) from {where}")
     return f"{Path(path).name} runs {' and '.join(what)}"
 
 
@@ -135,8 +159,9 @@ def digest(path: str | Path, spec: PipelineSpec) -> str:
     return _read(path, spec)[0]
 
 
-def _read(path: str | Path, spec: PipelineSpec) -> tuple[str, str | None]:
-    """(digest, SHA-256 of the preprocess file's bytes or None), from one read of each file."""
+def _read(path: str | Path, spec: PipelineSpec) -> tuple[str, str | None, str]:
+    """(digest, SHA-256 of the preprocess file's bytes or None, `model_code_digest`), from one
+    read of each file."""
     hasher = hashlib.sha256(b"fp16studio-trust-1\0")
     hasher.update(read_bytes(Path(path), "spec"))
     preprocess = None
@@ -145,12 +170,62 @@ def _read(path: str | Path, spec: PipelineSpec) -> tuple[str, str | None]:
         hasher.update(b"\0")
         hasher.update(source)
         preprocess = hashlib.sha256(source).hexdigest()
+    code = model_code_digest(spec)
+    if code:
+        hasher.update(b"\0" + code.encode())
+    return hasher.hexdigest(), preprocess, code
+
+
+def model_code_digest(spec: PipelineSpec) -> str:
+    """SHA-256 of every code file loading the spec's local model with trust_remote_code would
+    import (`model_code_files`: names and bytes); "" when there is none."""
+    hasher = hashlib.sha256()
     local = spec.local_path(spec.model) if spec.trust_remote_code else None
-    if local is not None and local.is_dir():
-        for code in sorted(local.glob("*.py")):
-            hasher.update(b"\0" + code.name.encode() + b"\0")
-            hasher.update(read_bytes(code, "model code"))
-    return hasher.hexdigest(), preprocess
+    for code in model_code_files(spec):
+        inside = code.parent == local.resolve()
+        hasher.update(b"\0" + (code.name if inside else str(code.resolve())).encode() + b"\0")
+        hasher.update(read_bytes(code, "model code"))
+    return hasher.hexdigest() if local is not None else ""
+
+
+def model_code_files(spec: PipelineSpec) -> list[Path]:
+    """The .py files a trust_remote_code load of the spec's local model folder can import: the
+    folder's own, and those of each local folder its `auto_map` names (`folder--module.Class`,
+    which transformers loads from that folder, relative to the working folder). Found by
+    reading the configs, never by running anything."""
+    local = spec.local_path(spec.model) if spec.trust_remote_code else None
+    if local is None or not local.is_dir():
+        return []
+    folders = dict.fromkeys([local.resolve(), *_auto_map_folders(local)])
+    return [code for folder in folders for code in sorted(folder.glob("*.py"))]
+
+
+# The files whose `auto_map` says where a model's, tokenizer's or processor's code lives.
+_AUTO_MAP_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json",
+                   "processor_config.json")
+
+
+def _auto_map_folders(local: Path):
+    """Local folders named by `repo--module.Class` references in `local`'s configs."""
+    for name in _AUTO_MAP_FILES:
+        path = local / name
+        if not path.is_file():
+            continue
+        try:
+            settings = json.loads(read_bytes(path, "model config"))
+        except (InputError, ValueError, RecursionError):
+            continue   # an unreadable config is refused when the model loads, and runs nothing
+        auto_map = settings.get("auto_map") if isinstance(settings, dict) else None
+        # {"AutoModel": "repo--module.Class", "AutoTokenizer": [slow, fast]}, or an old
+        # tokenizer's bare [slow, fast].
+        references = list(auto_map.values()) if isinstance(auto_map, dict) else \
+            auto_map if isinstance(auto_map, list) else []
+        for reference in references:
+            for text in reference if isinstance(reference, list) else [reference]:
+                if isinstance(text, str) and "--" in text:
+                    folder = expand_user(text.split("--")[0])
+                    if folder.is_dir():
+                        yield folder.resolve()
 
 
 def _record(key: str) -> bool:
