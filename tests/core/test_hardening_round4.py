@@ -360,3 +360,17 @@ def test_string_labels_are_said_to_be_strings_not_missing(demo_dir, tmp_path, ca
     err = capsys.readouterr().err
     assert_one_line(err, "'label' column", "holds strings", "class ids", "ClassLabel")
     assert "no label column" not in err
+
+
+def test_training_a_model_whose_parameters_are_all_frozen_is_bad_input():
+    import torch
+
+    from fp16studio.core.common.errors import InputError
+    from fp16studio.core.run.train_steps import run_train_steps
+    from fp16studio.core.spec.value import PipelineSpec
+
+    model = torch.nn.Linear(4, 2).requires_grad_(False)
+    spec = PipelineSpec.from_dict({"model": "frozen", "dataset": "synthetic", "with_labels": True,
+                                   "train": {"optimizer": "adamw"}})
+    with pytest.raises(InputError, match="no trainable parameters"):
+        run_train_steps(spec, model, {"input": torch.rand(2, 4)}, torch.device("cpu"), {})

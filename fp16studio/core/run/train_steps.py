@@ -88,6 +88,9 @@ class _Loop:
         self.train = train
         trainable = [(n, p) for n, p in model.named_parameters()
                      if p.requires_grad and p.is_floating_point()]
+        if not trainable:   # the optimizer would refuse an empty parameter list
+            raise InputError(f"train: the model {spec.model!r} has no trainable parameters (all "
+                             "frozen, or none floating): nothing for the optimizer to update")
         # master_weights: a float32 copy of each half parameter is what the optimizer updates.
         self.pairs = []                 # (model parameter, the parameter the optimizer updates)
         names = {}
