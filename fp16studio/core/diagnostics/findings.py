@@ -13,6 +13,8 @@ CODES = (
     # what a training step and the user's own tensor code show (fp16studio trace)
     "grad-overflow", "grad-underflow", "optimizer-precision", "scaler-misuse", "precision-flag",
     "value-out-of-range",
+    # values lost without an error (fp16studio trace, core/diagnostics/quiet_values.py)
+    "precision-loss", "training-stalled",
 )
 # Most severe first: the order findings are listed in, everywhere.
 SEVERITIES = ("error", "warning", "info")
