@@ -1,6 +1,7 @@
 """An RMSNorm written without its float32 upcast: in float16 x.pow(2) overflows, rsqrt(inf)
-is 0 and the norm outputs zeros, all finite. And an eps that is 0 in float16. Each has its safe
-twin (.float() upcast, torch.finfo)."""
+is 0 and the norm outputs zeros, all finite; the same norm under a CPU autocast (CUDA's would
+compute pow in float32). And an eps that is 0 in float16. Each has its safe twin (.float()
+upcast, torch.finfo)."""
 import torch
 from torch import nn
 
@@ -22,6 +23,16 @@ class SafeRMSNorm(RMSNorm):
         return self.weight * (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype)
 
 
+class Projected(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        h = self.proj(x)
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)  # MARK: autocast
+
+
 def normalize(v):
     return v / (v.norm(dim=-1, keepdim=True) + 1e-8)  # MARK: eps
 
@@ -38,3 +49,7 @@ with torch.no_grad():
 print("zeros", (out == 0).float().mean().item(), "safe zeros", (safe == 0).float().mean().item())
 v = torch.zeros(2, 16, dtype=torch.float16)
 print("nan", normalize(v).isnan().any().item(), "safe nan", safe_normalize(v).isnan().any().item())
+projected = Projected(16)
+with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+    out = projected(x.float())
+print("autocast zeros", (out == 0).float().mean().item())

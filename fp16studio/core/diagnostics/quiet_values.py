@@ -59,7 +59,9 @@ def _overflow(record) -> str:
     return (f"{what} turned finite values into inf/NaN at {loss.lost} of {loss.total} "
             f"positions, where float32 gives finite ones ({loss.dtype} ends at "
             f"{_largest(loss.dtype)}). A later operation may hide it (rsqrt(inf) is 0, a "
-            "softmax of inf is NaN), but those values are gone. Compute this step in float32.")
+            "softmax of inf is NaN), but those values are gone. Compute this step in float32"
+            + ("." if record.made else " (its result is float32 then: cast it back with "
+               ".to(dtype) where the values are in range again)."))
 
 
 def _absorbed(record) -> str:
@@ -164,7 +166,9 @@ def training_stalled(steps, scalers, compute_dtype: str | None) -> list[Finding]
             {"kind": "zero-gradients", "step": done[-1].index, "steps": len(done),
              "loss": loss}, fixes, source=done[0].source))
     for before, after in zip(steps, steps[1:]):
-        if before.finite and before.optimizers and not after.finite:
+        # An update that wrote NaN into the weights is said already (optimizer-precision).
+        if before.finite and before.optimizers and not after.finite and \
+                not any(o.broke for o in before.optimizers):
             opt = before.optimizers[-1]
             half = next((d for d in opt.param_dtypes if d in HALF_NAMES), None)
             fixes = (master_weights_fix(half),) if half else (
