@@ -21,6 +21,8 @@ lists below), and a re-run that fails is dropped silently.
 
 from __future__ import annotations
 
+import functools
+import warnings
 import weakref
 from dataclasses import dataclass
 
@@ -189,15 +191,18 @@ def _up(value):
 
 
 def _rerun(func, args, kwargs, result):
-    """The operation again on other inputs, autocast off; None when it cannot run so."""
+    """The operation again on other inputs, autocast off, its warnings not shown (the script's
+    output stays its own); None when it cannot run so."""
     import torch
 
     device = result.device.type
     try:
-        if torch.is_autocast_enabled(device):
-            with torch.autocast(device, enabled=False):
-                return func(*args, **kwargs)
-        return func(*args, **kwargs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if torch.is_autocast_enabled(device):
+                with torch.autocast(device, enabled=False):
+                    return func(*args, **kwargs)
+            return func(*args, **kwargs)
     except Exception:  # noqa: BLE001 - not every operation takes float32 (or float64) inputs
         return None
 
@@ -237,16 +242,23 @@ def _made(name, dtype, result, exact) -> list[ValueLoss]:
     return []
 
 
+@functools.lru_cache(maxsize=256)
+def _held(value, torch_dtype) -> float:
+    """The number as the dtype holds it (a loop writes the same few numbers again)."""
+    import torch
+
+    return float(torch.tensor(value, dtype=torch.float64).to(torch_dtype))
+
+
 def _constants(name, args, kwargs, torch_dtype, dtype) -> list[ValueLoss]:
     """Numbers the operation stores in the half dtype that it makes 0 or inf."""
-    import torch
 
     out = []
     for index, value in enumerate((*args, *kwargs.values())):
         if type(value) not in (float, int) or not value or value != value or \
                 abs(value) == float("inf"):
             continue
-        held = float(torch.tensor(value, dtype=torch.float64).to(torch_dtype))
+        held = _held(value, torch_dtype)
         if held == 0 or abs(held) == float("inf"):
             out.append(ValueLoss(CONSTANT, name, dtype, 1, 1, value=float(value), held=held,
                                  operand=index))
