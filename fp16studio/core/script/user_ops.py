@@ -26,6 +26,10 @@ A failure something handled (the script's own code, or a library's: its tracebac
 not above the script) is a warning: the script went on. torch.compile: while dynamo traces, the
 mode steps aside (`torch.compiler.is_compiling()`), before it reads any frame.
 
+A user's call that computes in float16/bfloat16 is also checked against float32 (core/script/
+value_check.py: values lost without an error), summed per line into the records the rules of
+core/diagnostics/quiet_values.py word as `precision-loss`, its fix the line rewritten here.
+
 Cost: a library's call pays for the mode itself (torch's dispatch to Python, about 1 us a call)
 plus a frame look-up and one dict hit; only the user's own calls are wrapped and inspected.
 """
