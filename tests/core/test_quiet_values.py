@@ -226,6 +226,12 @@ def test_an_addition_is_lost_only_into_a_total_the_line_keeps_adding_to():
     assert first == [] and (took.kind, took.lost) == ("absorbed", 0) and small.item() == 10.0
 
 
+def test_a_line_in_a_loop_is_checked_on_its_first_calls_then_ever_more_rarely():
+    values = ValueCheck()
+    checked = [i for i in range(1, 65) if values.wants("mul", (), ("s", 1))]
+    assert checked == [1, 2, 3, 4, 8, 16, 32, 64]
+
+
 def test_the_relative_error_of_a_result_far_from_float32_is_measured():
     values = ValueCheck()
     x = torch.linspace(1, 2, 64, dtype=torch.float16)

@@ -218,10 +218,12 @@ class UserOps:
     def call(self, func, args, kwargs, frame):
         # The tracer's own wrappers of casts (`cast`) are checked as what they wrap (`to`).
         name = getattr(getattr(func, "__wrapped__", func), "__name__", "")
-        saved = None
+        saved = checking = None
         if name in CHECKED:
             try:
-                saved = self._values.before(name, args)
+                checking = self._values.wants(name, args, (frame.f_code.co_filename,
+                                                           frame.f_lineno))
+                saved = self._values.before(name, args) if checking else None
             except Exception as bug:  # noqa: BLE001 - ours must not change the script
                 self.errors.append(f"{type(bug).__name__}: {bug}")
         try:
@@ -234,8 +236,10 @@ class UserOps:
             raise
         try:
             self._succeeded(func, args, kwargs, result, frame)
-            if name in CHECKED:
+            if checking:
                 self._check_values(func, name, args, kwargs, result, saved, frame)
+            elif checking is not None:
+                self._values.skipped(name, result, (frame.f_code.co_filename, frame.f_lineno))
         except Exception as bug:  # noqa: BLE001
             self.errors.append(f"{type(bug).__name__}: {bug}")
         return result

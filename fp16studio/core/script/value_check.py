@@ -35,6 +35,11 @@ INTEGER_RANGE, CONSTANT, RELATIVE_ERROR = "integer-range", "constant", "relative
 # an operation that rounds only its output stays within half an epsilon.
 ERROR_FACTOR = 16
 MAX_ELEMENTS = 1 << 24     # larger results are not checked (the copy would double memory)
+# A line in a loop is checked on its first calls, then on its 2**k-th: the loop's later calls
+# mostly repeat the first ones, and a check costs several times the operation. Additions into
+# a small running total are checked at every call: they round away only once it has grown.
+FIRST_CALLS = 4
+SMALL_TOTAL = 4096
 
 _CASTS = frozenset(("to", "type", "half", "bfloat16", "copy_"))
 _CREATIONS = frozenset(("arange", "linspace", "logspace", "tensor", "as_tensor"))
@@ -82,11 +87,25 @@ class ValueLoss:
 
 
 class ValueCheck:
-    """Per call of the user's: `before` (a copy of what an in-place operation will overwrite),
-    then `compare` once it returned. `where` names the line (file, line)."""
+    """Per call of the user's (`where`: its line, (file, line)): `wants` (whether this call is
+    checked), `before` (a copy of what an in-place operation will overwrite), then `compare`
+    once it returned."""
 
     def __init__(self):
         self._last: dict = {}      # where -> weakref to the tensor the line last added into
+        self._calls: dict = {}     # where -> calls so far
+
+    def wants(self, name: str, args, where) -> bool:
+        count = self._calls.get(where, 0) + 1
+        self._calls[where] = count
+        if count <= FIRST_CALLS or not count & (count - 1):
+            return True
+        if name in _ADDITIONS:
+            last = self._last.get(where)
+            total = last() if last is not None else None
+            return total is not None and total.numel() <= SMALL_TOTAL and any(
+                value is total for value in args[:2])
+        return False
 
     def before(self, name: str, args):
         import torch
@@ -96,6 +115,17 @@ class ValueCheck:
                 and args[0].numel() <= MAX_ELEMENTS:
             return args[0].detach().clone()
         return None
+
+    def skipped(self, name: str, result, where):
+        """A call not checked: an addition's result is still the line's latest total."""
+        if name in _ADDITIONS:
+            self._remember(result, where)
+
+    def _remember(self, result, where):
+        try:
+            self._last[where] = weakref.ref(result)
+        except TypeError:   # not a tensor: nothing to add into
+            self._last.pop(where, None)
 
     def compare(self, func, name: str, args, kwargs, result, saved, where) -> list[ValueLoss]:
         import torch
@@ -170,7 +200,7 @@ class ValueCheck:
         good. One-off additions are left to the relative error."""
         last = self._last.get(where)
         previous = last() if last is not None else None
-        self._last[where] = weakref.ref(result)
+        self._remember(result, where)
         if previous is None:
             return None
         for index, value in enumerate(inputs[:2]):
