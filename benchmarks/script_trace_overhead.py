@@ -14,10 +14,11 @@ bfloat16 (attention, an RMSNorm, rotary positions, residual sums: every operatio
 so trace's value check compares each with float32; issue 28).
 Rounds alternate between the two so drift on the machine hits both alike; the figure is the
 ratio of the medians. --baseline DIR times trace as the fp16studio checkout in DIR has it
-against this one's, instead of the plain script (what a change to trace costs).
+against this one's, instead of the plain script (what a change to trace costs); --cpu counts
+the processes' CPU seconds instead of the wall clock (steadier on a shared machine).
 
     python benchmarks/script_trace_overhead.py [--rounds 5] [--batches 16] [--model DIR]
-        [--train | --own-ops] [--baseline DIR]
+        [--train | --own-ops] [--baseline DIR] [--cpu]
 """
 
 from __future__ import annotations
@@ -146,6 +147,8 @@ def main():
                         help="a model of the user's own, its operations written in bfloat16")
     parser.add_argument("--baseline", metavar="DIR",
                         help="an fp16studio checkout whose trace to time against this one's")
+    parser.add_argument("--cpu", action="store_true",
+                        help="CPU seconds of the processes instead of the wall clock")
     args = parser.parse_args()
     if args.model:
         model = Path(args.model)
@@ -156,7 +159,7 @@ def main():
     from fp16studio.core.data.sources import SYNTHETIC_TEXTS
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _processes import alternate, report
+    from _processes import alternate, cpu_timed, report, timed
 
     work = Path(tempfile.mkdtemp(prefix="fp16studio-bench-"))
     data = work / "texts.jsonl"
@@ -177,7 +180,8 @@ def main():
         plain_cmd = [sys.executable, str(script), *script_args]
         plain_label, target = "plain script", "target <= 1.30x"
     # A traced script with an error finding exits 1: still a whole run.
-    traced, plain = alternate(traced_cmd, plain_cmd, args.rounds, ok=(0, 1))
+    traced, plain = alternate(traced_cmd, plain_cmd, args.rounds, ok=(0, 1),
+                              clock=cpu_timed if args.cpu else timed)
     print(f"model: {'own' if args.own_ops else model}, {args.batches} "
           f"{'training steps' if args.train else 'batches'} of 4")
     ratio = report(plain_label, plain, "fp16studio trace", traced)
