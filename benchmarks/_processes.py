@@ -4,6 +4,7 @@ figure is the ratio of the medians."""
 
 from __future__ import annotations
 
+import resource
 import statistics
 import subprocess
 import sys
@@ -19,14 +20,23 @@ def timed(cmd, ok=(0,)) -> float:
     return time.perf_counter() - start
 
 
-def alternate(tool_cmd, plain_cmd, rounds: int, ok=(0,)) -> tuple[list, list]:
+def cpu_timed(cmd, ok=(0,)) -> float:
+    """CPU seconds (user + system) of `cmd`'s processes: on a machine other work shares, far
+    steadier than the wall clock (threads spinning for work count too)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    timed(cmd, ok)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def alternate(tool_cmd, plain_cmd, rounds: int, ok=(0,), clock=timed) -> tuple[list, list]:
     """(tool times, plain times) over `rounds` alternating rounds, after one untimed run of each
-    (the file cache and the datasets cache warm for both)."""
+    (the file cache and the datasets cache warm for both); `clock`: `timed` or `cpu_timed`."""
     timed(tool_cmd, ok), timed(plain_cmd, ok)
     tool, plain = [], []
     for _ in range(rounds):
-        tool.append(timed(tool_cmd, ok))
-        plain.append(timed(plain_cmd, ok))
+        tool.append(clock(tool_cmd, ok))
+        plain.append(clock(plain_cmd, ok))
     return tool, plain
 
 

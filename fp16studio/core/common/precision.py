@@ -22,6 +22,8 @@ FP16_TINY = 2.0 ** -14
 # Every integer up to this is exact in the dtype (its mantissa bits plus the implicit one);
 # above it neighbours round together: position 257 is 256 in bfloat16.
 EXACT_INTEGERS = {"bfloat16": 2 ** 8, "float16": 2 ** 11, "float32": 2 ** 24}
+# The spacing of numbers just above 1 (torch.finfo(dtype).eps).
+EPSILON = {"bfloat16": 2.0 ** -7, "float16": 2.0 ** -10, "float32": 2.0 ** -23}
 
 # Error texts, as CPU and CUDA kernels and torch versions word them (shared/FAILURES.md). They
 # support a rule, never decide it alone: the evidence does.

@@ -17,6 +17,8 @@ CODES = (
     "value-out-of-range",
     # the FP8 plan (fp16studio fp8) and a traced script's FP8 failures
     "fp8-unsupported", "fp8-shape", "fp8-sensitive",
+    # values lost without an error (fp16studio trace)
+    "precision-loss", "training-stalled",
 )
 # Most severe first: the order findings are listed in, everywhere.
 SEVERITIES = ("error", "warning", "info")

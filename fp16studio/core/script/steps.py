@@ -12,14 +12,26 @@ from inside a hook is not allowed) but only pass the calls on.
 
 from __future__ import annotations
 
+import math
 import sys
 import weakref
+from dataclasses import dataclass
 
 from ..common import dtypes
-from ..diagnostics.rules.training import training_findings
+from ..diagnostics.rules.training import training_findings, training_stalled
 from ..run.training import OptimizerProbe, Step, gradient_stats, loss_value
 from .entry import DEFAULT_STEPS
 from .tracer import Patches, ScriptTracer, UserCode
+
+
+@dataclass(frozen=True)
+class ScalerRun:
+    """What one GradScaler did over the whole script, past the followed steps too."""
+
+    updates: int
+    every_step_skipped: bool   # each update backed the scale off: no step ran
+    scale: float
+    source: dict | None        # the line of its first step()
 
 
 class StepWatch:
@@ -34,6 +46,7 @@ class StepWatch:
         self._stepping: set = set()           # id of each optimizer inside its step() now
         self._scaled = None                   # (weakref to the scaled loss, scale)
         self._in_scaler = False
+        self._scalers: dict = {}              # GradScaler -> [updates, source of its step()]
 
     # -- the step ---------------------------------------------------------------------------
     @property
@@ -118,6 +131,10 @@ class StepWatch:
         watch = self
 
         def call(scaler, *args, **kwargs):
+            if name in ("step", "update") and not watch._in_scaler:   # counted to the end
+                seen = watch._scalers.setdefault(scaler, [0, None])
+                seen[0] += name == "update"
+                seen[1] = seen[1] or (watch._source() if name == "step" else None)
             # The scaler's calls of its own (step() calls unscale_()) are not the user's order.
             step = watch._current() if scaler.is_enabled() and not watch._in_scaler else None
             if step is None:
@@ -178,8 +195,23 @@ class StepWatch:
                     return call.param_dtype
         return None
 
+    def scaler_runs(self) -> list[ScalerRun]:
+        """Each GradScaler's updates; all skipped when its scale is its first one backed off
+        at each (it grows only after `growth_interval` steps that ran)."""
+        runs = []
+        for scaler, (updates, source) in self._scalers.items():
+            if not updates or not scaler.is_enabled() or scaler._scale is None:
+                continue
+            scale = float(scaler.get_scale())
+            skipped = math.isclose(scale, scaler._init_scale * scaler._backoff_factor ** updates,
+                                   rel_tol=1e-6)
+            runs.append(ScalerRun(updates, skipped, scale, source))
+        return runs
+
     def findings(self, error: dict | None = None):
-        return training_findings(self.steps, self.compute_dtype(), error=error)
+        dtype = self.compute_dtype()
+        return training_findings(self.steps, dtype, error=error) + \
+            training_stalled(self.steps, self.scaler_runs(), dtype)
 
     def documents(self) -> list[dict]:
         return [step.to_json() for step in self.steps]

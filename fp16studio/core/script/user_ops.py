@@ -26,6 +26,10 @@ A failure something handled (the script's own code, or a library's: its tracebac
 not above the script) is a warning: the script went on. torch.compile: while dynamo traces, the
 mode steps aside (`torch.compiler.is_compiling()`), before it reads any frame.
 
+A user's call that computes in float16/bfloat16 is also checked against float32 (core/script/
+value_check.py: values lost without an error), summed per line into the records the rules of
+core/diagnostics/rules/values.py word as `precision-loss`, its fix the line rewritten here.
+
 Cost: a library's call pays for the mode itself (torch's dispatch to Python, about 1 us a call)
 plus a frame look-up and one dict hit; only the user's own calls are wrapped and inspected.
 """
@@ -56,7 +60,9 @@ from ..diagnostics.rules.batch import float64_targets
 from ..diagnostics.rules.dtypes import user_half_unsupported
 from ..diagnostics.rules.placement import made_on_other_device
 from ..diagnostics.rules.ranges import user_overflowed, user_value_refused
+from ..diagnostics.rules.values import precision_loss
 from .tracer import UserCode
+from .value_check import CHECKED, MADE, QuietValue, ValueCheck
 
 # What a frame's file is, for the mode: kinds, cached per file name.
 _USER, _DISPATCH, _LOSS, _WRAPPER, _OTHER, _PASS = 1, 2, 3, 4, 5, 6
@@ -124,6 +130,8 @@ class UserOps:
         self._seen: dict[tuple, _Seen] = {}
         self._meetings: list[_Meeting] = []
         self._made: dict[int, tuple] = {}    # id(tensor) -> (weakref, func, source, line)
+        self._quiet: dict[tuple, QuietValue] = {}   # (file, line, kind) -> what it lost
+        self._values = ValueCheck()
         self._mode = None
 
     # -- the ScriptWatch protocol -------------------------------------------------------------
@@ -159,7 +167,7 @@ class UserOps:
                     message=finding.message + " (The script caught this exception and went on.)")
             seen.exc = None
             out.append(finding)
-        return out
+        return out + precision_loss(list(self._quiet.values()))
 
     @staticmethod
     def _caught(exc: BaseException) -> bool:
@@ -216,6 +224,16 @@ class UserOps:
     # -- a call of the user's ---------------------------------------------------------------
 
     def call(self, func, args, kwargs, frame):
+        # The tracer's own wrappers of casts (`cast`) are checked as what they wrap (`to`).
+        name = getattr(getattr(func, "__wrapped__", func), "__name__", "")
+        saved = checking = None
+        if name in CHECKED:
+            try:
+                checking = self._values.wants(name, args, (frame.f_code.co_filename,
+                                                           frame.f_lineno))
+                saved = self._values.before(name, args) if checking else None
+            except Exception as bug:  # noqa: BLE001 - ours must not change the script
+                self.errors.append(f"{type(bug).__name__}: {bug}")
         try:
             result = func(*args, **kwargs)
         except Exception as exc:   # raised again as it is: the mode drops our frames
@@ -226,6 +244,10 @@ class UserOps:
             raise
         try:
             self._succeeded(func, args, kwargs, result, frame)
+            if checking:
+                self._check_values(func, name, args, kwargs, result, saved, frame)
+            elif checking is not None:
+                self._values.skipped(name, result, (frame.f_code.co_filename, frame.f_lineno))
         except Exception as bug:  # noqa: BLE001
             self.errors.append(f"{type(bug).__name__}: {bug}")
         return result
@@ -241,6 +263,27 @@ class UserOps:
             self._loss_called(name, args, kwargs, frame)
         if name in _FACTORIES:
             self._remember_made(name, result, frame)
+
+    def _check_values(self, func, name, args, kwargs, result, saved, frame):
+        """The call against float32 (core/script/value_check.py), summed per line and kind."""
+        where = (frame.f_code.co_filename, frame.f_lineno)
+        if ("value-out-of-range", *where) in self._seen:
+            return    # said already, more precisely
+        for loss in self._values.compare(func, name, args, kwargs, result, saved, where):
+            key = (*where, loss.kind)
+            seen = self._quiet.get(key)
+            if seen is not None:
+                self._quiet[key] = dataclasses.replace(
+                    seen, loss=dataclasses.replace(seen.loss, lost=seen.loss.lost + loss.lost,
+                                                   total=seen.loss.total + loss.total,
+                                                   repeats=seen.loss.repeats + loss.repeats),
+                    calls=seen.calls + 1, lost_calls=seen.lost_calls + bool(loss.lost))
+                continue
+            line = _line(frame)
+            self._quiet[key] = QuietValue(
+                loss, 1, int(bool(loss.lost)), _source(frame), _function_of(frame), line,
+                _keeping_line(line, name, args, kwargs, loss, frame), name in MADE,
+                _autocast_on(result))
 
     def _failed(self, func, args, kwargs, frame, exc: Exception):
         message = str(exc).strip().split("\n", 1)[0][:500]
@@ -678,6 +721,76 @@ def _replace_number(line: str, value: float, replacement: str) -> str | None:
         start = tokens[i - 1].start[1] if negative else token.start[1]
         return line[:start] + replacement + line[token.end[1]:]
     return None
+
+
+def _keeping_line(line: str, name: str, args, kwargs, loss, frame) -> str | None:
+    """The user's line written so that it keeps the values `loss` says were lost: made in
+    float32 (a cast or creation), `.float()` on the half operands, the total in float32, the
+    dtype's own `torch.finfo` for a number it cannot hold."""
+    if loss.kind == "constant":
+        half = _half_tensor(args, kwargs)
+        expr = _operand(line, name, args, half) or (
+            _local_name(half, frame) if half is not None else None)
+        bound = "tiny" if loss.held == 0 else ("min" if loss.value < 0 else "max")
+        sign = "-" if loss.held == 0 and loss.value < 0 else ""
+        finfo = f"{sign}torch.finfo({expr}.dtype).{bound}" if expr else \
+            f"{sign}torch.finfo(torch.{loss.dtype}).{bound}"
+        return _replace_number(line, loss.value, finfo)
+    if name in MADE:
+        return _made_in_float32(line, name)
+    if loss.kind == "absorbed":
+        total = _augmented(line)
+        if total is not None:
+            return total
+    return _with_float(line, name, args, kwargs)[0]
+
+
+def _made_in_float32(line: str, name: str) -> str | None:
+    """`torch.arange(n, dtype=x.dtype)` as `torch.arange(n, dtype=torch.float32)`,
+    `pos.half()` as `pos.float()`, `pos.to(x.dtype)` as `pos.to(torch.float32)`."""
+    found = _call_on(line, name)
+    if found is None:
+        return None
+    node, _ = found
+    if name in ("half", "bfloat16"):
+        start, end = _segment(line, node)
+        text = line[start:end]
+        return line[:start] + text[:text.rindex(name)] + "float()" + line[end:]
+    keyword = next((k for k in node.keywords if k.arg == "dtype"), None)
+    target = keyword.value if keyword is not None else (
+        node.args[-1] if name in ("to", "type") and node.args else None)
+    if target is not None:
+        start, end = _segment(line, target)
+        return line[:start] + "torch.float32" + line[end:]
+    if name in ("to", "type", "copy_"):
+        return None
+    end = _segment(line, node)[1] - 1          # a creation in the default dtype: say float32
+    return line[:end] + ", dtype=torch.float32" + line[end:]
+
+
+def _augmented(line: str) -> str | None:
+    """`total += x` as `total = total.float() + x`: the running total kept in float32."""
+    try:
+        tree = ast.parse(line)
+    except SyntaxError:
+        return None
+    node = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(node, ast.AugAssign) or not isinstance(node.op, (ast.Add, ast.Sub)):
+        return None
+    target, value = ast.get_source_segment(line, node.target), \
+        ast.get_source_segment(line, node.value)
+    sign = "+" if isinstance(node.op, ast.Add) else "-"
+    return f"{target} = {target}.float() {sign} {value}"
+
+
+def _autocast_on(tensor) -> str | None:
+    import torch
+
+    device = tensor.device.type
+    try:
+        return device if torch.is_autocast_enabled(device) else None
+    except (RuntimeError, TypeError):   # a device type autocast does not know
+        return None
 
 
 def _replace_name(line: str, name: str, replacement: str) -> str | None:

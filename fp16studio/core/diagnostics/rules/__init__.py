@@ -11,7 +11,9 @@ outside this package constructs a Finding).
     dtypes      dtype-mismatch, silent-upcast, mixed-precision-params, half-on-cpu,
                 autocast-inactive, half-unsupported
     ranges      overflow, overflow-risk, precision-drift, value-out-of-range
-    training    grad-overflow, grad-underflow, optimizer-precision, scaler-misuse
+    values      precision-loss (values lost without an error at a line of the user's code)
+    training    grad-overflow, grad-underflow, optimizer-precision, scaler-misuse,
+                training-stalled
     flags       precision-flag
     fp8         fp8-unsupported, fp8-shape, fp8-sensitive
 
@@ -25,11 +27,11 @@ other observers are plain functions of their records, called where the evidence 
 from __future__ import annotations
 
 from ..findings import Finding, by_severity
-from . import batch, dtypes, flags, fp8, placement, ranges, training
+from . import batch, dtypes, flags, fp8, placement, ranges, training, values
 from .evidence import Evidence
 from .words import spec_provenance
 
-FAMILIES = (batch, placement, dtypes, ranges, training, flags, fp8)
+FAMILIES = (batch, placement, dtypes, ranges, values, training, flags, fp8)
 
 RULES = (placement.rule_out_of_memory, placement.rule_input_device_unavailable,
          batch.rule_label_dtype, placement.rule_device_mismatch, batch.rule_list_batch,

@@ -19,10 +19,14 @@ from ..findings import Finding
 from . import edits
 from .ranges import loss_overflow
 
-OWNS = ("grad-overflow", "grad-underflow", "optimizer-precision", "scaler-misuse")
+OWNS = ("grad-overflow", "grad-underflow", "optimizer-precision", "scaler-misuse",
+        "training-stalled")
 
 UNDERFLOW_SHARE = 0.01      # of a module's gradient below float16's normal range
 ROUNDED_AWAY_SHARE = 0.5    # of the updates a step left unchanged
+# A GradScaler that skipped every step and ended below this scale: its gradients are inf/NaN
+# even scaled down, which no scale cures (a run warming up skips only while the scale is high).
+STALLED_SCALE = 1.0
 
 
 def training_findings(steps: list[Step], compute_dtype: str | None, train=None,
@@ -230,3 +234,56 @@ def _gradient_fixes(grad_dtype: str, compute_dtype: str | None, train=None) -> t
     if grad_dtype in HALF_NAMES:
         return (edits.master_weights(grad_dtype, train),)
     return (edits.grad_scaler(train),) if compute_dtype == "float16" else ()
+
+
+def training_stalled(steps, scalers, compute_dtype: str | None) -> list[Finding]:
+    """Training that quietly stopped: the same loss at every followed step with all-zero
+    gradients; a loss that went NaN right after an optimizer step; a GradScaler that skipped
+    every step of the script. `steps`: `Step` records; `scalers`: what each GradScaler did over
+    the whole run (`updates`, `every_step_skipped`, `scale`, `source`)."""
+    out = []
+    done = [s for s in steps if s.done]
+    losses = {s.loss for s in done}
+    if len(done) >= 2 and len(losses) == 1 and None not in losses and all(
+            s.finite and s.grads and all(g.zero == g.numel for g in s.grads) for s in done):
+        (loss,) = losses
+        fixes = (edits.grad_scaler(),) if compute_dtype == "float16" and not done[0].scaled \
+            else ()
+        out.append(Finding(
+            "training-stalled", "error", "loss",
+            f"Training does not move: the loss is {loss:.6g} at each of the {len(done)} steps "
+            "followed and every gradient is exactly zero, so the optimizer changes nothing"
+            + (" (float16 gradients this small flush to zero without a GradScaler)"
+               if fixes else "") + ".",
+            {"kind": "zero-gradients", "step": done[-1].index, "steps": len(done),
+             "loss": loss}, fixes, source=done[0].source))
+    for before, after in zip(steps, steps[1:]):
+        # An update that wrote NaN into the weights is said already (optimizer-precision).
+        if before.finite and before.optimizers and not after.finite and \
+                not any(o.broke for o in before.optimizers):
+            opt = before.optimizers[-1]
+            half = next((d for d in opt.param_dtypes if d in HALF_NAMES), None)
+            fixes = (edits.master_weights(half),) if half else (
+                (edits.grad_scaler(),) if compute_dtype == "float16" else ())
+            out.append(Finding(
+                "training-stalled", "error", "loss",
+                f"The loss went {after.loss} at step {after.index}, right after the optimizer "
+                f"step of step {before.index} (loss {before.loss:.4g}): that update made the "
+                "weights produce inf/NaN, and every step after it learns nothing.",
+                {"kind": "nan-after-step", "step": after.index, "after step": before.index,
+                 "loss before": before.loss}, fixes, source=opt.source or before.source))
+            break
+    for scaler in scalers:
+        if scaler.every_step_skipped and scaler.updates >= 2 and \
+                scaler.scale < STALLED_SCALE:
+            fixes = (edits.autocast("bfloat16"),) if compute_dtype == "float16" else ()
+            out.append(Finding(
+                "training-stalled", "error", "GradScaler",
+                f"The GradScaler skipped every one of the {scaler.updates} steps of the "
+                f"script: their gradients held inf/NaN each time, and its scale fell to "
+                f"{scaler.scale:g}. The weights never changed. Gradients that stay inf/NaN "
+                "even scaled down come from the forward pass, not from float16's range.",
+                {"kind": "every-step-skipped", "step": scaler.updates - 1,
+                 "steps": scaler.updates, "scale": scaler.scale}, fixes,
+                source=scaler.source))
+    return out

@@ -1,0 +1,331 @@
+"""Values half precision loses without an error (issue 28): the value check on the user's own
+operations (core/script/value_check.py), its rules (core/diagnostics/rules/values.py), training
+that quietly stopped, and autocast's per-device lists (core/common/autocast_ops.py).
+
+The scripts (tests/scripts/quiet_*.py, train_stalled_*.py) hold each bad line next to the same
+code written safely; each is traced once (module fixtures): the finding is at the bad line with
+its one-line fix, and nothing is said about the safe twin. Every script is first run plain.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fp16studio.core.common.autocast_ops import float32_elsewhere, runs_in_float32
+from fp16studio.core.diagnostics.rules.training import training_stalled
+from fp16studio.core.diagnostics.rules.values import precision_loss
+from fp16studio.core.run.training import GradStat, OptimizerStep, Step
+from fp16studio.core.script.steps import ScalerRun
+from fp16studio.core.script.trace import trace_script
+from fp16studio.core.script.value_check import QuietValue, ValueCheck, ValueLoss
+
+SCRIPTS = Path(__file__).parent.parent / "scripts"
+
+
+def line_of(script: Path, marker: str) -> int:
+    return next(i for i, line in enumerate(script.read_text().splitlines(), 1) if marker in line)
+
+
+def plain(script: Path) -> str:
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, cwd=script.parent)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def quiet(result) -> dict:
+    """line -> the precision-loss finding there."""
+    return {f.source["line"]: f for f in result.findings if f.code == "precision-loss"}
+
+
+def with_fixes(script: Path, findings, folder: Path) -> Path:
+    """The script with each finding's line written as its first fix says."""
+    lines = script.read_text().splitlines()
+    for finding in findings:
+        old = lines[finding.source["line"] - 1]
+        lines[finding.source["line"] - 1] = old[:len(old) - len(old.lstrip())] + \
+            finding.fixes[0].explain
+    fixed = folder / script.name
+    fixed.write_text("\n".join(lines) + "\n")
+    return fixed
+
+
+def traced(name: str):
+    script = SCRIPTS / name
+    return script, plain(script), trace_script(script)
+
+
+@pytest.fixture(scope="module")
+def positions():
+    return traced("quiet_positions.py")
+
+
+@pytest.fixture(scope="module")
+def total():
+    return traced("quiet_total.py")
+
+
+@pytest.fixture(scope="module")
+def rmsnorm():
+    return traced("quiet_rmsnorm.py")
+
+
+# -- each kind at its line, with its fix; silent on the safe twin ------------------------------
+
+def test_positions_past_the_exact_range_repeat_and_are_made_in_float32_instead(positions,
+                                                                                 tmp_path):
+    script, printed, result = positions
+    assert "distinct 407 407 2525 safe 600 600 3000" in printed
+    found = quiet(result)
+    # Only the three bad lines: the int64 positions and float32 steps below them are silent.
+    assert set(found) == {line_of(script, m) for m in ("MARK: positions", "MARK: cast",
+                                                       "MARK: times")}
+    made = found[line_of(script, "MARK: positions")]
+    assert made.severity == "warning" and made.location == "quiet_positions.py:7"
+    assert made.evidence == {"kind": "integer-range", "op": "arange", "dtype": "bfloat16",
+                             "lost": 194, "total": 600, "calls": 1, "largest": 599.0,
+                             "exact": 256, "repeats": 193}
+    assert "193 positions now repeat" in made.message and "exactly only up to 256" in made.message
+    assert made.fixes[0].explain == "positions = torch.arange(n, dtype=torch.float32)"
+    cast = found[line_of(script, "MARK: cast")]
+    assert (cast.evidence["kind"], cast.evidence["op"]) == ("integer-range", "to")
+    assert cast.fixes[0].explain == "position_ids = ids.to(torch.float32)"
+    times = found[line_of(script, "MARK: times")]
+    assert (times.evidence["kind"], times.evidence["lost"]) == ("collapsed", 475)
+    assert times.fixes[0].explain == "times = steps.float()"
+    fixed = plain(with_fixes(script, found.values(), tmp_path))
+    assert "distinct 600 600 3000 safe 600 600 3000" in fixed
+
+
+def test_a_bfloat16_running_total_says_how_many_additions_it_lost(total, tmp_path):
+    script, printed, result = total
+    assert "total 512 float32 total 995" in printed
+    (finding,) = result.findings      # the float32 total below it: nothing
+    assert finding.source["line"] == line_of(script, "MARK: total")
+    assert finding.evidence == {"kind": "absorbed", "op": "add_", "dtype": "bfloat16",
+                                "lost": 614, "total": 999, "calls": 999}
+    assert "614 of 999 additions" in finding.message
+    assert finding.fixes[0].explain == "total = total.float() + loss"
+    assert "total 995 float32 total 995" in plain(with_fixes(script, [finding], tmp_path))
+
+
+def test_an_overflow_hidden_by_rsqrt_and_a_zero_eps_are_found_at_their_lines(rmsnorm,
+                                                                              tmp_path):
+    script, printed, result = rmsnorm
+    assert "zeros 1.0 safe zeros 0.0" in printed and "nan True safe nan False" in printed
+    found = quiet(result)
+    assert set(found) == {line_of(script, m) for m in ("MARK: pow", "MARK: eps",
+                                                       "MARK: autocast")}
+    norm = found[line_of(script, "MARK: pow")]
+    assert (norm.code, norm.severity, norm.location) == (
+        "precision-loss", "error", "RMSNorm.forward:16")
+    assert norm.evidence == {"kind": "overflow", "op": "pow", "dtype": "float16", "lost": 64,
+                             "total": 128, "calls": 1}
+    assert norm.fixes[0].explain == "variance = x.float().pow(2).mean(-1, keepdim=True)"
+    eps = found[line_of(script, "MARK: eps")]
+    assert (eps.severity, eps.evidence["kind"], eps.evidence["value"], eps.evidence["held"]) == (
+        "warning", "constant", 1e-8, 0.0)
+    assert eps.fixes[0].explain == \
+        "return v / (v.norm(dim=-1, keepdim=True) + torch.finfo(torch.float16).tiny)"
+    # The CPU's autocast leaves pow in float16, CUDA's computes it in float32.
+    under = found[line_of(script, "MARK: autocast")]
+    assert under.evidence["autocast"] == {"device": "cpu", "float32 on": ["cuda"]}
+    assert "safe on cuda and loses values on cpu" in under.message
+    fixed = plain(with_fixes(script, found.values(), tmp_path))
+    assert "zeros 0.0 safe zeros 0.0" in fixed and "nan False safe nan False" in fixed
+    assert "autocast zeros 0.0" in fixed
+    assert not result.ok     # an overflow is an error: trace exits 1
+
+
+def test_a_healthy_mixed_precision_loop_of_the_users_own_code_gives_no_finding():
+    result = trace_script(SCRIPTS / "quiet_healthy_amp.py")
+    assert result.findings == [] and result.ok
+
+
+# -- training that quietly stopped ---------------------------------------------------------------
+
+STALLED = [
+    ("train_stalled_zero_grads.py", "step 2: loss 1.02161e-09", "zero-gradients", 2,
+     "MARK: backward", "grad-scaler"),
+    ("train_stalled_nan.py", "step 1: loss inf", "nan-after-step", 1, "MARK: step",
+     "master-weights-float16"),
+    ("train_stalled_skipped.py", "scale 0.125", "every-step-skipped", 4, "MARK: step",
+     "autocast-bfloat16"),
+]
+
+
+@pytest.mark.parametrize("name, printed, kind, step, marker, fix", STALLED,
+                         ids=[c[0] for c in STALLED])
+def test_training_that_stopped_quietly_is_an_error_at_its_step_and_line(
+        name, printed, kind, step, marker, fix):
+    script = SCRIPTS / name
+    assert printed in plain(script)
+    result = trace_script(script, steps=5)
+    (finding,) = [f for f in result.findings if f.code == "training-stalled"]
+    assert (finding.severity, finding.evidence["kind"], finding.evidence["step"]) == (
+        "error", kind, step)
+    assert finding.source == {"file": str(script), "line": line_of(script, marker)}
+    assert finding.fixes[0].id == fix
+    assert not result.ok
+
+
+# -- the detection on hand-built tensors (no process) --------------------------------------------
+
+def check(func, *args, where=("script.py", 1), values=None, **kwargs):
+    values = values or ValueCheck()
+    name = func.__name__
+    saved = values.before(name, args)
+    result = func(*args, **kwargs)
+    return values.compare(func, name, args, kwargs, result, saved, where)
+
+
+def test_each_kind_is_found_on_hand_built_tensors():
+    big = torch.full((2, 3), 300.0, dtype=torch.float16)
+    (over,) = check(torch.Tensor.pow, big, 2)
+    assert (over.kind, over.lost, over.total) == ("overflow", 6, 6)
+    (const,) = check(torch.Tensor.__add__, big, 1e-8)
+    assert (const.kind, const.value, const.held) == ("constant", 1e-8, 0.0)
+    # A fill the mask did not use this time: -inf all the same.
+    (fill,) = check(torch.where, torch.ones(2, 3, dtype=torch.bool), big, -1e9)
+    assert (fill.kind, fill.held) == ("constant", float("-inf"))
+    (ints,) = check(torch.Tensor.to, torch.arange(2050), torch.float16)
+    assert (ints.kind, ints.lost, ints.value) == ("integer-range", 1, 2049.0)
+    (collapsed,) = check(torch.linspace, 0, 1, 3000, dtype=torch.float16)
+    assert (collapsed.kind, collapsed.lost) == ("collapsed", 544)
+
+
+def test_the_same_values_made_safely_are_silent():
+    assert check(torch.arange, 600) == []                       # int64 positions
+    assert check(torch.arange, 256, dtype=torch.bfloat16) == []  # within the exact range
+    assert check(torch.Tensor.to, torch.arange(2049), torch.float16) == []
+    small = torch.full((2, 3), 3.0, dtype=torch.float16)
+    assert check(torch.Tensor.pow, small, 2) == []
+    assert check(torch.Tensor.__add__, small, torch.finfo(torch.float16).eps) == []
+    assert check(torch.Tensor.pow, small.float(), 2) == []      # float32: not checked
+    # Activations cast to half round, as they must: values within the dtype's precision of
+    # each other become equal, and unsorted values are no positions: no collapse claimed.
+    noise = 1 + torch.rand(4096, generator=torch.manual_seed(0)) * 1e-3
+    assert check(torch.Tensor.half, noise) == []
+
+
+def test_an_addition_is_lost_only_into_a_total_the_line_keeps_adding_to():
+    values = ValueCheck()
+    one = torch.tensor(1.0, dtype=torch.bfloat16)
+    big = torch.tensor(512.0, dtype=torch.bfloat16)
+    assert check(torch.Tensor.add, big, one, values=values) == []   # a one-off sum
+    total = torch.tensor(512.0, dtype=torch.bfloat16)
+    found = [check(torch.Tensor.add_, total, one, values=values, where=("s", 2))
+             for _ in range(3)]
+    assert found[0] == [] and {(v.kind, v.lost) for (v,) in found[1:]} == {("absorbed", 1)}
+    assert total.item() == 512.0      # the script's total: added into as it was, not twice
+    small = torch.tensor(8.0, dtype=torch.bfloat16)
+    first, (took,) = [check(torch.Tensor.add_, small, one, values=values, where=("s", 3))
+                      for _ in range(2)]
+    assert first == [] and (took.kind, took.lost) == ("absorbed", 0) and small.item() == 10.0
+
+
+def test_a_line_in_a_loop_is_checked_on_its_first_calls_then_ever_more_rarely():
+    values = ValueCheck()
+    checked = [i for i in range(1, 65) if values.wants("mul", (), ("s", 1))]
+    assert checked == [1, 2, 3, 4, 8, 16, 32, 64]
+
+
+def test_the_relative_error_of_a_result_far_from_float32_is_measured():
+    values = ValueCheck()
+    x = torch.linspace(1, 2, 64, dtype=torch.float16)
+    exact = torch.exp(x)
+    # A result a tenth off (what a half kernel that accumulates in half precision gives).
+    (far,) = values.compare(torch.exp, "exp", (x,), {}, exact * 0.9, None, ("s", 1))
+    assert far.kind == "relative-error" and far.error == pytest.approx(0.1, rel=0.05)
+    assert values.compare(torch.exp, "exp", (x,), {}, exact, None, ("s", 1)) == []
+
+
+def test_the_check_changes_nothing_the_script_computes():
+    generator_state = torch.get_rng_state()
+    x = torch.full((4,), 300.0, dtype=torch.float16)
+    before = x.clone()
+    check(torch.Tensor.mul_, x, 300.0)            # in place: compared before it mutates
+    assert torch.equal(x, before * 300.0)          # once, not twice
+    assert torch.equal(torch.get_rng_state(), generator_state)
+    # A random operation is never run again: the generator moves as without the check.
+    ones = torch.ones(4, dtype=torch.float16)
+    torch.manual_seed(0)
+    assert check(torch.nn.functional.dropout, ones) == []
+    checked = torch.get_rng_state()
+    torch.manual_seed(0)
+    torch.nn.functional.dropout(ones)
+    assert torch.equal(checked, torch.get_rng_state())
+
+
+# -- the rules' words -------------------------------------------------------------------------
+
+def record(kind="overflow", op="pow", autocast=None, made=False, **loss):
+    values = dict(kind=kind, op=op, dtype="float16", lost=3, total=8) | loss
+    return QuietValue(ValueLoss(**values), 1, 1, {"file": "s.py", "line": 4}, "f", "y = x",
+                      "y = x.float()", made, autocast)
+
+
+def test_the_rule_words_the_record_and_places_it_at_its_line():
+    (finding,) = precision_loss([record()])
+    assert (finding.code, finding.severity, finding.location) == ("precision-loss", "error",
+                                                                  "f:4")
+    assert "at 3 of 8 positions" in finding.message
+    assert (finding.fixes[0].id, finding.fixes[0].explain) == ("float-input", "y = x.float()")
+    assert precision_loss([record(kind="absorbed", lost=0, total=5)]) == []
+    (made,) = precision_loss([record(kind="integer-range", op="arange", made=True,
+                                     value=999.0, repeats=3)])
+    assert made.severity == "warning" and made.fixes[0].id == "exact-dtype"
+
+
+def test_autocast_lists_say_which_device_computes_an_operation_in_float32():
+    assert float32_elsewhere("pow", "cpu") == ["cuda"]
+    assert float32_elsewhere("quantile", "cuda") == ["cpu"]
+    assert float32_elsewhere("prod", "cpu") == [] and float32_elsewhere("mm", "cpu") == []
+    (finding,) = precision_loss([record(autocast="cuda", op="matmul")])
+    assert "autocast" not in finding.evidence
+
+
+def test_the_cpu_list_is_what_torch_does_under_a_cpu_autocast():
+    x = torch.rand(4, 8, dtype=torch.bfloat16) + 0.5
+    ops = {"pow": lambda: x.pow(2), "exp": x.exp, "sum": x.sum, "cumsum": lambda: x.cumsum(-1),
+           "softmax": lambda: x.softmax(-1), "rsqrt": x.rsqrt,
+           "layer_norm": lambda: torch.nn.functional.layer_norm(x, (8,)),
+           "cdist": lambda: torch.cdist(x, x), "prod": x.prod,
+           "quantile": lambda: torch.quantile(x.flatten(), 0.5)}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for op, run in ops.items():
+            assert (run().dtype == torch.float32) == runs_in_float32(op, "cpu"), op
+
+
+# -- training stalled, on hand-built steps ---------------------------------------------------------
+
+def step(index, loss, zero=False, broke=None, dtype="float32"):
+    grads = [GradStat("layer", dtype, "cpu", 4, 0, 4 if zero else 0, 0, 0.0 if zero else 1.0)]
+    opt = OptimizerStep("SGD", {dtype: 2}, {}, None, {}, 0.1, broke=broke,
+                        source={"file": "s.py", "line": 9})
+    return Step(index, loss, {"file": "s.py", "line": 8}, grads, [opt], done=True)
+
+
+def test_training_stalled_on_hand_built_steps():
+    (flat,) = training_stalled([step(0, 0.5, True), step(1, 0.5, True)], [], "float16")
+    assert flat.evidence["kind"] == "zero-gradients" and flat.fixes[0].id == "grad-scaler"
+    assert training_stalled([step(0, 0.5, True), step(1, 0.4, True)], [], None) == []
+    assert training_stalled([step(0, 0.5), step(1, 0.5)], [], None) == []
+    (nan,) = training_stalled([step(0, 0.5, dtype="bfloat16"), step(1, float("nan"))], [],
+                              None)
+    assert (nan.evidence["step"], nan.source["line"], nan.fixes[0].id) == (
+        1, 9, "master-weights-bfloat16")
+    # Weights the update itself broke: optimizer-precision says it.
+    assert training_stalled([step(0, 0.5, broke="w"), step(1, float("nan"))], [], None) == []
+
+
+def test_a_scaler_warming_up_is_not_a_stalled_one():
+    line = {"file": "s.py", "line": 7}
+    assert training_stalled([], [ScalerRun(3, True, 8192.0, line)], "float16") == []
+    assert training_stalled([], [ScalerRun(40, False, 65536.0, line)], "float16") == []
+    (skipped,) = training_stalled([], [ScalerRun(20, True, 0.0625, line)], "float16")
+    assert skipped.evidence == {"kind": "every-step-skipped", "step": 19, "steps": 20,
+                                "scale": 0.0625}
