@@ -45,9 +45,7 @@ def with_fixes(script: Path, findings, folder: Path) -> Path:
     """The script with each finding's line written as its first fix says."""
     lines = script.read_text().splitlines()
     for finding in findings:
-        old = lines[finding.source["line"] - 1]
-        lines[finding.source["line"] - 1] = old[:len(old) - len(old.lstrip())] + \
-            finding.fixes[0].explain
+        lines[finding.source["line"] - 1] = finding.fixes[0].code_text()   # at its indentation
     fixed = folder / script.name
     fixed.write_text("\n".join(lines) + "\n")
     return fixed
@@ -89,13 +87,13 @@ def test_positions_past_the_exact_range_repeat_and_are_made_in_float32_instead(p
                              "lost": 194, "total": 600, "calls": 1, "largest": 599.0,
                              "exact": 256, "repeats": 193}
     assert "193 positions now repeat" in made.message and "exactly only up to 256" in made.message
-    assert made.fixes[0].explain == "positions = torch.arange(n, dtype=torch.float32)"
+    assert made.fixes[0].code.text == "positions = torch.arange(n, dtype=torch.float32)"
     cast = found[line_of(script, "MARK: cast")]
     assert (cast.evidence["kind"], cast.evidence["op"]) == ("integer-range", "to")
-    assert cast.fixes[0].explain == "position_ids = ids.to(torch.float32)"
+    assert cast.fixes[0].code.text == "position_ids = ids.to(torch.float32)"
     times = found[line_of(script, "MARK: times")]
     assert (times.evidence["kind"], times.evidence["lost"]) == ("collapsed", 475)
-    assert times.fixes[0].explain == "times = steps.float()"
+    assert times.fixes[0].code.text == "times = steps.float()"
     fixed = plain(with_fixes(script, found.values(), tmp_path))
     assert "distinct 600 600 3000 safe 600 600 3000" in fixed
 
@@ -108,7 +106,7 @@ def test_a_bfloat16_running_total_says_how_many_additions_it_lost(total, tmp_pat
     assert finding.evidence == {"kind": "absorbed", "op": "add_", "dtype": "bfloat16",
                                 "lost": 614, "total": 999, "calls": 999}
     assert "614 of 999 additions" in finding.message
-    assert finding.fixes[0].explain == "total = total.float() + loss"
+    assert finding.fixes[0].code.text == "total = total.float() + loss"
     assert "total 995 float32 total 995" in plain(with_fixes(script, [finding], tmp_path))
 
 
@@ -124,11 +122,11 @@ def test_an_overflow_hidden_by_rsqrt_and_a_zero_eps_are_found_at_their_lines(rms
         "precision-loss", "error", "RMSNorm.forward:16")
     assert norm.evidence == {"kind": "overflow", "op": "pow", "dtype": "float16", "lost": 64,
                              "total": 128, "calls": 1}
-    assert norm.fixes[0].explain == "variance = x.float().pow(2).mean(-1, keepdim=True)"
+    assert norm.fixes[0].code.text == "variance = x.float().pow(2).mean(-1, keepdim=True)"
     eps = found[line_of(script, "MARK: eps")]
     assert (eps.severity, eps.evidence["kind"], eps.evidence["value"], eps.evidence["held"]) == (
         "warning", "constant", 1e-8, 0.0)
-    assert eps.fixes[0].explain == \
+    assert eps.fixes[0].code.text == \
         "return v / (v.norm(dim=-1, keepdim=True) + torch.finfo(torch.float16).tiny)"
     # The CPU's autocast leaves pow in float16, CUDA's computes it in float32.
     under = found[line_of(script, "MARK: autocast")]
@@ -273,7 +271,7 @@ def test_the_rule_words_the_record_and_places_it_at_its_line():
     assert (finding.code, finding.severity, finding.location) == ("precision-loss", "error",
                                                                   "f:4")
     assert "at 3 of 8 positions" in finding.message
-    assert (finding.fixes[0].id, finding.fixes[0].explain) == ("float-input", "y = x.float()")
+    assert (finding.fixes[0].id, finding.fixes[0].code.text) == ("float-input", "y = x.float()")
     assert precision_loss([record(kind="absorbed", lost=0, total=5)]) == []
     (made,) = precision_loss([record(kind="integer-range", op="arange", made=True,
                                      value=999.0, repeats=3)])

@@ -69,7 +69,8 @@ def test_trace_a_script_cancel_then_continue_as_a_pipeline_and_fix_it(qtbot, win
     assert html.escape(line.strip()) in detail.source.text()
     assert html.escape(neighbour.strip()) in detail.source.text()
     assert not detail.fix_buttons and len(detail.fix_codes) == len(lost.fixes)
-    assert "inputs = " in detail.fix_codes[0].text()
+    # In the script's own names, at its line's indentation (the demo passes `input_tensor`).
+    assert "        input_tensor = input_tensor.to(torch.float16)" in detail.fix_codes[0].text()
 
     # The form, the title and Run say what they act on: the pipeline from before the trace.
     before = window.spec.model
