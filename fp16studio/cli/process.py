@@ -7,7 +7,6 @@ import contextlib
 import errno
 import json
 import math
-import logging
 import os
 import signal
 import sys
@@ -15,6 +14,7 @@ import threading
 import warnings
 
 from ..core.common.errors import InputError
+from ..core.common.library_logs import quiet_library_logs
 
 BAD_INPUT = 2
 SIGPIPE_STATUS = 141  # what a shell reports for a writer whose reader closed the pipe
@@ -127,10 +127,7 @@ def quiet_libraries():
     for category in (UserWarning, FutureWarning, DeprecationWarning):
         warnings.filterwarnings("ignore", category=category)
         warnings.filterwarnings("default", category=category, module="fp16studio")
-    # torchao (the fp8 extra, imported by transformers whenever it is installed) logs kernels it
-    # cannot load on this machine and torch's pytree deprecations, on every command.
-    for name in ("torchao", "torch.utils._pytree"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    quiet_library_logs()
 
 
 class TimedOut(BaseException):

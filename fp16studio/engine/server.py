@@ -15,6 +15,7 @@ import threading
 import traceback
 
 from fp16studio.core.common.errors import Cancelled, CancelToken, InputError
+from fp16studio.core.common.library_logs import quiet_library_logs
 from fp16studio.core.spec import trust
 from . import messages as m
 from .tasks import resolve, takes
@@ -58,6 +59,7 @@ def serve(commands, events):
         # Below the window: when torch keeps every core busy (a CPU benchmark), the GUI thread
         # still gets the CPU at once. An otherwise idle machine gives the engine the same time.
         os.nice(ENGINE_NICENESS)
+    quiet_library_logs()
     outbox = _Outbox(events)
     current = [0]        # the running job's id, for log lines
     tokens: dict[int, CancelToken] = {}

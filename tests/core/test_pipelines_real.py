@@ -289,7 +289,8 @@ def test_auto_loads_a_bf16_checkpoint_that_float32_inputs_then_clash_with(bf16_c
     spec = spec_for(bf16_checkpoint, demo_dir / "data/images", model_dtype="auto")
     report = diagnose(spec)
     f = finding(report, "dtype-mismatch")
-    assert f.evidence["parameter dtype"] == "bfloat16" and "model_dtype auto" in f.message
+    assert f.evidence["parameter dtype"] == "bfloat16"
+    assert "transformers 5 loads the checkpoint's own dtype, bfloat16" in f.message
     assert f.fixes[0].id == "cast-inputs-bfloat16"
     fixed = diagnose(apply_fix(spec, f.fixes[0]))
     assert fixed.ok and fixed.output["dtype"] == "bfloat16"

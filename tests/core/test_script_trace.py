@@ -246,9 +246,10 @@ def test_a_script_that_ends_its_own_process_is_said_so_without_a_device(tmp_path
 def test_a_traceback_keeps_our_frames_only_where_the_exception_was_raised():
     import traceback
 
+    from fp16studio.core.common.precision import OUR_FOLDER
     from fp16studio.core.script import runner as script_runner
 
-    ours = script_runner._OURS + "core/run/module_hooks.py"
+    ours = OUR_FOLDER + "core/run/module_hooks.py"
     frames = [traceback.FrameSummary(name, 1, "f") for name in
               ("/home/u/script.py", ours, "/lib/torch/module.py", ours)]
     kept = [f.filename for f in script_runner._without_our_wrappers(frames)]

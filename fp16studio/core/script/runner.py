@@ -22,6 +22,7 @@ import traceback
 from pathlib import Path
 
 from ..common.errors import first_line
+from ..common.library_logs import quiet_library_logs
 from ..common.precision import is_ours
 from .entry import CHECK_ARG, DEFAULT_STEPS, NEEDS, STEPS_ENV, frozen, restore_library_path
 
@@ -35,6 +36,7 @@ def main(argv: list[str]) -> int:
     # ends the process without a traceback of ours, and the script's folder goes on the path
     # only afterwards, so a cuda.py or typing.py beside the script cannot shadow torch's imports.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet_library_logs()   # what torch's and transformers' imports log is not the script's
     from .evidence import ScriptWatch, assemble
     from .tracer import UserCode
 

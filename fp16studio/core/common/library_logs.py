@@ -1,0 +1,17 @@
+"""Library log chatter that buries the line a user needs, quieted once for every entry point.
+
+torchao (the fp8 extra) is imported by transformers whenever it is installed, and on a machine
+without its GPU kernels logs each one it cannot load, and torch's pytree deprecations, to stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+
+_CHATTY = ("torchao", "torch.utils._pytree")
+
+
+def quiet_library_logs():
+    """Only errors from the chatty libraries' loggers (set before they are imported)."""
+    for name in _CHATTY:
+        logging.getLogger(name).setLevel(logging.ERROR)
