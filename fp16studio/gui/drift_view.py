@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import QHeaderView, QLabel, QSplitter, QTableView, QVBoxLayout, QWidget
 
@@ -21,6 +21,7 @@ from fp16studio.core.diagnostics.inventory import range_used
 from fp16studio.core.present import vocabulary
 from fp16studio.core.run.compare import DRIFT_SQNR_DB
 from fp16studio.core.run.distance import SQNR_CEILING_DB
+from .document_rows import DocumentRows
 from .palette import OKABE_ITO
 from .plot_style import follow_palette
 from .roles import RAW_ROLE
@@ -48,37 +49,22 @@ COLUMNS = (  # header, key of the module's JSON, text
 )
 
 
-class DriftModel(QAbstractTableModel):
+class DriftModel(DocumentRows):
     """One row per module call of a drift document, in call order (the model's depth)."""
 
     def __init__(self, parent=None):
-        super().__init__(parent)
-        self.rows: list[dict] = []
+        super().__init__(COLUMNS, "modules", parent)
         self.first_divergent_row: int | None = None
 
-    def set_doc(self, doc: dict | None):
-        self.beginResetModel()
-        self.rows = list(doc["modules"]) if doc else []
+    def took(self, doc: dict | None):
         first = doc.get("first_divergent") if doc else None
         self.first_divergent_row = next(
             (i for i, row in enumerate(self.rows) if (row["name"] or "model") == first), None)
-        self.endResetModel()
-
-    def rowCount(self, parent=QModelIndex()):
-        return 0 if parent.isValid() else len(self.rows)
-
-    def columnCount(self, parent=QModelIndex()):
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
-        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
-            return COLUMNS[section][0]
-        return None
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
-        if not index.isValid() or not 0 <= index.row() < len(self.rows):
+        row = self.row_at(index)
+        if row is None:
             return None
-        row = self.rows[index.row()]
         _, key, text = COLUMNS[index.column()]
         first = index.row() == self.first_divergent_row
         if role == Qt.ItemDataRole.DisplayRole:

@@ -7,12 +7,13 @@ It takes the plan's --json document (plain values); the window never imports tor
 
 from __future__ import annotations
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton,
                                QTableView, QVBoxLayout, QWidget)
 
 from fp16studio.core.present import vocabulary
+from .document_rows import DocumentRows
 from .roles import RAW_ROLE
 
 HINT = ("Plan FP8 loads this spec in bfloat16, runs one forward pass on its batch and says, for "
@@ -38,33 +39,16 @@ COLUMNS = (  # header, the text of a layer's row, its raw value (sorting)
 )
 
 
-class Fp8Model(QAbstractTableModel):
+class Fp8Model(DocumentRows):
     """One row per Linear layer of an fp8 document, in the model's order."""
 
     def __init__(self, parent=None):
-        super().__init__(parent)
-        self.rows: list[dict] = []
-
-    def set_doc(self, doc: dict | None):
-        self.beginResetModel()
-        self.rows = list(doc["layers"]) if doc else []
-        self.endResetModel()
-
-    def rowCount(self, parent=QModelIndex()):
-        return 0 if parent.isValid() else len(self.rows)
-
-    def columnCount(self, parent=QModelIndex()):
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
-        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
-            return COLUMNS[section][0]
-        return None
+        super().__init__(COLUMNS, "layers", parent)
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
-        if not index.isValid() or not 0 <= index.row() < len(self.rows):
+        row = self.row_at(index)
+        if row is None:
             return None
-        row = self.rows[index.row()]
         _, text, raw = COLUMNS[index.column()]
         if role == Qt.ItemDataRole.DisplayRole:
             return text(row)
