@@ -17,6 +17,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QUndoStack
 
 from fp16studio.core import InputError
+from fp16studio.core.present import vocabulary
 from fp16studio.core.present.vocabulary import STAGES
 from fp16studio.session_state import NO_MODEL, SAVED, SessionState, with_inventory
 from .history import SpecChange
@@ -366,7 +367,9 @@ class SessionController(SessionFiles, QObject):
                 self.logged.emit("info", f"{variant['name']}: {variant['samples_per_s']:.1f} samples/s, "
                                          f"p50 {variant['latency_ms']['p50']:.2f} ms")
             else:
-                self.logged.emit("warning", f"{variant['name']}: failed ({variant.get('error', 'see report')})")
+                # "unsupported" (decided before running, not tried) or "failed": the table's word.
+                self.logged.emit("warning", f"{variant['name']}: {vocabulary.status(variant)} "
+                                            f"({variant.get('error', 'see report')})")
         self.autosave()
         self.benchmarkFinished.emit(doc)
 

@@ -62,3 +62,22 @@ def test_once_cleared_the_charts_keep_no_names_nor_ranges_of_the_old_figures(vie
         assert [list(r) for r in plot.viewRange()] == [[0.0, 1.0], [0.0, 1.0]]
     assert view.charts.currentWidget() is view.plot
     assert view._time_plot not in view.bars.ci.items
+
+
+def test_the_log_says_a_variant_this_device_cannot_run_is_unsupported_not_failed(qtbot):
+    from fp16studio.core.spec.value import PipelineSpec
+    from fp16studio.gui.session_controller import SessionController
+
+    controller = SessionController()
+    try:
+        logged = []
+        controller.logged.connect(lambda level, text: logged.append((level, text)))
+        why = "TF32 is a mode of NVIDIA GPUs (compute capability 8.0 or newer)"
+        doc = {"device": "cpu", "variants": [
+            {"name": "tf32", "ok": False, "support": "unsupported", "error": why},
+            {"name": "float16", "ok": False, "support": "native", "error": "boom"}]}
+        controller._on_benchmark(PipelineSpec(model="m", dataset="synthetic"), doc)
+        assert ("warning", f"tf32: unsupported ({why})") in logged
+        assert ("warning", "float16: failed (boom)") in logged
+    finally:
+        controller.shutdown()
