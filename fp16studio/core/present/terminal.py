@@ -25,7 +25,8 @@ def finding_lines(finding: dict, where: str = "") -> list[str]:
     for i, fix in enumerate(finding["fixes"]):
         lines.append(f"        {'fix' if i == 0 else 'or '}: {fix['title']}  [{fix['id']}]")
         if fix.get("code"):
-            lines.append(f"             {fix['code']}")
+            # every line of the code under the title (its own indentation is the script's)
+            lines += textwrap.indent(textwrap.dedent(fix["code"]), " " * 13).splitlines()
     return lines
 
 
