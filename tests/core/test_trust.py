@@ -15,10 +15,7 @@ from fp16studio.core.spec import trust
 from fp16studio.core.spec.documents import load_spec, save_spec
 from fp16studio.core.spec.session import Session, open_session, save_session
 
-# A preprocess that leaves a mark when its file is executed: proof that code ran.
-MARKING = ("import pathlib\n"
-           "pathlib.Path(__file__).with_name('ran.txt').write_text('ran')\n\n\n"
-           "def fn(example):\n    return example\n")
+from tests.received_code import marking, received_spec
 
 
 @pytest.fixture(autouse=True)
@@ -29,14 +26,7 @@ def config(tmp_path, monkeypatch):
 @pytest.fixture
 def received(demo_dir, tmp_path):
     """A spec and its preprocess file as received from someone else (not written by us)."""
-    folder = tmp_path / "received"
-    folder.mkdir()
-    (folder / "pre.py").write_text(MARKING)
-    path = folder / "spec.json"
-    path.write_text(json.dumps({"model": str(demo_dir / "models/tiny-resnet"),
-                                "dataset": str(demo_dir / "data/images"),
-                                "preprocess": "pre.py:fn"}))
-    return path
+    return received_spec(demo_dir, tmp_path)
 
 
 def ran(path) -> bool:
@@ -57,7 +47,7 @@ def test_trust_is_asked_once_per_content(received, capsys):
     assert main(["diagnose", str(received), "--trust"]) == 0
     assert ran(received)
     assert main(["diagnose", str(received)]) == 0  # remembered
-    (received.parent / "pre.py").write_text(MARKING + "\n# changed\n")
+    (received.parent / "pre.py").write_text(marking() + "\n# changed\n")
     assert main(["diagnose", str(received)]) == 2  # the code changed: asked again
     assert main(["diagnose", str(received), "--trust"]) == 0
     received.write_text(received.read_text().replace("}", ', "samples": 4}'))
@@ -204,7 +194,7 @@ def test_a_preprocess_swapped_after_consent_is_refused_not_run(received):
 
     spec = load_spec(received)
     trust.require(received, spec, grant=True)
-    (received.parent / "pre.py").write_text(MARKING.replace("'ran'", "'swapped'"))
+    (received.parent / "pre.py").write_text(marking("swapped"))
     with pytest.raises(InputError, match="changed since you agreed"):
         load_user_function(spec)
     assert not ran(received)

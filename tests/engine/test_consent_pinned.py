@@ -3,7 +3,6 @@ engine process runs exactly that preprocess content. A file swapped while the qu
 or after the answer and before the run reads it (the model loads in between), is refused with a
 clear line, never run; and the swapped content is not trusted by the answer given to the other."""
 
-import json
 
 import pytest
 
@@ -14,10 +13,7 @@ from fp16studio.engine import messages as m
 from fp16studio.engine.client import EngineClient
 from fp16studio.session_state import SessionState
 
-# A preprocess that writes which version of it ran, when its file is executed.
-MARKING = ("import pathlib\n"
-           "pathlib.Path(__file__).with_name('ran.txt').write_text({version!r})\n\n\n"
-           "def fn(example):\n    return example\n")
+from tests.received_code import marking, received_spec
 
 
 @pytest.fixture(autouse=True)
@@ -28,12 +24,7 @@ def config(tmp_path, monkeypatch):
 @pytest.fixture
 def received(demo_dir, tmp_path):
     """A spec and its preprocess as received from someone else, opened in the window."""
-    folder = tmp_path / "received"
-    folder.mkdir()
-    (folder / "pre.py").write_text(MARKING.format(version="agreed"))
-    path = folder / "spec.json"
-    path.write_text(json.dumps({"model": str(demo_dir / "models/tiny-resnet"),
-                                "dataset": str(demo_dir / "data/images"), "preprocess": "pre.py:fn"}))
+    path = received_spec(demo_dir, tmp_path, "agreed")
     state = SessionState()
     state.start(load_spec(path), path=path)
     return state
@@ -47,7 +38,7 @@ def engine():
 
 
 def swap(state):
-    (state.path.parent / "pre.py").write_text(MARKING.format(version="swapped"))
+    (state.path.parent / "pre.py").write_text(marking("swapped"))
 
 
 def ran(state):
