@@ -17,7 +17,8 @@ def diagnosis(**overrides):
             {"code": "dtype-mismatch", "severity": "error", "location": f"encoder.{EVIL}",
              "message": f"Input was float32, weights float16. {EVIL}",
              "evidence": {"input_dtype": "float32", EVIL: [1, 2]},
-             "fixes": [{"id": "cast-inputs", "title": f"Cast inputs {EVIL}"},
+             "fixes": [{"id": "cast-inputs", "title": f"Cast inputs {EVIL}",
+                        "code": f"    with torch.autocast(device_type=\"cpu\"):\n        y = f({EVIL!r})"},
                        {"id": "load-fp32", "title": "Load in float32"}]},
             {"code": "half-on-cpu", "severity": "warning", "location": "model",
              "message": "Slow.", "evidence": {}, "fixes": []},
@@ -87,6 +88,10 @@ def test_findings_in_order_with_severity_in_words_and_fixes():
     assert [texts(f.find("h3/span")) for f in findings] == ["error", "warning", "info"]
     fixes = [texts(li) for li in findings[0].findall("ol/li")]
     assert fixes[0].startswith("Cast inputs") and "load-fp32" in fixes[1]
+    # the code to write, dedented as the command line prints it; a fix without code shows none
+    code = findings[0].find("ol/li/pre")
+    assert texts(code) == f'with torch.autocast(device_type="cpu"):\n    y = f({EVIL!r})'
+    assert findings[0].findall("ol/li")[1].find("pre") is None
     assert "RuntimeError" in texts(root.find(".//section[@id='error']"))
 
 

@@ -8,6 +8,7 @@ is also well-formed XML (closed tags, XML-safe entities), which lets tests parse
 
 from __future__ import annotations
 
+import textwrap
 from datetime import datetime, timezone
 from html import escape
 
@@ -112,8 +113,8 @@ def _finding(f: dict) -> str:
     fixes = f.get("fixes") or []
     fix_list = ""
     if fixes:
-        items = "".join(f"<li>{_e(fix.get('title', ''))} <code>{_e(fix.get('id', ''))}</code></li>"
-                        for fix in fixes)
+        items = "".join(f"<li>{_e(fix.get('title', ''))} <code>{_e(fix.get('id', ''))}</code>"
+                        f"{_fix_code(fix)}</li>" for fix in fixes)
         fix_list = f"<p>Fixes, best first:</p>\n<ol>{items}</ol>\n"
     evidence_table = _key_table([(key.replace("_", " "), evidence_value(value))
                                  for key, value in evidence.items()])
@@ -121,6 +122,13 @@ def _finding(f: dict) -> str:
             f"<h3>{_badge(severity, colour)} <code>{_e(f.get('code', ''))}</code> at "
             f"<code>{_e(f.get('location', ''))}</code></h3>\n"
             f"<p>{_e(f.get('message', ''))}</p>\n{evidence_table}\n{fix_list}</div>")
+
+
+def _fix_code(fix: dict) -> str:
+    """The code to write, as the command line and the window show it (dedented: the user's
+    indentation belongs to their script, not to the page)."""
+    code = fix.get("code")
+    return f'<pre>{_e(textwrap.dedent(code))}</pre>' if code else ""
 
 
 def _output(output: dict | None) -> str:
@@ -238,8 +246,8 @@ def _spec(spec: dict) -> str:
     fixes = spec.get("applied_fixes") or []
     applied = ""
     if fixes:
-        items = "".join(f"<li>{_e(fix.get('title', ''))} <code>{_e(fix.get('id', ''))}</code></li>"
-                        for fix in fixes)
+        items = "".join(f"<li>{_e(fix.get('title', ''))} <code>{_e(fix.get('id', ''))}</code>"
+                        f"{_fix_code(fix)}</li>" for fix in fixes)
         applied = f"<p>Fixes applied, oldest first:</p>\n<ol>{items}</ol>\n"
     return f'<section id="spec">\n<h2>Pipeline spec</h2>\n{applied}{_key_table(rows)}\n</section>'
 
