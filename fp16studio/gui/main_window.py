@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from fp16studio.core import PipelineSpec
-from fp16studio.core.diagnostics.inventory import drift_by_module, rolled_up
+from fp16studio.core.diagnostics.inventory import drift_by_module, fp8_by_layer, rolled_up
 from fp16studio.session_state import NO_MODEL
 from .actions import RUN_TIP, WindowActions
 from .compare import CompareView
@@ -191,7 +191,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         c.driftStale.connect(self.drift.set_stale)
         c.driftFailed.connect(self.drift.show_failure)
         c.driftFinished.connect(self.driftFinished)
-        c.fp8Finished.connect(self.fp8.set_result)
+        c.fp8Finished.connect(self._on_fp8)
         c.fp8Failed.connect(self.fp8.show_failure)
         self.fp8.runRequested.connect(self.plan_fp8)
         c.traceChanged.connect(self._on_trace)
@@ -268,6 +268,10 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
                                        if result is not None else None)
         if result is not None:
             self._show_findings()
+
+    def _on_fp8(self, doc: dict):
+        self.fp8.set_result(doc)
+        self.tensors.set_module_values("fp8", rolled_up(fp8_by_layer(doc), min))
 
     def _on_failed(self, message: str):
         self.findings.show_failure(message)

@@ -7,6 +7,7 @@ icons and words.
 
 from __future__ import annotations
 
+from fp16studio.core.precision.fp8_plan import SENSITIVE_SQNR_DB
 from fp16studio.core.present.vocabulary import OKABE_ITO, SEVERITY_COLORS  # noqa: F401  (one palette)
 
 # The half dtypes get the warm, loud colours: they are what this tool is about.
@@ -41,15 +42,19 @@ def dtype_color(dtype: str | None) -> str | None:
     return OKABE_ITO["grey"]
 
 
-# "Colour by" headroom / drift: the share of the dtype's range a module's output uses, and its
-# SQNR against float32 (dB); past the first bound a row is orange, past the second vermillion.
-SCALE_BOUNDS = {"headroom": (0.1, 1.0), "drift": (-40.0, -20.0)}   # drift: -SQNR, higher is worse
+# "Colour by" headroom / drift / fp8: the share of the dtype's range a module's output uses, its
+# SQNR against float32 (dB), and its SQNR in FP8 against bfloat16 (dB, vermillion where the FP8
+# plan keeps the layer in bfloat16); past the first bound a row is orange, past the second
+# vermillion. SQNR bounds are negated: higher is worse.
+SCALE_BOUNDS = {"headroom": (0.1, 1.0), "drift": (-40.0, -20.0),
+                "fp8": (-SENSITIVE_SQNR_DB - 5.0, -SENSITIVE_SQNR_DB)}
+SQNR_SCALES = ("drift", "fp8")
 
 
 def scale_color(kind: str, value: float) -> str:
-    """The colour of a module's headroom or drift value: fine, close, or past the limit."""
+    """The colour of a module's headroom, drift or fp8 value: fine, close, or past the limit."""
     warn, bad = SCALE_BOUNDS[kind]
-    worse = -value if kind == "drift" else value
+    worse = -value if kind in SQNR_SCALES else value
     if worse >= bad:
         return OKABE_ITO["vermillion"]
     return OKABE_ITO["orange"] if worse >= warn else OKABE_ITO["bluish_green"]

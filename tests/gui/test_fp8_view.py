@@ -55,3 +55,38 @@ def test_a_layer_kept_in_bfloat16_stands_out(qtbot):
     assert "✗ torchao: absent" in view.summary.text()
     view.show_failure("boom")
     assert model.rowCount() == 0 and "boom" in view.summary.text()
+
+
+def test_the_plan_colours_the_tensor_tree_by_each_layers_sqnr(qtbot, make_tree):
+    """Plan FP8 also gives the tensor tree its 'Colour: fp8': the layer the plan keeps in
+    bfloat16 (and the module above it) vermillion, an FP8 layer green, an unmeasured one none."""
+    from PySide6.QtGui import QColor
+
+    from fp16studio.gui.palette import OKABE_ITO
+    from fp16studio.gui.roles import COLOR_ROLE
+    from tests.gui.test_tree_model import child
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    panel = window.tensors
+    panel.set_tree(make_tree())
+    layer = {"in_features": 64, "out_features": 64, "eligible": True, "reason": "",
+             "flops_share": 0.3, "sqnr_db": 31.0, "keep_bf16": False}
+    doc = {"recipe": "tensorwise", "device": "cpu", "emulated": True, "preflight": [],
+           "layers": [dict(layer, name="layer0"),
+                      dict(layer, name="layer1", sqnr_db=12.0, keep_bf16=True),
+                      dict(layer, name="layer2", eligible=False, sqnr_db=None,
+                           reason="in_features 6 is not a multiple of 16")],
+           "keep_bf16": ["layer1"], "converted": ["layer0"], "threshold_db": 20.0,
+           "findings": []}
+    window.controller.fp8Finished.emit(doc)
+    assert window.fp8.table.model().rowCount() == 3
+    panel.colour_by.setCurrentIndex(panel.colour_by.findData("fp8"))
+    model = panel.model
+    top = model.index(0, 0)
+    layer0, layer1, layer2 = (child(model, top, f"layer{i}") for i in range(3))
+    assert layer0.data(COLOR_ROLE) == QColor(OKABE_ITO["bluish_green"])
+    assert layer1.data(COLOR_ROLE) == QColor(OKABE_ITO["vermillion"])
+    assert layer2.data(COLOR_ROLE) is None
+    assert top.data(COLOR_ROLE) == QColor(OKABE_ITO["vermillion"])
+    assert "in FP8, SQNR against bfloat16: 12.0 dB" in layer1.data(Qt.ItemDataRole.ToolTipRole)

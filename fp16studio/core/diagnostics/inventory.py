@@ -155,6 +155,13 @@ def drift_by_module(modules) -> dict:
     return worst
 
 
+def fp8_by_layer(plan: dict) -> dict:
+    """Layer path -> its output's SQNR in FP8 against bfloat16 (dB), from an fp8 --json
+    document: the layers the plan measured."""
+    return {layer["name"]: layer["sqnr_db"] for layer in plan.get("layers", ())
+            if layer.get("sqnr_db") is not None}
+
+
 def rolled_up(values: dict, worst=max) -> dict:
     """`values` with each module's ancestors also given the worst value below them, so a
     collapsed parent shows its children's worst (`worst=min` for SQNR, `max` for range used)."""
