@@ -43,6 +43,11 @@ def test_zeros_large_float64_and_nested_inputs_read_the_same_both_ways(read_back
         model(torch.tensor([1e300, -0.1], dtype=torch.float64))
     big = outputs(tracer, "0")
     assert (big.absmax, big.nonfinite, tracer.counted) == (1e300, 0, True)
+    # Beside float32 and bfloat16 tensors on the same device: read in float64 still.
+    with torch.no_grad(), Tracer(model) as tracer:
+        model((torch.ones(2), torch.tensor([1e300], dtype=torch.float64),
+               torch.full((2,), 3.0, dtype=torch.bfloat16)))
+    assert [t.absmax for t in tracer.calls[1].outputs] == [1.0, 1e300, 3.0]
     # Nested in the positional arguments: as deep as in outputs, and no deeper.
     for nested, names in (([[[torch.ones(1)]]], ["input[0][0][0][0]"]),
                           ([[[[torch.ones(1)]]]], [])):

@@ -173,13 +173,15 @@ class TensorStats:
 
     @staticmethod
     def _gathered(chunks, finites) -> tuple[list, list]:
-        """[lows, highs] of each chunk of one device, and the finite abs-maxima, read back in
-        one sync: in one dtype, float64 where the device has it (a float64 tensor was measured
-        there: float32 would turn 1e300 into inf), float32 otherwise (exact for the narrower)."""
+        """(lows, highs) of each chunk of one device, and the finite abs-maxima, read back in
+        one sync: in one dtype, the chunks' own when they share it, else float64 where the
+        device has it (a float64 tensor was measured there: float32 would turn 1e300 into inf),
+        float32 otherwise (exact for the narrower)."""
         import torch
 
-        wide = (torch.float64 if any(chunk.dtype == torch.float64 for chunk in chunks)
-                else torch.float32)
+        dtypes = {chunk.dtype for chunk in chunks}
+        wide = (dtypes.pop() if len(dtypes) == 1 else
+                torch.float64 if torch.float64 in dtypes else torch.float32)
         parts = [chunk if chunk.dtype == wide else chunk.to(wide) for chunk in chunks]
         if finites:  # a tail of two equal rows, in the chunks' shape
             parts.append(torch.stack(finites).to(wide).expand(2, -1))
