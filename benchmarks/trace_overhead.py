@@ -8,9 +8,10 @@ machine's load hits both. The figure is the median of the per-round ratios. Peak
 the pass adds to the process's resident set at its high-water mark (Linux: VmHWM, reset before
 each pass through /proc/self/clear_refs); the ratio is of the process's peaks, the added MiB
 beside it. `--old COMMIT` also times the tracer of that commit (any commit: its package is
-loaded beside this one), alternating with the others, and compares what both recorded (every
-call and tensor: names, dtypes, devices, shapes, abs-max, inf/NaN). One torch thread by
-default: on a shared machine more threads wait on each other and the figures swing.
+loaded beside this one), alternating with the others: new/old is the median over rounds of the
+two tracers' times in the round. It also compares what both recorded (every call and tensor:
+names, dtypes, devices, shapes, abs-max, inf/NaN). One torch thread by default: on a shared
+machine more threads wait on each other and the figures swing.
 
     python benchmarks/trace_overhead.py                          # every model, fp32 and bf16
     python benchmarks/trace_overhead.py --models llama-1b --dtypes bfloat16 --old ebacb9c
@@ -137,6 +138,9 @@ def measure(name, dtype, rounds, batch_size, seq, tracers):
     for label in fns:
         out[f"{label}_peak_added_mib"] = statistics.median(
             f[2] - f[1] for f in figures[label]) / 2**20
+    if "old" in tracers:  # the two tracers' times within each round: the A/B figure
+        out["new_over_old"] = statistics.median(
+            new[0] / old[0] for new, old in zip(figures["new"], figures["old"]))
     for label in tracers:
         out[f"{label}_ratio"] = statistics.median(
             t[0] / p[0] for t, p in zip(figures[label], figures["plain"]))
@@ -171,8 +175,8 @@ def main():
                     f" (+{r['new_peak_added_mib']:.0f} vs +{r['plain_peak_added_mib']:.0f} MiB)")
             if "old" in tracers:
                 line += (f"   old tracer {r['old_ratio']:.3f}x, peak {r['old_peak_ratio']:.3f}x"
-                         f" (+{r['old_peak_added_mib']:.0f} MiB), same evidence:"
-                         f" {'yes' if r['same_evidence'] else 'NO'}")
+                         f" (+{r['old_peak_added_mib']:.0f} MiB), new/old {r['new_over_old']:.3f},"
+                         f" same evidence: {'yes' if r['same_evidence'] else 'NO'}")
             print(line, flush=True)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch "
           f"{args.batch_size}x{args.seq} tokens, {args.rounds} rounds")

@@ -53,7 +53,7 @@ class TensorStats:
         # two slots for a caller that describes tensors: the name and description it last gave]
         self.seen: dict = {}
         self.kinds: dict = {}    # (device, dtype) -> what `kind` says of them
-        # (device, dtype) -> [(index, count, finite max)], in the order of the buffer's slots
+        # (device, dtype) -> [(index, count, finite max)], in the order of the chunks' slots
         self._pending: dict = {}
         self._chunks: dict = {}   # (device, dtype) -> [(buffer of shape (2, n): min, max; slots)]
         self._slots: dict = {}    # (device, dtype) -> iterator of the (min, max) slots left
