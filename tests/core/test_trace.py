@@ -126,6 +126,29 @@ def test_functional_in_place_operations_between_modules_are_seen(read_back):
     assert outputs(tracer, "after").absmax == outputs(tracer, "").absmax == 4.0
 
 
+class TracesInside(torch.nn.Module):
+    """Traces another model inside its own forward: a pass within a pass."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        with Tracer(self.inner) as self.tracer:
+            self.inner(x * 3)
+        return x
+
+
+def test_passes_that_overlap_write_to_chunks_of_their_own(read_back):
+    outer = torch.nn.Sequential(TracesInside(torch.nn.Sequential(torch.nn.Identity())))
+    x = torch.tensor([[1.0, -2.0]])
+    for _ in range(2):  # the second time with the chunks the first gave back
+        with torch.no_grad(), Tracer(outer) as tracer:
+            outer(x)
+        assert outputs(tracer, "0").absmax == 2.0
+        assert outputs(outer[0].tracer, "0").absmax == 6.0
+
+
 def test_diagnose_counts_every_nonfinite_value_of_an_overflow(demo_dir):
     report = diagnose(demo_spec("overflow"))
     f = next(f for f in report.findings if f.code == "overflow")
