@@ -6,11 +6,9 @@ so this is what keeps a diagnosis cheap there; counted here with torch.profiler 
 (benchmarks/trace_op_count.py gives the figures for real models).
 """
 
-from collections import Counter
-
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
+from op_count import top_level_ops
 
 from fp16studio.core.run import tensor_stats
 from fp16studio.core.run.tensor_stats import TensorStats
@@ -19,22 +17,6 @@ from fp16studio.core.run.trace import Tracer
 # An accelerator's read of its statistics, here with the CPU standing in: the chunks joined, and
 # `tolist`'s two calls that only look at flags (on an accelerator also its copy to the host).
 GATHERED = {"aten::cat": 1, "aten::resolve_conj": 1, "aten::resolve_neg": 1}
-
-
-def top_level_ops(fn) -> Counter:
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    return Counter(e.name for e in prof.events() if e.name.startswith("aten::")
-                   and not _inside_aten(e))
-
-
-def _inside_aten(event) -> bool:
-    parent = event.cpu_parent
-    while parent is not None:
-        if parent.name.startswith("aten::"):
-            return True
-        parent = parent.cpu_parent
-    return False
 
 
 def model():
