@@ -59,3 +59,24 @@ def test_one_operation_per_measured_tensor_and_one_read_back(monkeypatch, dtype,
     with torch.no_grad():
         expected = net(x).abs().max().item()
     assert traced.tracer.calls[-1].outputs[0].absmax == expected
+
+
+def test_a_pass_of_more_chunks_than_are_kept_makes_the_rest_each_time(monkeypatch):
+    net, x = model(), torch.randn(4, 16)
+    monkeypatch.setattr(TensorStats, "SLOTS", 32)
+    monkeypatch.setattr(TensorStats, "KEPT", 2)
+    monkeypatch.setattr(tensor_stats, "_spare", {})
+
+    def plain():
+        with torch.no_grad():
+            net(x)
+
+    def traced():
+        with torch.no_grad(), Tracer(net):
+            net(x)
+
+    plain(), traced()
+    added = top_level_ops(traced) - top_level_ops(plain)
+    assert len(tensor_stats._spare[torch.device("cpu"), torch.float32]) == 2
+    assert added.pop("aten::aminmax") == 81
+    assert added == {"aten::empty": 1, "aten::unbind": 3}  # the third chunk: a buffer, its views

@@ -12,7 +12,8 @@ So a measured tensor costs one device operation and the pass none of its own (on
 each extra operation is a kernel launch the interpreter pays for while the GPU waits; on the CPU
 a read per tensor is two more operations too): `aminmax` writes its two ends into the next
 (min, max) slot of a chunk on the tensor's device, a buffer of `SLOTS` slots and their 0-d
-views, made once and handed from pass to pass (`_spare`), so a pass makes no buffer or view.
+views, made once and handed from pass to pass (`_spare`), so a pass makes no buffer or view
+(up to `KEPT` chunks).
 `read_back` reads the chunks where they lie on the host (the CPU: no operation at all), and
 elsewhere gathers them into one read per device; each abs-max comes from its two ends.
 
@@ -42,6 +43,9 @@ class TensorStats:
     # Device names whose chunks the host reads in place; the others' are gathered and copied.
     in_host_memory = ("cpu",)
     SLOTS = 1024  # measurements per chunk
+    # Chunks kept per device and dtype for later passes (16k measurements, about 20 MB of views
+    # on the host); a pass that fills more makes the rest each time (4 operations per chunk).
+    KEPT = 16
 
     def __init__(self, count_nonfinite: bool = False):
         import torch
@@ -166,7 +170,8 @@ class TensorStats:
                 for row, low, high, (count, finite) in zip(group, lows, highs, figures):
                     self.values[row[0]] = self._value(_absmax(low, high), count, finite)
         for key, chunks in self._chunks.items():
-            _spare.setdefault(key, []).extend(chunks)
+            spare = _spare.setdefault(key, [])
+            spare.extend(chunks[:max(0, self.KEPT - len(spare))])
         self._pending.clear()
         self._chunks.clear()
         self._slots.clear()
@@ -204,8 +209,8 @@ class TensorStats:
 
 _FULL = iter(())  # the slots of no chunk
 # (device, dtype) -> chunks that finished passes gave back, taken by the next passes (a pass
-# takes a chunk whole: passes that overlap never share one). Kept for the process's life:
-# about 1.3 MB of views per chunk, as many chunks as the largest pass filled.
+# takes a chunk whole: passes that overlap never share one). Kept for the process's life, up to
+# TensorStats.KEPT: about 1.3 MB of views per chunk.
 _spare: dict = {}
 
 
