@@ -7,9 +7,11 @@ on every module, statistics of every floating tensor, read back at the end), so 
 machine's load hits both. The figure is the median of the per-round ratios. Peak memory is what
 the pass adds to the process's resident set at its high-water mark (Linux: VmHWM, reset before
 each pass through /proc/self/clear_refs); the ratio is of the process's peaks, the added MiB
-beside it. `--old COMMIT` also times the tracer of that commit, and compares what both
-recorded (every call and tensor: names, dtypes, devices, shapes, abs-max, inf/NaN). One torch
-thread by default: on a shared machine more threads wait on each other and the figures swing.
+beside it. `--old COMMIT` also times the tracer of that commit (any commit: its package is
+loaded beside this one), alternating with the others: new/old is the median over rounds of the
+two tracers' times in the round. It also compares what both recorded (every call and tensor:
+names, dtypes, devices, shapes, abs-max, inf/NaN). One torch thread by default: on a shared
+machine more threads wait on each other and the figures swing.
 
     python benchmarks/trace_overhead.py                          # every model, fp32 and bf16
     python benchmarks/trace_overhead.py --models llama-1b --dtypes bfloat16 --old ebacb9c
@@ -19,12 +21,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
+import importlib
+import io
 import json
-import re
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from contextlib import contextmanager, nullcontext
@@ -39,38 +42,23 @@ from _models import LLAMA, NAMES, model_dir
 from fp16studio.core.run.trace import Tracer
 
 
-def old_tracer(commit: str):
-    """The Tracer class as it was at `commit` (for before/after figures), with the modules of
-    fp16studio.core it imports as they were then. Only for commits before core was split into
-    packages; for a later one, run this script in a worktree of it (`git worktree add`)."""
+def old_tracer(commit: str) -> tuple:
+    """(the Tracer class as it was at `commit`, the garbage collection mode diagnose ran it
+    under then), for before/after figures in one process: that commit's package, extracted and
+    imported as `old_fp16studio` (its modules import each other relatively). Before core was
+    split into packages the tracer did not pause garbage collection itself: diagnose paused it
+    around the tracers, so the old one gets that here."""
     root = Path(__file__).resolve().parents[1]
-    flat = subprocess.run(["git", "cat-file", "-e", f"{commit}:fp16studio/core/trace.py"], cwd=root,
-                          capture_output=True).returncode == 0
-    if not flat:
-        raise SystemExit(f"--old {commit}: that commit has core in packages; run this script in a "
-                         f"worktree of it instead (git worktree add /tmp/old {commit})")
-    return _old_module(commit, "trace").Tracer
-
-
-def _old_module(commit: str, name: str):
-    root = Path(__file__).resolve().parents[1]
-    if f"old_{name}" in sys.modules:
-        return sys.modules[f"old_{name}"]
-    source = subprocess.run(["git", "show", f"{commit}:fp16studio/core/{name}.py"], cwd=root,
-                            capture_output=True, text=True, check=True).stdout
-    for package_level, imported in re.findall(r"^from \.(?: import (\w+)|(\w+) import)",
-                                              source, re.M):
-        _old_module(commit, package_level or imported)
-    source = re.sub(r"^from \. import (\w+)", lambda m: f"import old_{m[1]} as {m[1]}", source,
-                    flags=re.M)
-    source = re.sub(r"^from \.(\w+) import", r"from old_\1 import", source, flags=re.M)
-    path = Path(tempfile.mkdtemp()) / f"old_{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"old_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[f"old_{name}"] = module  # its dataclasses look themselves up there
-    spec.loader.exec_module(module)
-    return module
+    archive = subprocess.run(["git", "archive", commit, "fp16studio"], cwd=root,
+                             capture_output=True, check=True).stdout
+    folder = Path(tempfile.mkdtemp())
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+    (folder / "fp16studio").rename(folder / "old_fp16studio")
+    sys.path.insert(0, str(folder))
+    flat = (folder / "old_fp16studio" / "core" / "trace.py").is_file()
+    module = importlib.import_module("old_fp16studio.core." + ("trace" if flat else "run.trace"))
+    return module.Tracer, _gc_paused if flat else nullcontext
 
 
 def evidence(calls) -> list:
@@ -130,10 +118,9 @@ def measure(name, dtype, rounds, batch_size, seq, tracers):
         return go
 
     # As diagnose runs them: under no_grad (version counters: a tensor seen again unchanged is
-    # measured once). The tracer pauses garbage collection itself; diagnose paused it around
-    # the tracers before, so the old one gets that here.
-    modes = {"new": (torch.no_grad, nullcontext), "old": (torch.no_grad, _gc_paused)}
-    fns = {"plain": plain, **{label: traced(cls, *modes[label]) for label, cls in tracers.items()}}
+    # measured once).
+    fns = {"plain": plain, **{label: traced(cls, torch.no_grad, gc_mode)
+                              for label, (cls, gc_mode) in tracers.items()}}
     plain()  # warm-up: lazy init, allocator
     for label in tracers:
         fns[label](keep=True)
@@ -151,6 +138,9 @@ def measure(name, dtype, rounds, batch_size, seq, tracers):
     for label in fns:
         out[f"{label}_peak_added_mib"] = statistics.median(
             f[2] - f[1] for f in figures[label]) / 2**20
+    if "old" in tracers:  # the two tracers' times within each round: the A/B figure
+        out["new_over_old"] = statistics.median(
+            new[0] / old[0] for new, old in zip(figures["new"], figures["old"]))
     for label in tracers:
         out[f"{label}_ratio"] = statistics.median(
             t[0] / p[0] for t, p in zip(figures[label], figures["plain"]))
@@ -172,7 +162,7 @@ def main():
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    tracers = {"new": Tracer}
+    tracers = {"new": (Tracer, nullcontext)}
     if args.old:
         tracers["old"] = old_tracer(args.old)
     results = []
@@ -185,8 +175,8 @@ def main():
                     f" (+{r['new_peak_added_mib']:.0f} vs +{r['plain_peak_added_mib']:.0f} MiB)")
             if "old" in tracers:
                 line += (f"   old tracer {r['old_ratio']:.3f}x, peak {r['old_peak_ratio']:.3f}x"
-                         f" (+{r['old_peak_added_mib']:.0f} MiB), same evidence:"
-                         f" {'yes' if r['same_evidence'] else 'NO'}")
+                         f" (+{r['old_peak_added_mib']:.0f} MiB), new/old {r['new_over_old']:.3f},"
+                         f" same evidence: {'yes' if r['same_evidence'] else 'NO'}")
             print(line, flush=True)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch "
           f"{args.batch_size}x{args.seq} tokens, {args.rounds} rounds")

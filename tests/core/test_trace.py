@@ -43,6 +43,11 @@ def test_zeros_large_float64_and_nested_inputs_read_the_same_both_ways(read_back
         model(torch.tensor([1e300, -0.1], dtype=torch.float64))
     big = outputs(tracer, "0")
     assert (big.absmax, big.nonfinite, tracer.counted) == (1e300, 0, True)
+    # Beside float32 and bfloat16 tensors on the same device: read in float64 still.
+    with torch.no_grad(), Tracer(model) as tracer:
+        model((torch.ones(2), torch.tensor([1e300], dtype=torch.float64),
+               torch.full((2,), 3.0, dtype=torch.bfloat16)))
+    assert [t.absmax for t in tracer.calls[1].outputs] == [1.0, 1e300, 3.0]
     # Nested in the positional arguments: as deep as in outputs, and no deeper.
     for nested, names in (([[[torch.ones(1)]]], ["input[0][0][0][0]"]),
                           ([[[[torch.ones(1)]]]], [])):
@@ -119,6 +124,29 @@ def test_functional_in_place_operations_between_modules_are_seen(read_back):
     after = next(c for c in tracer.calls if c.name == "after")
     assert after.inputs[0].absmax == 4.0                 # then 1, 2, 3, 4
     assert outputs(tracer, "after").absmax == outputs(tracer, "").absmax == 4.0
+
+
+class TracesInside(torch.nn.Module):
+    """Traces another model inside its own forward: a pass within a pass."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        with Tracer(self.inner) as self.tracer:
+            self.inner(x * 3)
+        return x
+
+
+def test_passes_that_overlap_write_to_chunks_of_their_own(read_back):
+    outer = torch.nn.Sequential(TracesInside(torch.nn.Sequential(torch.nn.Identity())))
+    x = torch.tensor([[1.0, -2.0]])
+    for _ in range(2):  # the second time with the chunks the first gave back
+        with torch.no_grad(), Tracer(outer) as tracer:
+            outer(x)
+        assert outputs(tracer, "0").absmax == 2.0
+        assert outputs(outer[0].tracer, "0").absmax == 6.0
 
 
 def test_diagnose_counts_every_nonfinite_value_of_an_overflow(demo_dir):

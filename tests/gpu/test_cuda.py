@@ -118,3 +118,33 @@ def test_a_tensor_made_on_the_cpu_inside_the_forward_is_fixed_where_it_was_made(
     (finding,) = [f for f in result.findings if f.code == "device-mismatch"]
     assert finding.source["line"] == 12 and "batch was not moved" not in finding.message
     assert "device=hidden.device" in finding.fixes[0].code_text()
+
+
+def test_the_traced_pass_adds_one_operation_per_measured_tensor_and_one_read_back():
+    """As on the CPU (tests/core/test_trace_op_count.py), with the read of the GPU's statistics:
+    one chunk here, copied to the host once."""
+    from op_count import top_level_ops
+
+    from fp16studio.core.run.trace import Tracer
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(20)]).cuda().half().eval()
+    x = torch.randn(4, 16, device="cuda", dtype=torch.float16)
+
+    def plain():
+        with torch.no_grad():
+            net(x)
+
+    def traced():
+        with torch.no_grad(), Tracer(net) as tracer:
+            net(x)
+        traced.tracer = tracer
+
+    plain(), traced()  # the second traced pass takes the chunk the first made
+    added = top_level_ops(traced) - top_level_ops(plain)
+    assert added.pop("aten::aminmax") == 21  # the input, then each layer's output
+    # tolist: two calls that only look at flags, and the copy to the host (one sync).
+    assert added == {"aten::resolve_conj": 1, "aten::resolve_neg": 1, "aten::to": 1}
+    with torch.no_grad():
+        expected = net(x).abs().max().item()
+    assert traced.tracer.calls[-1].outputs[0].absmax == expected

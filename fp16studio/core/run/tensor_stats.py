@@ -8,20 +8,28 @@ counter, which every in-place operation moves (`ReLU(inplace=True)`, a residual 
 `masked_fill_`): a tensor changed since it was measured is measured again. Tensors made under
 `torch.inference_mode()` have no version counter, so they are measured every time they are seen.
 
-So a measured tensor costs one device operation: `aminmax` writes its two ends into the next
-slots of a buffer on the tensor's device (one per device and dtype, grown a chunk at a time), and
-`read_back` reads the buffers in one sync per device (on a fast GPU each
-extra operation is a kernel launch the interpreter pays for while the GPU waits; on the CPU a
-read per tensor is two more operations too). Counting inf/NaN needs a full pass over a tensor
-that is usually freed by the end of the pass, so it is done only with `count_nonfinite=True`:
-then on the CPU the values are read as they are taken, and counted only for a tensor whose
-abs-max shows some. Without it a non-finite abs-max gives a count of 1 ("at least one") and
-`counted` turns False: a caller that shows counts runs the pass again with counting on.
+So a measured tensor costs one device operation and the pass none of its own (on a fast GPU
+each extra operation is a kernel launch the interpreter pays for while the GPU waits; on the CPU
+a read per tensor is two more operations too): `aminmax` writes its two ends into the next
+(min, max) slot of a chunk on the tensor's device, a buffer of `SLOTS` slots and their 0-d
+views, made once and handed from pass to pass (`_spare`), so a pass makes no buffer or view
+(up to `KEPT` chunks).
+`read_back` reads the chunks where they lie on the host (the CPU: no operation at all), and
+elsewhere gathers them into one read per device; each abs-max comes from its two ends.
+
+Counting inf/NaN needs a full pass over a tensor that is usually freed by the end of the pass,
+so it is done only with `count_nonfinite=True`: then on the CPU the values are read as they are
+taken, and counted only for a tensor whose abs-max shows some. Without it a non-finite abs-max
+gives a count of 1 ("at least one") and `counted` turns False: a caller that shows counts runs
+the pass again with counting on.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
+import struct
+import sys
 import weakref
 
 
@@ -32,6 +40,12 @@ class TensorStats:
 
     # Device names whose statistics are read as they are taken when counting inf/NaN.
     read_now_on = ("cpu",)
+    # Device names whose chunks the host reads in place; the others' are gathered and copied.
+    in_host_memory = ("cpu",)
+    SLOTS = 1024  # measurements per chunk
+    # Chunks kept per device and dtype for later passes (16k measurements, about 20 MB of views
+    # on the host); a pass that fills more makes the rest each time (4 operations per chunk).
+    KEPT = 16
 
     def __init__(self, count_nonfinite: bool = False):
         import torch
@@ -43,9 +57,9 @@ class TensorStats:
         # two slots for a caller that describes tensors: the name and description it last gave]
         self.seen: dict = {}
         self.kinds: dict = {}    # (device, dtype) -> what `kind` says of them
-        # (device, dtype) -> [(index, count, finite max)], in the order of the buffer's slots
+        # (device, dtype) -> [(index, count, finite max)], in the order of the chunks' slots
         self._pending: dict = {}
-        self._buffers: dict = {}  # (device, dtype) -> [buffer of shape (2, SLOTS): min, max]
+        self._chunks: dict = {}   # (device, dtype) -> [(buffer of shape (2, n): min, max; slots)]
         self._slots: dict = {}    # (device, dtype) -> iterator of the (min, max) slots left
         self._aminmax, self._isfinite = torch.aminmax, torch.isfinite
 
@@ -85,8 +99,7 @@ class TensorStats:
         index = len(self.values)
         if now:
             low, high = self._aminmax(detached)
-            low = low.item()  # aminmax passes NaN on
-            absmax = max(abs(low), abs(high.item())) if low == low else math.nan
+            absmax = _absmax(low.item(), high.item())
             count = finite = None
             if self.count_nonfinite and not math.isfinite(absmax):
                 count, finite = (value.item() for value in self._nonfinite(detached))
@@ -103,21 +116,14 @@ class TensorStats:
             self.seen[id(tensor)] = entry
         return entry
 
-    SLOTS = 1024  # measurements per buffer
-
     def _slot(self, key) -> tuple:
-        """The next (min, max) slot of the device and dtype's buffers, as two 0-d views; a new
-        buffer when they are full. A normal tensor even under inference mode: it is written
-        to wherever the pass goes next."""
+        """The next (min, max) slot of the device and dtype's chunks; a chunk more when they
+        are full."""
         slot = next(self._slots.get(key, _FULL), None)
         if slot is None:
-            import torch
-
-            with torch.inference_mode(False):
-                buffer = torch.empty(2, self.SLOTS, dtype=key[1], device=key[0])
-            self._buffers.setdefault(key, []).append(buffer)
-            lows, highs = buffer.unbind()
-            self._slots[key] = zip(lows.unbind(), highs.unbind())
+            chunk = _take_chunk(key, self.SLOTS)
+            self._chunks.setdefault(key, []).append(chunk)
+            self._slots[key] = iter(chunk[1])
             slot = next(self._slots[key])
         return slot
 
@@ -136,46 +142,111 @@ class TensorStats:
         return absmax, count, finite if finite >= 0 else None
 
     def read_back(self):
-        """The statistics left on devices, stacked per device and dtype, read back in one sync
-        per device (a second one for the counts, when counted)."""
+        """The statistics left in the chunks, and the inf/NaN counts when counted; the chunks
+        then go back to `_spare` for the next pass."""
         import torch
 
         by_device: dict = {}
         for key, rows in self._pending.items():
             by_device.setdefault(key[0], []).append((key, rows))
         for groups in by_device.values():
-            order, maxima, finites, counts = [], [], [], []
-            # float64 where the device has it (a float64 tensor was measured there): float32
-            # would turn 1e300 into inf; exact for every narrower dtype.
-            wide = (torch.float64 if any(key[1] == torch.float64 for key, _ in groups)
-                    else torch.float32)
-            for key, rows in groups:
-                order += [row[0] for row in rows]
-                buffers = self._buffers[key]
-                ends = (torch.cat(buffers, 1) if len(buffers) > 1 else buffers[0])[:, :len(rows)]
-                absmax = ends.abs().amax(0)  # NaN wins
-                maxima.append(absmax if key[1] == wide else absmax.to(wide))
-                if self.count_nonfinite:
-                    counts.append(torch.stack([row[1] for row in rows]))
-                    finites.append(torch.stack([row[2] for row in rows]).to(wide))
-            maxima = maxima + finites  # the finite abs-maxima after them
-            maxima = (torch.cat(maxima) if len(maxima) > 1 else maxima[0]).tolist()
-            n = len(order)
-            counts = torch.cat(counts).tolist() if counts else [None] * n
-            finite = maxima[n:] or [None] * n
-            for index, absmax, count, finite_max in zip(order, maxima, counts, finite):
-                self.values[index] = self._value(absmax, count, finite_max)
+            chunks = [chunk[0] for key, _ in groups for chunk in self._chunks[key]]
+            rows = [row for _, rows in groups for row in rows]
+            finites = [row[2] for row in rows] if self.count_nonfinite else []
+            if self.kinds[groups[0][0]][0] in self.in_host_memory:
+                ends = [_host_values(chunk) for chunk in chunks]
+                finites = torch.stack(finites).tolist() if finites else []
+            else:
+                ends, finites = self._gathered(chunks, finites)
+            counts = (torch.stack([row[1] for row in rows]).tolist() if self.count_nonfinite
+                      else [None] * len(rows))
+            ends, figures = iter(ends), zip(counts, finites or [None] * len(rows))
+            for key, group in groups:
+                lows, highs = [], []
+                for _ in self._chunks[key]:
+                    chunk_lows, chunk_highs = next(ends)
+                    lows.extend(chunk_lows)
+                    highs.extend(chunk_highs)
+                for row, low, high, (count, finite) in zip(group, lows, highs, figures):
+                    self.values[row[0]] = self._value(_absmax(low, high), count, finite)
+        for key, chunks in self._chunks.items():
+            spare = _spare.setdefault(key, [])
+            spare.extend(chunks[:max(0, self.KEPT - len(spare))])
         self._pending.clear()
-        self._buffers.clear()
+        self._chunks.clear()
         self._slots.clear()
+
+    @staticmethod
+    def _gathered(chunks, finites) -> tuple[list, list]:
+        """(lows, highs) of each chunk of one device, and the finite abs-maxima, read back in
+        one sync: in one dtype, the chunks' own when they share it, else float64 where the
+        device has it (a float64 tensor was measured there: float32 would turn 1e300 into inf),
+        float32 otherwise (exact for the narrower)."""
+        import torch
+
+        dtypes = {chunk.dtype for chunk in chunks}
+        wide = (dtypes.pop() if len(dtypes) == 1 else
+                torch.float64 if torch.float64 in dtypes else torch.float32)
+        parts = [chunk if chunk.dtype == wide else chunk.to(wide) for chunk in chunks]
+        if finites:  # a tail of two equal rows, in the chunks' shape
+            parts.append(torch.stack(finites).to(wide).expand(2, -1))
+        lows, highs = (torch.cat(parts, 1) if len(parts) > 1 else parts[0]).tolist()
+        ends, at = [], 0
+        for chunk in chunks:
+            n = chunk.shape[1]
+            ends.append((lows[at:at + n], highs[at:at + n]))
+            at += n
+        return ends, lows[at:]
 
     def clear(self):
         """Lets go of every tensor and figure (in place: the trace holds these containers)."""
         self.seen.clear()
         self.values.clear()
         self._pending.clear()
-        self._buffers.clear()
+        self._chunks.clear()
         self._slots.clear()
 
 
-_FULL = iter(())  # the slots of no buffer
+_FULL = iter(())  # the slots of no chunk
+# (device, dtype) -> chunks that finished passes gave back, taken by the next passes (a pass
+# takes a chunk whole: passes that overlap never share one). Kept for the process's life, up to
+# TensorStats.KEPT: about 1.3 MB of views per chunk.
+_spare: dict = {}
+
+
+def _take_chunk(key, slots: int) -> tuple:
+    """A spare chunk of the device and dtype, else a new one of `slots` slots: a normal tensor
+    even under inference mode, as it is written to wherever later passes go."""
+    try:
+        return _spare.get(key, []).pop()
+    except IndexError:
+        import torch
+
+        with torch.inference_mode(False):
+            buffer = torch.empty(2, slots, dtype=key[1], device=key[0])
+            lows, highs = buffer.unbind()
+            return buffer, list(zip(lows.unbind(), highs.unbind()))
+
+
+def _absmax(low: float, high: float) -> float:
+    """The abs-max from a tensor's two ends (aminmax passes NaN on)."""
+    return max(abs(low), abs(high)) if low == low else math.nan
+
+
+def _host_values(buffer) -> list:
+    """A (2, n) buffer in host memory as (lows, highs), read in place: no torch operation
+    (`tolist` would dispatch two). bfloat16 is the top half of a float32."""
+    raw = ctypes.string_at(buffer.data_ptr(), buffer.nbytes)
+    code = _FORMATS[str(buffer.dtype)]
+    if code == "bf":
+        wide, top = bytearray(2 * len(raw)), 2 if sys.byteorder == "little" else 0
+        wide[top::4], wide[top + 1::4] = raw[0::2], raw[1::2]
+        raw, code = wide, "f"
+    n = buffer.shape[1]
+    values = struct.unpack(f"={2 * n}{code}", raw)
+    return values[:n], values[n:]
+
+
+# struct codes of the dtypes the host reads ("bf": bfloat16, read as float32)
+_FORMATS = {"torch.float64": "d", "torch.float32": "f", "torch.float16": "e",
+            "torch.bfloat16": "bf"}
