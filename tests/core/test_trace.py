@@ -33,6 +33,16 @@ def test_abs_max_is_the_largest_magnitude_of_either_sign(dtype, read_back):
     assert outputs(tracer, "0").absmax == 7.0 and tracer.counted
 
 
+def test_float8_tensors_are_measured_where_torch_has_no_aminmax_for_them(read_back):
+    # An FP8 checkpoint's weights, a Float8 layer's casts: beside float32 in one pass.
+    model = torch.nn.Sequential(torch.nn.Identity())
+    x = torch.tensor([0.5, -448.0, 3.0]).to(torch.float8_e4m3fn)
+    with torch.no_grad(), Tracer(model) as tracer:
+        model((x, torch.ones(2), x.to(torch.float8_e5m2)))
+    assert [t.absmax for t in tracer.calls[0].outputs] == [448.0, 1.0, 448.0]
+    assert [t.dtype for t in tracer.calls[0].outputs] == ["float8_e4m3fn", "float32", "float8_e5m2"]
+
+
 def test_zeros_large_float64_and_nested_inputs_read_the_same_both_ways(read_back):
     model = torch.nn.Sequential(torch.nn.Identity())
     with torch.no_grad(), Tracer(model) as tracer:

@@ -62,6 +62,9 @@ class TensorStats:
         self._chunks: dict = {}   # (device, dtype) -> [(buffer of shape (2, n): min, max; slots)]
         self._slots: dict = {}    # (device, dtype) -> iterator of the (min, max) slots left
         self._aminmax, self._isfinite = torch.aminmax, torch.isfinite
+        # float8 has no aminmax (nor much else): such a tensor is measured as a float32 copy
+        self._no_kernels = frozenset(getattr(torch, name) for name in dir(torch)
+                                     if name.startswith("float8_"))
 
     def kind(self, device, dtype) -> tuple[str, str, bool, bool, bool]:
         """('cuda:0', 'float16', measured, read now, floating): the names of a device and a
@@ -96,6 +99,9 @@ class TensorStats:
         """A new entry of `seen` for the tensor, its statistics taken now, and read now too
         where `now`, else by `read_back`; `key` is its (device, dtype), of a measured kind."""
         detached = tensor.detach() if tensor.requires_grad else tensor
+        if detached.dtype in self._no_kernels:
+            detached = detached.float()
+            key = (key[0], detached.dtype)
         index = len(self.values)
         if now:
             low, high = self._aminmax(detached)
