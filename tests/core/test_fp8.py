@@ -220,6 +220,86 @@ def test_the_layer_made_sensitive_is_kept_in_bfloat16(demo_dir, fp8_models, name
                                          for layer in plain.layers if layer.sqnr_db is not None)
 
 
+# -- the measured pass against torchao's own Float8Linear ---------------------------------------
+
+def _outlier_layer():
+    """A Linear whose output has a few massive channels and tokens, as a transformer's has: the
+    case where a plain every-k-th sample of rows and features misses what decides the SQNR."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(96, 320).bfloat16()
+    x = torch.randn(4, 60, 96).bfloat16()
+    with torch.no_grad():
+        layer.weight[[7, 200]] *= 40
+        x[:, 3] *= 30
+    return layer, x
+
+
+def _probed(layer, x, recipe, sample):
+    float8 = fp8_module.torchao_float8()
+    config = fp8_module.float8_config(float8, recipe, emulate=True)
+    probe = fp8_module.LinearProbe("layer", layer, recipe, fp8_module.Float8Cast(float8, config),
+                                   sample)
+    with torch.no_grad():
+        layer(x)
+    return probe.result()
+
+
+@needs_torchao
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_the_measured_sqnr_is_float8_linears(recipe):
+    from torchao.float8.float8_linear import Float8Linear
+    from torchao.float8.float8_utils import tensor_to_scale
+
+    from fp16studio.core.run.distance import distance_sums, distances
+
+    layer, x = _outlier_layer()
+    config = fp8_module.float8_config(fp8_module.torchao_float8(), recipe, emulate=True)
+    with torch.no_grad():
+        want = distances(distance_sums(layer(x).float(), Float8Linear.from_float(
+            layer, config=config)(x).float()).tolist())["sqnr_db"]
+    whole = _probed(layer, x, recipe, (10 ** 6, 10 ** 6))
+    assert whole.sample_share == 1.0 and whole.sqnr_db == pytest.approx(want, abs=0.01)
+    # The scales shown are torchao's own (rowwise: the largest row's).
+    granularity = config.cast_config_weight.scaling_granularity
+    scale = tensor_to_scale(layer.weight.detach(), torch.float8_e4m3fn,
+                            scaling_granularity=granularity,
+                            axiswise_dim=1 if recipe == "rowwise" else None,
+                            round_scales_to_power_of_2=config.round_scales_to_power_of_2)
+    assert whole.weight_scale == float(scale.min())
+    # A sample of 32 of the 240 tokens and of the 320 features: its estimate stays near the
+    # whole layer's because the largest tokens and features are in it.
+    sampled = _probed(layer, x, recipe, (32, 32))
+    assert sampled.sample_share == pytest.approx(32 * 32 / (240 * 320))
+    assert sampled.sqnr_db == pytest.approx(want, abs=1.5)
+    assert sampled.underflow_share == pytest.approx(whole.underflow_share, abs=0.02)
+
+
+def test_the_terminal_says_when_a_layer_was_sampled():
+    from fp16studio.core.present.terminal import format_fp8
+
+    layer = LayerPlan("encoder.dense", 384, 1536, eligible=True, reason="ok", sqnr_db=31.0,
+                      underflow_share=0.01, sample_share=0.25).to_json()
+    doc = {"recipe": "tensorwise", "device": "cpu", "emulated": True, "converted": ["x"],
+           "keep_bf16": [], "threshold_db": 20.0, "preflight": [], "findings": [],
+           "layers": [layer, dict(layer, name="head", sample_share=0.017)]}
+    text = format_fp8(doc)
+    assert "estimated on a sample of each layer's output, down to 1.7% of it" in text
+    assert max(len(line) for line in text.splitlines()) <= 120
+    whole = dict(doc, layers=[dict(layer, sample_share=1.0)])
+    assert "sample" not in format_fp8(whole)
+
+
+def test_sample_rows_keeps_the_largest_and_weighs_the_rest():
+    largest = torch.tensor([0.5, 9.0, 0.1, 0.3, 7.0, 0.2, 0.4, 0.6, 0.05, 0.7])
+    rows, weights = fp8_module.sample_rows(largest, 6)
+    assert rows.tolist()[:1] == [1] and len(rows) <= 6
+    # Every row is stood for: the weights add up to the rows there are.
+    assert float(weights.sum()) == pytest.approx(len(largest))
+    assert rows.tolist() == fp8_module.sample_rows(largest, 6)[0].tolist()
+    rows, weights = fp8_module.sample_rows(largest, 10)
+    assert rows.tolist() == list(range(10)) and weights.tolist() == [1.0] * 10
+
+
 def test_without_torchao_the_plan_says_so(demo_dir, fp8_models, monkeypatch):
     monkeypatch.setattr(fp8_module, "torchao_float8", lambda: None)
     plan = fp8_plan(_spec(demo_dir, fp8_models, "bert-sensitive"))
@@ -242,7 +322,8 @@ def test_cli_json_and_exit_codes(demo_dir, fp8_models, tmp_path, capsys):
         "tensorwise", "cpu", None, True)
     assert set(doc["layers"][0]) == {
         "name", "in_features", "out_features", "eligible", "reason", "flops_share", "weight_amax",
-        "input_amax", "weight_scale", "input_scale", "underflow_share", "sqnr_db", "keep_bf16"}
+        "input_amax", "weight_scale", "input_scale", "underflow_share", "sqnr_db",
+        "sample_share", "keep_bf16"}
     assert main(["fp8", str(path)]) == 0
     text = capsys.readouterr().out
     assert "FP8 plan (tensorwise) on cpu (emulated)" in text
