@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -416,3 +417,69 @@ def test_trace_fp8_shape_inside_a_model_at_its_line(tmp_path):
     assert finding.severity == "error"
     assert finding.source["line"] in (_line(script, "assert"), _line(script, "net(torch"))
     assert finding.fixes[0].id == "fp8-filter-shapes"
+
+
+# -- FP8 gradients in a training step -------------------------------------------------------------
+
+SCRIPTS = Path(__file__).parent.parent / "scripts"
+
+
+@needs_torchao
+def test_a_converted_models_steps_report_its_fp8_layers_gradients():
+    script = SCRIPTS / "train_fp8.py"
+    result = trace_script(script)
+    assert [s["index"] for s in result.to_json()["steps"]] == [0, 1]
+    assert result.findings == [] and result.ok
+    gradients = {node.path.removeprefix("gradients."): node
+                 for node in result.tree.find("gradients").children}
+    fp8_layers = {name for name, node in gradients.items() if "FP8 backward" in node.note}
+    # Every Linear the script converted (all but lm_head), and nothing else, says so.
+    assert fp8_layers == {f"model.layers.{i}.{part}" for i in range(2) for part in (
+        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
+    assert "lm_head" in gradients and "model.norm" in gradients
+    assert "in float8_e5m2: 0.0% under its smallest step" in gradients[
+        "model.layers.0.mlp.down_proj"].note
+
+
+@needs_torchao
+def test_an_fp8_layers_gradient_flushed_by_its_scale_is_grad_underflow_at_it():
+    script = SCRIPTS / "train_fp8_underflow.py"
+    assert "non-zero: 0%" in subprocess.run([sys.executable, str(script)], capture_output=True,
+                                            text=True, timeout=300).stdout
+    result = trace_script(script)
+    finding = next(f for f in result.findings if f.code == "grad-underflow")
+    assert (finding.severity, finding.location) == ("warning", "out")
+    assert finding.evidence["fp8 dtype"] == "float8_e5m2"
+    assert finding.evidence["fp8 underflow share"] > 0.9 and finding.evidence["step"] == 0
+    assert "float8_e5m2's smallest step" in finding.message
+    assert finding.source["line"] == _line(script, "loss.backward()")
+    assert finding.fixes[0].id == "fp8-keep-bf16" and "['out']" in finding.fixes[0].code.text
+    # The layer before it gets the gradient through the massive column's weights: nothing lost.
+    assert "0.0% under" in result.tree.find("gradients.up").note
+
+
+@needs_torchao
+def test_a_specs_training_steps_report_a_converted_models_fp8_gradients(fp8_models):
+    from torchao.float8 import convert_to_float8_training
+    from transformers import AutoModelForCausalLM
+
+    from fp16studio.core.run.train_steps import run_train_steps
+    from fp16studio.core.spec.value import PipelineSpec
+
+    model = AutoModelForCausalLM.from_pretrained(fp8_models["llama-sensitive"],
+                                                 dtype=torch.bfloat16)
+    config = fp8_module.float8_config(fp8_module.torchao_float8(), "tensorwise", emulate=True)
+    convert_to_float8_training(model, config=config,
+                               module_filter_fn=lambda module, fqn: fqn != "lm_head")
+    spec = PipelineSpec.from_dict({"model": "m", "dataset": "synthetic", "with_labels": True,
+                                   "train": {"steps": 1, "optimizer": "sgd"}})
+    ids = torch.randint(0, 100, (2, 12))
+    run = run_train_steps(spec, model, {"input_ids": ids, "labels": ids}, torch.device("cpu"),
+                          {})
+    assert run.exception is None
+    grads = {g.module: g for g in run.steps[0].grads}
+    converted = {name for name, m in model.named_modules() if type(m).__name__ == "Float8Linear"}
+    assert {name for name, g in grads.items() if g.fp8_dtype == "float8_e5m2"} == converted
+    assert grads["lm_head"].fp8_dtype is None and grads["lm_head"].fp8_underflow is None
+    assert all(0 <= grads[name].fp8_underflow <= 1 for name in converted)

@@ -19,6 +19,7 @@ import functools
 import logging
 
 from ..common.errors import InputError, check_cancel, first_line, report_progress
+from ..common.precision import float8_scale
 from ..diagnostics.rules import fp8 as fp8_rules
 from ..run.distance import distance_sums, distances
 from ..spec.value import PipelineSpec
@@ -196,9 +197,8 @@ class LinearProbe:
             torch.maximum(self.sums[0], sums[0]), *(self.sums[1:] + sums[1:])])
 
     def _scale(self, tensor):
-        """A 2-d operand's abs-max and the recipe's scale: torchao's amax_to_scale, the e4m3
-        maximum over the clamped abs-max; rowwise: per row (a column), rounded down to a power
-        of 2. The abs-max as a 0-d tensor, exact in the operand's own dtype."""
+        """A 2-d operand's abs-max (a 0-d tensor, exact in the operand's own dtype) and the
+        recipe's scale (torchao's; rowwise: per row, a column)."""
         import torch
 
         if self.rowwise:
@@ -206,10 +206,7 @@ class LinearProbe:
         else:   # one aminmax, no copy of the tensor
             low, high = torch.aminmax(tensor)
             amax = torch.maximum(low.abs(), high)
-        scale = (E4M3_MAX / amax.double().clamp(min=1e-12)).float()
-        if self.rowwise:
-            scale = torch.exp2(torch.floor(torch.log2(scale)))
-        return amax.max(), scale
+        return amax.max(), float8_scale(amax, E4M3_MAX, self.rowwise)
 
     def _picked(self, scale, picked):
         """The scales of the picked rows, as a column."""
