@@ -41,15 +41,18 @@ def dtype_color(dtype: str | None) -> str | None:
     return OKABE_ITO["grey"]
 
 
-# "Colour by" headroom / drift: the share of the dtype's range a module's output uses, and its
-# SQNR against float32 (dB); past the first bound a row is orange, past the second vermillion.
-SCALE_BOUNDS = {"headroom": (0.1, 1.0), "drift": (-40.0, -20.0)}   # drift: -SQNR, higher is worse
+# "Colour by" headroom / drift / fp8: the share of the dtype's range a module's output uses, its
+# SQNR against float32 (dB), and a Linear's SQNR in FP8 against bfloat16 (the FP8 plan's, whose
+# layers under 20 dB stay bfloat16); past the first bound a row is orange, past the second
+# vermillion.
+SCALE_BOUNDS = {"headroom": (0.1, 1.0), "drift": (-40.0, -20.0),
+                "fp8": (-30.0, -20.0)}   # drift, fp8: -SQNR, higher is worse
 
 
 def scale_color(kind: str, value: float) -> str:
-    """The colour of a module's headroom or drift value: fine, close, or past the limit."""
+    """The colour of a module's headroom, drift or FP8 value: fine, close, or past the limit."""
     warn, bad = SCALE_BOUNDS[kind]
-    worse = -value if kind == "drift" else value
+    worse = value if kind == "headroom" else -value
     if worse >= bad:
         return OKABE_ITO["vermillion"]
     return OKABE_ITO["orange"] if worse >= warn else OKABE_ITO["bluish_green"]

@@ -26,7 +26,8 @@ NAME, KIND, SHAPE, DTYPE, DEVICE, SIZE, ABSMAX, STATUS = range(len(COLUMNS))
 # Python, whenever rows are added: fetching a screenful or two at a time keeps an expand or a
 # scroll to the end of a 10 000-row module cheap on the GUI thread.
 CHUNK = 64
-COLOUR_BY = ("dtype", "device", "headroom", "drift")
+COLOUR_BY = ("dtype", "device", "headroom", "drift", "fp8")
+SCALES = ("headroom", "drift", "fp8")   # the modes that chip a module by a value
 
 
 def chain(node) -> tuple:
@@ -107,9 +108,10 @@ class TensorTreeModel(QAbstractItemModel):
                 self.dataChanged.emit(left, left.siblingAtColumn(STATUS), [Qt.ItemDataRole.FontRole])
 
     def set_colour_by(self, kind: str, module_values: dict | None = None):
-        """Chip the Name column by device, or by module `headroom` (range used) or `drift` (SQNR
-        dB) from `module_values` (path -> value, rolled up: a collapsed parent shows its
-        children's worst); "dtype" leaves it to the Dtype column, as by default."""
+        """Chip the Name column by device, or by module `headroom` (range used), `drift` (SQNR
+        dB) or `fp8` (a Linear's SQNR in FP8, dB) from `module_values` (path -> value, rolled
+        up: a collapsed parent shows its children's worst); "dtype" leaves it to the Dtype
+        column, as by default."""
         self.colour_by, self._module_values = kind, dict(module_values or {})
         for item in list(self._items.values()):
             if item.parent is not None:
@@ -274,7 +276,7 @@ class TensorTreeModel(QAbstractItemModel):
         if self.colour_by == "device":
             device = item.head.device if item.head.is_tensor else self._agg(item.head).device
             return QColor(device_color(device)) if device else None
-        value = self._module_value(item) if self.colour_by in ("headroom", "drift") else None
+        value = self._module_value(item) if self.colour_by in SCALES else None
         return QColor(scale_color(self.colour_by, value)) if value is not None else None
 
     def _agg(self, node):
@@ -323,6 +325,9 @@ class TensorTreeModel(QAbstractItemModel):
             lines.append(f"uses {value:.3g} of its dtype's range (worst output below)")
         elif value is not None and self.colour_by == "drift":
             lines.append(f"SQNR against float32: {value:.1f} dB (worst call below)")
+        elif value is not None and self.colour_by == "fp8":
+            lines.append(f"SQNR in FP8 against bfloat16: {value:.1f} dB (the FP8 plan's; worst "
+                         "Linear below)")
         if not node.is_tensor:
             agg = self._agg(node)
             lines.append(f"{agg.tensors} tensors, {vocabulary.size(agg.bytes)}")

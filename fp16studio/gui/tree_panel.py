@@ -134,8 +134,9 @@ class TensorPanel(QWidget):
         self.device_filter = ShrinkingComboBox()
         self.only_problems = QCheckBox("Only problems")
         self.colour_by = ShrinkingComboBox(toolTip="What the chip beside each name shows: a module's "
-                                           "headroom (share of its dtype's range used) or drift "
-                                           "(SQNR against float32, after Compare with float32); "
+                                           "headroom (share of its dtype's range used), drift "
+                                           "(SQNR against float32, after Compare with float32) "
+                                           "or fp8 (a Linear's SQNR in FP8, after Plan FP8); "
                                            "a collapsed row shows the worst below it")
         for kind in COLOUR_BY:
             self.colour_by.addItem(f"Colour: {kind}", kind)
@@ -220,7 +221,8 @@ class TensorPanel(QWidget):
         self.notice.setVisible(bool(text))
 
     def set_module_values(self, kind: str, values: dict | None):
-        """The per-module headroom or drift the tree can be coloured by (None: none known)."""
+        """The per-module headroom, drift or fp8 the tree can be coloured by (None: none
+        known)."""
         self._module_values[kind] = values or {}
         if self.colour_by.currentData() == kind:
             self._apply_colour()

@@ -310,6 +310,35 @@ def test_colour_by_device_headroom_and_drift_with_parents_showing_their_worst(qt
     assert layer0.data(COLOR_ROLE) is None
 
 
+def test_colour_by_fp8_chips_each_linear_by_the_plans_sqnr(qtbot, make_tree):
+    """The FP8 plan over the tree: each measured layer by its SQNR in FP8 (under 20 dB: the
+    plan keeps it in bfloat16), a parent by its worst layer, an unmeasured one without."""
+    from PySide6.QtGui import QColor
+
+    from fp16studio.core.diagnostics.inventory import fp8_by_module, rolled_up
+    from fp16studio.gui.palette import OKABE_ITO
+    from fp16studio.gui.roles import COLOR_ROLE
+
+    panel = TensorPanel()
+    qtbot.addWidget(panel)
+    panel.set_tree(make_tree())
+    model = panel.model
+    top = model.index(0, 0)
+    layer0, layer1, layer2 = (child(model, top, f"layer{i}") for i in range(3))
+    rows = [{"name": "layer0", "sqnr_db": 35.0}, {"name": "layer1", "sqnr_db": 25.0},
+            {"name": "layer2", "sqnr_db": None}]
+    panel.set_module_values("fp8", rolled_up(fp8_by_module(rows), min))
+    panel.colour_by.setCurrentIndex(panel.colour_by.findData("fp8"))
+    assert layer0.data(COLOR_ROLE) == QColor(OKABE_ITO["bluish_green"])
+    assert layer1.data(COLOR_ROLE) == QColor(OKABE_ITO["orange"])
+    assert layer2.data(COLOR_ROLE) is None                              # not measured
+    assert top.data(COLOR_ROLE) == QColor(OKABE_ITO["orange"])          # its worst layer
+    assert "SQNR in FP8 against bfloat16: 25.0 dB" in layer1.data(Qt.ItemDataRole.ToolTipRole)
+    panel.set_module_values("fp8", rolled_up(fp8_by_module(
+        [dict(rows[1], sqnr_db=12.0)]), min))
+    assert layer1.data(COLOR_ROLE) == QColor(OKABE_ITO["vermillion"])   # kept in bfloat16
+
+
 def test_the_footer_shows_the_inventory_it_is_given_and_counts_nothing_itself(qtbot):
     """The footer is core's inventory (the run's document); a tree alone sets no footer, and
     each group's own total is on its row."""

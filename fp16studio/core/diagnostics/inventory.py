@@ -158,6 +158,12 @@ def drift_by_module(modules) -> dict:
     return worst
 
 
+def fp8_by_module(layers) -> dict:
+    """Module path -> its SQNR (dB) in FP8 against bfloat16, from an FP8 plan's `layers` (the
+    `fp8 --json` rows); a layer the plan did not measure is left out."""
+    return {row["name"]: row["sqnr_db"] for row in layers if row.get("sqnr_db") is not None}
+
+
 def rolled_up(values: dict, worst=max) -> dict:
     """`values` with each module's ancestors also given the worst value below them, so a
     collapsed parent shows its children's worst (`worst=min` for SQNR, `max` for range used)."""
