@@ -166,7 +166,7 @@ class LinearProbe:
         if self.weight is None:
             self.weight = self._scale(weight)
         x_amax, x_scale = self._scale(x)
-        self.input = (x_amax, x_scale) if self.input is None else (
+        self.input = (x_amax, x_scale.min()) if self.input is None else (
             torch.maximum(self.input[0], x_amax), torch.minimum(self.input[1], x_scale.min()))
         # The sample: rows by their output's largest value, then features by theirs in them.
         rows, row_weights = sample_rows(out.abs().amax(dim=1).float(), self.sample[0])
@@ -238,8 +238,7 @@ class LinearProbe:
             layer.weight_amax, layer.weight_scale = (float(self.weight[0]),
                                                      float(self.weight[1].min()))
         if self.input is not None:
-            layer.input_amax, layer.input_scale = (float(self.input[0]),
-                                                   float(self.input[1].min()))
+            layer.input_amax, layer.input_scale = map(float, self.input)
         # The operand that loses more: a weight flushed whole is not diluted by a healthy input.
         counts = self.counts.tolist() if torch.is_tensor(self.counts) else []
         rows = self.counted.tolist() if counts else []
