@@ -25,7 +25,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 
@@ -43,6 +42,7 @@ def main():
         torch.set_num_threads(args.threads)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _models import folder_or_minilm
+    from _processes import call_clocks
 
     model = folder_or_minilm(args.model)
     from fp16studio.core.data.sources import SYNTHETIC_TEXTS
@@ -65,12 +65,6 @@ def main():
     prepared = prepare(bf16)
     config = float8_config(float8, args.recipe, emulate=True)
 
-    def call_timed(call, *call_args):
-        """(wall, CPU) seconds of one call."""
-        wall, cpu = time.perf_counter(), time.process_time()
-        call(*call_args)
-        return time.perf_counter() - wall, time.process_time() - cpu
-
     def plain_pass():
         with torch.no_grad():
             prepared.model(**prepared.batch)
@@ -83,10 +77,10 @@ def main():
     fp8_plan(spec, args.recipe)                                   # warm-up: first calls
     plain, measured, whole, plain_whole = [], [], [], []
     for _ in range(args.rounds):
-        plain.append(call_timed(plain_pass))
-        measured.append(call_timed(plan_pass))
-        plain_whole.append(call_timed(lambda: forward(prepare(bf16))))
-        whole.append(call_timed(fp8_plan, spec, args.recipe))
+        plain.append(call_clocks(plain_pass))
+        measured.append(call_clocks(plan_pass))
+        plain_whole.append(call_clocks(lambda: forward(prepare(bf16))))
+        whole.append(call_clocks(fp8_plan, spec, args.recipe))
     plain_s, measured_s, whole_s, plain_whole_s = (statistics.median(t[0] for t in runs)
                                                    for runs in (plain, measured, whole,
                                                                 plain_whole))
