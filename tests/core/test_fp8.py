@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -220,6 +221,86 @@ def test_the_layer_made_sensitive_is_kept_in_bfloat16(demo_dir, fp8_models, name
                                          for layer in plain.layers if layer.sqnr_db is not None)
 
 
+# -- the measured pass against torchao's own Float8Linear ---------------------------------------
+
+def _outlier_layer():
+    """A Linear whose output has a few massive channels and tokens, as a transformer's has: the
+    case where a plain every-k-th sample of rows and features misses what decides the SQNR."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(96, 320).bfloat16()
+    x = torch.randn(4, 60, 96).bfloat16()
+    with torch.no_grad():
+        layer.weight[[7, 200]] *= 40
+        x[:, 3] *= 30
+    return layer, x
+
+
+def _probed(layer, x, recipe, sample):
+    float8 = fp8_module.torchao_float8()
+    config = fp8_module.float8_config(float8, recipe, emulate=True)
+    probe = fp8_module.LinearProbe("layer", layer, recipe, fp8_module.Float8Cast(float8, config),
+                                   sample)
+    with torch.no_grad():
+        layer(x)
+    return probe.result()
+
+
+@needs_torchao
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_the_measured_sqnr_is_float8_linears(recipe):
+    from torchao.float8.float8_linear import Float8Linear
+    from torchao.float8.float8_utils import tensor_to_scale
+
+    from fp16studio.core.run.distance import distance_sums, distances
+
+    layer, x = _outlier_layer()
+    config = fp8_module.float8_config(fp8_module.torchao_float8(), recipe, emulate=True)
+    with torch.no_grad():
+        want = distances(distance_sums(layer(x).float(), Float8Linear.from_float(
+            layer, config=config)(x).float()).tolist())["sqnr_db"]
+    whole = _probed(layer, x, recipe, (10 ** 6, 10 ** 6))
+    assert whole.sample_share == 1.0 and whole.sqnr_db == pytest.approx(want, abs=0.01)
+    # The scales shown are torchao's own (rowwise: the largest row's).
+    granularity = config.cast_config_weight.scaling_granularity
+    scale = tensor_to_scale(layer.weight.detach(), torch.float8_e4m3fn,
+                            scaling_granularity=granularity,
+                            axiswise_dim=1 if recipe == "rowwise" else None,
+                            round_scales_to_power_of_2=config.round_scales_to_power_of_2)
+    assert whole.weight_scale == float(scale.min())
+    # A sample of 32 of the 240 tokens and of the 320 features: its estimate stays near the
+    # whole layer's because the largest tokens and features are in it.
+    sampled = _probed(layer, x, recipe, (32, 32))
+    assert sampled.sample_share == pytest.approx(32 * 32 / (240 * 320))
+    assert sampled.sqnr_db == pytest.approx(want, abs=1.5)
+    assert sampled.underflow_share == pytest.approx(whole.underflow_share, abs=0.02)
+
+
+def test_the_terminal_says_when_a_layer_was_sampled():
+    from fp16studio.core.present.terminal import format_fp8
+
+    layer = LayerPlan("encoder.dense", 384, 1536, eligible=True, reason="ok", sqnr_db=31.0,
+                      underflow_share=0.01, sample_share=0.25).to_json()
+    doc = {"recipe": "tensorwise", "device": "cpu", "emulated": True, "converted": ["x"],
+           "keep_bf16": [], "threshold_db": 20.0, "preflight": [], "findings": [],
+           "layers": [layer, dict(layer, name="head", sample_share=0.017)]}
+    text = format_fp8(doc)
+    assert "estimated on a sample of each layer's output, down to 1.7% of it" in text
+    assert max(len(line) for line in text.splitlines()) <= 120
+    whole = dict(doc, layers=[dict(layer, sample_share=1.0)])
+    assert "sample" not in format_fp8(whole)
+
+
+def test_sample_rows_keeps_the_largest_and_weighs_the_rest():
+    largest = torch.tensor([0.5, 9.0, 0.1, 0.3, 7.0, 0.2, 0.4, 0.6, 0.05, 0.7])
+    rows, weights = fp8_module.sample_rows(largest, 6)
+    assert rows.tolist()[:1] == [1] and len(rows) <= 6
+    # Every row is stood for: the weights add up to the rows there are.
+    assert float(weights.sum()) == pytest.approx(len(largest))
+    assert rows.tolist() == fp8_module.sample_rows(largest, 6)[0].tolist()
+    rows, weights = fp8_module.sample_rows(largest, 10)
+    assert rows.tolist() == list(range(10)) and weights.tolist() == [1.0] * 10
+
+
 def test_without_torchao_the_plan_says_so(demo_dir, fp8_models, monkeypatch):
     monkeypatch.setattr(fp8_module, "torchao_float8", lambda: None)
     plan = fp8_plan(_spec(demo_dir, fp8_models, "bert-sensitive"))
@@ -242,7 +323,8 @@ def test_cli_json_and_exit_codes(demo_dir, fp8_models, tmp_path, capsys):
         "tensorwise", "cpu", None, True)
     assert set(doc["layers"][0]) == {
         "name", "in_features", "out_features", "eligible", "reason", "flops_share", "weight_amax",
-        "input_amax", "weight_scale", "input_scale", "underflow_share", "sqnr_db", "keep_bf16"}
+        "input_amax", "weight_scale", "input_scale", "underflow_share", "sqnr_db",
+        "sample_share", "keep_bf16"}
     assert main(["fp8", str(path)]) == 0
     text = capsys.readouterr().out
     assert "FP8 plan (tensorwise) on cpu (emulated)" in text
@@ -335,3 +417,69 @@ def test_trace_fp8_shape_inside_a_model_at_its_line(tmp_path):
     assert finding.severity == "error"
     assert finding.source["line"] in (_line(script, "assert"), _line(script, "net(torch"))
     assert finding.fixes[0].id == "fp8-filter-shapes"
+
+
+# -- FP8 gradients in a training step -------------------------------------------------------------
+
+SCRIPTS = Path(__file__).parent.parent / "scripts"
+
+
+@needs_torchao
+def test_a_converted_models_steps_report_its_fp8_layers_gradients():
+    script = SCRIPTS / "train_fp8.py"
+    result = trace_script(script)
+    assert [s["index"] for s in result.to_json()["steps"]] == [0, 1]
+    assert result.findings == [] and result.ok
+    gradients = {node.path.removeprefix("gradients."): node
+                 for node in result.tree.find("gradients").children}
+    fp8_layers = {name for name, node in gradients.items() if "FP8 backward" in node.note}
+    # Every Linear the script converted (all but lm_head), and nothing else, says so.
+    assert fp8_layers == {f"model.layers.{i}.{part}" for i in range(2) for part in (
+        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
+    assert "lm_head" in gradients and "model.norm" in gradients
+    assert "in float8_e5m2: 0.0% under its smallest step" in gradients[
+        "model.layers.0.mlp.down_proj"].note
+
+
+@needs_torchao
+def test_an_fp8_layers_gradient_flushed_by_its_scale_is_grad_underflow_at_it():
+    script = SCRIPTS / "train_fp8_underflow.py"
+    assert "non-zero: 0%" in subprocess.run([sys.executable, str(script)], capture_output=True,
+                                            text=True, timeout=300).stdout
+    result = trace_script(script)
+    finding = next(f for f in result.findings if f.code == "grad-underflow")
+    assert (finding.severity, finding.location) == ("warning", "out")
+    assert finding.evidence["fp8 dtype"] == "float8_e5m2"
+    assert finding.evidence["fp8 underflow share"] > 0.9 and finding.evidence["step"] == 0
+    assert "float8_e5m2's smallest step" in finding.message
+    assert finding.source["line"] == _line(script, "loss.backward()")
+    assert finding.fixes[0].id == "fp8-keep-bf16" and "['out']" in finding.fixes[0].code.text
+    # The layer before it gets the gradient through the massive column's weights: nothing lost.
+    assert "0.0% under" in result.tree.find("gradients.up").note
+
+
+@needs_torchao
+def test_a_specs_training_steps_report_a_converted_models_fp8_gradients(fp8_models):
+    from torchao.float8 import convert_to_float8_training
+    from transformers import AutoModelForCausalLM
+
+    from fp16studio.core.run.train_steps import run_train_steps
+    from fp16studio.core.spec.value import PipelineSpec
+
+    model = AutoModelForCausalLM.from_pretrained(fp8_models["llama-sensitive"],
+                                                 dtype=torch.bfloat16)
+    config = fp8_module.float8_config(fp8_module.torchao_float8(), "tensorwise", emulate=True)
+    convert_to_float8_training(model, config=config,
+                               module_filter_fn=lambda module, fqn: fqn != "lm_head")
+    spec = PipelineSpec.from_dict({"model": "m", "dataset": "synthetic", "with_labels": True,
+                                   "train": {"steps": 1, "optimizer": "sgd"}})
+    ids = torch.randint(0, 100, (2, 12))
+    run = run_train_steps(spec, model, {"input_ids": ids, "labels": ids}, torch.device("cpu"),
+                          {})
+    assert run.exception is None
+    grads = {g.module: g for g in run.steps[0].grads}
+    converted = {name for name, m in model.named_modules() if type(m).__name__ == "Float8Linear"}
+    assert {name for name, g in grads.items() if g.fp8_dtype == "float8_e5m2"} == converted
+    assert grads["lm_head"].fp8_dtype is None and grads["lm_head"].fp8_underflow is None
+    assert all(0 <= grads[name].fp8_underflow <= 1 for name in converted)

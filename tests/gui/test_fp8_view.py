@@ -59,7 +59,8 @@ def test_a_layer_kept_in_bfloat16_stands_out(qtbot):
 
 def test_the_plan_colours_the_tensor_tree_by_each_layers_sqnr(qtbot, make_tree):
     """Plan FP8 also gives the tensor tree its 'Colour: fp8': the layer the plan keeps in
-    bfloat16 (and the module above it) vermillion, an FP8 layer green, an unmeasured one none."""
+    bfloat16 (and the module above it) vermillion, one within 5 dB of it orange, an FP8 layer
+    well above it green, an unmeasured one none."""
     from PySide6.QtGui import QColor
 
     from fp16studio.gui.palette import OKABE_ITO
@@ -69,24 +70,26 @@ def test_the_plan_colours_the_tensor_tree_by_each_layers_sqnr(qtbot, make_tree):
     window = MainWindow()
     qtbot.addWidget(window)
     panel = window.tensors
-    panel.set_tree(make_tree())
+    panel.set_tree(make_tree(modules=4))
     layer = {"in_features": 64, "out_features": 64, "eligible": True, "reason": "",
              "flops_share": 0.3, "sqnr_db": 31.0, "keep_bf16": False}
     doc = {"recipe": "tensorwise", "device": "cpu", "emulated": True, "preflight": [],
            "layers": [dict(layer, name="layer0"),
                       dict(layer, name="layer1", sqnr_db=12.0, keep_bf16=True),
                       dict(layer, name="layer2", eligible=False, sqnr_db=None,
-                           reason="in_features 6 is not a multiple of 16")],
+                           reason="in_features 6 is not a multiple of 16"),
+                      dict(layer, name="layer3", sqnr_db=22.0)],
            "keep_bf16": ["layer1"], "converted": ["layer0"], "threshold_db": 20.0,
            "findings": []}
     window.controller.fp8Finished.emit(doc)
-    assert window.fp8.table.model().rowCount() == 3
+    assert window.fp8.table.model().rowCount() == 4
     panel.colour_by.setCurrentIndex(panel.colour_by.findData("fp8"))
     model = panel.model
     top = model.index(0, 0)
-    layer0, layer1, layer2 = (child(model, top, f"layer{i}") for i in range(3))
+    layer0, layer1, layer2, layer3 = (child(model, top, f"layer{i}") for i in range(4))
     assert layer0.data(COLOR_ROLE) == QColor(OKABE_ITO["bluish_green"])
     assert layer1.data(COLOR_ROLE) == QColor(OKABE_ITO["vermillion"])
     assert layer2.data(COLOR_ROLE) is None
+    assert layer3.data(COLOR_ROLE) == QColor(OKABE_ITO["orange"])
     assert top.data(COLOR_ROLE) == QColor(OKABE_ITO["vermillion"])
     assert "in FP8, SQNR against bfloat16: 12.0 dB" in layer1.data(Qt.ItemDataRole.ToolTipRole)

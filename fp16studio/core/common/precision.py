@@ -86,3 +86,22 @@ OUR_PREFIXES = ((OUR_FOLDER, "fp16studio" + os.sep) if getattr(sys, "frozen", Fa
 def is_ours(filename: str) -> bool:
     """A frame of fp16studio's own code, in a source install and in the frozen build."""
     return filename.startswith(OUR_PREFIXES)
+
+
+def float8_scale(amax, largest: float, power_of_2: bool = False):
+    """torchao's dynamic float8 scale (`amax_to_scale`): the float8 dtype's `largest` value over
+    the abs-max (a tensor) clamped at 1e-12, in float64 then float32; rounded down to a power
+    of 2 where the recipe says so (rowwise)."""
+    import torch
+
+    scale = (largest / amax.double().clamp(min=1e-12)).float()
+    return torch.exp2(torch.floor(torch.log2(scale))) if power_of_2 else scale
+
+
+def float8_smallest(dtype) -> float:
+    """A float8 dtype's smallest subnormal: scaled values under it lose all but their order of
+    magnitude, or flush to zero (e4m3: 2**-9, e5m2: 2**-16)."""
+    import torch
+
+    info = torch.finfo(dtype)
+    return info.smallest_normal * info.eps

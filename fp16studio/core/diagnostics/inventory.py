@@ -70,7 +70,8 @@ def activations_tree(calls) -> TensorNode:
 
 def gradients_tree(grads) -> TensorNode:
     """The gradients of a training step, per module (GradStat, core/run/training.py), shown as
-    activations are: dtype, abs-max (headroom), inf/NaN."""
+    activations are: dtype, abs-max (headroom), inf/NaN; a layer converted to FP8 also says
+    what its backward cast lost."""
     root = TensorNode(name="gradients", path="gradients", kind="group")
     for grad in grads:
         module = grad.module or "model"
@@ -78,7 +79,9 @@ def gradients_tree(grads) -> TensorNode:
             name=f"{module} → grad", path=f"gradients.{module}", kind="gradient",
             shape=(grad.numel,), dtype=grad.dtype, device=grad.device,
             bytes=grad.numel * dtypes.BYTES_PER_ELEMENT.get(grad.dtype, 4), absmax=grad.absmax,
-            nonfinite=grad.nonfinite, status="error" if grad.nonfinite else "ok", note=module))
+            nonfinite=grad.nonfinite, status="error" if grad.nonfinite else "ok",
+            note=module if grad.fp8_dtype is None else f"{module} · FP8 backward in "
+            f"{grad.fp8_dtype}: {grad.fp8_underflow:.1%} under its smallest step"))
     return root
 
 

@@ -17,6 +17,11 @@ E4M3_MAX = 448.0                 # torch.finfo(torch.float8_e4m3fn).max
 E4M3_SMALLEST = 2.0 ** -9        # e4m3's smallest subnormal: scaled values below it lose all but
 #                                  their order of magnitude, or flush to zero
 SENSITIVE_SQNR_DB = 20.0         # a layer whose FP8 output is noisier than this stays bfloat16
+# The underflow and the SQNR are measured on every k-th row of each Linear's input (tokens) and
+# weight (output features), at most this many of each (the abs-max and scales on the whole
+# tensors): the emulated FP8 casts would cost a CPU ten times the forward pass on every value.
+SAMPLE_ROWS = 64
+SAMPLE_FEATURES = 64
 SHAPE_MULTIPLE = 16              # _scaled_mm: the weight's dimensions divisible by 16
 # A layer whose GEMM is under this share of the largest Linear's gains nothing from FP8: the
 # casts cost more than the faster matmul saves (a LoRA adapter beside its base layer, a head).
@@ -87,6 +92,7 @@ class LayerPlan:
     input_scale: float | None = None
     underflow_share: float | None = None  # of the operand (weight, input) that loses more
     sqnr_db: float | None = None       # None without torchao, or a layer that did not run
+    sample_share: float | None = None  # of the output's values the SQNR was measured on
     keep_bf16: bool = False
     flops: int = field(default=0, repr=False)   # not in the document: its share is
 

@@ -276,6 +276,10 @@ def format_fp8(doc: dict) -> str:
             f"{vocabulary.number(layer['underflow_share'], '{:.1%}'):>6}  "
             f"{vocabulary.number(layer['sqnr_db'], '{:.1f}', '-'):>7}  {plan}")
         lines.append(line if len(line) <= 120 else line[:119] + "…")
+    shares = [layer["sample_share"] for layer in layers if layer.get("sample_share") is not None]
+    if shares and min(shares) < 1:
+        lines.append(f"  under, SQNR: estimated on a sample of each layer's output, down to "
+                     f"{min(shares):.1%} of it (--json: sample_share)")
     for finding in doc["findings"]:
         lines += finding_lines(finding)
     return "\n".join(lines)

@@ -20,7 +20,7 @@ from ..common import dtypes
 from ..common.errors import InputError
 from ..spec.value import PipelineSpec
 from .pipeline import autocast_context
-from .training import OptimizerProbe, Step, gradient_stats, loss_value
+from .training import Float8Gradients, OptimizerProbe, Step, gradient_stats, loss_value
 
 OPTIMIZER_CLASSES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
 
@@ -128,11 +128,11 @@ class _Loop:
         if scaler is not None:
             step.scaled, step.scale = True, float(scaler.get_scale())
             step.scaler.append(("scale", None))
-            scaler.scale(loss).backward()
-        else:
-            loss.backward()
+            loss = scaler.scale(loss)
+        fp8 = Float8Gradients(loss, self.model.named_parameters())
+        loss.backward()
         del output, loss
-        step.grads = gradient_stats(self.model.named_parameters(), self.order)
+        step.grads = gradient_stats(self.model.named_parameters(), self.order, fp8.result())
         self._gradients_to_masters()
         clip = train["clip_grad_norm"]
         if scaler is not None and clip is not None and not train["clip_before_unscale"]:

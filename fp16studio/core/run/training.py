@@ -10,6 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..common import dtypes
+from ..common.precision import float8_scale, float8_smallest
+
+# torchao's Float8Linear runs its matmuls in this autograd Function: its backward node holds the
+# layer's config and its saved weight, and receives the gradient reaching the layer's output.
+FLOAT8_BACKWARD = "matmul_with_hp_or_float8_argsBackward"
 
 
 @dataclass(slots=True)
@@ -24,6 +29,11 @@ class GradStat:
     zero: int
     subnormal: int             # non-zero, below the dtype's smallest normal: precision lost
     absmax: float              # of the finite elements
+    # A layer converted to FP8 (torchao): the float8 dtype its backward pass casts the gradient
+    # reaching its output to, and the share of that gradient's non-zero values under the
+    # dtype's smallest step once scaled (lost to both backward matmuls).
+    fp8_dtype: str | None = None
+    fp8_underflow: float | None = None
 
     @property
     def subnormal_share(self) -> float:
@@ -98,9 +108,10 @@ def loss_value(loss, scale: float | None) -> float | None:
     return value / scale if scale else value
 
 
-def gradient_stats(named_params, order: dict) -> list[GradStat]:
+def gradient_stats(named_params, order: dict, fp8: dict | None = None) -> list[GradStat]:
     """Each module's own parameters' gradients, in backward order: the modules that ran last in
-    the forward pass first (`order`: module name -> forward call index)."""
+    the forward pass first (`order`: module name -> forward call index). `fp8`: what the
+    backward pass cast to float8, per module (`Float8Gradients.result`)."""
     import torch
 
     by_module: dict = {}
@@ -124,9 +135,73 @@ def gradient_stats(named_params, order: dict) -> list[GradStat]:
         for i, count in enumerate(counts):
             entry[3 + i] += int(count)
         entry[6] = max(entry[6], absmax)
-    stats = [GradStat(module, *values) for module, values in by_module.items()]
+    stats = [GradStat(module, *values, *(fp8 or {}).get(module, ()))
+             for module, values in by_module.items()]
     stats.sort(key=lambda s: -order.get(s.module, -1))
     return stats
+
+
+class Float8Gradients:
+    """The gradient reaching each torchao Float8Linear as its backward pass casts it to float8
+    (its `cast_config_grad_output`: e5m2 in the tensorwise recipe, scaled by the abs-max; per
+    row where the recipe is rowwise), measured by a pre-hook on the layer's node in the loss's
+    autograd graph, found before the backward pass runs. No node, no cost: a model that was
+    not converted is not touched."""
+
+    def __init__(self, loss, named_params):
+        import functools
+
+        names = {id(param): name.rpartition(".")[0] for name, param in named_params}
+        self.layers: dict = {}          # module -> [dtype name, under, non-zero]
+        self.handles = []
+        for node in _graph(getattr(loss, "grad_fn", None)):
+            if type(node).__name__ != FLOAT8_BACKWARD:
+                continue
+            weight = node.saved_tensors[1]          # the layer's weight, transposed (a view)
+            module = names.get(id(weight._base if weight._base is not None else weight))
+            if module is not None:
+                self.handles.append(node.register_prehook(
+                    functools.partial(self._measure, module, node.config)))
+
+    def _measure(self, module: str, config, grad_outputs):
+        import torch
+
+        grad = grad_outputs[0]
+        if grad is None:
+            return None
+        cast = config.cast_config_grad_output
+        grad = grad.detach().reshape(-1, grad.shape[-1]).float()
+        rowwise = cast.scaling_granularity.value == "axiswise"
+        amax = grad.abs().amax(dim=-1, keepdim=True) if rowwise else grad.abs().amax()
+        scaled = grad * float8_scale(amax, torch.finfo(cast.target_dtype).max,
+                                     config.round_scales_to_power_of_2)
+        magnitude = scaled.abs()
+        zeros = int(torch.count_nonzero(magnitude == 0))
+        entry = self.layers.setdefault(module, [dtypes.name_of(cast.target_dtype), 0, 0])
+        entry[1] += int(torch.count_nonzero(
+            magnitude < float8_smallest(cast.target_dtype))) - zeros
+        entry[2] += grad.numel() - zeros
+        return None
+
+    def result(self) -> dict:
+        """module -> (float8 dtype, share of the gradient's non-zero values under its step)."""
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+        return {module: (dtype, under / nonzero if nonzero else 0.0)
+                for module, (dtype, under, nonzero) in self.layers.items()}
+
+
+def _graph(root):
+    """Every node of an autograd graph from `root`, once."""
+    seen, stack = set(), [root]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        yield node
+        stack.extend(child for child, _ in node.next_functions)
 
 
 def stored_values(grad):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..common import dtypes
 from ..diagnostics.rules.training import training_findings, training_stalled
-from ..run.training import OptimizerProbe, Step, gradient_stats, loss_value
+from ..run.training import Float8Gradients, OptimizerProbe, Step, gradient_stats, loss_value
 from .entry import DEFAULT_STEPS
 from .tracer import Patches, ScriptTracer, UserCode
 
@@ -120,8 +120,10 @@ class StepWatch:
             scale = scaled[1] if scaled is not None and scaled[0]() is tensor else None
             step.scaled, step.scale = scale is not None, scale or step.scale
             step.loss = loss_value(tensor, scale)
+            named = watch._named_parameters()
+            fp8 = Float8Gradients(tensor, named)
             result = original(tensor, *args, **kwargs)
-            step.grads = gradient_stats(watch._named_parameters(), watch._forward_order())
+            step.grads = gradient_stats(named, watch._forward_order(), fp8.result())
             return result
 
         backward.__wrapped__ = original

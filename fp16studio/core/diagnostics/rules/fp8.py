@@ -81,9 +81,14 @@ def sensitive_finding(sensitive: list, threshold_db: float) -> Finding:
         "Keep them in bfloat16 and convert the rest.",
         {"layers": {layer.name: round(layer.sqnr_db, 2) for layer in sensitive},
          "threshold dB": threshold_db},
-        (Fix("fp8-keep-bf16", f"Keep {len(names)} layer(s) in bfloat16", {},
-             "convert_to_float8_training with a filter that leaves these layers in bfloat16",
-             CodeEdit(f"module_filter_fn=lambda module, fqn: fqn not in {names!r}")),))
+        (keep_bf16_fix(names),))
+
+
+def keep_bf16_fix(names: list) -> Fix:
+    """Convert the rest: these layers stay in bfloat16."""
+    return Fix("fp8-keep-bf16", f"Keep {len(names)} layer(s) in bfloat16", {},
+               "convert_to_float8_training with a filter that leaves these layers in bfloat16",
+               CodeEdit(f"module_filter_fn=lambda module, fqn: fqn not in {names!r}"))
 
 
 def plan_findings(layers: list, threshold_db: float, recipe: str, device: str,

@@ -16,7 +16,7 @@ from ...common.dtypes import HALF_NAMES
 from ...common.precision import UNSCALE_BF16_ERRORS, UNSCALE_FP16_ERRORS
 from ...run.training import Step
 from ..findings import Finding
-from . import edits
+from . import edits, fp8
 from .ranges import loss_overflow
 
 OWNS = ("grad-overflow", "grad-underflow", "optimizer-precision", "scaler-misuse",
@@ -211,9 +211,11 @@ def _scaler_misuse(step: Step, compute_dtype, train=None) -> list[Finding]:
 
 def _grad_underflow(steps: list[Step], compute_dtype, train=None) -> list[Finding]:
     for step in steps:
-        if step.scaled:
-            continue
         for grad in step.grads:
+            if grad.fp8_underflow is not None and grad.fp8_underflow >= UNDERFLOW_SHARE:
+                return [_float8_underflow(step, grad)]
+            if step.scaled:
+                continue
             if grad.dtype == "float16" and grad.subnormal_share >= UNDERFLOW_SHARE:
                 return [Finding(
                     "grad-underflow", "warning", grad.module or "model",
@@ -226,6 +228,22 @@ def _grad_underflow(steps: list[Step], compute_dtype, train=None) -> list[Findin
                      "zero share": round(grad.zero / grad.numel, 4) if grad.numel else 0.0},
                     _gradient_fixes(grad.dtype, compute_dtype, train), source=step.source)]
     return []
+
+
+def _float8_underflow(step: Step, grad) -> Finding:
+    """A layer converted to FP8 whose incoming gradient its backward cast flushes: the scale
+    follows the gradient's abs-max, so a loss scale cannot help; the layer stays bfloat16."""
+    module = grad.module or "model"
+    return Finding(
+        "grad-underflow", "warning", module,
+        f"Training step {step.index}: {grad.fp8_underflow:.1%} of the gradient reaching "
+        f"{module} falls under {grad.fp8_dtype}'s smallest step once torchao scales it for the "
+        "layer's FP8 backward matmuls: those values are flushed to zero or keep a bit or two, "
+        f"where {grad.dtype} keeps them. The scale follows the gradient's largest values, so "
+        "a loss scale cannot help; keep this layer in bfloat16.",
+        {"step": step.index, "phase": "backward", "gradient dtype": grad.dtype,
+         "fp8 dtype": grad.fp8_dtype, "fp8 underflow share": round(grad.fp8_underflow, 4)},
+        (fp8.keep_bf16_fix([module]),), source=step.source)
 
 
 def _gradient_fixes(grad_dtype: str, compute_dtype: str | None, train=None) -> tuple:
