@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import fnmatch
 
-from ...common.dtypes import HALF_NAMES
+from ...common.dtypes import BYTES_PER_ELEMENT, HALF_NAMES
 from ...common.precision import DTYPE_ERRORS, HALF_KERNEL_ERRORS
 from ...run.trace import ModuleCall
 from ...spec.value import PipelineSpec
 from ..findings import Finding, Fix
 from . import edits
+from .edits import source_line
 from .evidence import Evidence
 from .words import (
     autocast_origin,
@@ -260,6 +261,9 @@ def rule_silent_upcast(ev: Evidence) -> list[Finding]:
     compute = ev.compute_dtypes()
     if not compute or compute.get("float32", 0) <= sum(compute.values()) / 2:
         return []
+    decided = model_origin(ev, "float32")
+    if decided is not None and decided["from"] == "library" and decided.get("before") == half:
+        return [_library_upcast(ev, decided, compute)]
     upcast_at = next((c.name for c in ev.returned() if
                       any(t.dtype == half for t in c.inputs) and c.outputs and
                       all(o.dtype == "float32" for o in c.outputs if o.floating)), "model")
@@ -318,3 +322,21 @@ def rule_mixed_precision_params(ev: Evidence) -> list[Finding]:
         with_origin({"dtypes": dict(ev.param_dtypes), "modules": odd[:10]},
                     model_origin(ev, majority)),
         (edits.model_dtype(majority, ev.spec),))]
+
+
+def _library_upcast(ev: Evidence, p: dict, compute: dict) -> Finding:
+    """A library call of the script's turned the half model it was given into float32."""
+    half, dtype, call = p["before"], p["dtype"], p["call"]
+    times = BYTES_PER_ELEMENT[dtype] // BYTES_PER_ELEMENT[half]
+    line = source_line(p.get("source"))
+    leave_out = edits.written(
+        "drop-library-upcast", f"Leave out {call}",
+        f"# {line or call + '(model)'}  # left out: it made the {half} model {dtype}",
+        p.get("source"), f"the model stays {half}, as it was loaded")
+    return Finding(
+        "silent-upcast", "warning", "model",
+        f"{half} was asked for, but {origin_phrase(p)}: the compute ran in {dtype}, and the "
+        f"weights take {times}x the memory. " + (f"{p['advice'][0].upper()}{p['advice'][1:]}."
+                                                 if p.get("advice") else ""),
+        with_origin({"asked": half, "compute dtypes": compute, "memory": f"x{times}"}, p),
+        (leave_out, edits.autocast(half, ev.batch)))
