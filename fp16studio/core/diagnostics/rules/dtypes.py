@@ -323,7 +323,8 @@ def _library_upcast(ev: Evidence, p: dict, compute: dict) -> Finding:
     line = source_line(p.get("source"))
     leave_out = edits.written(
         "drop-library-upcast", f"Leave out {call}",
-        f"# {line or call + '(model)'}  # left out: it made the {half} model {dtype}",
+        f"# {edits.without_comment(line) if line else call + '(model)'}  # left out: it made "
+        f"the {half} model {dtype}",
         p.get("source"), f"the model stays {half}, as it was loaded")
     return Finding(
         "silent-upcast", "warning", "model",
@@ -351,7 +352,7 @@ def recomputed_mismatch(failure) -> Finding | None:
     fixes = []
     again = failure.recomputed_at
     if forward_autocast and again and again != failure.source:
-        line = source_line(again) or "..."
+        line = edits.without_comment(source_line(again) or "...")
         fixes.append(edits.written(
             "recompute-under-autocast", f"Recompute under the forward's autocast({autocast.dtype})",
             f'with torch.autocast(device_type="{autocast.device_type}", '
