@@ -118,3 +118,16 @@ def test_a_tensor_made_on_the_cpu_inside_the_forward_is_fixed_where_it_was_made(
     (finding,) = [f for f in result.findings if f.code == "device-mismatch"]
     assert finding.source["line"] == 12 and "batch was not moved" not in finding.message
     assert "device=hidden.device" in finding.fixes[0].code_text()
+
+
+def test_a_healthy_float16_amp_loop_with_a_grad_scaler_gives_no_warning():
+    """tests/scripts/amp_scaler_healthy.py on CUDA: float16 autocast with the GradScaler on
+    (on a CPU it runs bfloat16 without one: tests/core/test_library_decisions.py)."""
+    from pathlib import Path
+
+    from fp16studio.core.script.trace import trace_script
+
+    script = Path(__file__).parent.parent / "scripts" / "amp_scaler_healthy.py"
+    result = trace_script(script, steps=3)
+    assert result.error is None and result.findings == [] and result.ok
+    assert result.device.startswith("cuda") and all(s["finite"] for s in result.steps)
