@@ -169,3 +169,33 @@ def test_a_recomputation_is_said_only_for_a_dtype_failure_of_a_recomputed_module
     assert recomputed_mismatch(BackwardFailure("RuntimeError", "CUDA error: misaligned address",
                                                None, 0, module="mlp")) is None
     assert recomputed_mismatch(BackwardFailure("RuntimeError", failure.message, None, 0)) is None
+
+
+# -- Lightning ------------------------------------------------------------------------------------
+
+def test_lightnings_swap_of_float16_for_bfloat16_on_a_cpu_is_named_at_the_trainer(tmp_path):
+    pytest.importorskip("lightning")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("Lightning swaps the precision on a CPU only")
+    script = SCRIPTS / "library_lightning_fp16_cpu.py"
+    assert "precision bf16-mixed" in plain(script).stdout
+    result = trace_script(script)
+    # Lightning's own autocast around the forward pass is the trace's autocast: its bfloat16
+    # inputs into float32 weights are no dtype-mismatch.
+    (finding,) = result.findings
+    trainer = at(script, "MARK: trainer")
+    assert (finding.code, finding.severity, finding.location, finding.source) == (
+        "precision-flag", "warning", "Trainer.precision", trainer)
+    assert finding.evidence == {"setting": "precision='16-mixed'", "chose": "bf16-mixed",
+                                "device": "cpu", "library": "lightning"}
+    assert (f"lightning's Trainer(precision='16-mixed') at line {trainer['line']} trains in "
+            "'bf16-mixed' on cpu") in finding.message
+    first = finding.fixes[0]
+    assert first.code.text == ('trainer = L.Trainer(precision="16-mixed" if '
+                               'torch.cuda.is_available() else "bf16-mixed", max_steps=2, '
+                               'logger=False, enable_checkpointing=False)')
+    fixed = with_fix(script, first, tmp_path)
+    assert "precision bf16-mixed" in plain(fixed).stdout
+    assert trace_script(fixed).findings == []

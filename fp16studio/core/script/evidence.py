@@ -109,7 +109,7 @@ class ScriptWatch:
         self.recorder.uninstall()
 
     def _started(self, trace: ModelTrace, module):
-        trace.autocast = self.recorder.current_autocast()
+        trace.autocast = self.recorder.current_autocast(module)
 
     def _done(self, trace: ModelTrace, module):
         snap = _snapshot(trace, module, self.recorder.maps)

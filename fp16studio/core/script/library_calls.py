@@ -26,10 +26,16 @@ from ..common import dtypes
 def watch_libraries(rec):
     """Wraps the calls above, now if peft is imported, else when the script imports it.
     `rec`: the Recorder (its user, patches, casts and wraps). Returns what `unwatch` takes."""
-    if "peft" in sys.modules:
-        _wrap_peft(rec)
+    return after_import("peft", lambda module: _wrap_peft(rec))
+
+
+def after_import(name: str, then):
+    """`then(module)` now if the package `name` is imported, else right after the script
+    imports it (before its importing line goes on). Returns what `unwatch` takes."""
+    if name in sys.modules:
+        then(sys.modules[name])
         return None
-    finder = _AfterImport("peft", lambda module: _wrap_peft(rec))
+    finder = _AfterImport(name, then)
     sys.meta_path.insert(0, finder)
     return finder
 

@@ -369,8 +369,21 @@ class Recorder:
         models = self._wrapped(module)
         return [c for c in self.casts if any(c["ref"]() is m for m in models)]
 
-    def current_autocast(self) -> Autocast | None:
-        return self.autocasts[-1] if self.autocasts else None
+    def current_autocast(self, module=None) -> Autocast | None:
+        """The script's innermost autocast entered and not left; else, for `module`, one a
+        library entered around its call (Lightning's precision plugin, accelerate's), on the
+        device type of its parameters (no line of the script's: `source` None)."""
+        if self.autocasts:
+            return self.autocasts[-1]
+        first = next(module.parameters(), None) if module is not None else None
+        if first is None:
+            return None
+        import torch
+
+        device = first.device.type
+        if device not in ("cpu", "cuda") or not torch.is_autocast_enabled(device):
+            return None
+        return Autocast(device, dtypes.name_of(torch.get_autocast_dtype(device)), None)
 
 
 def _dtype_name(value) -> str | None:
