@@ -130,29 +130,27 @@ class StepWatch:
     def _backward(self, original):
         watch = self
 
-        def backward(tensor, *args, **kwargs):
+        def backward(tensor, *args, **kwargs):   # one frame: user_ops looks through it
+            step = watch._current()
+            # A closure's second and later evaluations inside one optimizer.step(): the step
+            # keeps its first (the loss step() returns, the gradients it starts from).
+            measured = step is not None and not (watch._stepping and step.source is not None)
+            if measured:
+                step.source = watch._source()
+                scaled = watch._scaled
+                scale = scaled[1] if scaled is not None and scaled[0]() is tensor else None
+                step.scaled, step.scale = scale is not None, scale or step.scale
+                step.loss = loss_value(tensor, scale)
             try:
-                return step_backward(tensor, *args, **kwargs)
+                result = original(tensor, *args, **kwargs)
             except Exception as exc:
                 # A backward inside this one (a recomputation's) raised first: the
                 # outermost, the script's loss.backward(), is where the failure is placed.
                 watch.failure = watch._failed_backward(exc, watch.user.frame_source(
                     sys._getframe(1)))
                 raise
-
-        def step_backward(tensor, *args, **kwargs):
-            step = watch._current()
-            # A closure's second and later evaluations inside one optimizer.step(): the step
-            # keeps its first (the loss step() returns, the gradients it starts from).
-            if step is None or (watch._stepping and step.source is not None):
-                return original(tensor, *args, **kwargs)
-            step.source = watch._source()
-            scaled = watch._scaled
-            scale = scaled[1] if scaled is not None and scaled[0]() is tensor else None
-            step.scaled, step.scale = scale is not None, scale or step.scale
-            step.loss = loss_value(tensor, scale)
-            result = original(tensor, *args, **kwargs)
-            step.grads = gradient_stats(watch._named_parameters(), watch._forward_order())
+            if measured:
+                step.grads = gradient_stats(watch._named_parameters(), watch._forward_order())
             return result
 
         backward.__wrapped__ = original
