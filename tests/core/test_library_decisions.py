@@ -199,3 +199,31 @@ def test_lightnings_swap_of_float16_for_bfloat16_on_a_cpu_is_named_at_the_traine
     fixed = with_fix(script, first, tmp_path)
     assert "precision bf16-mixed" in plain(fixed).stdout
     assert trace_script(fixed).findings == []
+
+
+def test_a_library_is_watched_when_imported_and_our_failure_never_breaks_its_import(
+        tmp_path, monkeypatch):
+    from fp16studio.core.script.library_calls import after_import, unwatch
+
+    (tmp_path / "fp16studio_watched_pkg").mkdir()
+    (tmp_path / "fp16studio_watched_pkg" / "__init__.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen, errors = [], []
+
+    def then(module):
+        seen.append(module.VALUE)
+        raise RuntimeError("a bug of ours")
+
+    finder = after_import("fp16studio_watched_pkg", then, errors)
+    try:
+        import importlib.util
+
+        assert importlib.util.find_spec("fp16studio_watched_pkg") is not None   # no import
+        assert seen == []
+        import fp16studio_watched_pkg
+
+        assert fp16studio_watched_pkg.VALUE == 1 and seen == [1]
+        assert errors == ["watching fp16studio_watched_pkg: RuntimeError: a bug of ours"]
+    finally:
+        unwatch(finder)
+        sys.modules.pop("fp16studio_watched_pkg", None)

@@ -191,6 +191,8 @@ def assemble(watch: ScriptWatch, script: str, args, outcome: dict, seconds: floa
         observed = _checked_spec(watch, primary, findings, error, complete)
     notes = list(outcome.get("notes", ()))
     notes.extend(f"fp16studio failed to snapshot a model (a bug): {e}" for e in watch.tracer.errors)
+    notes.extend(f"fp16studio's watch of the script's calls failed (a bug): {e}"
+                 for e in watch.recorder.errors)
     notes.extend(f"fp16studio's watch of {type(w).__name__} failed (a bug): {e}"
                  for w in watch.watchers for e in getattr(w, "errors", ()))
     notes.extend(f"{s.name} is compiled (torch.compile): its modules ran as compiled code and "

@@ -83,6 +83,7 @@ class FlagWatch:
         self._patches = Patches()
         self._skip = ()
         self._finders: list = []
+        self.errors: list[str] = []       # fp16studio's own failures while watching
 
     # -- installing ---------------------------------------------------------------------------
     def install(self):
@@ -105,7 +106,7 @@ class FlagWatch:
         autocast = torch.amp.autocast_mode.autocast
         self._skip = (str(Path(torch.__file__).parent) + "/",)
         self._patches.set(autocast, "__init__", self._autocast_init(autocast.__init__))
-        self._finders = [after_import(name, self._wrap_trainer)
+        self._finders = [after_import(name, self._wrap_trainer, self.errors)
                          for name in ("lightning", "pytorch_lightning")]
 
     def uninstall(self):

@@ -25,17 +25,25 @@ from ..common import dtypes
 
 def watch_libraries(rec):
     """Wraps the calls above, now if peft is imported, else when the script imports it.
-    `rec`: the Recorder (its user, patches, casts and wraps). Returns what `unwatch` takes."""
-    return after_import("peft", lambda module: _wrap_peft(rec))
+    `rec`: the Recorder (its user, patches, casts, wraps and errors). Returns what `unwatch`
+    takes."""
+    return after_import("peft", lambda module: _wrap_peft(rec), rec.errors)
 
 
-def after_import(name: str, then):
+def after_import(name: str, then, errors: list):
     """`then(module)` now if the package `name` is imported, else right after the script
-    imports it (before its importing line goes on). Returns what `unwatch` takes."""
+    imports it (before its importing line goes on). A failure of `then` is ours: it goes to
+    `errors`, and the script's import goes on. Returns what `unwatch` takes."""
+    def guarded(module):
+        try:
+            then(module)
+        except Exception as bug:  # noqa: BLE001 - ours must not change the script
+            errors.append(f"watching {name}: {type(bug).__name__}: {bug}")
+
     if name in sys.modules:
-        then(sys.modules[name])
+        guarded(sys.modules[name])
         return None
-    finder = _AfterImport(name, then)
+    finder = _AfterImport(name, guarded)
     sys.meta_path.insert(0, finder)
     return finder
 

@@ -92,6 +92,7 @@ class Recorder:
         self._patches = Patches()
         self._skip = ()
         self._libraries = None
+        self.errors: list[str] = []       # fp16studio's own failures while watching
 
     # -- installing ---------------------------------------------------------------------------
     def install(self):
