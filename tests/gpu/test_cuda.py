@@ -148,3 +148,16 @@ def test_the_traced_pass_adds_one_operation_per_measured_tensor_and_one_read_bac
     with torch.no_grad():
         expected = net(x).abs().max().item()
     assert traced.tracer.calls[-1].outputs[0].absmax == expected
+
+
+def test_a_healthy_float16_amp_loop_with_a_grad_scaler_gives_no_warning():
+    """tests/scripts/amp_scaler_healthy.py on CUDA: float16 autocast with the GradScaler on
+    (on a CPU it runs bfloat16 without one: tests/core/test_library_decisions.py)."""
+    from pathlib import Path
+
+    from fp16studio.core.script.trace import trace_script
+
+    script = Path(__file__).parent.parent / "scripts" / "amp_scaler_healthy.py"
+    result = trace_script(script, steps=3)
+    assert result.error is None and result.findings == [] and result.ok
+    assert result.device.startswith("cuda") and all(s["finite"] for s in result.steps)

@@ -114,7 +114,8 @@ def _run(spec, loaded, processor, timings, progress, cancel):
             evidence = Evidence(
                 spec=spec, device_type=device.type, param_dtypes=param_dtypes,
                 module_param_dtypes=module_param_dtypes,
-                keep_in_fp32=tuple(keep_in_fp32_modules(model)), facts=facts, calls=calls,
+                keep_in_fp32=tuple(keep_in_fp32_modules(model)),
+                adapters=tuple(adapter_modules(model)), facts=facts, calls=calls,
                 error=error, exception=exception, provenance=provenance,
                 input_provenance=input_provenance)
             findings = by_severity(run_rules(evidence) + train_found)
@@ -211,6 +212,20 @@ def keep_in_fp32_modules(model) -> list[str]:
     for attr in ("_keep_in_fp32_modules", "_keep_in_fp32_modules_strict"):
         names.extend(getattr(model, attr, None) or ())
     return names
+
+
+def adapter_modules(model) -> list[str]:
+    """The modules a library keeps in float32 on purpose inside a half model: PEFT's adapters
+    (on a half base it makes them float32, `autocast_adapter_dtype`, as its docs advise), asked
+    of PEFT itself, and only when something imported it."""
+    import sys
+
+    if "peft" not in sys.modules:
+        return []
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return [f"{name}.{attr}" if name else attr for name, module in model.named_modules()
+            if isinstance(module, BaseTunerLayer) for attr in module.adapter_layer_names]
 
 
 def environment_info() -> dict:

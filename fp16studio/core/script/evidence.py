@@ -17,6 +17,7 @@ from ..common import dtypes
 from ..common.precision import DEVICE_MISSING_ERRORS, LIST_ERRORS
 from ..data.columns import ColumnFacts
 from ..diagnostics.diagnosis import (
+    adapter_modules,
     describe_output,
     error_doc,
     keep_in_fp32_modules,
@@ -68,6 +69,7 @@ class Snapshot:
     param_dtypes: dict
     module_param_dtypes: dict
     keep_in_fp32: tuple
+    adapters: tuple                       # diagnosis.adapter_modules
     tree: TensorNode
     output: dict | None
     name: str = ""                        # what from_pretrained loaded, else the class
@@ -107,7 +109,7 @@ class ScriptWatch:
         self.recorder.uninstall()
 
     def _started(self, trace: ModelTrace, module):
-        trace.autocast = self.recorder.current_autocast()
+        trace.autocast = self.recorder.current_autocast(module)
 
     def _done(self, trace: ModelTrace, module):
         snap = _snapshot(trace, module, self.recorder.maps)
@@ -158,7 +160,8 @@ def _snapshot(trace: ModelTrace, module, maps) -> Snapshot:
     return Snapshot(trace=trace, device=device, main_input=main_input,
                     batch_size=int(first.shape[0]) if first is not None and first.dim() else None,
                     facts=facts, param_dtypes=param_dtypes, module_param_dtypes=module_param_dtypes,
-                    keep_in_fp32=tuple(keep_in_fp32_modules(module)), tree=tree, output=output,
+                    keep_in_fp32=tuple(keep_in_fp32_modules(module)),
+                    adapters=tuple(adapter_modules(module)), tree=tree, output=output,
                     compiled=hasattr(module, "_orig_mod"))
 
 
@@ -169,7 +172,7 @@ def assemble(watch: ScriptWatch, script: str, args, outcome: dict, seconds: floa
     findings = [f for snap in watch.snapshots for f in snap.findings]
     primary = next((s for s in watch.snapshots if s.error is not None),
                    watch.snapshots[0] if watch.snapshots else None)
-    error = outcome.get("error")
+    error = watch.steps.placed(outcome.get("error"))   # a backward's: at loss.backward()
     if primary is not None and primary.error is not None:
         error = primary.error
     elif error is not None and outcome.get("exception") is not None:
@@ -188,6 +191,8 @@ def assemble(watch: ScriptWatch, script: str, args, outcome: dict, seconds: floa
         observed = _checked_spec(watch, primary, findings, error, complete)
     notes = list(outcome.get("notes", ()))
     notes.extend(f"fp16studio failed to snapshot a model (a bug): {e}" for e in watch.tracer.errors)
+    notes.extend(f"fp16studio's watch of the script's calls failed (a bug): {e}"
+                 for e in watch.recorder.errors)
     notes.extend(f"fp16studio's watch of {type(w).__name__} failed (a bug): {e}"
                  for w in watch.watchers for e in getattr(w, "errors", ()))
     notes.extend(f"{s.name} is compiled (torch.compile): its modules ran as compiled code and "
@@ -280,8 +285,8 @@ def _model_findings(snap: Snapshot, user: UserCode) -> list[Finding]:
     evidence = Evidence(
         spec=snap.observed.spec, device_type=snap.device.split(":")[0],
         param_dtypes=snap.param_dtypes, module_param_dtypes=snap.module_param_dtypes,
-        keep_in_fp32=snap.keep_in_fp32, facts=snap.facts, calls=trace.calls, error=error,
-        exception=exc, provenance=snap.observed.provenance,
+        keep_in_fp32=snap.keep_in_fp32, adapters=snap.adapters, facts=snap.facts,
+        calls=trace.calls, error=error, exception=exc, provenance=snap.observed.provenance,
         input_provenance=snap.observed.input_provenance, sources=sources,
         batch=batch_of(source_line(trace.source)))
     out = []

@@ -7,6 +7,9 @@ A watcher of the ScriptWatch (core/script/evidence.py): `install()`, `uninstall(
 - `accelerate.Accelerator.__init__`: `mixed_precision`, and what accelerate made of it
   (`native_amp`: whether it will autocast; a GradScaler) on this device. An Accelerator a
   library makes (the Trainer's own) is what the script's TrainingArguments turned into;
+- Lightning's `Trainer.__init__` (`lightning` and `pytorch_lightning`, wrapped when the script
+  imports them, core/script/library_calls.py): the `precision` asked for against the one the
+  Trainer chose; Lightning 2.6 swaps "16-mixed" for "bf16-mixed" on a CPU (with a log line);
 - `torch.autocast.__init__`: an autocast the script's own line made that is off, by
   `enabled=False` or because torch turned it off (a dtype this device's autocast lacks), with no
   autocast on around it. (Its `__enter__` is the Recorder's: core/script/recover.py.) An autocast
@@ -34,7 +37,13 @@ from dataclasses import dataclass
 
 from ..diagnostics.findings import Finding
 from ..diagnostics.rules import Evidence
-from ..diagnostics.rules.flags import accelerator_finding, arguments_finding, autocast_off_finding
+from ..diagnostics.rules.flags import (
+    accelerator_finding,
+    arguments_finding,
+    autocast_off_finding,
+    trainer_finding,
+)
+from .library_calls import after_import, unwatch
 from .tracer import Patches
 
 _MIXED_ERRORS = re.compile(r"bf16|fp16|mixed precision|bfloat16|float16", re.I)
@@ -44,9 +53,9 @@ _MIXED_ERRORS = re.compile(r"bf16|fp16|mixed precision|bfloat16|float16", re.I)
 class Setting:
     """One precision setting the script made."""
 
-    kind: str                             # "TrainingArguments", "Accelerator"
+    kind: str                             # "TrainingArguments", "Accelerator", "Trainer"
     cls: str                              # the class the script named (SFTConfig...)
-    flags: dict                           # fp16/bf16/use_cpu, or mixed_precision
+    flags: dict                           # fp16/bf16/use_cpu, mixed_precision, or precision
     source: dict | None
     device: str | None = None             # the device type it chose
     error: str | None = None              # what it raised
@@ -73,6 +82,8 @@ class FlagWatch:
         self.autocasts_off: list[_AutocastOff] = []
         self._patches = Patches()
         self._skip = ()
+        self._finders: list = []
+        self.errors: list[str] = []       # fp16studio's own failures while watching
 
     # -- installing ---------------------------------------------------------------------------
     def install(self):
@@ -95,8 +106,12 @@ class FlagWatch:
         autocast = torch.amp.autocast_mode.autocast
         self._skip = (str(Path(torch.__file__).parent) + "/",)
         self._patches.set(autocast, "__init__", self._autocast_init(autocast.__init__))
+        self._finders = [after_import(name, self._wrap_trainer, self.errors)
+                         for name in ("lightning", "pytorch_lightning")]
 
     def uninstall(self):
+        for finder in self._finders:
+            unwatch(finder)
         self._patches.undo()
 
 
@@ -155,6 +170,34 @@ class FlagWatch:
         if made is not None:
             made.native_amp, made.scaler = native, scaler
 
+    def _wrap_trainer(self, package):
+        import importlib
+
+        owner = importlib.import_module(f"{package.__name__}.trainer.trainer"
+                                        if package.__name__ == "pytorch_lightning"
+                                        else f"{package.__name__}.pytorch.trainer.trainer").Trainer
+        self._patches.set(owner, "__init__", self._trainer(owner.__init__))
+
+    def _trainer(self, original):
+        flags = self
+
+        def __init__(trainer, *args, **kwargs):
+            source = flags.user.caller_is_user(2)
+            original(trainer, *args, **kwargs)
+            asked = kwargs.get("precision")
+            chose = str(getattr(trainer, "precision", ""))
+            if source is not None and asked is not None and _precision_kind(asked) != \
+                    _precision_kind(chose):
+                flags.settings.append(Setting(
+                    "Trainer", type(trainer).__name__,
+                    {"precision": str(asked), "chose": chose,
+                     "library": type(trainer).__module__.split(".")[0]}, source,
+                    device=type(getattr(trainer, "accelerator", None)).__name__
+                    .replace("Accelerator", "").lower() or None, ref=weakref.ref(trainer)))
+
+        __init__.__wrapped__ = original
+        return __init__
+
     def _autocast_init(self, original):
         flags = self
 
@@ -183,6 +226,7 @@ class FlagWatch:
         out = []
         for setting in self.settings:
             finding = (arguments_finding(setting, ran, _cuda()) if setting.kind == "TrainingArguments"
+                       else trainer_finding(setting) if setting.kind == "Trainer"
                        else accelerator_finding(setting, ran))
             if finding is not None:
                 out.append(finding)
@@ -235,6 +279,12 @@ def _arguments_setting(args, source, error: str | None = None) -> Setting:
             device = None
     return Setting("TrainingArguments", type(args).__name__, flags, source, device=device,
                    error=error, ref=weakref.ref(args))
+
+
+def _precision_kind(precision) -> str:
+    """A Lightning precision's dtype: 16, "16-mixed" and "16-true" are float16's."""
+    text = str(precision)
+    return "bf16" if "bf16" in text else text.split("-")[0]
 
 
 def _cuda() -> bool:

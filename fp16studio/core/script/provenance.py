@@ -6,7 +6,9 @@ dtype cast of it by the user's code (`cast`), else how it was made: `from_pretra
 own dtype), `from_config` with a `dtype=` (`dtype-argument`), with a config that names a dtype
 (`config`: transformers >= 4.56 builds the model in it) or under a default dtype the script set
 (`default-dtype`); a model of the script's own built after `torch.set_default_dtype`
-(`default-dtype`); a half model none of this explains was made by a library (`library`).
+(`default-dtype`); a library call the script made that changed the model's dtype (`library`,
+with the `call` and the dtype `before` it); a half model none of this explains was made by a
+library (`library`, no call known).
 
 `training` says whether the model is meant to train, read from what is reliable at its first
 forward pass: it was built from a config (fresh weights are trained: nobody runs them as they
@@ -21,8 +23,8 @@ from __future__ import annotations
 from ..common import dtypes
 
 
-def doc(dtype: str, origin: str, source: dict | None, training: bool = False) -> dict:
-    return {"dtype": dtype, "from": origin, "source": source, "training": training}
+def doc(dtype: str, origin: str, source: dict | None, training: bool = False, **more) -> dict:
+    return {"dtype": dtype, "from": origin, "source": source, "training": training, **more}
 
 
 def model_provenance(rec, module, param_dtypes: dict) -> dict | None:
@@ -35,6 +37,10 @@ def model_provenance(rec, module, param_dtypes: dict) -> dict | None:
     training = bool(build is not None or rec.optimized(module)
                     or (load is not None and module.training))
     casts = [c for c in rec.casts_of(module) if c["dtype"]]
+    if casts and "by" in casts[-1]:   # a library call decided it (script/library_calls.py)
+        last = casts[-1]
+        return doc(dtype, "library", last["source"], training, call=last["by"],
+                   before=last["before"], advice=last["advice"])
     if casts:
         return doc(dtype, "cast", casts[-1]["source"], training)
     if load is not None:

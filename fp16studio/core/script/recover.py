@@ -6,8 +6,9 @@ picks, `Dataset.map` (what the function returns before Arrow stores it, and what
 `with_format` / `set_format`, `DataLoader` (a collate function of its own), the model's
 `.half()` / `.to(...)` / `.cuda()`, and `torch.autocast`; for where a model's dtype came from
 (core/script/provenance.py) also `from_config`, `torch.set_default_dtype` and the optimizers made
-(by anyone: an optimizer over a model's parameters says it is trained). Only calls made by the
-user's own code count (a library calling `from_pretrained` inside another one is not the user's
+(by anyone: an optimizer over a model's parameters says it is trained), and the calls of other
+libraries that decide a model's dtype (core/script/library_calls.py: PEFT's). Only calls made by
+the user's own code count (a library calling `from_pretrained` inside another one is not the user's
 choice).
 `observed_spec` turns what was seen into a `PipelineSpec` for the rules, and says whether it
 describes the script well enough to continue as a pipeline.
@@ -23,8 +24,10 @@ from pathlib import Path
 from ..common import dtypes
 from ..common.errors import InputError
 from ..common.files import expand_user
+from ..diagnostics.rules.words import at_line
 from ..hf.loading import AUTO_CLASSES
 from ..spec.value import PipelineSpec
+from .library_calls import unwatch, watch_libraries
 from .tracer import Patches, UserCode
 
 _TASK_OF_AUTO = {cls: task for task, cls in AUTO_CLASSES.items()}
@@ -76,7 +79,11 @@ class Recorder:
         self.maps: list[MapCall] = []
         self.formats: list[dict] = []     # {"format", "format_dtype", "source"}
         self.collate: dict | None = None  # source of a DataLoader with its own collate_fn
-        self.casts: list[dict] = []       # {"ref", "dtype", "device", "source"}: model casts
+        # Model casts {"ref", "dtype", "device", "source"}, in order; a library's has "by" (the
+        # call, "peft's prepare_model_for_kbit_training") and "before" (the dtype it changed).
+        self.casts: list[dict] = []
+        # A library's wrapper of a model (a PeftModel) -> {"model" (weakref), "source", "by"}
+        self.wraps = weakref.WeakKeyDictionary()
         self.autocasts: list[Autocast] = []  # entered and not yet left, innermost last
         self.builds: list[Build] = []     # from_config calls
         self.defaults: list[dict] = []    # torch.set_default_dtype calls: {"dtype", "source"}
@@ -84,6 +91,8 @@ class Recorder:
         self.clips: list[dict] = []       # the script's clip_grad_norm_ calls: {"max_norm", "source"}
         self._patches = Patches()
         self._skip = ()
+        self._libraries = None
+        self.errors: list[str] = []       # fp16studio's own failures while watching
 
     # -- installing ---------------------------------------------------------------------------
     def install(self):
@@ -123,8 +132,10 @@ class Recorder:
         clip = self._clip(clip_grad.clip_grad_norm_)
         for owner in (torch.nn.utils, clip_grad):
             self._patches.set(owner, "clip_grad_norm_", clip)
+        self._libraries = watch_libraries(self)
 
     def uninstall(self):
+        unwatch(self._libraries)
         self._patches.undo()
 
 
@@ -328,11 +339,25 @@ class Recorder:
         return __exit__
 
     # -- reading ------------------------------------------------------------------------------
+    def _wrapped(self, module) -> list:
+        """The module and the models it wraps (a PeftModel's base model), outermost first:
+        each is the same model as far as its dtype's story goes."""
+        chain = [module]
+        while chain[-1] in self.wraps and self.wraps[chain[-1]]["model"]() is not None:
+            chain.append(self.wraps[chain[-1]]["model"]())
+        return chain
+
+    def wrapper_of(self, module) -> dict | None:
+        """How a library wrapped this model ({"source", "by"}), if it did."""
+        return self.wraps.get(module)
+
     def load_of(self, module) -> Load | None:
-        return next((load for load in reversed(self.loads) if load.ref() is module), None)
+        models = self._wrapped(module)
+        return next((load for load in reversed(self.loads) if load.ref() in models), None)
 
     def build_of(self, module) -> Build | None:
-        return next((b for b in reversed(self.builds) if b.ref() is module), None)
+        models = self._wrapped(module)
+        return next((b for b in reversed(self.builds) if b.ref() in models), None)
 
     def optimized(self, module) -> bool:
         """Whether an optimizer made so far updates this model's parameters."""
@@ -342,10 +367,24 @@ class Recorder:
             for p in group["params"])
 
     def casts_of(self, module) -> list[dict]:
-        return [c for c in self.casts if c["ref"]() is module]
+        models = self._wrapped(module)
+        return [c for c in self.casts if any(c["ref"]() is m for m in models)]
 
-    def current_autocast(self) -> Autocast | None:
-        return self.autocasts[-1] if self.autocasts else None
+    def current_autocast(self, module=None) -> Autocast | None:
+        """The script's innermost autocast entered and not left; else, for `module`, one a
+        library entered around its call (Lightning's precision plugin, accelerate's), on the
+        device type of its parameters (no line of the script's: `source` None)."""
+        if self.autocasts:
+            return self.autocasts[-1]
+        first = next(module.parameters(), None) if module is not None else None
+        if first is None:
+            return None
+        import torch
+
+        device = first.device.type
+        if device not in ("cpu", "cuda") or not torch.is_autocast_enabled(device):
+            return None
+        return Autocast(device, dtypes.name_of(torch.get_autocast_dtype(device)), None)
 
 
 def _dtype_name(value) -> str | None:
@@ -454,7 +493,7 @@ def observed_spec(rec: Recorder, module, snapshot) -> Observed:
         sources["dataset"] = data["source"]
         edits["split"] = data["split"] or "train"
         edits["dataset_config"] = data["dataset_config"]
-    why = _unrecoverable(rec, load, data, snapshot)
+    why = _unrecoverable(rec, module, load, data, snapshot)
     intended = {}
     for call in rec.maps:
         intended.update(call.intended)
@@ -493,7 +532,11 @@ def observed_spec(rec: Recorder, module, snapshot) -> Observed:
                     input_provenance=input_provenance(rec, snapshot))
 
 
-def _unrecoverable(rec: Recorder, load, data, snapshot) -> str:
+def _unrecoverable(rec: Recorder, module, load, data, snapshot) -> str:
+    wrapped = rec.wrapper_of(module)
+    if wrapped is not None:
+        return (f"{wrapped['by']}{at_line(wrapped['source'])} wrapped the model (its adapters "
+                "are not something a spec can say)")
     if load is None:
         return "the model was not loaded with from_pretrained (a class of the script's own?)"
     if data is None:

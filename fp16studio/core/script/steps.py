@@ -12,16 +12,36 @@ from inside a hook is not allowed) but only pass the calls on.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import weakref
 from dataclasses import dataclass
 
 from ..common import dtypes
+from ..diagnostics.rules.dtypes import recomputed_mismatch
 from ..diagnostics.rules.training import training_findings, training_stalled
 from ..run.training import Float8Gradients, OptimizerProbe, Step, gradient_stats, loss_value
 from .entry import DEFAULT_STEPS
 from .tracer import Patches, ScriptTracer, UserCode
+
+
+@dataclass(frozen=True)
+class BackwardFailure:
+    """An exception raised inside the script's `loss.backward()`, and the module whose forward
+    the backward pass was running again when it hit (a gradient checkpoint's recomputation),
+    if one was."""
+
+    type: str
+    message: str               # its first line, as the script's error says it
+    source: dict | None        # the loss.backward() line
+    step: int
+    module: str | None = None  # the recomputed module, by its path in the traced model
+    cls: str | None = None
+    input_dtype: str | None = None
+    param_dtype: str | None = None
+    recomputed_at: dict | None = None   # the innermost line of the user's inside the backward
+    autocast: object = None    # the autocast its model's forward ran under (script.recover)
 
 
 @dataclass(frozen=True)
@@ -47,6 +67,7 @@ class StepWatch:
         self._scaled = None                   # (weakref to the scaled loss, scale)
         self._in_scaler = False
         self._scalers: dict = {}              # GradScaler -> [updates, source of its step()]
+        self.failure: BackwardFailure | None = None   # the backward pass that raised
 
     # -- the step ---------------------------------------------------------------------------
     @property
@@ -109,25 +130,67 @@ class StepWatch:
     def _backward(self, original):
         watch = self
 
-        def backward(tensor, *args, **kwargs):
+        def backward(tensor, *args, **kwargs):   # one frame: user_ops looks through it
             step = watch._current()
             # A closure's second and later evaluations inside one optimizer.step(): the step
             # keeps its first (the loss step() returns, the gradients it starts from).
-            if step is None or (watch._stepping and step.source is not None):
-                return original(tensor, *args, **kwargs)
-            step.source = watch._source()
-            scaled = watch._scaled
-            scale = scaled[1] if scaled is not None and scaled[0]() is tensor else None
-            step.scaled, step.scale = scale is not None, scale or step.scale
-            step.loss = loss_value(tensor, scale)
-            named = watch._named_parameters()
-            fp8 = Float8Gradients(tensor, named)
-            result = original(tensor, *args, **kwargs)
-            step.grads = gradient_stats(named, watch._forward_order(), fp8.result())
+            measured = step is not None and not (watch._stepping and step.source is not None)
+            if measured:
+                step.source = watch._source()
+                scaled = watch._scaled
+                scale = scaled[1] if scaled is not None and scaled[0]() is tensor else None
+                step.scaled, step.scale = scale is not None, scale or step.scale
+                step.loss = loss_value(tensor, scale)
+                named = watch._named_parameters()
+                fp8 = Float8Gradients(tensor, named)
+            try:
+                result = original(tensor, *args, **kwargs)
+            except Exception as exc:
+                # A backward inside this one (a recomputation's) raised first: the
+                # outermost, the script's loss.backward(), is where the failure is placed.
+                watch.failure = watch._failed_backward(exc, watch.user.frame_source(
+                    sys._getframe(1)))
+                if measured:
+                    fp8.result()    # its hooks off the graph the script may still hold
+                raise
+            if measured:
+                step.grads = gradient_stats(named, watch._forward_order(), fp8.result())
             return result
 
         backward.__wrapped__ = original
         return backward
+
+    def _failed_backward(self, exc: Exception, source: dict | None) -> BackwardFailure:
+        from ..common.errors import first_line
+
+        failure = BackwardFailure(type(exc).__name__, first_line(exc, 500), source,
+                                  self.steps[-1].index if self.steps else 0)
+        frame = _innermost_forward(exc.__traceback__)
+        trace, name = self.tracer.place(frame.f_locals["self"]) if frame else (None, None)
+        if trace is None:
+            return failure
+        module = frame.f_locals["self"]
+        tensors = [v for v in frame.f_locals.values() if _is_floating_input(v)]
+        param = next((p for p in module.parameters() if p.is_floating_point()), None)
+        return dataclasses.replace(
+            failure, module=name, cls=type(module).__name__,
+            input_dtype=dtypes.name_of(tensors[0].dtype) if tensors else None,
+            param_dtype=dtypes.name_of(param.dtype) if param is not None else None,
+            recomputed_at=self.user.traceback_source(exc.__traceback__),
+            autocast=trace.autocast)
+
+    def _raised(self, error: dict | None) -> bool:
+        """Whether the script's error is the one its backward pass raised."""
+        return (error is not None and self.failure is not None
+                and self.failure.message == error.get("message"))
+
+    def placed(self, error: dict | None) -> dict | None:
+        """The script's error, at its loss.backward() line when the backward pass raised it
+        (the innermost line of the user's would be code the backward ran again)."""
+        if not self._raised(error):
+            return error
+        failure = self.failure
+        return dict(error, stage="backward", module=failure.module, source=failure.source)
 
     def _scaler_call(self, original, name):
         watch = self
@@ -212,8 +275,31 @@ class StepWatch:
 
     def findings(self, error: dict | None = None):
         dtype = self.compute_dtype()
-        return training_findings(self.steps, dtype, error=error) + \
+        recomputed = recomputed_mismatch(self.failure) if self._raised(error) else None
+        return ([recomputed] if recomputed else []) + \
+            training_findings(self.steps, dtype, error=error) + \
             training_stalled(self.steps, self.scaler_runs(), dtype)
 
     def documents(self) -> list[dict]:
         return [step.to_json() for step in self.steps]
+
+
+def _innermost_forward(tb):
+    """The innermost frame of a module's `forward` in a traceback, None where none ran."""
+    import torch
+
+    found = None
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "forward" and isinstance(frame.f_locals.get("self"),
+                                                            torch.nn.Module):
+            found = frame
+        tb = tb.tb_next
+    return found
+
+
+def _is_floating_input(value) -> bool:
+    import torch
+
+    return (torch.is_tensor(value) and value.is_floating_point()
+            and not isinstance(value, torch.nn.Parameter))

@@ -214,6 +214,15 @@ class ScriptTracer:
         """The models whose first forward pass was traced, still alive."""
         return list(self._roots.keys())
 
+    def place(self, module) -> tuple:
+        """(the ModelTrace of the traced model holding `module`, its path there), else
+        (None, None)."""
+        for root, trace in list(self._roots.items()):
+            for name, inner in root.named_modules():
+                if inner is module:
+                    return trace, name
+        return None, None
+
     def uninstall(self):
         if self._watch is not None:
             remove_watcher(self._watch)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import fnmatch
 
-from ...common.dtypes import HALF_NAMES
+from ...common.dtypes import BYTES_PER_ELEMENT, HALF_NAMES
 from ...common.precision import DTYPE_ERRORS, HALF_KERNEL_ERRORS
 from ...run.trace import ModuleCall
 from ...spec.value import PipelineSpec
 from ..findings import Finding, Fix
 from . import edits
+from .edits import source_line
 from .evidence import Evidence
 from .words import (
     autocast_origin,
@@ -30,12 +31,6 @@ from .words import (
 
 OWNS = ("dtype-mismatch", "silent-upcast", "mixed-precision-params", "half-on-cpu",
         "autocast-inactive", "half-unsupported")
-
-# Parts libraries keep in float32 on purpose inside a half model: PEFT's LoRA adapters (its
-# docs advise float32 adapters on a bfloat16 base), so mixed dtypes there are no finding.
-_LIBRARY_FP32 = ("*lora_A*", "*lora_B*", "*lora_embedding_A*", "*lora_embedding_B*",
-                 "*lora_magnitude_vector*")
-
 
 def rule_dtype_mismatch(ev: Evidence) -> list[Finding]:
     failed = ev.failed_call
@@ -56,7 +51,7 @@ def rule_dtype_mismatch(ev: Evidence) -> list[Finding]:
         if not call.completed or autocast:
             continue
         handled = all(o.dtype == param for o in call.outputs if o.floating)
-        if handled or ev.explained_fp32(call.name) or _library_fp32(call.name):
+        if handled or ev.explained_fp32(call.name):
             continue  # the module casts its inputs itself (ViT, CLIP), or is fp32 on purpose
         silent.append((call, wrong[0].dtype, param))
     if ev.failed and failed is not None and DTYPE_ERRORS.search(ev.message):
@@ -68,10 +63,6 @@ def rule_dtype_mismatch(ev: Evidence) -> list[Finding]:
         call, got, param = silent[0]
         return [_dtype_finding(ev, call, got, param, "warning", others=len(silent) - 1)]
     return []
-
-
-def _library_fp32(module: str) -> bool:
-    return any(fnmatch.fnmatchcase(module, p) for p in _LIBRARY_FP32)
 
 
 def _kept_fp32_producer(ev: Evidence, consumer: ModuleCall, got: str) -> ModuleCall | None:
@@ -250,14 +241,20 @@ def rule_half_on_cpu(ev: Evidence) -> list[Finding]:
 
 
 def rule_silent_upcast(ev: Evidence) -> list[Finding]:
+    if ev.failed or ev.spec.autocast:
+        return []
+    compute = ev.compute_dtypes()
+    decided = model_origin(ev, "float32")
+    if (decided is not None and decided["from"] == "library" and decided.get("before")
+            and compute.get("float32", 0) > sum(compute.values()) / 2):
+        return [_library_upcast(ev, decided, compute)]   # a library call's decision
     half = ev.half_requested()
-    if ev.failed or not half or ev.spec.autocast:
+    if not half:
         return []
     # A cast asked for only inside map/preprocess and lost is map-cast-lost's story.
     s = ev.spec
     if half not in (s.model_dtype, s.model_cast, s.input_dtype, s.format_dtype):
         return []
-    compute = ev.compute_dtypes()
     if not compute or compute.get("float32", 0) <= sum(compute.values()) / 2:
         return []
     upcast_at = next((c.name for c in ev.returned() if
@@ -306,8 +303,7 @@ def rule_mixed_precision_params(ev: Evidence) -> list[Finding]:
         return []
     majority = max(ev.param_dtypes, key=ev.param_dtypes.get)
     odd = [name for name, dtype in ev.module_param_dtypes.items()
-           if dtype != majority and not ev.explained_fp32(name)
-           and not (dtype == "float32" and _library_fp32(name))]
+           if dtype != majority and not ev.explained_fp32(name)]
     if not odd:
         return []
     return [Finding(
@@ -318,3 +314,66 @@ def rule_mixed_precision_params(ev: Evidence) -> list[Finding]:
         with_origin({"dtypes": dict(ev.param_dtypes), "modules": odd[:10]},
                     model_origin(ev, majority)),
         (edits.model_dtype(majority, ev.spec),))]
+
+
+def _library_upcast(ev: Evidence, p: dict, compute: dict) -> Finding:
+    """A library call of the script's turned the half model it was given into float32."""
+    half, dtype, call = p["before"], p["dtype"], p["call"]
+    times = BYTES_PER_ELEMENT[dtype] // BYTES_PER_ELEMENT[half]
+    line = source_line(p.get("source"))
+    leave_out = edits.written(
+        "drop-library-upcast", f"Leave out {call}",
+        f"# {edits.without_comment(line) if line else call + '(model)'}  # left out: it made "
+        f"the {half} model {dtype}",
+        p.get("source"), f"the model stays {half}, as it was loaded")
+    return Finding(
+        "silent-upcast", "warning", "model",
+        f"{half} was asked for, but {origin_phrase(p)}: the compute ran in {dtype}, and the "
+        f"weights take {times}x the memory. " + (f"{p['advice'][0].upper()}{p['advice'][1:]}."
+                                                 if p.get("advice") else ""),
+        with_origin({"asked": half, "compute dtypes": compute, "memory": f"x{times}"}, p),
+        (leave_out, edits.autocast(half, ev.batch)))
+
+
+def recomputed_mismatch(failure) -> Finding | None:
+    """The backward pass ran a module's forward again (a gradient checkpoint's recomputation)
+    and it failed on dtypes where the forward pass itself had not: the recomputation ran
+    without the autocast the forward ran under. `failure`: script.steps.BackwardFailure (the
+    loss.backward() line, the module, its input and weight dtypes, the user's innermost line in
+    the recomputation, the forward's autocast)."""
+    if failure.module is None or not DTYPE_ERRORS.search(failure.message):
+        return None
+    got, param, autocast = failure.input_dtype, failure.param_dtype, failure.autocast
+    name = failure.module or "model"
+    where = f"{name} ({failure.cls})"
+    forward_autocast = autocast is not None and autocast.dtype in HALF_NAMES
+    without = (f"without the autocast({autocast.dtype}) its forward pass ran under"
+               f"{at_line(autocast.source)}" if forward_autocast else "")
+    fixes = []
+    again = failure.recomputed_at
+    if forward_autocast and again and again != failure.source:
+        line = edits.without_comment(source_line(again) or "...")
+        fixes.append(edits.written(
+            "recompute-under-autocast", f"Recompute under the forward's autocast({autocast.dtype})",
+            f'with torch.autocast(device_type="{autocast.device_type}", '
+            f"dtype=torch.{autocast.dtype}):  # as the forward pass ran\n    {line}", again,
+            "the recomputation runs in the dtypes the forward pass ran in"))
+    fixes.append(Fix(
+        "torch-checkpoint", "Checkpoint with torch.utils.checkpoint (use_reentrant=False)", {},
+        "torch's checkpoint saves the forward's autocast and recomputes under it",
+        edits.CodeEdit("from torch.utils.checkpoint import checkpoint\n"
+                       "hidden = checkpoint(block, hidden, use_reentrant=False)  # recomputes "
+                       "under the forward's autocast")))
+    return Finding(
+        "dtype-mismatch", "error", name,
+        f"The backward pass{at_line(failure.source)} failed in {where}: a gradient checkpoint "
+        f"recomputed its forward in the backward pass{at_line(again)} {without}".rstrip()
+        + f", so its {got} input met its {param} weights ({failure.message}). The forward pass "
+        "itself ran clean: recompute in the dtypes it ran in.",
+        {"input dtype": got, "parameter dtype": param, "module class": failure.cls,
+         "error": failure.message, "phase": "backward", "step": failure.step,
+         "recomputed at": again,
+         **({"provenance": {"dtype": autocast.dtype, "from": "autocast",
+                            "source": autocast.source, "training": True}}
+            if forward_autocast else {})},
+        tuple(fixes), source=failure.source)

@@ -70,11 +70,16 @@ def with_argument(line: str | None, name: str, argument: str) -> str | None:
     return None
 
 
+def without_comment(line: str) -> str:
+    """The user's line without the comment after its code."""
+    return line.split("  #")[0].rstrip()
+
+
 def replaced(line: str | None, pattern: str, replacement: str) -> str | None:
     """The user's line with `pattern` replaced once (their comment dropped), None if absent."""
     if not line:
         return None
-    code = line.split("  #")[0].rstrip()
+    code = without_comment(line)
     new, count = re.subn(pattern, lambda _: replacement, code, count=1)
     return new if count else None
 

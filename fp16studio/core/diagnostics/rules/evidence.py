@@ -24,6 +24,7 @@ class Evidence:
     param_dtypes: dict                    # floating dtype -> parameter count (whole model)
     module_param_dtypes: dict             # module name -> floating dtype of its own parameters
     keep_in_fp32: tuple = ()              # the library's own fp32 module patterns
+    adapters: tuple = ()                  # modules a library keeps float32 on purpose (PEFT's)
     facts: dict = field(default_factory=dict)    # batch key -> ColumnFacts
     calls: list = field(default_factory=list)    # ModuleCall, in call order
     error: dict | None = None             # {"type", "message", "stage", "module"}
@@ -57,9 +58,10 @@ class Evidence:
 
     def explained_fp32(self, module: str) -> bool:
         """A module kept in float32 on purpose: by the user's keep_fp32 or run_in_float32, or by
-        the library."""
-        islands = [(p, f"{p}.*") for p in self.spec.run_in_float32]  # with what is inside
-        patterns = (tuple(self.spec.keep_fp32) + sum(islands, ())
+        the library (the model's own float32 modules, PEFT's adapters)."""
+        # An island or an adapter with what is inside it.
+        whole = [(p, f"{p}.*") for p in tuple(self.spec.run_in_float32) + self.adapters]
+        patterns = (tuple(self.spec.keep_fp32) + sum(whole, ())
                     + tuple(f"*{p}*" for p in self.keep_in_fp32))
         return any(fnmatch.fnmatchcase(module, p) for p in patterns)
 

@@ -1,5 +1,6 @@
 """Precision settings against the device and what ran: precision-flag (TrainingArguments'
-fp16/bf16, Accelerator's mixed_precision, an autocast that is off). The settings are watched
+fp16/bf16, Accelerator's mixed_precision, Lightning's Trainer precision, an autocast that is
+off). The settings are watched
 where the script makes them (core/script/flags.py); each fix rewrites the line that made the
 setting (the finding's `source`)."""
 
@@ -11,6 +12,7 @@ import re
 from ...common.precision import cpu_has_native_bf16
 from ..findings import CodeEdit, Finding, Fix
 from .edits import replaced, source_line, with_argument
+from .words import at_line
 
 OWNS = ("precision-flag",)
 
@@ -24,6 +26,31 @@ def arguments_finding(s, ran: dict | None, cuda: bool) -> Finding | None:
 def accelerator_finding(s, ran: dict | None) -> Finding | None:
     """Accelerator's mixed_precision against this device and what ran."""
     return _at_setting(_accelerator_finding(s, ran))
+
+
+def trainer_finding(s) -> Finding:
+    """A Lightning Trainer that chose another precision than the one asked for (on a CPU,
+    "bf16-mixed" for "16-mixed"). `s`: a Setting whose flags hold `precision` (asked), `chose`
+    and `library`."""
+    asked, chose, device = s.flags["precision"], s.flags["chose"], s.device or "this device"
+    line = source_line(s.source)
+    per_device = (f'"{asked}" if torch.cuda.is_available() else "{chose}"')
+    code = (replaced(line, rf"""(["']){re.escape(asked)}\1|(?<=precision=){re.escape(asked)}\b""",
+                     per_device)
+            or f"trainer = {s.cls}(..., precision={per_device})")
+    return _at_setting(Finding(
+        "precision-flag", "warning", f"{s.cls}.precision",
+        f"{s.flags['library']}'s {s.cls}(precision={asked!r}){at_line(s.source)} trains in "
+        f"{chose!r} on {device}: Lightning swaps what this device cannot run for what it can, "
+        "and only logs it. This run's numbers are not those of the precision the script asks "
+        "for" + (" (bfloat16 has float32's range, so float16's overflows do not show here, and "
+                 "3 bits less precision)" if "bf16" in chose and "bf16" not in asked else "")
+        + ". Say the precision for each device, so the script asks for what runs.",
+        {"setting": f"precision={asked!r}", "chose": chose, "device": device,
+         "library": s.flags["library"]},
+        (_line_fix("flag-trainer-precision-per-device",
+                   f"{asked} on a GPU, {chose} on {device}", {}, code),),
+        source=s.source))
 
 
 def autocast_off_finding(off, device: str) -> Finding:

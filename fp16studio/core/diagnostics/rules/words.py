@@ -2,7 +2,8 @@
 whose evidence says `from: cast` at line 20 says "cast at line 20", never "the checkpoint".
 
 A provenance is {"dtype", "from", "source", "training"}; `from` is one of dtype-argument,
-checkpoint, config, default-dtype, cast, processor, dataset, autocast, optimizer, library.
+checkpoint, config, default-dtype, cast, processor, dataset, autocast, optimizer, library (with
+`call` and `before` where the script's call of a library decided it, core/script/library_calls.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ def at_line(source: dict | None) -> str:
 def origin_phrase(p: dict) -> str:
     """How the dtype was decided, as the end of "... is float16 because <phrase>"."""
     dtype, where = p["dtype"], at_line(p.get("source"))
+    if p["from"] == "library" and p.get("call"):
+        return f"{p['call']}{where} turned the {p['before']} model into {dtype}"
+    if p["from"] == "default-dtype" and not p.get("source"):
+        return f"torch's default dtype is {dtype}"     # no set_default_dtype call was seen
     return {
         "dtype-argument": f"it was loaded with dtype=torch.{dtype}{where}",
         "checkpoint": (f"from_pretrained got no dtype={where}, and transformers 5 loads the "
