@@ -200,6 +200,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         c.titleChanged.connect(self.setWindowTitle)
         c.progressChanged.connect(self._on_progress)
         c.statusChanged.connect(self.status.message.setText)
+        c.environmentChanged.connect(self.status.set_environment)
         c.logged.connect(self.log.log)
         c.warned.connect(self._warn)
         c.opened.connect(lambda: self.tensors.clear_filters())
