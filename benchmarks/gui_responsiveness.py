@@ -112,19 +112,21 @@ def _session(args) -> int:
         window.diagnosisFinished.disconnect(after_first)
         window.diagnosisFinished.connect(after_fix)
         fix_id = doc["findings"][0]["fixes"][0]["id"]
-        window.apply_fix(fix_id)
+        # The user's click on the fix, in an event of its own after a pause, as it comes: the
+        # result's handling and paint, and the click's, are two waits, not one.
+        QTimer.singleShot(STEP_PAUSE_MS, lambda: window.apply_fix(fix_id))
 
     def after_fix(doc):
         mark("apply fix + diagnose" + (" (clean)" if doc["ok"] else " (still errors)"))
-        if args.bench:
-            phase[0] = "bench"
-            # The next phase in an event of its own, after a pause, as a user's next click
-            # would come: the result's own handling and paint stay in the bench phase.
-            window.benchmarkFinished.connect(
-                lambda _doc: (mark("benchmark"), QTimer.singleShot(STEP_PAUSE_MS, large)))
-            window.run_benchmark()
-        else:
-            large()
+        # The next phase after a pause, as a user's next click would come: the result's own
+        # handling and paint stay in the run phase.
+        QTimer.singleShot(STEP_PAUSE_MS, bench if args.bench else large)
+
+    def bench():
+        phase[0] = "bench"
+        window.benchmarkFinished.connect(
+            lambda _doc: (mark("benchmark"), QTimer.singleShot(STEP_PAUSE_MS, large)))
+        window.run_benchmark()
 
     def large():
         if not args.large:
@@ -321,30 +323,42 @@ def _stalls(gaps: list[tuple[float, float]]) -> dict:
 
 
 def _timed_application(events, argv):
+    import threading
+
     from PySide6.QtWidgets import QApplication
 
     class TimedApplication(QApplication):
-        """Times each event's delivery on the GUI thread (wall and thread CPU): --why."""
+        """Times the delivery of each outermost event on the GUI thread (wall and thread CPU,
+        and how many events were delivered inside it): --why. Events of other threads (the
+        worker's, which wait on the engine) and nested deliveries are not timed: they would
+        count twice, and timing each costs the GUI thread time of its own."""
 
         def __init__(self, events, argv):
             super().__init__(argv)
             self._events = events
+            self._gui = threading.get_ident()
+            self._nested = -1    # events delivered inside the one being timed
 
         def notify(self, receiver, event):
-            wall, cpu = time.perf_counter(), time.thread_time()
+            if self._nested >= 0 or threading.get_ident() != self._gui:
+                self._nested += self._nested >= 0
+                return super().notify(receiver, event)
+            what = f"{type(receiver).__name__}/{event.type().name}"
+            wall, cpu, self._nested = time.perf_counter(), time.thread_time(), 0
             try:
                 return super().notify(receiver, event)
             finally:
                 spent = (time.perf_counter() - wall) * 1000
-                if spent >= 5:
+                if spent >= 2:
                     self._events.append((time.perf_counter(), spent, (time.thread_time() - cpu) * 1000,
-                                         f"{type(receiver).__name__}/{event.type().name}"))
+                                         f"{what} ({self._nested} inside)"))
+                self._nested = -1
     return TimedApplication(events, argv)
 
 
 def _why(gaps, events) -> list[dict]:
     """For each stall over the target: its phase, time and CPU, and the longest events that
-    ended inside it (outermost first: nested deliveries are counted in their parent's time)."""
+    ended inside it."""
     found = []
     for phase, gap, cpu, end in gaps:
         if gap - HEARTBEAT_MS <= STALL_TARGET_MS:
