@@ -32,9 +32,10 @@ from .status_bar import StatusInfo
 from .theme import app_icon
 from .tree_panel import TensorPanel
 
-# The charts' modules (pyqtgraph, NumPy) are imported this long after the window is made, on a
-# thread: the window shows first, and the Compare and Drift tabs are quick to open later.
-IMPORT_CHARTS_AFTER_MS = 500
+# How long after the window's first turn of the event loop (its first paint) its threads start:
+# the look-ups that need no spec, and the charts' modules (pyqtgraph, NumPy), which make the
+# Compare and Drift tabs quick to open later.
+BACKGROUND_AFTER_MS = 300
 
 
 class MainWindow(WindowActions, FileActions, QMainWindow):
@@ -80,10 +81,14 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
             c.start_with(spec if isinstance(spec, PipelineSpec) else PipelineSpec.from_dict(spec))
         else:
             c.open_path(str(spec))
-        QTimer.singleShot(0, self.lookups.scan_cache)
         QTimer.singleShot(0, lambda: self.worker.submit(_warm_up_job(self.log.log)))
-        QTimer.singleShot(IMPORT_CHARTS_AFTER_MS, lambda: import_meanwhile(
-            f"{__package__}.compare", f"{__package__}.drift_view"))
+        # The window's own threads wait until it has shown: their imports take the GIL, which
+        # its first paint needs at every call into Python.
+        QTimer.singleShot(0, self, lambda: QTimer.singleShot(BACKGROUND_AFTER_MS, self, self._in_background))
+
+    def _in_background(self):
+        self.lookups.start()
+        import_meanwhile(f"{__package__}.compare", f"{__package__}.drift_view")
 
     # -- the state, forwarded -------------------------------------------------------------------
     spec = property(lambda self: self.controller.spec)

@@ -23,7 +23,6 @@ class SourceLookups(QObject):
         self._last = None
         for picker, repo_type in ((form.model_picker, "model"), (form.dataset_picker, "dataset")):
             picker.searchRequested.connect(lambda query, p=picker, t=repo_type: self.search(query, t, p))
-        self.pool.submit("hub", _hub_allowed, on_result=self._allow_hub_search)
         form.modelChanged.connect(self.model_info)
         form.datasetChanged.connect(self.dataset_preview)
 
@@ -42,6 +41,13 @@ class SourceLookups(QObject):
         if old is None or (old.dataset, old.dataset_config, old.split) != (
                 spec.dataset, spec.dataset_config, spec.split):
             self.dataset_preview(spec)
+
+    def start(self):
+        """The look-ups that need no spec (once the window shows: their imports on the pool's
+        threads take the GIL from the window's first paint): what the cache holds, and whether
+        the Hub may be searched."""
+        self.pool.submit("hub", _hub_allowed, on_result=self._allow_hub_search)
+        self.scan_cache()
 
     def scan_cache(self):
         def done(found):
@@ -83,7 +89,7 @@ class SourceLookups(QObject):
 
 def _hub_allowed() -> bool:
     """Whether the pickers may search the Hub (not when offline is asked for). On the pool's
-    thread: the Hub module imports an HTTP client, which the window's start need not wait for."""
+    thread: the Hub module imports an HTTP client."""
     from fp16studio.core.hf.hub import offline_requested
 
     return not offline_requested()
