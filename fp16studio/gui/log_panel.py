@@ -20,9 +20,10 @@ LEVEL_COLORS = {"error": SEVERITY_COLORS["error"], "warning": SEVERITY_COLORS["w
 # py.warnings: Python warnings raised in the engine, forwarded like log lines.
 WATCHED_LOGGERS = ("fp16studio", "transformers", "datasets", "py.warnings")
 MAX_BLOCKS = 5000
-# Entries wait this long to be laid out together, after what the window shows of a result: a
-# result's entries (one per finding) are not part of its handling's wait (issue 31).
-FLUSH_MS = 30
+# Entries wait this long to be laid out together, after what the window shows of a result (its
+# tree, its findings and their paints, a loaded machine's too): a result's entries, one per
+# finding, are not part of those waits (issue 31).
+FLUSH_MS = 200
 
 
 class _Bridge(QObject):
