@@ -87,6 +87,8 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         QTimer.singleShot(0, self, lambda: QTimer.singleShot(BACKGROUND_AFTER_MS, self, self._in_background))
 
     def _in_background(self):
+        if self.controller.closed:   # closed before it came to this: its pool is shut down
+            return
         self.lookups.start()
         import_meanwhile(f"{__package__}.compare", f"{__package__}.drift_view")
 
