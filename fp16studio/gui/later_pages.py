@@ -1,9 +1,9 @@
-"""Tabs whose page is made the first time it is needed: shown, or asked for.
+"""Tabs whose page is made after the window shows, or the first time it is needed before that.
 
 The Compare and Drift tabs draw with pyqtgraph and NumPy, whose import and plots were a third
-of the window's start-up (issue 31). Their tabs hold an empty page until then, and their module
-is imported on a thread of its own a moment after the window shows, so that making the page
-later costs only its widgets.
+of the window's start-up (issue 31). Their tabs hold an empty page until then; their modules are
+imported on a thread of its own a moment after the window shows, and the pages are made once
+that is done, one per event, unless one was needed first (shown, or asked for).
 """
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ import importlib
 import threading
 from typing import Callable
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QTabWidget, QWidget
+
+IDLE_CHECK_MS = 50   # how often the window looks whether the pages' modules are imported
 
 
 class LaterPages:
@@ -42,6 +45,23 @@ class LaterPages:
             stand_in.deleteLater()
         return self._made[name]
 
+    def make_after(self, loading: threading.Thread):
+        """Make the pages not made yet once `loading` (their modules' import) is done, one per
+        event: each is tens of milliseconds of widgets, which the first click on Benchmark or
+        Compare with float32 would otherwise wait for."""
+        timer = QTimer(self._tabs, interval=IDLE_CHECK_MS)
+
+        def next_page():
+            if loading.is_alive():
+                return
+            if not self._waiting:
+                timer.stop()
+                return
+            self.page(next(iter(self._waiting)))
+
+        timer.timeout.connect(next_page)
+        timer.start()
+
     def made(self, name: str) -> QWidget | None:
         """The page if it was made: what a page not made yet would be told, it does not need."""
         return self._made.get(name)
@@ -53,10 +73,12 @@ class LaterPages:
                 self.page(name)
 
 
-def import_meanwhile(*modules: str):
+def import_meanwhile(*modules: str) -> threading.Thread:
     """Import `modules` on a thread of its own (the GUI thread then finds them imported)."""
     def load():
         for module in modules:
             importlib.import_module(module)
 
-    threading.Thread(target=load, daemon=True, name="fp16studio-import").start()
+    loading = threading.Thread(target=load, daemon=True, name="fp16studio-import")
+    loading.start()
+    return loading

@@ -90,7 +90,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         if self.controller.closed:   # closed before it came to this: its pool is shut down
             return
         self.lookups.start()
-        import_meanwhile(f"{__package__}.compare", f"{__package__}.drift_view")
+        self.pages.make_after(import_meanwhile(f"{__package__}.compare", f"{__package__}.drift_view"))
 
     # -- the state, forwarded -------------------------------------------------------------------
     spec = property(lambda self: self.controller.spec)

@@ -88,3 +88,12 @@ def test_the_window_shows_before_its_charts_libraries_are_imported(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines() == ["[]", "True True"]
+
+
+def test_the_charts_pages_are_made_soon_after_the_window_shows(qtbot, fresh):
+    """Not at the first click on Benchmark or Compare with float32, which would wait for them."""
+    window, _ = fresh
+    pages = window.pages
+    assert pages.made("compare") is None and pages.made("drift") is None
+    qtbot.waitUntil(lambda: None not in (pages.made("compare"), pages.made("drift")), timeout=60_000)
+    assert window.main_tabs.indexOf(window.compare) == 2 and window.main_tabs.tabText(3) == "Drift"
