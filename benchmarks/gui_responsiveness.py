@@ -16,8 +16,10 @@ With --load N, N busy processes (`while True: pass`) run beside the app for the 
 as other work on the machine would: the figures then say what a loaded machine's user gets. Each
 stall is reported with the GUI thread's own CPU time in it (`cpu` beside `longest`): a stall
 with little CPU is the thread waiting (the scheduler, the GIL), one with as much CPU as time is
-the window's own work. --why names the events whose handlers ran longest inside the stalls over
-the target (receiver, event, wall and CPU milliseconds).
+the window's own work. `most_cpu` is the most CPU the GUI thread spent between two beats in the
+phase: the window's longest piece of work, which a load stretches but does not change. --why
+names the outermost GUI-thread events that ran longest inside the stalls over the target
+(receiver, event, how many events were delivered inside it, wall and CPU milliseconds).
 
     python benchmarks/gui_responsiveness.py [--bench] [--large] [--load N] [--why] [--json]
 
@@ -82,7 +84,7 @@ def _session(args) -> int:
     window._ask_unsaved = lambda title, text: DISCARD   # closing at the end drops the applied fix
     window.show()
     ready = {}
-    QTimer.singleShot(0, lambda: ready.setdefault("s", time.perf_counter() - START))
+    QTimer.singleShot(0, lambda: ready.update(s=time.perf_counter() - START, cpu=time.thread_time()))
     torch_at_ready = {}
     QTimer.singleShot(0, lambda: torch_at_ready.setdefault("loaded", "torch" in sys.modules))
 
@@ -112,19 +114,21 @@ def _session(args) -> int:
         window.diagnosisFinished.disconnect(after_first)
         window.diagnosisFinished.connect(after_fix)
         fix_id = doc["findings"][0]["fixes"][0]["id"]
-        window.apply_fix(fix_id)
+        # The user's click on the fix, in an event of its own after a pause, as it comes: the
+        # result's handling and paint, and the click's, are two waits, not one.
+        QTimer.singleShot(STEP_PAUSE_MS, lambda: window.apply_fix(fix_id))
 
     def after_fix(doc):
         mark("apply fix + diagnose" + (" (clean)" if doc["ok"] else " (still errors)"))
-        if args.bench:
-            phase[0] = "bench"
-            # The next phase in an event of its own, after a pause, as a user's next click
-            # would come: the result's own handling and paint stay in the bench phase.
-            window.benchmarkFinished.connect(
-                lambda _doc: (mark("benchmark"), QTimer.singleShot(STEP_PAUSE_MS, large)))
-            window.run_benchmark()
-        else:
-            large()
+        # The next phase after a pause, as a user's next click would come: the result's own
+        # handling and paint stay in the run phase.
+        QTimer.singleShot(STEP_PAUSE_MS, bench if args.bench else large)
+
+    def bench():
+        phase[0] = "bench"
+        window.benchmarkFinished.connect(
+            lambda _doc: (mark("benchmark"), QTimer.singleShot(STEP_PAUSE_MS, large)))
+        window.run_benchmark()
 
     def large():
         if not args.large:
@@ -183,6 +187,9 @@ def _session(args) -> int:
     tree_ms = _tree_costs(args.tree) if args.tree else None
     result = {
         "window_ready_s": round(ready.get("s", float("nan")), 3),
+        # The GUI thread's CPU time until then (the interpreter's start included): the window's
+        # own start-up work, which a load stretches but does not change.
+        "window_ready_cpu_s": round(ready.get("cpu", float("nan")), 3),
         "torch_imported_at_ready": torch_at_ready.get("loaded"),
         "load_processes": args.load,
         "stalls_ms": {name: _stalls([(g, c) for p, g, c, _ in gaps if p == name])
@@ -195,6 +202,7 @@ def _session(args) -> int:
     }
     if args.why:
         result["why"] = _why(gaps, events)
+        result["heaviest_events"] = _heaviest(gaps, events)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -310,41 +318,55 @@ def _arrival_costs(index) -> dict:
 
 def _stalls(gaps: list[tuple[float, float]]) -> dict:
     """The stalls (a gap beyond the heartbeat) of a phase; `cpu`: the GUI thread's CPU time in
-    the longest."""
+    the longest; `most_cpu`: the most CPU time the GUI thread spent in any one gap (its own
+    work between two beats, which a competing load stretches but does not change)."""
     stalls = sorted((max(0.0, gap - HEARTBEAT_MS), cpu) for gap, cpu in gaps)
     if not stalls:
         return {}
     (longest, cpu) = stalls[-1]
     return {"longest": round(longest, 1), "cpu": round(cpu, 1),
+            "most_cpu": round(max(c for _, c in stalls), 1),
             "p99": round(stalls[int(len(stalls) * 0.99)][0], 1),
             "over_50ms": sum(s > STALL_TARGET_MS for s, _ in stalls), "heartbeats": len(stalls)}
 
 
 def _timed_application(events, argv):
+    import threading
+
     from PySide6.QtWidgets import QApplication
 
     class TimedApplication(QApplication):
-        """Times each event's delivery on the GUI thread (wall and thread CPU): --why."""
+        """Times the delivery of each outermost event on the GUI thread (wall and thread CPU,
+        and how many events were delivered inside it): --why. Events of other threads (the
+        worker's, which wait on the engine) and nested deliveries are not timed: they would
+        count twice, and timing each costs the GUI thread time of its own."""
 
         def __init__(self, events, argv):
             super().__init__(argv)
             self._events = events
+            self._gui = threading.get_ident()
+            self._nested = -1    # events delivered inside the one being timed
 
         def notify(self, receiver, event):
-            wall, cpu = time.perf_counter(), time.thread_time()
+            if self._nested >= 0 or threading.get_ident() != self._gui:
+                self._nested += self._nested >= 0
+                return super().notify(receiver, event)
+            what = f"{type(receiver).__name__}/{event.type().name}"
+            wall, cpu, self._nested = time.perf_counter(), time.thread_time(), 0
             try:
                 return super().notify(receiver, event)
             finally:
                 spent = (time.perf_counter() - wall) * 1000
-                if spent >= 5:
+                if spent >= 2:
                     self._events.append((time.perf_counter(), spent, (time.thread_time() - cpu) * 1000,
-                                         f"{type(receiver).__name__}/{event.type().name}"))
+                                         f"{what} ({self._nested} inside)"))
+                self._nested = -1
     return TimedApplication(events, argv)
 
 
 def _why(gaps, events) -> list[dict]:
     """For each stall over the target: its phase, time and CPU, and the longest events that
-    ended inside it (outermost first: nested deliveries are counted in their parent's time)."""
+    ended inside it."""
     found = []
     for phase, gap, cpu, end in gaps:
         if gap - HEARTBEAT_MS <= STALL_TARGET_MS:
@@ -353,6 +375,20 @@ def _why(gaps, events) -> list[dict]:
         found.append({"phase": phase, "stall": round(gap - HEARTBEAT_MS, 1), "cpu": round(cpu, 1),
                       "events": [f"{what} {wall:.0f} ms (cpu {c:.0f})" for _, wall, c, what in inside[:4]]})
     return found
+
+
+def _heaviest(gaps, events, shown: int = 3) -> dict:
+    """Per phase, the GUI-thread events that took the most CPU: the window's own pieces of
+    work, load or not (a stall may hold several of them when a load stretches each)."""
+    phase_of = []   # (start, end, phase) of each gap
+    for phase, gap, _, end in gaps:
+        phase_of.append((end - gap / 1000, end, phase))
+    found: dict[str, list] = {}
+    for end, wall, cpu, what in events:
+        phase = next((p for start, stop, p in phase_of if start <= end <= stop), "closing")
+        found.setdefault(phase, []).append((cpu, wall, what))
+    return {phase: [f"{what} cpu {cpu:.1f} ms (wall {wall:.0f})" for cpu, wall, what in
+                    sorted(listed, reverse=True)[:shown]] for phase, listed in found.items()}
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import itertools
 import logging
 import time
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QPlainTextEdit
 
 from .palette import SEVERITY_COLORS
@@ -20,6 +20,10 @@ LEVEL_COLORS = {"error": SEVERITY_COLORS["error"], "warning": SEVERITY_COLORS["w
 # py.warnings: Python warnings raised in the engine, forwarded like log lines.
 WATCHED_LOGGERS = ("fp16studio", "transformers", "datasets", "py.warnings")
 MAX_BLOCKS = 5000
+# Entries wait this long to be laid out together, after what the window shows of a result (its
+# tree, its findings and their paints, a loaded machine's too): a result's entries, one per
+# finding, are not part of those waits (issue 31).
+FLUSH_MS = 200
 
 
 class _Bridge(QObject):
@@ -44,6 +48,8 @@ class LogPanel(QPlainTextEdit):
         self.setObjectName("logView")
         self.setMaximumBlockCount(MAX_BLOCKS)
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self._pending: list[str] = []
+        self._flush = QTimer(self, singleShot=True, interval=FLUSH_MS, timeout=self.flush)
         self._bridge = _Bridge(self)
         self._bridge.record.connect(self.log)
         self._handler = _Handler(self._bridge)
@@ -56,7 +62,20 @@ class LogPanel(QPlainTextEdit):
         body = html.escape(text).replace("\n", "<br>")
         if color:
             body = f"<span style='color:{color}'>{body}</span>"
-        self.appendHtml(f"<span style='color:#8d949f'>{stamp}</span>&nbsp; {body}")
+        self._pending.append(f"<span style='color:#8d949f'>{stamp}</span>&nbsp; {body}")
+        if not self._flush.isActive():
+            self._flush.start()
+
+    def flush(self):
+        """Lay out the entries logged since the last flush."""
+        self._flush.stop()
+        entries, self._pending = self._pending, []
+        for entry in entries:
+            self.appendHtml(entry)
+
+    def toPlainText(self) -> str:
+        self.flush()   # what was logged, the entries not yet laid out included
+        return super().toPlainText()
 
     def detach(self):
         """Stop listening to Python logging (the window is closing)."""

@@ -16,13 +16,12 @@ from fp16studio.core import PipelineSpec
 from fp16studio.core.diagnostics.inventory import drift_by_module, fp8_by_layer, rolled_up
 from fp16studio.session_state import NO_MODEL
 from .actions import RUN_TIP, WindowActions
-from .compare import CompareView
-from .drift_view import DriftView
 from .fp8_view import Fp8View
 from .file_actions import FileActions
 from .findings_panel import FindingsPanel
 from .fit import stale_note
 from .history import HistoryPanel
+from .later_pages import LaterPages, import_meanwhile
 from .log_panel import LogPanel
 from .placement import place, remember
 from .preview_panel import PreviewPanel
@@ -32,6 +31,12 @@ from .spec_form import SpecForm
 from .status_bar import StatusInfo
 from .theme import app_icon
 from .tree_panel import TensorPanel
+
+# How long after the window's first turn of the event loop (its first paint) its threads start:
+# the look-ups that need no spec, and the charts' modules (pyqtgraph, NumPy), which make the
+# Compare and Drift tabs quick to open later.
+BACKGROUND_AFTER_MS = 300
+
 
 class MainWindow(WindowActions, FileActions, QMainWindow):
     """CONTRACT §5: `run_diagnosis`, `apply_fix`, `run_benchmark`, `export_script`, the
@@ -56,6 +61,11 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
             "Run this code?", f"{question}.\n\nThis spec was not written here: read the code "
             "first. Run it? (Asked again only if either file changes.)")
         self.undo_stack, self.worker = c.undo_stack, c.worker
+        # A result's findings come in an event of their own, after the tree and its paint: a
+        # result is several short waits of the window, not one long one (issue 31).
+        self._findings_later = QTimer(self, singleShot=True, interval=0,
+                                      timeout=self._show_result_findings)
+        self._finished_doc = None   # diagnosisFinished's, sent once the findings are shown
         self._build_panels()
         self._build_actions()
         self._build_menus()
@@ -71,8 +81,16 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
             c.start_with(spec if isinstance(spec, PipelineSpec) else PipelineSpec.from_dict(spec))
         else:
             c.open_path(str(spec))
-        QTimer.singleShot(0, self.lookups.scan_cache)
         QTimer.singleShot(0, lambda: self.worker.submit(_warm_up_job(self.log.log)))
+        # The window's own threads wait until it has shown: their imports take the GIL, which
+        # its first paint needs at every call into Python.
+        QTimer.singleShot(0, self, lambda: QTimer.singleShot(BACKGROUND_AFTER_MS, self, self._in_background))
+
+    def _in_background(self):
+        if self.controller.closed:   # closed before it came to this: its pool is shut down
+            return
+        self.lookups.start()
+        self.pages.make_after(import_meanwhile(f"{__package__}.compare", f"{__package__}.drift_view"))
 
     # -- the state, forwarded -------------------------------------------------------------------
     spec = property(lambda self: self.controller.spec)
@@ -80,6 +98,10 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
     diagnosis_doc = property(lambda self: self.controller.diagnosis_doc)
     bench_doc = property(lambda self: self.controller.bench_doc)
     session_path = property(lambda self: self.controller.session_path)
+    # The Compare and Drift tabs' views, made when first needed (later_pages.py).
+    compare = property(lambda self: self.pages.page("compare"))
+    drift = property(lambda self: self.pages.page("drift"))
+    benchPlot = property(lambda self: self.compare.plot)
 
     def run_diagnosis(self) -> bool:
         return self.controller.run_diagnosis()
@@ -131,9 +153,6 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.tensors = TensorPanel()
         self.tensorTree = self.tensors.tree
         self.preview = PreviewPanel()
-        self.compare = CompareView()
-        self.benchPlot = self.compare.plot
-        self.drift = DriftView()
         self.fp8 = Fp8View()
         self.findings = FindingsPanel()
         self.findingsView = self.findings.view
@@ -143,8 +162,9 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.main_tabs = QTabWidget(documentMode=False)
         self.main_tabs.addTab(self.tensors, "Tensors")
         self.main_tabs.addTab(self.preview, "Dataset")
-        self.main_tabs.addTab(self.compare, "Compare")
-        self.main_tabs.addTab(self.drift, "Drift")
+        self.pages = LaterPages(self.main_tabs)
+        self.pages.add("compare", "Compare", _compare_view)
+        self.pages.add("drift", "Drift", _drift_view)
         self.main_tabs.addTab(self.fp8, "FP8")
         self.bottom_tabs = QTabWidget()
         self.bottom_tabs.addTab(self.log, "Log")
@@ -183,13 +203,14 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.findings.revealRequested.connect(self.reveal_location)
         c.specChanged.connect(self._on_spec)
         c.diagnosisChanged.connect(self._on_diagnosis)
-        c.findingsChanged.connect(lambda: self._on_diagnosis(c.diagnosis))
-        c.benchChanged.connect(lambda doc: self.compare.set_result(doc) if doc else self.compare.clear())
-        c.benchStale.connect(self.compare.set_stale)
-        c.benchSample.connect(self.compare.add_sample)
+        c.findingsChanged.connect(self._on_findings_changed)
+        c.benchChanged.connect(self._on_bench)
+        # A page not made yet has no figures to mark stale.
+        c.benchStale.connect(lambda stale: self._if_made("compare", "set_stale", stale))
+        c.benchSample.connect(lambda sample: self.compare.add_sample(sample))
         c.driftChanged.connect(self._on_drift)
-        c.driftStale.connect(self.drift.set_stale)
-        c.driftFailed.connect(self.drift.show_failure)
+        c.driftStale.connect(lambda stale: self._if_made("drift", "set_stale", stale))
+        c.driftFailed.connect(lambda message: self.drift.show_failure(message))
         c.driftFinished.connect(self.driftFinished)
         c.fp8Finished.connect(self._on_fp8)
         c.fp8Failed.connect(self.fp8.show_failure)
@@ -200,11 +221,12 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         c.titleChanged.connect(self.setWindowTitle)
         c.progressChanged.connect(self._on_progress)
         c.statusChanged.connect(self.status.message.setText)
+        c.environmentChanged.connect(self.status.set_environment)
         c.logged.connect(self.log.log)
         c.warned.connect(self._warn)
         c.opened.connect(lambda: self.tensors.clear_filters())
         c.diagnosisFailed.connect(self._on_failed)
-        c.diagnosisFinished.connect(self.diagnosisFinished)
+        c.diagnosisFinished.connect(self._finish_when_shown)
         c.benchmarkFinished.connect(self.benchmarkFinished)
         c.diagnosisFailed.connect(self.diagnosisFailed)
         c.exportFinished.connect(self.exportFinished)
@@ -222,6 +244,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.tensors.set_module_values("headroom", index.headroom if index else None)
         self.tensors.set_inventory(state.inventory)   # core's, as the --json document has it
         if diagnosis is None:
+            self._no_findings_later()
             self.tensors.set_tree(None)
             self._show_findings()
             if state.tracing is None and not state.findings_shown() and not state.drift_current:
@@ -229,11 +252,40 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
             return
         self.tensors.set_tree(diagnosis.tree, index)
         self.tensors.model.set_highlighted(node.path for node in state.located.values())
-        self._show_findings()
-        if diagnosis.error and not diagnosis.findings and state.tracing is None:
-            self.findings.show_failure(diagnosis.error.get("message", ""))
         if diagnosis.tree is not None:
             self.status.set_environment(diagnosis.environment, diagnosis.device, state.gpu_memory)
+        self._findings_later.start()   # read from the state when shown
+
+    def _on_findings_changed(self):
+        """A trace started, or ended with no result: what the panels say changes at once."""
+        self._on_diagnosis(self.controller.diagnosis)
+        if self._findings_later.isActive():
+            self._findings_later.stop()
+            self._show_result_findings()
+
+    def _show_result_findings(self):
+        self._show_findings()
+        state, diagnosis = self.controller.state, self.controller.diagnosis
+        if diagnosis is not None and diagnosis.error and not diagnosis.findings and state.tracing is None:
+            self.findings.show_failure(diagnosis.error.get("message", ""))
+        self._say_finished()
+
+    def _finish_when_shown(self, doc):
+        """diagnosisFinished once the result's findings are shown too."""
+        self._finished_doc = doc
+        if not self._findings_later.isActive():
+            self._say_finished()
+
+    def _no_findings_later(self):
+        """What is shown next replaces a result's findings still to come (a failure, nothing)."""
+        if self._findings_later.isActive():
+            self._findings_later.stop()
+            self._say_finished()
+
+    def _say_finished(self):
+        doc, self._finished_doc = self._finished_doc, None
+        if doc is not None:
+            self.diagnosisFinished.emit(doc)
 
     def _show_findings(self):
         """The Findings panel and the Tensors tab's note, from the session state: what is listed,
@@ -262,8 +314,22 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
             RUN_TIP if notice is None or not model else
             f"Run the pipeline in the form ({model}), not the traced script (Ctrl+R)")
 
+    def _if_made(self, page: str, method: str, *args):
+        view = self.pages.made(page)
+        if view is not None:
+            getattr(view, method)(*args)
+
+    def _on_bench(self, doc):
+        if doc:
+            self.compare.set_result(doc)
+        else:
+            self._if_made("compare", "clear")
+
     def _on_drift(self, result):
-        self.drift.set_result(result.to_json() if result is not None else None)
+        if result is not None:
+            self.drift.set_result(result.to_json())
+        else:
+            self._if_made("drift", "set_result", None)
         self.tensors.set_module_values("drift", rolled_up(drift_by_module(result.modules), min)
                                        if result is not None else None)
         if result is not None:
@@ -274,6 +340,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.tensors.set_module_values("fp8", rolled_up(fp8_by_layer(doc), min))
 
     def _on_failed(self, message: str):
+        self._no_findings_later()
         self.findings.show_failure(message)
         if message == NO_MODEL:
             self.form.model_picker.setFocus()
@@ -303,6 +370,18 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
             self.log.log("error", "The worker did not stop in time.")
         self.log.detach()
         super().closeEvent(event)
+
+
+def _compare_view():
+    from .compare import CompareView
+
+    return CompareView()
+
+
+def _drift_view():
+    from .drift_view import DriftView
+
+    return DriftView()
 
 
 def _warm_up_job(log):

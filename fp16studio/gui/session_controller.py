@@ -36,7 +36,12 @@ PROGRESS = {"bench": "Benchmarking…", "trace": "Tracing the script…", "drift
 # What a run waits for when it is queued behind another job of the engine's.
 AHEAD = {"demo": "the demo pipeline is ready", "open": "the file is open",
          "warm-up": "the engine has loaded torch", "preview": "the dataset preview is read",
-         "export": "the script is exported"}
+         "export": "the script is exported", "environment": "the engine has loaded torch"}
+# The jobs after which the engine has imported torch (a trace's script runs in a process of its
+# own), and the task that then reports its versions to the status bar (in the engine: named,
+# not imported here).
+LOAD_TORCH = ("warm-up", "demo", "diagnose", "bench", "drift", "fp8")
+ENVIRONMENT_TASK = "fp16studio.core.diagnostics.diagnosis:environment_info"
 _windows = iter(range(1, 1 << 30))
 
 
@@ -80,12 +85,15 @@ class SessionController(SessionFiles, QObject):
     benchmarkFinished = Signal(object)
     diagnosisFailed = Signal(str)
     exportFinished = Signal(str)
+    # The engine's versions (Diagnosis.environment) once it has loaded torch, whatever job did.
+    environmentChanged = Signal(object)
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.state = SessionState()
         self._closing = self._busy = False
         self._progress_message = self.status = ""
+        self.environment: dict | None = None
         # Asked before a spec read from a file runs its preprocess (CONTRACT §6), with what
         # would run; the window makes it a question. Unset, nothing untrusted runs.
         self.ask_consent = lambda question: False
@@ -426,7 +434,14 @@ class SessionController(SessionFiles, QObject):
         if job.kind == "trace" and self.state.trace_ended():   # cancelled: no result came
             self._emit_title()
             self.findingsChanged.emit()
+        if (outcome == "finished" and job.kind in LOAD_TORCH and self.environment is None
+                and not self.worker.pending("environment")):
+            self.worker.submit(Job("environment", ENVIRONMENT_TASK, on_result=self._took_environment))
         self._update_busy()
+
+    def _took_environment(self, environment: dict):
+        self.environment = environment
+        self.environmentChanged.emit(environment)
 
     def _update_busy(self):
         busy = self.busy

@@ -21,14 +21,13 @@ class SourceLookups(QObject):
         self.form, self.preview, self.worker, self.log = form, preview, worker, log
         self.pool = LookupPool(self)
         self._last = None
-        from fp16studio.core.hf.hub import offline_requested
-
-        online_allowed = not offline_requested()
         for picker, repo_type in ((form.model_picker, "model"), (form.dataset_picker, "dataset")):
-            picker.hub_search = online_allowed
             picker.searchRequested.connect(lambda query, p=picker, t=repo_type: self.search(query, t, p))
         form.modelChanged.connect(self.model_info)
         form.datasetChanged.connect(self.dataset_preview)
+
+    def _allow_hub_search(self, allowed: bool):
+        self.form.model_picker.hub_search = self.form.dataset_picker.hub_search = allowed
 
     def spec_changed(self, spec):
         """Look up what changed: the model's checkpoint, the dataset's rows."""
@@ -42,6 +41,13 @@ class SourceLookups(QObject):
         if old is None or (old.dataset, old.dataset_config, old.split) != (
                 spec.dataset, spec.dataset_config, spec.split):
             self.dataset_preview(spec)
+
+    def start(self):
+        """The look-ups that need no spec (once the window shows: their imports on the pool's
+        threads take the GIL from the window's first paint): what the cache holds, and whether
+        the Hub may be searched."""
+        self.pool.submit("hub", _hub_allowed, on_result=self._allow_hub_search)
+        self.scan_cache()
 
     def scan_cache(self):
         def done(found):
@@ -79,6 +85,14 @@ class SourceLookups(QObject):
 
     def shutdown(self):
         self.pool.shutdown()
+
+
+def _hub_allowed() -> bool:
+    """Whether the pickers may search the Hub (not when offline is asked for). On the pool's
+    thread: the Hub module imports an HTTP client."""
+    from fp16studio.core.hf.hub import offline_requested
+
+    return not offline_requested()
 
 
 def _nothing():

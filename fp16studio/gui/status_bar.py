@@ -31,13 +31,10 @@ class StatusInfo:
             bar.addPermanentWidget(label)
         self._gpu = ""
         self._engine_pid = lambda: None
-        import psutil
-
-        self._psutil = psutil
-        self._process = psutil.Process(os.getpid())
+        # The first sample at the first tick: psutil's import is not part of the window's start.
+        self._psutil = self._process = None
         self._timer = QTimer(bar, interval=MEMORY_INTERVAL_MS, timeout=self._sample)
         self._timer.start()
-        self._sample()
 
     def set_environment(self, env: dict, device: str | None = None, gpu_memory: int | None = None):
         """Show the engine's environment report (Diagnosis.environment) and the GPU's memory."""
@@ -54,9 +51,12 @@ class StatusInfo:
     def watch_engine(self, pid):
         """`pid()`: the engine process's id or None; its memory is shown beside the window's."""
         self._engine_pid = pid
-        self._sample()
 
     def _sample(self):
+        if self._process is None:
+            import psutil
+
+            self._psutil, self._process = psutil, psutil.Process(os.getpid())
         window = self._process.memory_info().rss
         engine = self._engine_rss()
         text = f"RAM {vocabulary.size(window)}" if engine is None else (

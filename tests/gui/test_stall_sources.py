@@ -73,3 +73,29 @@ def test_forgotten_rows_leave_no_cycle_behind(make_tree):
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
+
+
+def test_a_result_is_shown_in_turns_tree_then_findings_then_the_log(qtbot):
+    """A result's handling is split over events (issue 31): its own event shows the tree, the
+    findings follow in the next, the Log's entries after them; the window's diagnosisFinished
+    comes when the findings are shown."""
+    from fp16studio.gui import MainWindow
+    from window_steps import listed
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    qtbot.waitUntil(lambda: window.spec is not None, timeout=TIMEOUT_MS)
+    seen = {}
+
+    def in_the_results_event(_doc):   # after the window's own slots, in the same event
+        seen["tree"] = window.tensors.model.rowCount() > 0
+        seen["findings"] = len(listed(window))
+        seen["log"] = window.log.document().toPlainText()
+
+    window.controller.diagnosisFinished.connect(in_the_results_event)
+    with qtbot.waitSignal(window.diagnosisFinished, timeout=TIMEOUT_MS) as finished:
+        window.run_diagnosis()
+    assert seen["tree"] and seen["findings"] == 0
+    assert "Diagnosis on" not in seen["log"]
+    assert len(listed(window)) == len(finished.args[0]["findings"]) > 0
+    qtbot.waitUntil(lambda: "Diagnosis on" in window.log.document().toPlainText(), timeout=TIMEOUT_MS)

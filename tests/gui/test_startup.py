@@ -1,6 +1,9 @@
 """The window from its first second: what it says while the engine starts, torch loads and the
 demo is prepared, and a Run asked for meanwhile (queued: Cancel reaches it)."""
 
+import subprocess
+import sys
+
 import pytest
 
 from fp16studio.gui import MainWindow
@@ -63,3 +66,34 @@ def test_a_run_queued_behind_another_job_says_so_and_cancel_ends_it_at_once(qtbo
     assert not window.act_run.isEnabled() and window.act_cancel.isEnabled()
     window.act_cancel.trigger()   # not after the job ahead: now
     assert window.act_run.isEnabled() and not window.act_cancel.isEnabled()
+
+
+def test_the_window_shows_before_its_charts_libraries_are_imported(tmp_path):
+    """pyqtgraph and NumPy (the Compare and Drift tabs' charts) and psutil are not part of the
+    window's start (issue 31): they come after it shows, and the Compare tab, once opened, has
+    its charts. In a process of its own: this one has imported them already."""
+    code = ("import sys\n"
+            "from PySide6.QtWidgets import QApplication\n"
+            "app = QApplication([])\n"
+            "from fp16studio.gui import MainWindow\n"
+            "w = MainWindow()\n"
+            "w.show()\n"
+            "print(sorted(m for m in ('pyqtgraph', 'numpy', 'psutil') if m in sys.modules))\n"
+            "tabs = w.main_tabs\n"
+            "tabs.setCurrentIndex([tabs.tabText(i) for i in range(tabs.count())].index('Compare'))\n"
+            "print(tabs.currentWidget() is w.compare, w.benchPlot.isVisibleTo(w))\n"
+            "w.close()\n")
+    script = tmp_path / "show_the_window.py"
+    script.write_text(code)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines() == ["[]", "True True"]
+
+
+def test_the_charts_pages_are_made_soon_after_the_window_shows(qtbot, fresh):
+    """Not at the first click on Benchmark or Compare with float32, which would wait for them."""
+    window, _ = fresh
+    pages = window.pages
+    assert pages.made("compare") is None and pages.made("drift") is None
+    qtbot.waitUntil(lambda: None not in (pages.made("compare"), pages.made("drift")), timeout=60_000)
+    assert window.main_tabs.indexOf(window.compare) == 2 and window.main_tabs.tabText(3) == "Drift"

@@ -78,6 +78,17 @@ def test_status_bar_shows_engine_versions_after_a_run(qtbot, window):
                         window.status.memory.text())
 
 
+def test_status_bar_shows_engine_versions_once_torch_is_loaded_without_a_run(qtbot, window):
+    """The engine loads torch at start (warm-up); a benchmark is the only job the user runs: the
+    status bar says which torch ran it, not "torch not loaded yet"."""
+    with qtbot.waitSignal(window.benchmarkFinished, timeout=TIMEOUT_MS):
+        assert window.run_benchmark(["float32"])
+    qtbot.waitUntil(lambda: bool(re.search(r"torch \d", window.status.versions.text())),
+                    timeout=TIMEOUT_MS)
+    assert re.search(r"transformers \d", window.status.versions.text())
+    assert window.diagnosis is None
+
+
 def test_dropping_a_folder_on_a_picker_commits_it(qtbot, tmp_path):
     picker = SourcePicker("model")
     qtbot.addWidget(picker)
