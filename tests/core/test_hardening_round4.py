@@ -72,12 +72,19 @@ def _alive(pid: int) -> bool:
         return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _as_in_a_terminal():
+    # trace as a terminal starts it: SIGINT (Ctrl-C) at its default. A shell's background job,
+    # such as a CI run started with `&`, ignores SIGINT, and Python keeps an inherited SIG_IGN.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_ending_trace_ends_the_script_it_runs(sig, tmp_path):
     pid_file = tmp_path / "pid"
     trace = subprocess.Popen([sys.executable, "-m", "fp16studio", "trace",
                               str(SCRIPTS / "sleeps_with_pid.py"), "--", str(pid_file)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             preexec_fn=_as_in_a_terminal)
     try:
         deadline = time.monotonic() + CHILD_TIMEOUT_S
         while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:

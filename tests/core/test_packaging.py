@@ -173,19 +173,25 @@ def test_the_checkout_reads_its_top_level_resources():
     assert resource_paths.desktop_file(APP_ID, ".metainfo.xml") == METAINFO
 
 
+def _of_the_checkout(folder: Path) -> bool:
+    return folder.is_relative_to(ROOT) and "site-packages" not in folder.parts
+
+
 def venv_seeing_this_environment(venv: Path) -> Path:
     """A venv of its own (its python returned) that also sees the packages this test runs
     with, after its own. Not `--system-site-packages`: inside a venv that means the base
     interpreter's packages, which need not hold PySide6 or torch. A .pth file lists the folders
-    on this interpreter's path instead, the checkout's own left out; as plain lines, so the
-    .pth files inside them (an editable install of this checkout) are not run there."""
+    on this interpreter's path instead, the checkout's own left out (but a venv's packages kept
+    where the venv lives inside the checkout, as the README's `python3 -m venv v` makes it); as
+    plain lines, so the .pth files inside them (an editable install of this checkout) are not
+    run there."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    timeout=120)
     python = venv / "bin" / "python"
     own = subprocess.run([str(python), "-I", "-c", "import site; print(site.getsitepackages()[0])"],
                          capture_output=True, text=True, check=True, timeout=120).stdout.strip()
     seen = [path for path in sys.path if path and Path(path).is_dir()
-            and not Path(path).resolve().is_relative_to(ROOT)]
+            and not _of_the_checkout(Path(path).resolve())]
     (Path(own) / "_this_environment.pth").write_text("\n".join(seen) + "\n")
     return python
 
