@@ -26,6 +26,7 @@ from pyqtgraph.exporters import ImageExporter
 from fp16studio.core.precision.verdict import VERDICT_COLUMNS
 from fp16studio.core.present.vocabulary import bench_columns, bench_notes, stability, status, with_ratio
 from .fit import ElidedLabel, VerticalScrollArea
+from .later_pages import all_parts
 from .palette import DTYPE_COLORS, OKABE_ITO
 from .plot_style import SpacedAxis, follow_palette, restyle
 from .roles import RAW_ROLE
@@ -160,7 +161,9 @@ class _Series:
 class CompareView(QWidget):
     """Live throughput plot (`plot`), result bars (`bars`), figures table (`table`)."""
 
-    def __init__(self, parent=None):
+    def __init__(self, parent=None, *, in_parts: bool = False):
+        """Made whole, or with `in_parts` only begun: `parts` then makes the rest, a part per
+        step (the window spreads them over events, later_pages.py)."""
         super().__init__(parent)
         self._doc: dict | None = None
         self._series: dict[str, _Series] = {}
@@ -169,7 +172,11 @@ class CompareView(QWidget):
         self._timer = QTimer(self)
         self._timer.setInterval(REDRAW_MS)
         self._timer.timeout.connect(self._redraw)
+        self.parts = self._make()
+        if not in_parts:
+            all_parts(self.parts)
 
+    def _make(self):
         self.plot = pg.PlotWidget(title="Throughput while measuring")
         self.plot.setObjectName("benchPlot")
         self.plot.setLabel("left", "samples/s")
@@ -180,6 +187,7 @@ class CompareView(QWidget):
         # The legend beside the plot, not over the curves it names.
         self.legend = pg.LegendItem()
         self.plot.getPlotItem().layout.addItem(self.legend, 2, 3)
+        yield
 
         # Horizontal bars: the variant names sit on the left axis, one per line, so long names
         # (autocast-bfloat16) never run into each other.
@@ -187,7 +195,9 @@ class CompareView(QWidget):
         # Short titles and axis labels: a plot is never narrower than its title, two share the
         # width, and a longer label runs into its neighbour's; what they mean is in the caption.
         self._speed_plot = self.bars.addPlot(title="Throughput", axisItems={"bottom": SpacedAxis("bottom")})
+        yield
         self._memory_plot = self.bars.addPlot(title="Memory", axisItems={"bottom": SpacedAxis("bottom")})
+        yield
         # Each step split into the GPU's busy time and the rest (the interpreter launching
         # kernels, waits): at a glance, where half precision's faster kernels went. In the
         # layout only when the document has busy times (a GPU's).
@@ -217,6 +227,7 @@ class CompareView(QWidget):
             item.getAxis("left").setStyle(showValues=False)
         for widget in (self.plot, self.bars):
             follow_palette(widget)
+        yield
 
         self.summary = QLabel()
         self.summary.setWordWrap(True)

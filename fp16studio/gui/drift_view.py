@@ -22,6 +22,7 @@ from fp16studio.core.present import vocabulary
 from fp16studio.core.run.compare import DRIFT_SQNR_DB
 from fp16studio.core.run.distance import SQNR_CEILING_DB
 from .document_rows import DocumentRows
+from .later_pages import all_parts
 from .palette import OKABE_ITO
 from .plot_style import follow_palette
 from .roles import RAW_ROLE
@@ -103,8 +104,16 @@ def strip_series(doc: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 class DriftView(QWidget):
-    def __init__(self, parent=None):
+    def __init__(self, parent=None, *, in_parts: bool = False):
+        """Made whole, or with `in_parts` only begun: `parts` then makes the rest, a part per
+        step (the window spreads them over events, later_pages.py)."""
         super().__init__(parent)
+        self._doc: dict | None = None
+        self.parts = self._make()
+        if not in_parts:
+            all_parts(self.parts)
+
+    def _make(self):
         self.verdict = QLabel(HINT, wordWrap=True, textFormat=Qt.TextFormat.PlainText)
         self.stale = QLabel("This comparison is of an earlier version of the spec: Compare with "
                             "float32 again to see the current one.", objectName="staleNote",
@@ -118,6 +127,7 @@ class DriftView(QWidget):
         self.table.verticalHeader().hide()
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.horizontalHeader().setStretchLastSection(True)
+        yield
 
         self.plot = pg.GraphicsLayoutWidget()
         self.sqnr_plot = self.plot.addPlot(row=0, col=0)
@@ -127,6 +137,7 @@ class DriftView(QWidget):
                                               symbol="o", symbolSize=4, connect="finite")
         self.broken_points = pg.ScatterPlotItem(symbol="x", size=9, pen=pg.mkPen(OKABE_ITO["vermillion"], width=2))
         self.sqnr_plot.addItem(self.broken_points)
+        yield
         self.headroom_plot = self.plot.addPlot(row=1, col=0)
         self.headroom_plot.setLabel("left", "range used")
         self.headroom_plot.setLabel("bottom", "module, in call order")
@@ -151,7 +162,6 @@ class DriftView(QWidget):
         layout.addWidget(self.verdict)
         layout.addWidget(self.stale)
         layout.addWidget(split, 1)
-        self._doc: dict | None = None
 
     def set_result(self, doc: dict | None):
         """Show a drift document (DriftResult.to_json()), or nothing."""

@@ -3,7 +3,10 @@
 The Compare and Drift tabs draw with pyqtgraph and NumPy, whose import and plots were a third
 of the window's start-up (issue 31). Their tabs hold an empty page until then; their modules are
 imported on a thread of its own a moment after the window shows, and the pages are made once
-that is done, one per event, unless one was needed first (shown, or asked for).
+that is done, a part of a page per event (a view made `in_parts` hands the rest of its making
+to `parts`, a generator: each part some tens of milliseconds of widgets, which the window does
+one at a time, never all at once while the user waits), unless one was needed first (shown, or
+asked for).
 """
 
 from __future__ import annotations
@@ -16,17 +19,27 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QTabWidget, QWidget
 
 IDLE_CHECK_MS = 50   # how often the window looks whether the pages' modules are imported
+_WHOLE = object()    # what a view's `parts` give when none is left
+
+
+def all_parts(parts) -> None:
+    """Make what is left of a view made in parts (`parts`: its generator)."""
+    for _ in parts:
+        pass
 
 
 class LaterPages:
     def __init__(self, tabs: QTabWidget):
         self._tabs = tabs
-        self._waiting: dict[str, tuple[QWidget, Callable[[], QWidget]]] = {}
+        self._waiting: dict[str, tuple[QWidget, Callable[..., QWidget]]] = {}
+        self._begun: dict[str, QWidget] = {}   # made in parts, not in their tab yet
+        self._whole: set[str] = set()            # of those, the ones whose parts are all made
         self._made: dict[str, QWidget] = {}
         tabs.currentChanged.connect(self._on_current)
 
-    def add(self, name: str, title: str, make: Callable[[], QWidget]):
-        """A tab titled `title` whose page `make()` returns when first needed."""
+    def add(self, name: str, title: str, make: Callable[..., QWidget]):
+        """A tab titled `title` whose page `make(in_parts=True)` begins when first needed (its
+        `parts` make the rest)."""
         stand_in = QWidget()
         self._waiting[name] = (stand_in, make)
         self._tabs.addTab(stand_in, title)
@@ -34,8 +47,11 @@ class LaterPages:
     def page(self, name: str) -> QWidget:
         """The page, made now if it was not yet (in its tab's place, current if that was)."""
         if name not in self._made:
-            stand_in, make = self._waiting.pop(name)
-            page = self._made[name] = make()
+            page = self._begun.pop(name, None) or self._waiting[name][1](in_parts=True)
+            all_parts(page.parts)
+            stand_in, _ = self._waiting.pop(name)
+            self._whole.discard(name)
+            self._made[name] = page
             index = self._tabs.indexOf(stand_in)
             current = self._tabs.currentIndex() == index
             self._tabs.insertTab(index, page, self._tabs.tabText(index))
@@ -46,20 +62,27 @@ class LaterPages:
         return self._made[name]
 
     def make_after(self, loading: threading.Thread):
-        """Make the pages not made yet once `loading` (their modules' import) is done, one per
-        event: each is tens of milliseconds of widgets, which the first click on Benchmark or
-        Compare with float32 would otherwise wait for."""
+        """Make the pages not made yet once `loading` (their modules' import) is done, a part
+        per event: what the first click on Benchmark or Compare with float32 would otherwise
+        wait for, and a page at once would hold the window longer than a stall."""
         timer = QTimer(self._tabs, interval=IDLE_CHECK_MS)
 
-        def next_page():
+        def next_part():
             if loading.is_alive():
                 return
             if not self._waiting:
                 timer.stop()
                 return
-            self.page(next(iter(self._waiting)))
+            name = next(iter(self._waiting))
+            page = self._begun.get(name)
+            if page is None:
+                self._begun[name] = self._waiting[name][1](in_parts=True)
+            elif name in self._whole:
+                self.page(name)   # into its tab, in an event of its own too
+            elif next(page.parts, _WHOLE) is _WHOLE:
+                self._whole.add(name)
 
-        timer.timeout.connect(next_page)
+        timer.timeout.connect(next_part)
         timer.start()
 
     def made(self, name: str) -> QWidget | None:

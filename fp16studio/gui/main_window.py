@@ -372,16 +372,16 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         super().closeEvent(event)
 
 
-def _compare_view():
+def _compare_view(in_parts: bool):
     from .compare import CompareView
 
-    return CompareView()
+    return CompareView(in_parts=in_parts)
 
 
-def _drift_view():
+def _drift_view(in_parts: bool):
     from .drift_view import DriftView
 
-    return DriftView()
+    return DriftView(in_parts=in_parts)
 
 
 def _warm_up_job(log):

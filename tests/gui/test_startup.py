@@ -97,3 +97,44 @@ def test_the_charts_pages_are_made_soon_after_the_window_shows(qtbot, fresh):
     assert pages.made("compare") is None and pages.made("drift") is None
     qtbot.waitUntil(lambda: None not in (pages.made("compare"), pages.made("drift")), timeout=60_000)
     assert window.main_tabs.indexOf(window.compare) == 2 and window.main_tabs.tabText(3) == "Drift"
+
+
+def test_a_page_is_made_a_part_per_event_or_all_at_once_when_needed(qtbot):
+    """Each part of a page in an event of its own, never all of them in one (the Compare page
+    held the window 87 ms under load); a page needed before that is finished at once."""
+    import threading
+    import time
+
+    from PySide6.QtWidgets import QTabWidget, QWidget
+
+    from fp16studio.gui.later_pages import IDLE_CHECK_MS, LaterPages
+
+    class InParts(QWidget):   # a page made in three parts, each one's time noted
+        def __init__(self, in_parts: bool):
+            super().__init__()
+            self.times = []
+            self.parts = self._make()
+
+        def _make(self):
+            for more in (True, True, False):
+                self.times.append(time.monotonic())
+                if more:
+                    yield
+
+    tabs = QTabWidget()
+    qtbot.addWidget(tabs)
+    tabs.addTab(QWidget(), "shown")   # the current tab: a page shown is needed at once
+    pages = LaterPages(tabs)
+    pages.add("a", "A", InParts)
+    pages.add("b", "B", InParts)
+    imported = threading.Thread(target=lambda: None)
+    imported.start()
+    imported.join()
+    pages.make_after(imported)
+    qtbot.waitUntil(lambda: pages.made("a") is not None, timeout=10_000)
+    times = pages.made("a").times
+    assert len(times) == 3
+    assert all(b - a >= IDLE_CHECK_MS / 1000 * 0.8 for a, b in zip(times, times[1:])), times
+    assert tabs.widget(1) is pages.made("a") and tabs.tabText(1) == "A"
+    page_b = pages.page("b")               # needed before its turn: every part made now
+    assert len(page_b.times) == 3 and tabs.widget(2) is page_b and tabs.tabText(2) == "B"
