@@ -105,6 +105,45 @@ def test_ending_trace_ends_the_script_it_runs(sig, tmp_path):
                 pass
 
 
+OWN_MODEL = """
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.l(x) + 1e-8
+"""
+
+
+@pytest.mark.parametrize("made", ["exec", "file"])
+def test_a_model_class_whose_module_is_named_like_script_is_traced(made, tmp_path):
+    """A model class of the user's own whose module is `<script>…`: compiled from a string
+    (exec), or a real file of that name loaded by path. Its line is found where it is a file;
+    never an error of ours."""
+    module = tmp_path / "<script>model.py"
+    module.write_text(OWN_MODEL)
+    load = (f"ns = {{'__name__': '<script>'}}\nexec(compile({OWN_MODEL!r}, '<script>', 'exec'), ns)\n"
+            "Net = ns['Net']\n" if made == "exec" else
+            "import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('<script>model', {str(module)!r})\n"
+            "own = importlib.util.module_from_spec(spec)\nsys.modules['<script>model'] = own\n"
+            "spec.loader.exec_module(own)\nNet = own.Net\n")
+    script = tmp_path / "run.py"
+    script.write_text(f"import torch\n{load}model = Net().half()\n"
+                      "print(model(torch.ones(2, 4, dtype=torch.float16)).sum())\n")
+    result = trace_script(script)
+    assert result.error is None and result.models[0]["class"] == "Net"
+    eps = [f for f in result.findings if f.code == "precision-loss"]
+    if made == "file":   # the eps that is 0 in float16, at its line of the module's file
+        assert [f.source["file"] for f in eps] == [str(module)] and eps[0].source["line"] == 11
+    else:                # code with no file of its own is not the user's files: not checked
+        assert eps == []
+
+
 def test_a_module_the_script_imports_runs_its_top_level_code_once(demo_dir, tmp_path):
     """The recovered spec names the script's own Dataset.map module as its preprocess; checking
     that spec must not import the module again (its side effects twice)."""
