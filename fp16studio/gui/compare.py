@@ -172,6 +172,10 @@ class CompareView(QWidget):
         self._timer = QTimer(self)
         self._timer.setInterval(REDRAW_MS)
         self._timer.timeout.connect(self._redraw)
+        # A result's bars an event after its table: the two in one event held the window
+        # 97-113 ms under load (docs/benchmarks.md).
+        self._bars_later = QTimer(self, singleShot=True, interval=0)
+        self._bars_later.timeout.connect(self._draw_bars)
         self.parts = self._make()
         if not in_parts:
             all_parts(self.parts)
@@ -301,6 +305,7 @@ class CompareView(QWidget):
     def clear(self):
         """Forget samples and results: a new benchmark starts."""
         self._timer.stop()
+        self._bars_later.stop()
         for curve in self._curves.values():
             self.plot.removeItem(curve)
             self.legend.removeItem(curve)
@@ -349,12 +354,35 @@ class CompareView(QWidget):
             self._timer.start()
 
     def set_result(self, doc: dict):
-        """Show a finished bench document (CONTRACT §3 `bench --json`)."""
+        """Show a finished bench document (CONTRACT §3 `bench --json`): the table, summary and
+        note now, the bars an event later (`finish_drawing` for them at once)."""
         self._redraw()
         self._doc = doc
         self.model.set_doc(doc)
         variants = doc.get("variants", [])
-        ok = [v for v in variants if v.get("ok")]
+        # Every variant's row in view without scrolling.
+        rows = self.table.verticalHeader().defaultSectionSize() * (len(variants) + 1)
+        scrollbar = self.table.horizontalScrollBar().sizeHint().height()
+        self.table.setMinimumHeight(rows + scrollbar + 2 * self.table.frameWidth() + 4)
+        self.summary.setText(self._summary_text(doc))
+        note = doc.get("note") or ""  # on a CPU: what its figures say (core's CPU_NOTE)
+        self.note.setText(note)
+        self.note.setVisible(bool(note))
+        for button in self._export_buttons:
+            button.setEnabled(True)
+        self._bars_later.start()
+
+    def finish_drawing(self):
+        """The result's bars drawn now if they are still due (before an export reads them)."""
+        if self._bars_later.isActive():
+            self._bars_later.stop()
+            self._draw_bars()
+
+    def _draw_bars(self):
+        doc = self._doc
+        if doc is None:
+            return
+        ok = [v for v in doc.get("variants", []) if v.get("ok")]
         # A noisy figure is marked where it is drawn, not only in the table.
         ticks = [[(i, v["name"] + (" (noisy)" if stability(v) == "noisy" else "")) for i, v in enumerate(ok)]]
         y = np.arange(len(ok), dtype=float)
@@ -381,16 +409,6 @@ class CompareView(QWidget):
             item.enableAutoRange()
         self.bars.setMinimumHeight(BAR_ROW_PX * len(ok) + 90)
         self.charts.setCurrentWidget(self.results)
-        # Every variant's row in view without scrolling.
-        rows = self.table.verticalHeader().defaultSectionSize() * (len(variants) + 1)
-        scrollbar = self.table.horizontalScrollBar().sizeHint().height()
-        self.table.setMinimumHeight(rows + scrollbar + 2 * self.table.frameWidth() + 4)
-        self.summary.setText(self._summary_text(doc))
-        note = doc.get("note") or ""  # on a CPU: what its figures say (core's CPU_NOTE)
-        self.note.setText(note)
-        self.note.setVisible(bool(note))
-        for button in self._export_buttons:
-            button.setEnabled(True)
 
     @property
     def _result_plots(self):
@@ -408,6 +426,7 @@ class CompareView(QWidget):
     def export_png(self, path) -> list[Path]:
         """The result bars at `path` and the live plot beside it (`<name>-live.png`)."""
         path = Path(path)
+        self.finish_drawing()
         live = path.with_name(f"{path.stem}-live{path.suffix or '.png'}")
         for item, target in ((self.bars.scene(), path), (self.plot.getPlotItem(), live)):
             exporter = ImageExporter(item)

@@ -35,6 +35,7 @@ def view(qtbot):
 
 def test_busy_and_the_rest_of_each_step_are_stacked_per_variant(view):
     view.set_result(GPU_DOC)
+    view.finish_drawing()
     assert view._time_plot in view.bars.ci.items
     busy, rest = view._busy_bars.opts, view._overhead_bars.opts
     assert list(busy["width"]) == [36.0, 2.9] and list(rest["x0"]) == [36.0, 2.9]
@@ -48,7 +49,9 @@ def test_busy_and_the_rest_of_each_step_are_stacked_per_variant(view):
 
 def test_on_a_cpu_there_is_no_time_chart_and_no_gpu_columns(view):
     view.set_result(GPU_DOC)
+    view.finish_drawing()
     view.set_result(CPU_DOC)
+    view.finish_drawing()
     assert view._time_plot not in view.bars.ci.items
     assert not {"Busy ms", "Bound"} & set(view.model.headers())
     assert "Verdict: Half precision does not pay on this CPU" in view.summary.text()
@@ -56,6 +59,7 @@ def test_on_a_cpu_there_is_no_time_chart_and_no_gpu_columns(view):
 
 def test_once_cleared_the_charts_keep_no_names_nor_ranges_of_the_old_figures(view):
     view.set_result(GPU_DOC)
+    view.finish_drawing()
     view.clear()
     for plot in view._result_plots:
         assert plot.getAxis("left")._tickLevels is None
