@@ -162,7 +162,7 @@ class EngineClient:
         # No collection meanwhile: in a window, a pass on the GUI thread that frees Qt
         # wrappers while this thread imports through PySide's import hook (pickling the process
         # for spawn) has hung or crashed the window in tests.
-        with _main_module_hidden(), gc_paused():
+        with gc_paused(), _main_module_hidden():
             self._process.start()
         commands_out.close()   # the child's ends; ours stay open
         events_in.close()

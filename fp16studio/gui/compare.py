@@ -161,9 +161,8 @@ class _Series:
 class CompareView(QWidget):
     """Live throughput plot (`plot`), result bars (`bars`), figures table (`table`)."""
 
-    def __init__(self, parent=None, *, in_parts: bool = False):
-        """Made whole, or with `in_parts` only begun: `parts` then makes the rest, a part per
-        step (the window spreads them over events, later_pages.py)."""
+    def __init__(self, parent=None, *, begun: bool = False):
+        """Made whole; `begun` only for `in_parts`, which makes the rest."""
         super().__init__(parent)
         self._doc: dict | None = None
         self._series: dict[str, _Series] = {}
@@ -176,9 +175,16 @@ class CompareView(QWidget):
         # 97-113 ms under load (docs/benchmarks.md).
         self._bars_later = QTimer(self, singleShot=True, interval=0)
         self._bars_later.timeout.connect(self._draw_bars)
-        self.parts = self._make()
-        if not in_parts:
-            all_parts(self.parts)
+        if not begun:
+            all_parts(self._make())
+
+    @classmethod
+    def in_parts(cls):
+        """The view made a part per step: a generator that returns it (the window spreads the
+        parts over events, later_pages.py). It holds the view; the view never holds it."""
+        view = cls(begun=True)
+        yield from view._make()
+        return view
 
     def _make(self):
         self.plot = pg.PlotWidget(title="Throughput while measuring")

@@ -104,14 +104,20 @@ def strip_series(doc: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 class DriftView(QWidget):
-    def __init__(self, parent=None, *, in_parts: bool = False):
-        """Made whole, or with `in_parts` only begun: `parts` then makes the rest, a part per
-        step (the window spreads them over events, later_pages.py)."""
+    def __init__(self, parent=None, *, begun: bool = False):
+        """Made whole; `begun` only for `in_parts`, which makes the rest."""
         super().__init__(parent)
         self._doc: dict | None = None
-        self.parts = self._make()
-        if not in_parts:
-            all_parts(self.parts)
+        if not begun:
+            all_parts(self._make())
+
+    @classmethod
+    def in_parts(cls):
+        """The view made a part per step: a generator that returns it (the window spreads the
+        parts over events, later_pages.py). It holds the view; the view never holds it."""
+        view = cls(begun=True)
+        yield from view._make()
+        return view
 
     def _make(self):
         self.verdict = QLabel(HINT, wordWrap=True, textFormat=Qt.TextFormat.PlainText)

@@ -3,43 +3,46 @@
 The Compare and Drift tabs draw with pyqtgraph and NumPy, whose import and plots were a third
 of the window's start-up (issue 31). Their tabs hold an empty page until then; their modules are
 imported on a thread of its own a moment after the window shows, and the pages are made once
-that is done, a part of a page per event (a view made `in_parts` hands the rest of its making
-to `parts`, a generator: each part some tens of milliseconds of widgets, which the window does
-one at a time, never all at once while the user waits), unless one was needed first (shown, or
-asked for).
+that is done, a part of a page per event (a page's maker is a generator that yields between
+parts and returns the page: each part some milliseconds of widgets, which the window does one at
+a time, never all at once while the user waits), unless one was needed first (shown, or asked
+for). The generator holds its page, never the reverse: a cycle of the two would be freed only by
+a garbage collection, on whatever thread runs it, and Qt objects must go on the GUI thread.
 """
 
 from __future__ import annotations
 
 import importlib
 import threading
-from typing import Callable
+from typing import Callable, Iterator
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QTabWidget, QWidget
 
 IDLE_CHECK_MS = 50   # how often the window looks whether the pages' modules are imported
-_WHOLE = object()    # what a view's `parts` give when none is left
 
 
-def all_parts(parts) -> None:
-    """Make what is left of a view made in parts (`parts`: its generator)."""
-    for _ in parts:
-        pass
+def all_parts(parts):
+    """Make what is left of a page made in parts (`parts`: its generator); the page."""
+    while True:
+        try:
+            next(parts)
+        except StopIteration as made:
+            return made.value
 
 
 class LaterPages:
     def __init__(self, tabs: QTabWidget):
         self._tabs = tabs
-        self._waiting: dict[str, tuple[QWidget, Callable[..., QWidget]]] = {}
-        self._begun: dict[str, QWidget] = {}   # made in parts, not in their tab yet
-        self._whole: set[str] = set()            # of those, the ones whose parts are all made
+        self._waiting: dict[str, tuple[QWidget, Callable[[], Iterator]]] = {}
+        self._begun: dict[str, Iterator] = {}   # the pages being made: their parts left
+        self._whole: dict[str, QWidget] = {}     # made, not in their tab yet
         self._made: dict[str, QWidget] = {}
         tabs.currentChanged.connect(self._on_current)
 
-    def add(self, name: str, title: str, make: Callable[..., QWidget]):
-        """A tab titled `title` whose page `make(in_parts=True)` begins when first needed (its
-        `parts` make the rest)."""
+    def add(self, name: str, title: str, make: Callable[[], Iterator]):
+        """A tab titled `title` whose page `make()` makes, a part per step (a generator that
+        returns the page), when first needed."""
         stand_in = QWidget()
         self._waiting[name] = (stand_in, make)
         self._tabs.addTab(stand_in, title)
@@ -47,10 +50,10 @@ class LaterPages:
     def page(self, name: str) -> QWidget:
         """The page, made now if it was not yet (in its tab's place, current if that was)."""
         if name not in self._made:
-            page = self._begun.pop(name, None) or self._waiting[name][1](in_parts=True)
-            all_parts(page.parts)
+            page = self._whole.pop(name, None)
+            if page is None:
+                page = all_parts(self._begun.pop(name, None) or self._waiting[name][1]())
             stand_in, _ = self._waiting.pop(name)
-            self._whole.discard(name)
             self._made[name] = page
             index = self._tabs.indexOf(stand_in)
             current = self._tabs.currentIndex() == index
@@ -74,13 +77,17 @@ class LaterPages:
                 timer.stop()
                 return
             name = next(iter(self._waiting))
-            page = self._begun.get(name)
-            if page is None:
-                self._begun[name] = self._waiting[name][1](in_parts=True)
-            elif name in self._whole:
+            if name in self._whole:
                 self.page(name)   # into its tab, in an event of its own too
-            elif next(page.parts, _WHOLE) is _WHOLE:
-                self._whole.add(name)
+                return
+            parts = self._begun.get(name)
+            if parts is None:
+                parts = self._begun[name] = self._waiting[name][1]()
+            try:
+                next(parts)
+            except StopIteration as made:
+                del self._begun[name]
+                self._whole[name] = made.value
 
         timer.timeout.connect(next_part)
         timer.start()

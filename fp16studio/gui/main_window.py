@@ -372,16 +372,16 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         super().closeEvent(event)
 
 
-def _compare_view(in_parts: bool):
+def _compare_view():
     from .compare import CompareView
 
-    return CompareView(in_parts=in_parts)
+    return CompareView.in_parts()
 
 
-def _drift_view(in_parts: bool):
+def _drift_view():
     from .drift_view import DriftView
 
-    return DriftView(in_parts=in_parts)
+    return DriftView.in_parts()
 
 
 def _warm_up_job(log):

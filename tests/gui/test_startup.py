@@ -109,24 +109,21 @@ def test_a_page_is_made_a_part_per_event_or_all_at_once_when_needed(qtbot):
 
     from fp16studio.gui.later_pages import IDLE_CHECK_MS, LaterPages
 
-    class InParts(QWidget):   # a page made in three parts, each one's time noted
-        def __init__(self, in_parts: bool):
-            super().__init__()
-            self.times = []
-            self.parts = self._make()
-
-        def _make(self):
-            for more in (True, True, False):
-                self.times.append(time.monotonic())
-                if more:
-                    yield
+    def in_parts():   # a page made in three parts, each one's time noted
+        page = QWidget()
+        page.times = []
+        for more in (True, True, False):
+            page.times.append(time.monotonic())
+            if more:
+                yield
+        return page
 
     tabs = QTabWidget()
     qtbot.addWidget(tabs)
     tabs.addTab(QWidget(), "shown")   # the current tab: a page shown is needed at once
     pages = LaterPages(tabs)
-    pages.add("a", "A", InParts)
-    pages.add("b", "B", InParts)
+    pages.add("a", "A", in_parts)
+    pages.add("b", "B", in_parts)
     imported = threading.Thread(target=lambda: None)
     imported.start()
     imported.join()
