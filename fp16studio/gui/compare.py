@@ -26,7 +26,7 @@ from pyqtgraph.exporters import ImageExporter
 from fp16studio.core.precision.verdict import VERDICT_COLUMNS
 from fp16studio.core.present.vocabulary import bench_columns, bench_notes, stability, status, with_ratio
 from .fit import ElidedLabel, VerticalScrollArea
-from .later_pages import all_parts
+from .later_pages import MadeInParts, all_parts
 from .palette import DTYPE_COLORS, OKABE_ITO
 from .plot_style import SpacedAxis, follow_palette, restyle
 from .roles import RAW_ROLE
@@ -158,7 +158,7 @@ class _Series:
 
 # -- the view -----------------------------------------------------------------------------------
 
-class CompareView(QWidget):
+class CompareView(MadeInParts, QWidget):
     """Live throughput plot (`plot`), result bars (`bars`), figures table (`table`)."""
 
     def __init__(self, parent=None, *, begun: bool = False):
@@ -177,14 +177,6 @@ class CompareView(QWidget):
         self._bars_later.timeout.connect(self._draw_bars)
         if not begun:
             all_parts(self._make())
-
-    @classmethod
-    def in_parts(cls):
-        """The view made a part per step: a generator that returns it (the window spreads the
-        parts over events, later_pages.py). It holds the view; the view never holds it."""
-        view = cls(begun=True)
-        yield from view._make()
-        return view
 
     def _make(self):
         self.plot = pg.PlotWidget(title="Throughput while measuring")

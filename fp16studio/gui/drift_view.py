@@ -22,7 +22,7 @@ from fp16studio.core.present import vocabulary
 from fp16studio.core.run.compare import DRIFT_SQNR_DB
 from fp16studio.core.run.distance import SQNR_CEILING_DB
 from .document_rows import DocumentRows
-from .later_pages import all_parts
+from .later_pages import MadeInParts, all_parts
 from .palette import OKABE_ITO
 from .plot_style import follow_palette
 from .roles import RAW_ROLE
@@ -103,21 +103,13 @@ def strip_series(doc: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.array(sqnr, float), np.array(used, float), np.array(broken, bool)
 
 
-class DriftView(QWidget):
+class DriftView(MadeInParts, QWidget):
     def __init__(self, parent=None, *, begun: bool = False):
         """Made whole; `begun` only for `in_parts`, which makes the rest."""
         super().__init__(parent)
         self._doc: dict | None = None
         if not begun:
             all_parts(self._make())
-
-    @classmethod
-    def in_parts(cls):
-        """The view made a part per step: a generator that returns it (the window spreads the
-        parts over events, later_pages.py). It holds the view; the view never holds it."""
-        view = cls(begun=True)
-        yield from view._make()
-        return view
 
     def _make(self):
         self.verdict = QLabel(HINT, wordWrap=True, textFormat=Qt.TextFormat.PlainText)

@@ -31,6 +31,19 @@ def all_parts(parts):
             return made.value
 
 
+class MadeInParts:
+    """A view whose `_make` (a generator: it yields between parts) builds it after a bare
+    `__init__(begun=True)`; its own `__init__` runs all parts unless `begun`."""
+
+    @classmethod
+    def in_parts(cls):
+        """The view made a part per step: a generator that returns it (the window spreads the
+        parts over events). It holds the view; the view never holds it."""
+        view = cls(begun=True)
+        yield from view._make()
+        return view
+
+
 class LaterPages:
     def __init__(self, tabs: QTabWidget):
         self._tabs = tabs
