@@ -47,8 +47,8 @@ def main():
     model = folder_or_minilm(args.model)
     from fp16studio.core.data.sources import SYNTHETIC_TEXTS
     from fp16studio.core.precision.bench import variant_spec
-    from fp16studio.core.precision.fp8 import (float8_config, fp8_plan, measured_layers,
-                                               torchao_float8)
+    from fp16studio.core.precision.fp8 import fp8_plan, measured_layers
+    from fp16studio.core.run.float8 import float8_config, torchao_float8
     from fp16studio.core.run.pipeline import forward, prepare
     from fp16studio.core.spec.value import PipelineSpec
 

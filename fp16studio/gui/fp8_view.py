@@ -12,13 +12,13 @@ from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton,
                                QTableView, QVBoxLayout, QWidget)
 
+from fp16studio.core.common.float8 import RECIPES
 from fp16studio.core.present import vocabulary
 from .document_rows import DocumentRows
 from .roles import RAW_ROLE
 
 HINT = ("Plan FP8 loads this spec in bfloat16, runs one forward pass on its batch and says, for "
         "each Linear layer, whether FP8 takes it and how much its output loses (SQNR).")
-RECIPES = ("tensorwise", "rowwise")
 
 
 def _plan(row: dict) -> str:

@@ -18,9 +18,9 @@ from fp16studio.cli import main
 from fp16studio.core.diagnostics.rules import fp8 as fp8_rules
 from fp16studio.core.precision import fp8 as fp8_module
 from fp16studio.core.precision.fp8 import fp8_plan
+from fp16studio.core.common.float8 import recipe_support, shape_reason, supported_recipe
 from fp16studio.core.precision.fp8_plan import (SENSITIVE_SQNR_DB, SMALL_SHARE_OF_LARGEST,
-                                                LayerPlan, decide, recipe_support, shape_reason,
-                                                supported_recipe)
+                                                LayerPlan, decide)
 from fp16studio.core.script.trace import trace_script
 
 needs_torchao = pytest.mark.skipif(fp8_module.torchao_float8() is None,

@@ -14,69 +14,18 @@ says what is missing.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import logging
 
 from ..common.errors import InputError, check_cancel, first_line, report_progress
+from ..common.float8 import parse_recipe, recipe_support, supported_recipe
 from ..common.precision import float8_scale
 from ..diagnostics.rules import fp8 as fp8_rules
 from ..run.distance import distance_sums, distances
+from ..run.float8 import INSTALL_HINT, float8_config, quiet_torchao, torchao_float8
 from ..spec.value import PipelineSpec
-from .fp8_plan import (E4M3_MAX, E4M3_SMALLEST, RECIPES, SAMPLE_FEATURES, SAMPLE_ROWS,
+from .fp8_plan import (E4M3_MAX, E4M3_SMALLEST, SAMPLE_FEATURES, SAMPLE_ROWS,
                        SENSITIVE_SQNR_DB, SPEED_FEATURES, Fp8Plan, LayerPlan, decide,
-                       is_fp8_checkpoint, recipe_support, supported_recipe)
-
-INSTALL_HINT = "pip install 'fp16studio[fp8]'"
-
-
-@contextlib.contextmanager
-def quiet_torchao():
-    """torchao's import logs the GPU kernels it cannot load on this machine and the enums it
-    registers with torch (transformers imports more of it while loading a model): not the
-    user's concern, kept below their sight while the plan loads it."""
-    quiet = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
-    levels = [logger.level for logger in quiet]
-    for logger in quiet:
-        logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for logger, level in zip(quiet, levels):
-            logger.setLevel(level)
-
-
-def torchao_float8():
-    """torchao's float8 (`Float8LinearConfig`, `version`, and `to_fp8_saturated`: the cast
-    Float8Linear makes of its scaled operands), or None where torchao is not installed."""
-    from types import SimpleNamespace
-
-    try:
-        with quiet_torchao():
-            import torchao
-            from torchao.float8 import Float8LinearConfig
-            from torchao.float8.float8_utils import to_fp8_saturated
-    except ImportError:
-        return None
-    return SimpleNamespace(Float8LinearConfig=Float8LinearConfig, version=torchao.__version__,
-                           to_fp8_saturated=to_fp8_saturated)
-
-
-def float8_config(float8, recipe: str, emulate: bool):
-    """torchao's Float8LinearConfig of the recipe, emulated (no FP8 hardware) or not."""
-    import dataclasses
-
-    return dataclasses.replace(float8.Float8LinearConfig.from_recipe_name(recipe),
-                               emulate=emulate)
-
-
-def parse_recipe(name: str) -> str:
-    text = str(name).strip().lower()
-    if text not in RECIPES:
-        raise InputError(f"fp8: unknown recipe {name!r} (use {' or '.join(RECIPES)}; "
-                         "MXFP8 and NVFP4 need a Blackwell GPU)")
-    return text
-
+                       is_fp8_checkpoint)
 
 def sample_rows(largest, bound: int):
     """At most `bound` rows of a tensor whose rows' largest magnitudes are `largest`, and the
@@ -286,7 +235,8 @@ def fp8_plan(spec: PipelineSpec, recipe: str = "tensorwise",
     plan.preflight = preflight(plan, support, float8,
                                getattr(model.config, "quantization_config", None))
     plan.findings = fp8_rules.plan_findings(layers, threshold_db, recipe, plan.device, support,
-                                            supported_recipe(device.type, capability))
+                                            supported_recipe(device.type, capability),
+                                            spec.train)
     return plan
 
 

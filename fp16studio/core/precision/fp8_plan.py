@@ -1,17 +1,13 @@
-"""The rules of an FP8 plan, known without running anything (and without torchao): which recipes
-a device runs, which Linear layers a recipe takes, and the plan document (`fp8 --json`).
-
-The recipes are torchao's float8 training recipes (`Float8LinearConfig.from_recipe_name`):
-`tensorwise` (one scale per tensor) and `rowwise` (one per row, rounded down to a power of 2).
-Both cast to e4m3 (largest finite value 448) and run `torch._scaled_mm`, which needs both
-dimensions of the weight divisible by 16; torchao's own examples filter the layers so
-(`in_features % 16 == 0 and out_features % 16 == 0`), Transformer Engine refuses the same shapes
-("FP8 execution requires 2D input matrices with height divisible by 8 and width divisible by 16").
+"""The rules of an FP8 plan, known without running anything (and without torchao): which Linear
+layers it converts, which stay bfloat16, and the plan document (`fp8 --json`). The recipes, what
+a device runs and the shape rule are FP8 facts of their own (core/common/float8.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+
+from ..common.float8 import shape_reason
 
 E4M3_MAX = 448.0                 # torch.finfo(torch.float8_e4m3fn).max
 E4M3_SMALLEST = 2.0 ** -9        # e4m3's smallest subnormal: scaled values below it lose all but
@@ -22,48 +18,11 @@ SENSITIVE_SQNR_DB = 20.0         # a layer whose FP8 output is noisier than this
 # tensors): the emulated FP8 casts would cost a CPU ten times the forward pass on every value.
 SAMPLE_ROWS = 64
 SAMPLE_FEATURES = 64
-SHAPE_MULTIPLE = 16              # _scaled_mm: the weight's dimensions divisible by 16
 # A layer whose GEMM is under this share of the largest Linear's gains nothing from FP8: the
 # casts cost more than the faster matmul saves (a LoRA adapter beside its base layer, a head).
 SMALL_SHARE_OF_LARGEST = 0.01
 # Below this width FP8's matmul does not beat bfloat16's on a Hopper GPU (ao#2262).
 SPEED_FEATURES = 1024
-RECIPES = ("tensorwise", "rowwise")
-# The compute capability each recipe needs natively (rowwise scales: Hopper's _scaled_mm).
-RECIPE_CAPABILITY = {"tensorwise": (8, 9), "rowwise": (9, 0)}
-BLACKWELL_ONLY = "MXFP8 and NVFP4 recipes need a Blackwell GPU (compute capability 10.0)"
-
-
-def shape_reason(in_features: int, out_features: int) -> str | None:
-    """Why the recipe refuses a Linear of this shape, or None when it takes it."""
-    bad = [f"{name} {size} is not divisible by {SHAPE_MULTIPLE}"
-           for name, size in (("in_features", in_features), ("out_features", out_features))
-           if size % SHAPE_MULTIPLE]
-    return "; ".join(bad) or None
-
-
-def recipe_support(recipe: str, device_type: str, capability) -> tuple[bool, bool, str]:
-    """(runs here, emulated, why) for the recipe on this device; `capability` is (major, minor)
-    on a CUDA device, else None."""
-    if device_type != "cuda":
-        return (True, True, f"{device_type.upper()}: FP8 is emulated by torchao (emulate=True): "
-                "the numerics of an FP8 GPU, no speed; " + BLACKWELL_ONLY)
-    need = RECIPE_CAPABILITY[recipe]
-    have = f"{capability[0]}.{capability[1]}"
-    if tuple(capability) < (8, 9):
-        return (False, True, f"compute capability {have}: FP8 needs 8.9 or higher (Ada, Hopper); "
-                "measured emulated here, run bfloat16 on this GPU")
-    if tuple(capability) < need:
-        return (False, True, f"compute capability {have}: the {recipe} recipe needs "
-                f"{need[0]}.{need[1]} (Hopper); tensorwise runs here")
-    return True, False, f"compute capability {have}: {recipe} runs natively; {BLACKWELL_ONLY}"
-
-
-def supported_recipe(device_type: str, capability) -> str | None:
-    """The recipe this device runs natively (the fix of an unsupported one), or None."""
-    if device_type != "cuda":
-        return None
-    return next((r for r in RECIPES if tuple(capability) >= RECIPE_CAPABILITY[r]), None)
 
 
 def is_fp8_checkpoint(quantization_config) -> bool:

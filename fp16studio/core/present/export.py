@@ -52,7 +52,9 @@ class _Plan:
     decoder_start: int | None = None  # encoder-decoder models: the decoder start token
     multimodal: tuple = ()            # ("image",) or ("audio",): the processor also gets that
     audio: dict | None = None         # {"column", "rate", "kwargs", "undecode"}: audio processed
-    fp8: dict | None = None           # {"recipe", "converted", "keep_bf16"}: an FP8 plan's layers
+    # {"recipe", "converted", "keep_bf16", "training"}: the Linear layers converted to FP8, an
+    # FP8 plan's (for the whole script) or the spec's train.fp8 (for its training steps).
+    fp8: dict | None = None
 
 
 def export_script(spec: PipelineSpec, path: str | Path | None = None) -> str:
@@ -74,7 +76,7 @@ def export_fp8_script(spec: PipelineSpec, plan, path: str | Path | None = None) 
 
     resolved = _plan(variant_spec(spec, "bfloat16"))
     resolved.fp8 = {"recipe": plan.recipe, "converted": plan.converted,
-                    "keep_bf16": plan.keep_bf16}
+                    "keep_bf16": plan.keep_bf16, "training": False}
     return _checked(render(resolved), path)
 
 
@@ -82,7 +84,7 @@ def render(plan: _Plan) -> str:
     head = [_docstring(plan), _fix_list(plan.spec), _imports(plan), _constants(plan)]
     functions = [_pick_device(), _run_in_float32(plan.spec), _load_model(plan),
                  _load_preprocess(plan), _read_rows(plan), _build_batch(plan), _main_output(),
-                 _train(plan.spec), _main(plan)]
+                 _train(plan), _main(plan)]
     # PEP 8 spacing: one blank line in the header, two around top-level functions.
     return ("\n\n".join(part.strip("\n") for part in head if part) + "\n\n\n"
             + "\n\n\n".join(part.strip("\n") for part in functions if part) + "\n")
@@ -95,6 +97,7 @@ def _plan(spec: PipelineSpec) -> _Plan:
 
     from ..data import audio
     from ..hf import loading
+    from ..run.float8 import fp8_layers
 
     with loading.quiet_hf():
         folder = loading.model_folder(spec)
@@ -124,6 +127,11 @@ def _plan(spec: PipelineSpec) -> _Plan:
                          "cannot be exported yet; diagnose runs it")
     local_model = spec.local_path(spec.model)
     read_rows, read_imports, dataset_ref, synthetic = _source(spec, config, processor)
+    fp8 = None
+    if spec.train and spec.train["fp8"]:   # the layers the app's training steps convert
+        keep = list(spec.train["fp8_keep"])
+        fp8 = {"recipe": spec.train["fp8"], "converted": fp8_layers(skeleton, keep),
+               "keep_bf16": keep, "training": True}
     return _Plan(
         spec=spec,
         model_ref=str(local_model.resolve()) if local_model else spec.model,
@@ -144,6 +152,7 @@ def _plan(spec: PipelineSpec) -> _Plan:
                 # A folder's rows are undecoded already; a stored Audio column needs the cast.
                 "undecode": [] if read_rows.startswith("folder_rows(") else audio_columns}
                if columns.processor_input(processor) == "audio" and "audio" in roles else None),
+        fp8=fp8,
     )
 
 
@@ -195,14 +204,17 @@ def _docstring(plan: _Plan) -> str:
         precision += f", autocast to {s.autocast}"
     if _islands_rendered(s):
         precision += f", {len(s.run_in_float32)} float32 island pattern(s)"
-    if plan.fp8:
-        precision += (f", {len(plan.fp8['converted'])} Linear layer(s) in FP8 (torchao float8, "
-                      f"{plan.fp8['recipe']})")
+    fp8 = (f"{len(plan.fp8['converted'])} Linear layer(s) in FP8 (torchao float8, "
+           f"{plan.fp8['recipe']})" if plan.fp8 else "")
+    if fp8 and not plan.fp8["training"]:
+        precision += f", {fp8}"
     what = "One forward pass"
     prints = ("Prints a summary of the output, then the same as one JSON\nline; --save-output "
               "also saves the output tensor (torch.save).")
     if s.train:
         what += f" and {s.train['steps']} training step(s)"
+        if fp8 and plan.fp8["training"]:
+            what += f" with {fp8}"
         prints = ("Prints a summary of the output, then the same as one JSON\nline; then the "
                   'loss of each training step, and {"steps": [...]} as one JSON line.\n'
                   "--save-output also saves the output tensor (torch.save).")
@@ -278,20 +290,28 @@ def _constants(plan: _Plan) -> str:
 
 
 def _fp8_constants(fp8: dict) -> list[str]:
-    from ..precision.fp8_plan import RECIPE_CAPABILITY
+    from ..common.float8 import RECIPE_CAPABILITY
 
-    return [f"# The FP8 plan (fp16studio fp8, recipe {fp8['recipe']}): these Linear layers go to "
-            "FP8; the rest stay",
-            "# bfloat16 (shapes FP8 refuses, too small to gain, or sensitive: KEEP_BF16).",
-            f"FP8_LAYERS = {_q(fp8['converted'])}",
-            f"KEEP_BF16 = {_q(fp8['keep_bf16'])}  # FP8 SQNR under the threshold on the plan's batch",
-            f"FP8_RECIPE = {_q(fp8['recipe'])}",
-            f"FP8_CAPABILITY = {RECIPE_CAPABILITY[fp8['recipe']]}  # the recipe's compute "
-            "capability; below it, emulated"]
+    if fp8["training"]:
+        head = [f"# FP8 training (the spec's train.fp8, recipe {fp8['recipe']}): these Linear "
+                "layers go to FP8 for the",
+                "# training steps; the rest stay as loaded (shapes FP8 refuses, or KEEP_BF16).",
+                f"FP8_LAYERS = {_q(fp8['converted'])}",
+                f"KEEP_BF16 = {_q(fp8['keep_bf16'])}  # train.fp8_keep"]
+    else:
+        head = [f"# The FP8 plan (fp16studio fp8, recipe {fp8['recipe']}): these Linear layers "
+                "go to FP8; the rest stay",
+                "# bfloat16 (shapes FP8 refuses, too small to gain, or sensitive: KEEP_BF16).",
+                f"FP8_LAYERS = {_q(fp8['converted'])}",
+                f"KEEP_BF16 = {_q(fp8['keep_bf16'])}  # FP8 SQNR under the threshold on the "
+                "plan's batch"]
+    return head + [f"FP8_RECIPE = {_q(fp8['recipe'])}",
+                   f"FP8_CAPABILITY = {RECIPE_CAPABILITY[fp8['recipe']]}  # the recipe's compute "
+                   "capability; below it, emulated"]
 
 
 def _fp8_conversion() -> list[str]:
-    return ["# FP8: torchao converts exactly the plan's Linear layers; where the GPU has no FP8 "
+    return ["# FP8: torchao converts exactly the FP8_LAYERS; where the GPU has no FP8 "
             "(or on a CPU)",
             "# torchao emulates it: the same numerics, no speed. FP8 is faster only compiled.",
             'native = device.type == "cuda" and torch.cuda.get_device_capability(device) >= '
@@ -405,7 +425,7 @@ def _load_model(plan: _Plan) -> str:
                  "for name, module in model.named_modules():",
                  "    if name and any(fnmatch.fnmatchcase(name, p) for p in KEEP_FP32):",
                  "        module.float()"]
-    if plan.fp8:
+    if plan.fp8 and not plan.fp8["training"]:
         body += _fp8_conversion()
     body += ["model.eval()", "return model"]
     return "def load_model(device):\n" + _indent(body)
@@ -643,14 +663,17 @@ def _weights_float32(s: PipelineSpec) -> bool:
     return s.model_dtype == "float32" and s.model_cast in (None, "float32")
 
 
-def _train(s: PipelineSpec) -> str:
+def _train(plan: _Plan) -> str:
     """The training step of the spec's `train`, as its loop runs it (CONTRACT §1)."""
+    s = plan.spec
     t = s.train
     if not t:
         return ""
     scaler, clip = t["grad_scaler"], t["clip_grad_norm"]
     masters = t["master_weights"] and not _weights_float32(s)
     body = _fix_notes(s, ("train",))
+    if plan.fp8 and plan.fp8["training"]:   # the forward pass ran as loaded; the steps in FP8
+        body += ["device = next(model.parameters()).device", *_fp8_conversion()]
     body.append('params = [p for p in model.parameters() if p.requires_grad and p.is_floating_point()]')
     if masters:
         body += ["# Master weights: a float32 copy of each half parameter is what the optimizer "

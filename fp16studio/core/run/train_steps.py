@@ -4,7 +4,8 @@ the spec's autocast, a GradScaler (`torch.amp.GradScaler(device_type)`), gradien
 the loop clips (before `unscale_` when `clip_before_unscale`), and `master_weights`: the optimizer
 updates float32 parameters while the forward pass runs in half precision (autocast over float32
 weights; half weights get a float32 master copy, their gradients copied in and the updated
-values copied back).
+values copied back), and `fp8`: the Linear layers FP8 takes, less `fp8_keep`, converted by
+torchao for the steps (core/run/float8.py) and put back after.
 
 Each step is measured with the same helpers as a traced script's steps (core/run/training.py)
 into `Step` records; the rules that read them are in core/diagnostics/rules/training.py. The model is
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from ..common import dtypes
 from ..common.errors import InputError
 from ..spec.value import PipelineSpec
+from .float8 import converted_for_training
 from .pipeline import autocast_context
 from .training import Float8Gradients, OptimizerProbe, Step, gradient_stats, loss_value
 
@@ -53,14 +55,16 @@ def compute_dtype(spec: PipelineSpec, model, device) -> str | None:
 def run_train_steps(spec: PipelineSpec, model, batch: dict, device, order: dict) -> TrainRun:
     """Run `spec.train["steps"]` training steps on the batch. `order`: module name -> forward
     call index (gradients are listed in backward order). Raises InputError when the model
-    computes no loss from the labels; any other failure of a step ends the loop and is kept."""
+    computes no loss from the labels or cannot be converted as `train.fp8` asks; any other
+    failure of a step ends the loop and is kept."""
     import torch
 
     run = TrainRun(compute_dtype=compute_dtype(spec, model, device))
     train = spec.train
     # Dropout is on, as in the user's loop; seeded, so a diagnosis gives the same steps twice.
     devices = [device] if device.type == "cuda" else []
-    with _model_restored(model), torch.random.fork_rng(devices=devices):
+    with _model_restored(model), converted_for_training(train, model, device), \
+            torch.random.fork_rng(devices=devices):
         torch.manual_seed(0)
         model.train()
         loop = _Loop(spec, model, device, order)

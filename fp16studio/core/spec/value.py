@@ -15,6 +15,7 @@ from typing import Any
 from ..common import dtypes
 from ..common.errors import InputError
 from ..common.files import expand_user
+from ..common.float8 import parse_recipe
 
 TASKS = ("auto", "image-classification", "sequence-classification", "feature-extraction",
          "causal-lm", "seq2seq-lm")
@@ -25,7 +26,7 @@ DEVICE_TYPES = ("cpu", "cuda", "mps")
 OPTIMIZERS = ("adamw", "adam", "sgd")
 TRAIN_DEFAULTS = {"optimizer": "adamw", "lr": 1e-3, "eps": None, "steps": 2,
                   "grad_scaler": False, "clip_grad_norm": None, "clip_before_unscale": False,
-                  "master_weights": False}
+                  "master_weights": False, "fp8": None, "fp8_keep": ()}
 TRAIN_MAX_STEPS = 100
 
 
@@ -308,12 +309,21 @@ def _validated_train(train, with_labels: bool):
         raise InputError(f"train.steps: between 1 and {TRAIN_MAX_STEPS}, got {t['steps']}")
     for key in ("grad_scaler", "clip_before_unscale", "master_weights"):
         _check_type(f"train.{key}", t[key], bool, "true or false")
+    fp8 = t["fp8"]
+    if fp8 is not None:
+        _check_type("train.fp8", fp8, str, "a recipe name (tensorwise, rowwise) or null")
+        fp8 = parse_recipe(fp8, "train.fp8")
+    _check_type("train.fp8_keep", t["fp8_keep"], (list, tuple), "a list of module names")
+    for name in t["fp8_keep"]:
+        _check_type("train.fp8_keep", name, str, "module names (strings)")
     return _frozen({
         "optimizer": optimizer, "lr": float(t["lr"]),
         "eps": None if t["eps"] is None else float(t["eps"]), "steps": t["steps"],
         "grad_scaler": t["grad_scaler"],
         "clip_grad_norm": None if t["clip_grad_norm"] is None else float(t["clip_grad_norm"]),
-        "clip_before_unscale": t["clip_before_unscale"], "master_weights": t["master_weights"]})
+        "clip_before_unscale": t["clip_before_unscale"], "master_weights": t["master_weights"],
+        # Kept once each, in the order given: a fix adds to the list.
+        "fp8": fp8, "fp8_keep": tuple(dict.fromkeys(t["fp8_keep"]))})
 
 
 def _check_preprocess(value: str) -> None:

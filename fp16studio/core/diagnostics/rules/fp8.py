@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from ..findings import CodeEdit, Finding, Fix
+from . import edits
 
 OWNS = ("fp8-unsupported", "fp8-shape", "fp8-sensitive")
 
@@ -70,8 +71,10 @@ def shape_finding(refused: list, source: dict | None = None, message: str | None
         source=source)
 
 
-def sensitive_finding(sensitive: list, threshold_db: float) -> Finding:
-    """`fp8-sensitive`: layers whose output in FP8 is noisier than the threshold."""
+def sensitive_finding(sensitive: list, threshold_db: float, recipe: str,
+                      train=None) -> Finding:
+    """`fp8-sensitive`: layers whose output in FP8 is noisier than the threshold. `train`: the
+    spec's, where it has one (its fix then trains with the recipe, these layers kept)."""
     worst = min(sensitive, key=lambda layer: layer.sqnr_db)
     names = [layer.name for layer in sensitive]
     return Finding(
@@ -81,20 +84,28 @@ def sensitive_finding(sensitive: list, threshold_db: float) -> Finding:
         "Keep them in bfloat16 and convert the rest.",
         {"layers": {layer.name: round(layer.sqnr_db, 2) for layer in sensitive},
          "threshold dB": threshold_db},
-        (keep_bf16_fix(names),))
+        (keep_bf16_fix(names, train, recipe),))
 
 
-def keep_bf16_fix(names: list) -> Fix:
-    """Convert the rest: these layers stay in bfloat16."""
-    return Fix("fp8-keep-bf16", f"Keep {len(names)} layer(s) in bfloat16", {},
+def keep_bf16_fix(names: list, train=None, recipe: str | None = None) -> Fix:
+    """Convert the rest: these layers stay in bfloat16. A spec's run (`train`) adds them to its
+    `train.fp8_keep` (and trains with `recipe`, where one is given)."""
+    fields = {}
+    if train is not None:
+        fields = {"fp8_keep": list(dict.fromkeys([*train["fp8_keep"], *names]))}
+        if recipe is not None:
+            fields["fp8"] = recipe
+    return Fix("fp8-keep-bf16", f"Keep {len(names)} layer(s) in bfloat16",
+               edits.train_edits(train, **fields),
                "convert_to_float8_training with a filter that leaves these layers in bfloat16",
                CodeEdit(f"module_filter_fn=lambda module, fqn: fqn not in {names!r}"))
 
 
 def plan_findings(layers: list, threshold_db: float, recipe: str, device: str,
-                  support: tuple, supported: str | None) -> list[Finding]:
+                  support: tuple, supported: str | None, train=None) -> list[Finding]:
     """What an FP8 plan says: the device, the refused shapes, the sensitive layers.
-    `support` is (runs here, emulated, why), as fp8_plan.recipe_support gives it."""
+    `support` is (runs here, emulated, why), as common.float8.recipe_support gives it;
+    `train`: the spec's."""
     out = []
     runs, _, why = support
     if not runs:
@@ -105,7 +116,7 @@ def plan_findings(layers: list, threshold_db: float, recipe: str, device: str,
         out.append(shape_finding(refused))
     sensitive = [layer for layer in layers if layer.keep_bf16]
     if sensitive:
-        out.append(sensitive_finding(sensitive, threshold_db))
+        out.append(sensitive_finding(sensitive, threshold_db, recipe, train))
     return out
 
 

@@ -213,7 +213,7 @@ def _grad_underflow(steps: list[Step], compute_dtype, train=None) -> list[Findin
     for step in steps:
         for grad in step.grads:
             if grad.fp8_underflow is not None and grad.fp8_underflow >= UNDERFLOW_SHARE:
-                return [_float8_underflow(step, grad)]
+                return [_float8_underflow(step, grad, train)]
             if step.scaled:
                 continue
             if grad.dtype == "float16" and grad.subnormal_share >= UNDERFLOW_SHARE:
@@ -230,9 +230,10 @@ def _grad_underflow(steps: list[Step], compute_dtype, train=None) -> list[Findin
     return []
 
 
-def _float8_underflow(step: Step, grad) -> Finding:
+def _float8_underflow(step: Step, grad, train=None) -> Finding:
     """A layer converted to FP8 whose incoming gradient its backward cast flushes: the scale
-    follows the gradient's abs-max, so a loss scale cannot help; the layer stays bfloat16."""
+    follows the gradient's abs-max, so a loss scale cannot help; the layer stays bfloat16
+    (a spec's `train.fp8_keep`)."""
     module = grad.module or "model"
     return Finding(
         "grad-underflow", "warning", module,
@@ -243,7 +244,7 @@ def _float8_underflow(step: Step, grad) -> Finding:
         "a loss scale cannot help; keep this layer in bfloat16.",
         {"step": step.index, "phase": "backward", "gradient dtype": grad.dtype,
          "fp8 dtype": grad.fp8_dtype, "fp8 underflow share": round(grad.fp8_underflow, 4)},
-        (fp8.keep_bf16_fix([module]),), source=step.source)
+        (fp8.keep_bf16_fix([module], train),), source=step.source)
 
 
 def _gradient_fixes(grad_dtype: str, compute_dtype: str | None, train=None) -> tuple:
