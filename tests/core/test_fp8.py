@@ -66,9 +66,16 @@ def fp8_models(tmp_path_factory):
         layer = model.bert.encoder.layer[1]
         _sensitive_channel(layer.intermediate.dense, layer.output.dense)
 
+    def bert_outlier(model):
+        # 1e10: the gradient reaching intermediate.dense gets a column 1e10 times the rest,
+        # which an FP8 backward cast's scale (the abs-max's) then flushes under its step.
+        layer = model.bert.encoder.layer[1]
+        _sensitive_channel(layer.intermediate.dense, layer.output.dense, factor=1e10)
+
     builds = {"llama": (lambda: llama(40), None), "llama-sensitive": (lambda: llama(64),
                                                                       llama_sensitive),
-              "bert": (bert, None), "bert-sensitive": (bert, bert_sensitive)}
+              "bert": (bert, None), "bert-sensitive": (bert, bert_sensitive),
+              "bert-outlier": (bert, bert_outlier)}
     paths = {}
     for name, (make, edit) in builds.items():
         torch.manual_seed(0)
@@ -459,27 +466,169 @@ def test_an_fp8_layers_gradient_flushed_by_its_scale_is_grad_underflow_at_it():
     assert "0.0% under" in result.tree.find("gradients.up").note
 
 
+# -- a spec's FP8 training (train.fp8, train.fp8_keep) ---------------------------------------------
+
+LLAMA_LINEARS = {f"model.layers.{i}.{part}" for i in range(2) for part in (
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
+OUTLIER_OUT = "bert.encoder.layer.1.output.dense"          # the weight with the 1e10 column
+OUTLIER_IN = "bert.encoder.layer.1.intermediate.dense"     # gets the gradient with it
+
+
+def _train_spec(**train):
+    from fp16studio.core.spec.value import PipelineSpec
+
+    return PipelineSpec.from_dict({"model": "m", "dataset": "synthetic", "with_labels": True,
+                                   "train": {"steps": 1, "optimizer": "sgd", **train}})
+
+
+def _classes(model):
+    return {name: type(module) for name, module in model.named_modules()}
+
+
 @needs_torchao
-def test_a_specs_training_steps_report_a_converted_models_fp8_gradients(fp8_models):
-    from torchao.float8 import convert_to_float8_training
+def test_a_specs_training_steps_convert_the_layers_fp8_takes_and_put_them_back(fp8_models):
     from transformers import AutoModelForCausalLM
 
+    from fp16studio.core.run.float8 import fp8_layers
     from fp16studio.core.run.train_steps import run_train_steps
-    from fp16studio.core.spec.value import PipelineSpec
 
     model = AutoModelForCausalLM.from_pretrained(fp8_models["llama-sensitive"],
                                                  dtype=torch.bfloat16)
-    config = fp8_module.float8_config(fp8_module.torchao_float8(), "tensorwise", emulate=True)
-    convert_to_float8_training(model, config=config,
-                               module_filter_fn=lambda module, fqn: fqn != "lm_head")
-    spec = PipelineSpec.from_dict({"model": "m", "dataset": "synthetic", "with_labels": True,
-                                   "train": {"steps": 1, "optimizer": "sgd"}})
+    keep = ["model.layers.1.mlp.down_proj"]
+    classes = _classes(model)
     ids = torch.randint(0, 100, (2, 12))
-    run = run_train_steps(spec, model, {"input_ids": ids, "labels": ids}, torch.device("cpu"),
-                          {})
+    run = run_train_steps(_train_spec(fp8="tensorwise", fp8_keep=keep), model,
+                          {"input_ids": ids, "labels": ids}, torch.device("cpu"), {})
     assert run.exception is None
     grads = {g.module: g for g in run.steps[0].grads}
-    converted = {name for name, m in model.named_modules() if type(m).__name__ == "Float8Linear"}
-    assert {name for name, g in grads.items() if g.fp8_dtype == "float8_e5m2"} == converted
-    assert grads["lm_head"].fp8_dtype is None and grads["lm_head"].fp8_underflow is None
+    converted = {name for name, g in grads.items() if g.fp8_dtype == "float8_e5m2"}
+    # Every Linear whose shape FP8 takes (all but the 135-token LM head), less the kept one.
+    assert converted == set(fp8_layers(model, keep)) == LLAMA_LINEARS - set(keep)
+    assert grads["lm_head"].fp8_dtype is None and grads[keep[0]].fp8_dtype is None
     assert all(0 <= grads[name].fp8_underflow <= 1 for name in converted)
+    assert _classes(model) == classes           # the nn.Linear layers are back
+
+
+@needs_torchao
+def test_a_spec_fp8_training_that_cannot_convert_is_one_line(fp8_models, monkeypatch):
+    from transformers import BertForSequenceClassification
+
+    from fp16studio.core import InputError
+    from fp16studio.core.run import float8
+    from fp16studio.core.run.train_steps import run_train_steps
+
+    model = BertForSequenceClassification.from_pretrained(fp8_models["bert"])
+    classes = _classes(model)
+    batch = {"input_ids": torch.randint(0, 100, (2, 12)), "labels": torch.tensor([0, 2])}
+    eligible = float8.fp8_layers(model)
+
+    def refused(**train):
+        with pytest.raises(InputError) as caught:
+            run_train_steps(_train_spec(fp8="tensorwise", **train), model, batch,
+                            torch.device("cpu"), {})
+        assert "\n" not in str(caught.value) and _classes(model) == classes
+        return str(caught.value)
+
+    assert refused(fp8_keep=["bert.encoder.layer.0.output.dens"]) == (
+        "train.fp8_keep: 'bert.encoder.layer.0.output.dens' is not a Linear layer of "
+        "BertForSequenceClassification; did you mean 'bert.encoder.layer.0.output.dense'?")
+    assert "nothing to convert" in refused(fp8_keep=eligible)
+    model.double()
+    assert refused().startswith("train.fp8: FP8 training takes float32, bfloat16, float16 "
+                                "weights; bert.encoder.layer.0.attention.self.query holds float64")
+    model.float()
+    monkeypatch.setattr(float8, "torchao_float8", lambda: None)
+    assert "needs torchao, which is not installed (pip install 'fp16studio[fp8]')" in refused()
+
+
+def test_train_fp8_without_torchao_is_exit_2_in_one_line(demo_dir, fp8_models, tmp_path,
+                                                          monkeypatch, capsys):
+    from fp16studio.core.run import float8
+    from fp16studio.core.spec.documents import save_spec
+
+    monkeypatch.setattr(float8, "torchao_float8", lambda: None)
+    path = tmp_path / "bert.json"
+    save_spec(_spec(demo_dir, fp8_models, "bert", with_labels=True, device="cpu",
+                    train={"fp8": "tensorwise", "steps": 1}), path)
+    assert main(["diagnose", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "train.fp8: FP8 training needs torchao" in err
+
+
+@needs_torchao
+@pytest.mark.parametrize("recipe, keep, cast", [("tensorwise", [OUTLIER_OUT], "float8_e5m2"),
+                                                ("rowwise", [], "float8_e4m3fn")])
+def test_a_specs_fp8_gradient_flushed_is_grad_underflow_and_its_fix_clears_it(
+        demo_dir, fp8_models, recipe, keep, cast):
+    # tensorwise: the weight with the 1e10 column, converted, would flush its own gradient's
+    # other columns to zero before they reach intermediate.dense; the plan keeps it bfloat16.
+    from fp16studio.core import apply_fix, diagnose
+    from fp16studio.core.run.warm import WarmModel
+
+    spec = _spec(demo_dir, fp8_models, "bert-outlier", with_labels=True, device="cpu",
+                 train={"optimizer": "sgd", "steps": 1, "fp8": recipe, "fp8_keep": keep})
+    warm = WarmModel()
+    report = diagnose(spec, warm=warm)
+    finding = next(f for f in report.findings if f.code == "grad-underflow")
+    assert (finding.severity, finding.location) == ("warning", OUTLIER_IN)
+    assert finding.evidence["fp8 dtype"] == cast
+    assert finding.evidence["fp8 underflow share"] > 0.9
+    fix = finding.fixes[0]
+    assert (fix.id, fix.edits) == ("fp8-keep-bf16", {"train": {"fp8_keep": keep + [OUTLIER_IN]}})
+    fixed = apply_fix(spec, fix)
+    assert fixed.train == dict(spec.train, fp8_keep=(*keep, OUTLIER_IN))
+    after = diagnose(fixed, warm=warm)
+    assert "grad-underflow" not in {f.code for f in after.findings}
+    assert after.ok and [s["finite"] for s in after.steps] == [True]
+    assert warm.loads == 1          # the conversion left the warm model as it found it
+
+
+def test_the_plans_keep_bf16_fix_edits_a_training_specs_fp8_keep():
+    from fp16studio.core import apply_fix
+
+    layers = [LayerPlan("a", 64, 64, flops=1000, sqnr_db=5.0),
+              LayerPlan("b", 64, 64, flops=1000, sqnr_db=40.0)]
+    decide(layers)
+    spec = _train_spec(fp8_keep=["c"])
+    found = fp8_rules.plan_findings(layers, SENSITIVE_SQNR_DB, "rowwise", "cpu",
+                                    (True, True, ""), None, spec.train)
+    fix = next(f for f in found if f.code == "fp8-sensitive").fixes[0]
+    assert (fix.id, fix.edits) == ("fp8-keep-bf16",
+                                   {"train": {"fp8_keep": ["c", "a"], "fp8": "rowwise"}})
+    assert apply_fix(spec, fix).train == dict(spec.train, fp8="rowwise", fp8_keep=("c", "a"))
+    # A spec that does not train: the fix is said in code only.
+    inference = fp8_rules.plan_findings(layers, SENSITIVE_SQNR_DB, "rowwise", "cpu",
+                                        (True, True, ""), None)
+    assert inference[0].fixes[0].edits == {}
+
+
+@needs_torchao
+def test_the_exported_fp8_training_converts_exactly_the_specs_layers(demo_dir, fp8_models,
+                                                                    tmp_path):
+    from transformers import BertForSequenceClassification
+
+    from fp16studio.core import diagnose, export_script
+    from fp16studio.core.run.float8 import fp8_layers
+
+    spec = _spec(demo_dir, fp8_models, "bert-outlier", with_labels=True, device="cpu",
+                 train={"optimizer": "sgd", "steps": 2, "fp8": "tensorwise",
+                        "fp8_keep": [OUTLIER_OUT]})
+    script = tmp_path / "fp8_train.py"
+    text = export_script(spec, script)
+    assert "module_filter_fn=lambda module, fqn: fqn in FP8_LAYERS" in text
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    converted = next(line["fp8_converted"] for line in lines if "fp8_converted" in line)
+    # The script's Float8Linear modules are the layers the app's training steps convert.
+    model = BertForSequenceClassification.from_pretrained(fp8_models["bert-outlier"])
+    assert converted == fp8_layers(model, [OUTLIER_OUT]) and OUTLIER_OUT not in converted
+    assert "bert.encoder.layer.1.intermediate.dense" in converted
+    # The forward pass ran before the conversion (the app's own order), the steps after it.
+    assert lines.index(next(line for line in lines if "output" in line)) < lines.index(
+        next(line for line in lines if "fp8_converted" in line))
+    steps = lines[-1]["steps"]
+    assert [s["loss"] for s in steps] == pytest.approx(
+        [s["loss"] for s in diagnose(spec).steps], rel=1e-4)

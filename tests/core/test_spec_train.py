@@ -12,10 +12,12 @@ import pytest
 from fp16studio.core import InputError, PipelineSpec, apply_fix, diagnose, export_script
 from fp16studio.core.demo.pipelines import demo_spec
 from fp16studio.core.diagnostics.findings import Fix
-from fp16studio.core.spec.documents import Session, load_spec, read_session, write_session
+from fp16studio.core.spec.documents import (Session, load_spec, read_session, save_spec,
+                                            write_session)
 
 DEFAULTS = {"optimizer": "adamw", "lr": 1e-3, "eps": None, "steps": 2, "grad_scaler": False,
-            "clip_grad_norm": None, "clip_before_unscale": False, "master_weights": False}
+            "clip_grad_norm": None, "clip_before_unscale": False, "master_weights": False,
+            "fp8": None, "fp8_keep": ()}
 
 
 def spec_with(train, **keys):
@@ -26,7 +28,8 @@ def spec_with(train, **keys):
 # -- the spec -------------------------------------------------------------------------------------
 def test_train_is_filled_with_defaults_normalised_frozen_and_hashable():
     spec = spec_with({"optimizer": "torch.optim.Adam", "lr": 1, "clip_grad_norm": 1})
-    assert spec.to_dict()["train"] == dict(DEFAULTS, optimizer="adam", lr=1.0, clip_grad_norm=1.0)
+    assert spec.to_dict()["train"] == dict(DEFAULTS, optimizer="adam", lr=1.0, clip_grad_norm=1.0,
+                                           fp8_keep=[])
     assert spec_with({}).train == DEFAULTS and spec_with(None).train is None
     assert PipelineSpec(model="m", dataset="d").train is None
     with pytest.raises(TypeError):
@@ -48,11 +51,41 @@ def test_train_is_filled_with_defaults_normalised_frozen_and_hashable():
     ({"grad_scaler": "yes"}, "train.grad_scaler: expected true or false"),
     ({"clip_grad_norm": float("nan")}, "train.clip_grad_norm: must be a positive number"),
     (["adam"], "train: expected an object"),
+    ({"fp8": "mxfp8"}, "train.fp8: unknown recipe 'mxfp8' (use tensorwise or rowwise;"),
+    ({"fp8": 8}, "train.fp8: expected a recipe name (tensorwise, rowwise) or null, got 8"),
+    ({"fp8_keep": "lm_head"}, "train.fp8_keep: expected a list of module names"),
+    ({"fp8_keep": ["lm_head", 3]}, "train.fp8_keep: expected module names (strings), got 3"),
 ])
 def test_bad_train_values_are_one_line_input_errors(train, words):
     with pytest.raises(InputError) as caught:
         spec_with(train)
     assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_fp8_is_a_recipe_and_fp8_keep_names_each_layer_once_in_order(tmp_path):
+    spec = spec_with({"fp8": " RowWise", "fp8_keep": ["b.fc", "a.fc", "b.fc"]})
+    assert (spec.train["fp8"], spec.train["fp8_keep"]) == ("rowwise", ("b.fc", "a.fc"))
+    assert spec.to_dict()["train"]["fp8_keep"] == ["b.fc", "a.fc"]
+    assert hash(spec) == hash(spec_with({"fp8": "rowwise", "fp8_keep": ("b.fc", "a.fc")}))
+    path = tmp_path / "spec.json"
+    save_spec(spec, path)
+    assert load_spec(path) == spec
+    assert json.loads(path.read_text())["train"]["fp8"] == "rowwise"
+    toml = tmp_path / "spec.toml"
+    toml.write_text('model = "m"\ndataset = "synthetic"\nwith_labels = true\n\n[train]\n'
+                    'fp8 = "rowwise"\nfp8_keep = ["b.fc", "a.fc"]\n')
+    assert load_spec(toml) == spec
+
+
+def test_an_unknown_fp8_recipe_on_the_command_line_is_exit_2_in_one_line(tmp_path, capsys):
+    from fp16studio.cli import main
+
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"model": "m", "dataset": "synthetic", "with_labels": True,
+                                "train": {"fp8": "nvfp4"}}))
+    assert main(["diagnose", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "train.fp8: unknown recipe 'nvfp4'" in err
 
 
 def test_train_needs_labels():
