@@ -306,7 +306,7 @@ def test_a_traced_training_loop_is_recovered_with_its_train_and_reproduces(demo_
     spec = result.recovered_spec
     assert spec is not None and result.notes == [], result.notes
     assert spec.train == dict(DEFAULTS, **train) and spec.with_labels
-    assert result.to_json()["spec"]["train"] == spec.train
+    assert result.to_json()["spec"]["train"] == spec.to_dict()["train"]
     # What the trace checked: the spec, diagnosed, comes to the script's errors; its first fix
     # makes it clean.
     report = diagnose(spec)
