@@ -27,6 +27,7 @@ from .fp8_plan import (E4M3_MAX, E4M3_SMALLEST, SAMPLE_FEATURES, SAMPLE_ROWS,
                        SENSITIVE_SQNR_DB, SPEED_FEATURES, Fp8Plan, LayerPlan, decide,
                        is_fp8_checkpoint)
 
+
 def sample_rows(largest, bound: int):
     """At most `bound` rows of a tensor whose rows' largest magnitudes are `largest`, and the
     weight of each: a stratified sample whose weighted sums estimate the whole tensor's. The
