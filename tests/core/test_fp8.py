@@ -574,8 +574,11 @@ def test_a_specs_fp8_gradient_flushed_is_grad_underflow_and_its_fix_clears_it(
     assert (finding.severity, finding.location) == ("warning", OUTLIER_IN)
     assert finding.evidence["fp8 dtype"] == cast
     assert finding.evidence["fp8 underflow share"] > 0.9
+    # A float32 model: the layer kept out of FP8 stays float32, and the words say so.
+    assert finding.message.endswith("keep this layer out of FP8, in float32.")
     fix = finding.fixes[0]
     assert (fix.id, fix.edits) == ("fp8-keep-bf16", {"train": {"fp8_keep": keep + [OUTLIER_IN]}})
+    assert fix.title == "Keep 1 layer(s) in float32"
     fixed = apply_fix(spec, fix)
     assert fixed.train == dict(spec.train, fp8_keep=(*keep, OUTLIER_IN))
     after = diagnose(fixed, warm=warm)

@@ -87,17 +87,19 @@ def sensitive_finding(sensitive: list, threshold_db: float, recipe: str,
         (keep_bf16_fix(names, train, recipe),))
 
 
-def keep_bf16_fix(names: list, train=None, recipe: str | None = None) -> Fix:
-    """Convert the rest: these layers stay in bfloat16. A spec's run (`train`) adds them to its
-    `train.fp8_keep` (and trains with `recipe`, where one is given)."""
+def keep_bf16_fix(names: list, train=None, recipe: str | None = None,
+                  dtype: str = "bfloat16") -> Fix:
+    """Convert the rest: these layers stay in `dtype` (the model's: bfloat16 in a plan). A
+    spec's run (`train`) adds them to its `train.fp8_keep` (and trains with `recipe`, where one
+    is given)."""
     fields = {}
     if train is not None:
         fields = {"fp8_keep": list(dict.fromkeys([*train["fp8_keep"], *names]))}
         if recipe is not None:
             fields["fp8"] = recipe
-    return Fix("fp8-keep-bf16", f"Keep {len(names)} layer(s) in bfloat16",
+    return Fix("fp8-keep-bf16", f"Keep {len(names)} layer(s) in {dtype}",
                edits.train_edits(train, **fields),
-               "convert_to_float8_training with a filter that leaves these layers in bfloat16",
+               f"convert_to_float8_training with a filter that leaves these layers in {dtype}",
                CodeEdit(f"module_filter_fn=lambda module, fqn: fqn not in {names!r}"))
 
 

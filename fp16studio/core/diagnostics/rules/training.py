@@ -241,10 +241,10 @@ def _float8_underflow(step: Step, grad, train=None) -> Finding:
         f"{module} falls under {grad.fp8_dtype}'s smallest step once torchao scales it for the "
         "layer's FP8 backward matmuls: those values are flushed to zero or keep a bit or two, "
         f"where {grad.dtype} keeps them. The scale follows the gradient's largest values, so "
-        "a loss scale cannot help; keep this layer in bfloat16.",
+        f"a loss scale cannot help; keep this layer out of FP8, in {grad.dtype}.",
         {"step": step.index, "phase": "backward", "gradient dtype": grad.dtype,
          "fp8 dtype": grad.fp8_dtype, "fp8 underflow share": round(grad.fp8_underflow, 4)},
-        (fp8.keep_bf16_fix([module], train),), source=step.source)
+        (fp8.keep_bf16_fix([module], train, dtype=grad.dtype),), source=step.source)
 
 
 def _gradient_fixes(grad_dtype: str, compute_dtype: str | None, train=None) -> tuple:
