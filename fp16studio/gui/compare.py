@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QHeaderView, QLabel, QP
                                QSplitter, QTableView, QTabWidget, QVBoxLayout, QWidget)
 from pyqtgraph.exporters import ImageExporter
 
+from fp16studio.core.precision.bench import VARIANTS
 from fp16studio.core.precision.verdict import VERDICT_COLUMNS
 from fp16studio.core.present.vocabulary import bench_columns, bench_notes, stability, status, with_ratio
 from .fit import ElidedLabel, VerticalScrollArea
@@ -34,6 +35,14 @@ from .roles import RAW_ROLE
 REDRAW_MS = 66  # ~15 Hz: smooth enough to watch, cheap enough for the GUI thread
 EXPORT_WIDTH = 1600
 BAR_ROW_PX = 26     # the height of one variant's bars: its name stays readable
+# A column is as wide as its header or the widest text its cells hold, whichever is wider,
+# measured once from the font: never from the cells, whose measuring at each result held the
+# window (issue 31). The texts wider than a figure (FIGURE); an error says the rest in its tooltip.
+WIDEST_TEXT = {"Variant": "autocast-bfloat16", "Status": "unsupported", "Support": "unsupported",
+               "Peak memory": "1023.9 MiB", "Weights": "1023.9 MiB",
+               "Error": "RuntimeError: no kernel for this dtype on"}
+FIGURE = "99,999.99"
+CELL_PAD_PX = 24    # a cell's margins, or the header's and its sort arrow's
 
 
 def variant_color(name: str) -> str:
@@ -171,10 +180,12 @@ class CompareView(MadeInParts, QWidget):
         self._timer = QTimer(self)
         self._timer.setInterval(REDRAW_MS)
         self._timer.timeout.connect(self._redraw)
-        # A result's bars an event after its table: the two in one event held the window
-        # 97-113 ms under load (docs/benchmarks.md).
-        self._bars_later = QTimer(self, singleShot=True, interval=0)
-        self._bars_later.timeout.connect(self._draw_bars)
+        # A result is shown in turns, an event each: the table, then the words over it (which
+        # relayout the page), then the bars. All in one event held the window 97-113 ms under
+        # load (docs/benchmarks.md).
+        self._turns_left: list = []
+        self._next_turn = QTimer(self, singleShot=True, interval=0)
+        self._next_turn.timeout.connect(self._take_turn)
         if not begun:
             all_parts(self._make())
 
@@ -252,8 +263,16 @@ class CompareView(MadeInParts, QWidget):
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(-1, Qt.SortOrder.AscendingOrder)  # keep the document's order
         self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setStretchLastSection(True)
+        self._widths: dict[str, int] = {}
+        self.model.modelReset.connect(self._size_columns)
+        # Every variant's row in view without scrolling, and the bars' too: sized once for the
+        # most a benchmark measures, so a result never changes the page's size hints (issue 31).
+        rows = self.table.verticalHeader().defaultSectionSize() * (len(VARIANTS) + 1)
+        scrollbar = self.table.horizontalScrollBar().sizeHint().height()
+        self.table.setMinimumHeight(rows + scrollbar + 2 * self.table.frameWidth() + 4)
 
         self.status = ElidedLabel()
         buttons = QHBoxLayout()
@@ -276,6 +295,7 @@ class CompareView(MadeInParts, QWidget):
         self.results = QWidget()
         results = QVBoxLayout(self.results)
         results.setContentsMargins(0, 0, 0, 0)
+        self.bars.setMinimumHeight(BAR_ROW_PX * len(VARIANTS) + 90)
         results.addWidget(self.bars, 1)
         results.addWidget(QLabel("Throughput: higher is better. Memory: lower is better; each "
                                  "variant's peak solid, its weights light. Time per call (on a "
@@ -303,7 +323,8 @@ class CompareView(MadeInParts, QWidget):
     def clear(self):
         """Forget samples and results: a new benchmark starts."""
         self._timer.stop()
-        self._bars_later.stop()
+        self._next_turn.stop()
+        self._turns_left.clear()
         for curve in self._curves.values():
             self.plot.removeItem(curve)
             self.legend.removeItem(curve)
@@ -352,29 +373,34 @@ class CompareView(MadeInParts, QWidget):
             self._timer.start()
 
     def set_result(self, doc: dict):
-        """Show a finished bench document (CONTRACT §3 `bench --json`): the table, summary and
-        note now, the bars an event later (`finish_drawing` for them at once)."""
+        """Show a finished bench document (CONTRACT §3 `bench --json`): the table now, the
+        summary and note an event later, the bars an event after that (`finish_drawing` for
+        them at once)."""
         self._redraw()
         self._doc = doc
         self.model.set_doc(doc)
-        variants = doc.get("variants", [])
-        # Every variant's row in view without scrolling.
-        rows = self.table.verticalHeader().defaultSectionSize() * (len(variants) + 1)
-        scrollbar = self.table.horizontalScrollBar().sizeHint().height()
-        self.table.setMinimumHeight(rows + scrollbar + 2 * self.table.frameWidth() + 4)
+        for button in self._export_buttons:
+            button.setEnabled(True)
+        self._turns_left[:] = [self._say_result, self._draw_bars]
+        self._next_turn.start()
+
+    def finish_drawing(self):
+        """What is left of the result shown now (before an export reads the bars)."""
+        self._next_turn.stop()
+        while self._turns_left:
+            self._turns_left.pop(0)()
+
+    def _take_turn(self):
+        self._turns_left.pop(0)()
+        if self._turns_left:
+            self._next_turn.start()
+
+    def _say_result(self):
+        doc = self._doc
         self.summary.setText(self._summary_text(doc))
         note = doc.get("note") or ""  # on a CPU: what its figures say (core's CPU_NOTE)
         self.note.setText(note)
         self.note.setVisible(bool(note))
-        for button in self._export_buttons:
-            button.setEnabled(True)
-        self._bars_later.start()
-
-    def finish_drawing(self):
-        """The result's bars drawn now if they are still due (before an export reads them)."""
-        if self._bars_later.isActive():
-            self._bars_later.stop()
-            self._draw_bars()
 
     def _draw_bars(self):
         doc = self._doc
@@ -405,8 +431,16 @@ class CompareView(MadeInParts, QWidget):
         for item in self._result_plots:
             item.getAxis("left").setTicks(ticks)
             item.enableAutoRange()
-        self.bars.setMinimumHeight(BAR_ROW_PX * len(ok) + 90)
         self.charts.setCurrentWidget(self.results)
+
+    def _size_columns(self):
+        """Each column's width from its header and the font (`WIDEST_TEXT`), measured once."""
+        header = self.table.horizontalHeader()
+        for section, name in enumerate(self.model.headers()):
+            if name not in self._widths:
+                text = self.table.fontMetrics().horizontalAdvance(WIDEST_TEXT.get(name, FIGURE))
+                self._widths[name] = max(text, header.fontMetrics().horizontalAdvance(name)) + CELL_PAD_PX
+            header.resizeSection(section, self._widths[name])
 
     @property
     def _result_plots(self):
