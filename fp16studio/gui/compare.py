@@ -1,5 +1,6 @@
 """The Compare tab: each precision variant's throughput plotted live while `bench` runs, then
-throughput and memory bars side by side and a table of the figures and the drift from float32.
+throughput and memory bars side by side and a table of the figures and the drift from float32
+(bench_table.py).
 
 It only shows the `bench --json` document and the samples streamed while it is made (plain
 dicts): no torch here. The worker emits samples; this widget buffers them in NumPy arrays and
@@ -17,19 +18,19 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QBrush, QColor, QPen
-from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton,
-                               QSplitter, QTableView, QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QPushButton, QSplitter, QTabWidget,
+                               QVBoxLayout, QWidget)
 from pyqtgraph.exporters import ImageExporter
 
-from fp16studio.core.precision.verdict import VERDICT_COLUMNS
-from fp16studio.core.present.vocabulary import bench_columns, bench_notes, stability, status, with_ratio
+from fp16studio.core.precision.bench import VARIANTS
+from fp16studio.core.present.vocabulary import bench_notes, stability, status
+from .bench_table import BenchTable
 from .fit import ElidedLabel, VerticalScrollArea
 from .later_pages import MadeInParts, all_parts
 from .palette import DTYPE_COLORS, OKABE_ITO
 from .plot_style import SpacedAxis, follow_palette, restyle
-from .roles import RAW_ROLE
 
 REDRAW_MS = 66  # ~15 Hz: smooth enough to watch, cheap enough for the GUI thread
 EXPORT_WIDTH = 1600
@@ -60,84 +61,6 @@ def _brush(name: str, light: bool = False) -> QBrush:
     style = (Qt.BrushStyle.BDiagPattern if name.startswith("autocast-")
              else Qt.BrushStyle.Dense3Pattern if name == "tf32" else Qt.BrushStyle.SolidPattern)
     return QBrush(color, style)
-
-
-# -- the table ----------------------------------------------------------------------------------
-
-class ResultsModel(QAbstractTableModel):
-    """One row per variant of a bench document: text to read, RAW_ROLE to sort and export. The
-    columns are the shared ones (core.present.vocabulary, then the verdict's) that this document
-    fills; a variant's verdict is its name's tooltip."""
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.columns: tuple = ()
-        self._rows: list[list] = []
-        self._stable: list[str] = []
-        self._verdicts: list = []
-
-    def set_doc(self, doc: dict | None):
-        self.beginResetModel()
-        variants = with_ratio(doc) if doc else []
-        self.columns = (bench_columns(variants) + tuple(
-            c for c in VERDICT_COLUMNS if any(c[1](v) is not None for v in variants))
-            if doc else ())
-        self._rows = [[value(v) for _, value, _, _ in self.columns] for v in variants]
-        self._stable = [stability(v) for v in variants]
-        self._verdicts = [v.get("verdict") for v in variants]
-        self.endResetModel()
-
-    def headers(self) -> list[str]:
-        return [column[0] for column in self.columns]
-
-    def raw_rows(self) -> list[list]:
-        return [list(row) for row in self._rows]
-
-    def rowCount(self, parent=QModelIndex()):
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent=QModelIndex()):
-        return 0 if parent.isValid() else len(self.columns)
-
-    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
-        if not index.isValid() or not 0 <= index.row() < len(self._rows):
-            return None
-        raw = self._rows[index.row()][index.column()]
-        header, _, text, _ = self.columns[index.column()]
-        if role == Qt.ItemDataRole.DisplayRole:
-            return text(raw)
-        if role == RAW_ROLE:
-            return raw
-        if role == Qt.ItemDataRole.TextAlignmentRole and isinstance(raw, (int, float)):
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.ForegroundRole and raw in ("failed", "noisy"):
-            return QColor(OKABE_ITO["vermillion"])
-        if role == Qt.ItemDataRole.ToolTipRole:
-            if header == "Error":
-                return raw
-            if header == "Variant" and self._verdicts[index.row()]:
-                return self._verdicts[index.row()]
-            if self._stable[index.row()] == "noisy":
-                return "The spread across rounds says the machine was busy: this figure is not to be trusted."
-        return None
-
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
-        if (role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal
-                and 0 <= section < len(self.columns)):
-            return self.columns[section][0]
-        return None
-
-
-class _SortProxy(QSortFilterProxyModel):
-    """Sorts on RAW_ROLE numbers; empty cells (a failed variant) rank lowest."""
-
-    def lessThan(self, left, right):
-        a, b = left.data(RAW_ROLE), right.data(RAW_ROLE)
-        if a is None or b is None:
-            return a is None and b is not None
-        if isinstance(a, str) or isinstance(b, str):
-            return str(a) < str(b)
-        return a < b
 
 
 class _Series:
@@ -171,10 +94,12 @@ class CompareView(MadeInParts, QWidget):
         self._timer = QTimer(self)
         self._timer.setInterval(REDRAW_MS)
         self._timer.timeout.connect(self._redraw)
-        # A result's bars an event after its table: the two in one event held the window
-        # 97-113 ms under load (docs/benchmarks.md).
-        self._bars_later = QTimer(self, singleShot=True, interval=0)
-        self._bars_later.timeout.connect(self._draw_bars)
+        # A result is shown in turns, an event each: the table, then the words over it (which
+        # relayout the page), then the bars. All in one event held the window 97-113 ms under
+        # load (docs/benchmarks.md).
+        self._turns_left: list = []
+        self._next_turn = QTimer(self, singleShot=True, interval=0)
+        self._next_turn.timeout.connect(self._take_turn)
         if not begun:
             all_parts(self._make())
 
@@ -244,16 +169,8 @@ class CompareView(MadeInParts, QWidget):
                             wordWrap=True)
         self.stale.hide()
 
-        self.model = ResultsModel(self)
-        proxy = _SortProxy(self)
-        proxy.setSourceModel(self.model)
-        self.table = QTableView()
-        self.table.setModel(proxy)
-        self.table.setSortingEnabled(True)
-        self.table.sortByColumn(-1, Qt.SortOrder.AscendingOrder)  # keep the document's order
-        self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table = BenchTable()
+        self.model = self.table.figures
 
         self.status = ElidedLabel()
         buttons = QHBoxLayout()
@@ -276,6 +193,9 @@ class CompareView(MadeInParts, QWidget):
         self.results = QWidget()
         results = QVBoxLayout(self.results)
         results.setContentsMargins(0, 0, 0, 0)
+        # As tall as the most variants' bars, as the table is for their rows: a result never
+        # changes the page's size hints (issue 31).
+        self.bars.setMinimumHeight(BAR_ROW_PX * len(VARIANTS) + 90)
         results.addWidget(self.bars, 1)
         results.addWidget(QLabel("Throughput: higher is better. Memory: lower is better; each "
                                  "variant's peak solid, its weights light. Time per call (on a "
@@ -303,7 +223,8 @@ class CompareView(MadeInParts, QWidget):
     def clear(self):
         """Forget samples and results: a new benchmark starts."""
         self._timer.stop()
-        self._bars_later.stop()
+        self._next_turn.stop()
+        self._turns_left.clear()
         for curve in self._curves.values():
             self.plot.removeItem(curve)
             self.legend.removeItem(curve)
@@ -352,29 +273,34 @@ class CompareView(MadeInParts, QWidget):
             self._timer.start()
 
     def set_result(self, doc: dict):
-        """Show a finished bench document (CONTRACT §3 `bench --json`): the table, summary and
-        note now, the bars an event later (`finish_drawing` for them at once)."""
+        """Show a finished bench document (CONTRACT §3 `bench --json`): the table now, the
+        summary and note an event later, the bars an event after that (`finish_drawing` for
+        them at once)."""
         self._redraw()
         self._doc = doc
         self.model.set_doc(doc)
-        variants = doc.get("variants", [])
-        # Every variant's row in view without scrolling.
-        rows = self.table.verticalHeader().defaultSectionSize() * (len(variants) + 1)
-        scrollbar = self.table.horizontalScrollBar().sizeHint().height()
-        self.table.setMinimumHeight(rows + scrollbar + 2 * self.table.frameWidth() + 4)
+        for button in self._export_buttons:
+            button.setEnabled(True)
+        self._turns_left[:] = [self._say_result, self._draw_bars]
+        self._next_turn.start()
+
+    def finish_drawing(self):
+        """What is left of the result shown now (before an export reads the bars)."""
+        self._next_turn.stop()
+        while self._turns_left:
+            self._turns_left.pop(0)()
+
+    def _take_turn(self):
+        self._turns_left.pop(0)()
+        if self._turns_left:
+            self._next_turn.start()
+
+    def _say_result(self):
+        doc = self._doc
         self.summary.setText(self._summary_text(doc))
         note = doc.get("note") or ""  # on a CPU: what its figures say (core's CPU_NOTE)
         self.note.setText(note)
         self.note.setVisible(bool(note))
-        for button in self._export_buttons:
-            button.setEnabled(True)
-        self._bars_later.start()
-
-    def finish_drawing(self):
-        """The result's bars drawn now if they are still due (before an export reads them)."""
-        if self._bars_later.isActive():
-            self._bars_later.stop()
-            self._draw_bars()
 
     def _draw_bars(self):
         doc = self._doc
@@ -405,7 +331,6 @@ class CompareView(MadeInParts, QWidget):
         for item in self._result_plots:
             item.getAxis("left").setTicks(ticks)
             item.enableAutoRange()
-        self.bars.setMinimumHeight(BAR_ROW_PX * len(ok) + 90)
         self.charts.setCurrentWidget(self.results)
 
     @property

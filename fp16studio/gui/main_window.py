@@ -4,7 +4,8 @@ The controller adapts the session (fp16studio.session_state: the spec, its file,
 benchmark and drift and what follows from them) to Qt and does the work; the panels observe its
 signals; this class lays them out, wires them, and keeps the CONTRACT §5 surface by forwarding.
 The actions, menus and toolbar are in actions.py, the File menu's dialogs (what to open, where
-to save, whether to discard) in file_actions.py.
+to save, whether to discard) in file_actions.py, a diagnosis shown across the panels in turns
+in diagnosis_in_turns.py.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fp16studio.core import PipelineSpec
 from fp16studio.core.diagnostics.inventory import drift_by_module, fp8_by_layer, rolled_up
 from fp16studio.session_state import NO_MODEL
 from .actions import RUN_TIP, WindowActions
+from .diagnosis_in_turns import DiagnosisInTurns
 from .fp8_view import Fp8View
 from .file_actions import FileActions
 from .findings_panel import FindingsPanel
@@ -61,17 +63,14 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
             "Run this code?", f"{question}.\n\nThis spec was not written here: read the code "
             "first. Run it? (Asked again only if either file changes.)")
         self.undo_stack, self.worker = c.undo_stack, c.worker
-        # A result's findings come in an event of their own, after the tree and its paint: a
-        # result is several short waits of the window, not one long one (issue 31).
-        self._findings_later = QTimer(self, singleShot=True, interval=0,
-                                      timeout=self._show_result_findings)
-        self._finished_doc = None   # diagnosisFinished's, sent once the findings are shown
         self._build_panels()
         self._build_actions()
         self._build_menus()
         self._build_toolbar()
         self.status = StatusInfo(self.statusBar())
         self.status.watch_engine(lambda: self.worker.engine.pid)
+        self.diagnosis_shown = DiagnosisInTurns(c, self.tensors, self.findings, self.status,
+                                                self._say_what_the_form_is, self)
         self.lookups = SourceLookups(self.form, self.preview, self.worker, self.log.log, self)
         self._wire()
         self._on_busy(False)
@@ -202,8 +201,8 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.findings.fixRequested.connect(c.apply_fix)
         self.findings.revealRequested.connect(self.reveal_location)
         c.specChanged.connect(self._on_spec)
-        c.diagnosisChanged.connect(self._on_diagnosis)
-        c.findingsChanged.connect(self._on_findings_changed)
+        c.diagnosisChanged.connect(self.diagnosis_shown.show_diagnosis)
+        c.findingsChanged.connect(self.diagnosis_shown.findings_changed)
         c.benchChanged.connect(self._on_bench)
         # A page not made yet has no figures to mark stale.
         c.benchStale.connect(lambda stale: self._if_made("compare", "set_stale", stale))
@@ -226,7 +225,8 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         c.warned.connect(self._warn)
         c.opened.connect(lambda: self.tensors.clear_filters())
         c.diagnosisFailed.connect(self._on_failed)
-        c.diagnosisFinished.connect(self._finish_when_shown)
+        c.diagnosisFinished.connect(self.diagnosis_shown.finish_when_shown)
+        self.diagnosis_shown.finished.connect(self.diagnosisFinished)
         c.benchmarkFinished.connect(self.benchmarkFinished)
         c.diagnosisFailed.connect(self.diagnosisFailed)
         c.exportFinished.connect(self.exportFinished)
@@ -236,74 +236,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.lookups.spec_changed(spec)
         # Whether the findings and the tree are of this spec, and which are listed (a drift's
         # only while it is of the current spec), follow from it.
-        self._show_findings()
-
-    def _on_diagnosis(self, diagnosis):
-        state = self.controller.state
-        index = state.tree_index
-        self.tensors.set_module_values("headroom", index.headroom if index else None)
-        self.tensors.set_inventory(state.inventory)   # core's, as the --json document has it
-        if diagnosis is None:
-            self._no_findings_later()
-            self.tensors.set_tree(None)
-            self._show_findings()
-            if state.tracing is None and not state.findings_shown() and not state.drift_current:
-                self.findings.detail.show_text(state.missing() or "Press Run to diagnose this pipeline.")
-            return
-        self.tensors.set_tree(diagnosis.tree, index)
-        self.tensors.model.set_highlighted(node.path for node in state.located.values())
-        if diagnosis.tree is not None:
-            self.status.set_environment(diagnosis.environment, diagnosis.device, state.gpu_memory)
-        self._findings_later.start()   # read from the state when shown
-
-    def _on_findings_changed(self):
-        """A trace started, or ended with no result: what the panels say changes at once."""
-        self._on_diagnosis(self.controller.diagnosis)
-        if self._findings_later.isActive():
-            self._findings_later.stop()
-            self._show_result_findings()
-
-    def _show_result_findings(self):
-        self._show_findings()
-        state, diagnosis = self.controller.state, self.controller.diagnosis
-        if diagnosis is not None and diagnosis.error and not diagnosis.findings and state.tracing is None:
-            self.findings.show_failure(diagnosis.error.get("message", ""))
-        self._say_finished()
-
-    def _finish_when_shown(self, doc):
-        """diagnosisFinished once the result's findings are shown too."""
-        self._finished_doc = doc
-        if not self._findings_later.isActive():
-            self._say_finished()
-
-    def _no_findings_later(self):
-        """What is shown next replaces a result's findings still to come (a failure, nothing)."""
-        if self._findings_later.isActive():
-            self._findings_later.stop()
-            self._say_finished()
-
-    def _say_finished(self):
-        doc, self._finished_doc = self._finished_doc, None
-        if doc is not None:
-            self.diagnosisFinished.emit(doc)
-
-    def _show_findings(self):
-        """The Findings panel and the Tensors tab's note, from the session state: what is listed,
-        whether its fixes are one click, and what is said of it when it is not current."""
-        state = self.controller.state
-        self.tensors.set_notice(state.tree_notice())
-        self._say_what_the_form_is(state.form_notice())
-        self.findings.set_fixes_enabled(self.controller.fixes_enabled)
-        if state.tracing is not None:
-            self.findings.show_pending(state.findings_notice())
-            return
-        findings = state.findings_shown()
-        # "All clear" is said of a run (or a current drift) that found nothing, never of nothing.
-        ran = state.diagnosis is not None or state.drift_current
-        ok = not findings and ran and (state.diagnosis is None or state.diagnosis.ok)
-        self.findings.set_findings(findings, ok, state.located, code_fixes=state.trace is not None,
-                                   notice=state.findings_notice())
-        self.findings.set_steps(state.trace.steps if state.trace is not None else ())
+        self.diagnosis_shown.show_findings()
 
     def _say_what_the_form_is(self, notice: str | None):
         """While a trace is shown, the form and Run say they are the pipeline's, not the script's."""
@@ -333,15 +266,14 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.tensors.set_module_values("drift", rolled_up(drift_by_module(result.modules), min)
                                        if result is not None else None)
         if result is not None:
-            self._show_findings()
+            self.diagnosis_shown.show_findings()
 
     def _on_fp8(self, doc: dict):
         self.fp8.set_result(doc)
         self.tensors.set_module_values("fp8", rolled_up(fp8_by_layer(doc), min))
 
     def _on_failed(self, message: str):
-        self._no_findings_later()
-        self.findings.show_failure(message)
+        self.diagnosis_shown.show_failure(message)
         if message == NO_MODEL:
             self.form.model_picker.setFocus()
 
