@@ -102,7 +102,8 @@ def window_in_light(qtbot, qapp):
     window.resize(1280, 760)
     window.show()
     window.main_tabs.setCurrentWidget(window.drift)
-    settle(qtbot)
+    window.compare   # made whole now: on a busy machine its parts could still be on their way
+    settle(qtbot)    # when the switch comes, and a plot made during it is styled as it is made
     yield window
     qapp.setStyleSheet("")
     qapp.setPalette(QPalette())
