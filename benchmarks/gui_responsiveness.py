@@ -19,7 +19,8 @@ with little CPU is the thread waiting (the scheduler, the GIL), one with as much
 the window's own work. `most_cpu` is the most CPU the GUI thread spent between two beats in the
 phase: the window's longest piece of work, which a load stretches but does not change. --why
 names the outermost GUI-thread events that ran longest inside the stalls over the target
-(receiver, event, how many events were delivered inside it, wall and CPU milliseconds).
+(receiver, event, how many events were delivered inside it, wall and CPU milliseconds), and the
+garbage collector's passes that ended inside them (generation, thread, objects freed).
 
     python benchmarks/gui_responsiveness.py [--bench] [--large] [--load N] [--why] [--json]
 
@@ -73,6 +74,7 @@ def _session(args) -> int:
 
     events: list[tuple[float, float, float, str]] = []   # (end, wall ms, CPU ms, what)
     app = _timed_application(events, sys.argv[:1]) if args.why else QApplication(sys.argv[:1])
+    collections = _timed_collections() if args.why else []
     from fp16studio.gui.theme import Theme
 
     Theme(app)
@@ -201,7 +203,7 @@ def _session(args) -> int:
         "targets": {"window_ready_s": READY_TARGET_S, "longest_stall_ms": STALL_TARGET_MS},
     }
     if args.why:
-        result["why"] = _why(gaps, events)
+        result["why"] = _why(gaps, events, collections)
         result["heaviest_events"] = _heaviest(gaps, events)
     if args.json:
         print(json.dumps(result, indent=2))
@@ -364,16 +366,38 @@ def _timed_application(events, argv):
     return TimedApplication(events, argv)
 
 
-def _why(gaps, events) -> list[dict]:
-    """For each stall over the target: its phase, time and CPU, and the longest events that
-    ended inside it."""
+def _timed_collections() -> list[tuple[float, float, str]]:
+    """The garbage collector's passes of 2 ms and more, as (end, wall ms, "generation N on
+    THREAD, K objects freed"): a pass holds the GIL, and so every thread, whichever runs it."""
+    import gc
+    import threading
+
+    found, started = [], {}
+
+    def timed(phase, info):
+        now = time.perf_counter()
+        if phase == "start":
+            started[threading.get_ident()] = now
+        elif (begun := started.pop(threading.get_ident(), None)) is not None and now - begun >= 0.002:
+            found.append((now, (now - begun) * 1000, f"generation {info['generation']} on "
+                          f"{threading.current_thread().name}, {info['collected']} freed"))
+    gc.callbacks.append(timed)
+    return found
+
+
+def _why(gaps, events, collections=()) -> list[dict]:
+    """For each stall over the target: its phase, time and CPU, the longest events that ended
+    inside it, and the collector's passes that ended inside it."""
     found = []
     for phase, gap, cpu, end in gaps:
         if gap - HEARTBEAT_MS <= STALL_TARGET_MS:
             continue
         inside = sorted((e for e in events if end - gap / 1000 <= e[0] <= end), key=lambda e: -e[1])
+        passes = [f"{what} {wall:.0f} ms" for at, wall, what in collections
+                  if end - gap / 1000 <= at <= end]
         found.append({"phase": phase, "stall": round(gap - HEARTBEAT_MS, 1), "cpu": round(cpu, 1),
-                      "events": [f"{what} {wall:.0f} ms (cpu {c:.0f})" for _, wall, c, what in inside[:4]]})
+                      "events": [f"{what} {wall:.0f} ms (cpu {c:.0f})" for _, wall, c, what in inside[:4]],
+                      "collections": passes})
     return found
 
 
