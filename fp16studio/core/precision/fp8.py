@@ -17,11 +17,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
+from typing import NamedTuple
 
 from ..common.errors import InputError, check_cancel, first_line, report_progress
 from ..common.precision import float8_scale
 from ..diagnostics.rules import fp8 as fp8_rules
-from ..run.distance import distance_sums, distances
+from ..run.distance import distances
 from ..spec.value import PipelineSpec
 from .fp8_plan import (E4M3_MAX, E4M3_SMALLEST, RECIPES, SAMPLE_FEATURES, SAMPLE_ROWS,
                        SENSITIVE_SQNR_DB, SPEED_FEATURES, Fp8Plan, LayerPlan, decide,
@@ -128,29 +130,40 @@ class Float8Cast:
         return self.table.index_select(0, codes.reshape(-1).int()).view(codes.shape)
 
 
+class SampledCall(NamedTuple):
+    """What one call of a Linear leaves for the measurement after the pass: its input's range
+    (aminmax: 0-d tensors), the sampled rows of its input and the bfloat16 output at the sampled
+    rows and features, which features (rows of the weight) those are, and each sampled row's
+    and feature's weight (`sample_rows`)."""
+    input_range: tuple
+    inputs: object
+    reference: object
+    features: object
+    row_weights: object
+    feature_weights: object
+
+
 class LinearProbe:
     """What FP8 does to one nn.Linear, measured in its forward hook on every call.
 
     The FLOPs, abs-max and scales are of the whole operands. The underflow shares and the SQNR
     are estimated on a sample (`sample_rows`): at most `sample[0]` rows of the input (tokens)
     and `sample[1]` of the weight (output features), cast with the whole tensors' scales, so
-    each sampled output value is the one Float8Linear gives at its place. Results stay on the
-    device until `result` reads them back.
+    each sampled output value is the one Float8Linear gives at its place. The hook takes only
+    what the call alone holds (the input's range, the sampled rows); `probed_layers` measures
+    the samples of all the probes together after the pass and reads the figures back once.
     """
 
     def __init__(self, name: str, module, recipe: str, cast: Float8Cast | None,
                  sample: tuple[int, int] = (SAMPLE_ROWS, SAMPLE_FEATURES)):
+        self.module = module
         self.rowwise = recipe == "rowwise"
         self.sample = sample
         self.layer = LayerPlan(name=name, in_features=module.in_features,
                                out_features=module.out_features)
         self.cast = cast                     # Float8Cast, or None (no torchao: no SQNR)
-        self.weight = None                   # (abs-max, scale) of the weight, from the first call
-        self.input = None                    # (abs-max, smallest scale) over the calls
-        # Weighted, per operand (input, weight): [values under e4m3's smallest step once
-        # scaled, zeros among them], and the rows counted.
-        self.counts = self.counted = 0
-        self.sums = None                     # distance_sums, added over the calls
+        self.calls: list[SampledCall] = []
+        self.weight_range = None             # aminmax of the whole weight, at its first call
         self.values = [0, 0]                 # [output values sampled, output values]
         self.handle = module.register_forward_hook(self.measure)
 
@@ -162,94 +175,167 @@ class LinearProbe:
         x = args[0].detach().reshape(-1, self.layer.in_features)
         out = output.detach().reshape(-1, self.layer.out_features)
         self.layer.flops += 2 * x.shape[0] * self.layer.in_features * self.layer.out_features
-        weight = module.weight.detach()
-        if self.weight is None:
-            self.weight = self._scale(weight)
-        x_amax, x_scale = self._scale(x)
-        self.input = (x_amax, x_scale.min()) if self.input is None else (
-            torch.maximum(self.input[0], x_amax), torch.minimum(self.input[1], x_scale.min()))
+        if self.weight_range is None:   # read while the call's GEMM left it in the cache
+            self.weight_range = torch.aminmax(module.weight.detach())
         # The sample: rows by their output's largest value, then features by theirs in them.
         rows, row_weights = sample_rows(out.abs().amax(dim=1).float(), self.sample[0])
         reference = out.index_select(0, rows)
         features, feature_weights = sample_rows(reference.abs().amax(dim=0).float(),
                                                 self.sample[1])
-        reference = reference.index_select(1, features)
-        self.values[0] += reference.numel()
+        self.calls.append(SampledCall(torch.aminmax(x), x.index_select(0, rows),
+                                      reference.index_select(1, features), features,
+                                      row_weights, feature_weights))
+        self.values[0] += rows.numel() * features.numel()
         self.values[1] += out.numel()
-        # The two operands' sampled rows (both in_features long) scaled, counted and cast at
-        # once: fewer, larger operations.
-        scale = torch.cat([self._picked(x_scale, rows), self._picked(self.weight[1], features)])
-        dequantised = self._cast(
-            torch.cat([x.index_select(0, rows), weight.index_select(0, features)]), scale,
-            rows.numel(), row_weights, feature_weights)
-        if dequantised is None:
-            return
-        # torchao's float8_mm with emulate=True: the dequantised operands multiplied in
-        # float32, the product in the input's dtype, the bias added in it (Float8Linear).
-        fp8 = torch.mm(dequantised[:rows.numel()], dequantised[rows.numel():].t()).to(x.dtype)
-        if module.bias is not None:
-            fp8 = fp8 + module.bias.detach().index_select(0, features).to(x.dtype)
-        # Each sampled value weighted by the values it stands for: the sums estimate the whole
-        # output's (max |diff| is then not one; only the SQNR is read).
-        root = torch.outer(row_weights, feature_weights).sqrt()
-        sums = distance_sums(reference.float() * root, fp8.float() * root)
-        self.sums = sums if self.sums is None else torch.stack([
-            torch.maximum(self.sums[0], sums[0]), *(self.sums[1:] + sums[1:])])
-
-    def _scale(self, tensor):
-        """A 2-d operand's abs-max (a 0-d tensor, exact in the operand's own dtype) and the
-        recipe's scale (torchao's; rowwise: per row, a column)."""
-        import torch
-
-        if self.rowwise:
-            amax = tensor.abs().amax(dim=1, keepdim=True)
-        else:   # one aminmax, no copy of the tensor
-            low, high = torch.aminmax(tensor)
-            amax = torch.maximum(low.abs(), high)
-        return amax.max(), float8_scale(amax, E4M3_MAX, self.rowwise)
-
-    def _picked(self, scale, picked):
-        """The scales of the picked rows, as a column."""
-        return scale.index_select(0, picked) if self.rowwise else scale.expand(picked.numel(), 1)
-
-    def _cast(self, rows, scale, inputs: int, input_weights, weight_weights):
-        """The sampled rows (the input's `inputs` first, then the weight's) scaled as torchao
-        scales them (in float32: its _ToFloat8ConstrFunc) and counted, weighted: the non-zero
-        values under e4m3's smallest step. Returns them cast to float8 by torchao and
-        dequantised to float32 (None without torchao)."""
-        import torch
-
-        scaled = rows.float() * scale
-        magnitude = scaled.abs()
-        # Per row: values under the step (zeros included), zeros; weighted per operand.
-        per_row = torch.stack([(magnitude < E4M3_SMALLEST).sum(1),
-                               (magnitude == 0).sum(1)]).to(input_weights.dtype)
-        self.counts = self.counts + torch.stack([per_row[:, :inputs] @ input_weights,
-                                                 per_row[:, inputs:] @ weight_weights])
-        self.counted = self.counted + torch.stack([input_weights.sum(), weight_weights.sum()])
-        return None if self.cast is None else self.cast(scaled) / scale
 
     def result(self) -> LayerPlan:
-        import torch
+        return probed_layers([self])[0]
 
-        self.handle.remove()
-        layer = self.layer
-        if self.weight is not None:
-            layer.weight_amax, layer.weight_scale = (float(self.weight[0]),
-                                                     float(self.weight[1].min()))
-        if self.input is not None:
-            layer.input_amax, layer.input_scale = map(float, self.input)
-        # The operand that loses more: a weight flushed whole is not diluted by a healthy input.
-        counts = self.counts.tolist() if torch.is_tensor(self.counts) else []
-        rows = self.counted.tolist() if counts else []
-        shares = [(under - zeros) / nonzero for (under, zeros), counted in zip(counts, rows)
-                  if (nonzero := counted * self.layer.in_features - zeros)]
-        layer.underflow_share = max(shares, default=None)
-        if self.values[1]:
-            layer.sample_share = self.values[0] / self.values[1]
-        if self.sums is not None:
-            layer.sqnr_db = distances(self.sums.tolist())["sqnr_db"]
+
+# The figures of one call, read back in one row: the abs-max and the recipe's scale of the whole
+# weight and input (rowwise: the largest row's, the smallest scale), then per operand (input,
+# weight) the weighted count of the sampled values under e4m3's smallest step once scaled (zeros
+# included), of the zeros, and of the sampled rows; then the weighted |bf16|^2, |fp8|^2 and
+# |fp8 - bf16|^2 of the sampled output (distances' sums; NaN without torchao).
+CALL_FIGURES = ("weight_amax", "input_amax", "weight_scale", "input_scale",
+                "input_under", "input_zeros", "input_rows",
+                "weight_under", "weight_zeros", "weight_rows", "signal", "power", "noise")
+
+
+# The most sampled operand values measured in one stack: about 1 MB of float32, so that each
+# of the measurement's dozen passes over them stays in a CPU core's cache (past it, each pass
+# costs two to three times as much a value as the cached one).
+STACKED_VALUES = 2 ** 18
+
+
+class ProbedCall(NamedTuple):
+    layer: int                      # the probe's place in probed_layers's list
+    probe: LinearProbe
+    call: SampledCall
+
+
+def probed_layers(probes: list[LinearProbe]) -> list[LayerPlan]:
+    """The probes' LayerPlan rows, their hooks removed and their calls' samples measured: the
+    calls alike (device, dtypes, shapes, bias) stacked, so that each step of the measurement is
+    one operation for all of them rather than one per layer, and every figure read back in one
+    transfer per device."""
+    import torch
+
+    groups: dict[tuple, list[ProbedCall]] = {}
+    for index, probe in enumerate(probes):
+        probe.handle.remove()
+        weight = probe.module.weight
+        for call in probe.calls:
+            key = (weight.device, call.inputs.dtype, weight.dtype, tuple(call.inputs.shape),
+                   call.features.numel(), probe.module.bias is not None)
+            groups.setdefault(key, []).append(ProbedCall(index, probe, call))
+    by_device: dict[object, list] = {}
+    for (device, *_), members in groups.items():
+        values = members[0].call.inputs.shape.numel() + members[0].call.reference.shape[1] * (
+            members[0].probe.layer.in_features)
+        step = max(1, STACKED_VALUES // values)
+        for start in range(0, len(members), step):
+            part = members[start:start + step]
+            by_device.setdefault(device, []).append((part, _measured_calls(part)))
+    calls = [[] for _ in probes]
+    for parts in by_device.values():
+        values = torch.cat([figures for _, figures in parts]).tolist()   # the one read-back
+        members = [member for part, _ in parts for member in part]
+        for member, row in zip(members, values):
+            calls[member.layer].append(dict(zip(CALL_FIGURES, row)))
+    return [_layer(probe, figures) for probe, figures in zip(probes, calls)]
+
+
+def _abs_max(ranges: list[tuple]):
+    """The abs-max of each (low, high) of aminmax, exact, as float32 (a 1-d tensor)."""
+    import torch
+
+    pairs = torch.stack([bound for pair in ranges for bound in pair]).view(-1, 2)
+    return torch.maximum(pairs[:, 0].abs(), pairs[:, 1]).float()
+
+
+def _measured_calls(members: list[ProbedCall]):
+    """The CALL_FIGURES of calls alike (a group of `probed_layers`), as a float64
+    [calls, figures] tensor on their device."""
+    import torch
+
+    rowwise, inputs = members[0].probe.rowwise, members[0].call.inputs.shape[0]
+    amax = torch.stack([_abs_max([m.probe.weight_range for m in members]),
+                        _abs_max([m.call.input_range for m in members])], 1)
+    scales = float8_scale(amax, E4M3_MAX, rowwise)          # [calls, (weight, input)]
+    # The sampled rows of both operands (both in_features long) as one block: fewer, larger
+    # operations. Each row is scaled as torchao scales it, in float32 (its
+    # _ToFloat8ConstrFunc; a half block times a float32 column is computed in float32): by
+    # the whole tensor's scale, or rowwise by its own.
+    block = torch.cat([torch.stack([m.call.inputs for m in members]),
+                       torch.stack([m.probe.module.weight.detach().index_select(0, m.call.features)
+                                    for m in members])], dim=1)
+    if rowwise:
+        scale = float8_scale(block.abs().amax(dim=2, keepdim=True), E4M3_MAX, True)
+    else:
+        scale = torch.cat([scales[:, 1:].expand(-1, inputs),
+                           scales[:, :1].expand(-1, block.shape[1] - inputs)], 1).unsqueeze(2)
+    scaled = block * scale
+    # Per row: the values under the step (zeros included) and the zeros, weighted per operand.
+    # Compared into float32 ones and zeros, summed: comparisons into bool, and their sums, cost
+    # a CPU four times as much.
+    magnitude = scaled.abs()
+    zeros = torch.eq(magnitude, 0, out=torch.empty_like(magnitude)).sum(2)
+    per_row = torch.stack([magnitude.lt_(E4M3_SMALLEST).sum(2), zeros], 2).double()
+    weights = torch.cat([torch.stack([m.call.row_weights for m in members]),
+                         torch.stack([m.call.feature_weights for m in members])], 1).double()
+    counts = [figure for operand in (slice(None, inputs), slice(inputs, None))
+              for figure in ((per_row[:, operand] * weights[:, operand, None]).sum(1),
+                             weights[:, operand].sum(1, keepdim=True))]
+    return torch.cat([amax.double(), scales.double(), *counts,
+                      _sampled_distance(members, scaled, scale, weights.float())], 1)
+
+
+def _sampled_distance(members: list[ProbedCall], scaled, scale, weights):
+    """distances' sums (|bf16|^2, |fp8|^2, |fp8 - bf16|^2) of each call's sampled output, each
+    value weighted by the values it stands for (the sums estimate the whole output's; max |diff|
+    is then not one, and only the SQNR is read), as a float64 [calls, 3] tensor; NaN without
+    torchao."""
+    import torch
+
+    probe, inputs = members[0].probe, members[0].call.inputs.shape[0]
+    if probe.cast is None:
+        return scaled.new_full((len(members), 3), math.nan, dtype=torch.float64)
+    dtype = members[0].call.inputs.dtype
+    dequantised = probe.cast(scaled) / scale
+    # torchao's float8_mm with emulate=True: the dequantised operands multiplied in float32,
+    # the product in the input's dtype, the bias added in it (Float8Linear).
+    fp8 = torch.bmm(dequantised[:, :inputs], dequantised[:, inputs:].transpose(1, 2)).to(dtype)
+    if probe.module.bias is not None:
+        fp8 = fp8 + torch.stack([m.probe.module.bias.detach().index_select(0, m.call.features)
+                                 for m in members]).to(dtype).unsqueeze(1)
+    root = (weights[:, :inputs, None] * weights[:, None, inputs:]).sqrt()
+    reference = torch.stack([m.call.reference for m in members]).float().mul_(root).flatten(1)
+    fp8 = fp8.float().mul_(root).flatten(1)
+    diff = fp8 - reference
+    return torch.stack([torch.linalg.vecdot(v, v) for v in (reference, fp8, diff)], 1).double()
+
+
+def _layer(probe: LinearProbe, calls: list[dict]) -> LayerPlan:
+    """The probe's LayerPlan with its calls' figures: the largest abs-max and smallest scale
+    over the calls, the counts and distance sums added."""
+    layer = probe.layer
+    if not calls:
         return layer
+    layer.weight_amax, layer.weight_scale = calls[0]["weight_amax"], calls[0]["weight_scale"]
+    layer.input_amax = max(call["input_amax"] for call in calls)
+    layer.input_scale = min(call["input_scale"] for call in calls)
+    total = {name: sum(call[name] for call in calls) for name in CALL_FIGURES[4:]}
+    # The operand that loses more: a weight flushed whole is not diluted by a healthy input.
+    shares = [(total[f"{operand}_under"] - zeros) / nonzero for operand in ("input", "weight")
+              if (nonzero := total[f"{operand}_rows"] * layer.in_features
+                  - (zeros := total[f"{operand}_zeros"]))]
+    layer.underflow_share = max(shares, default=None)
+    layer.sample_share = probe.values[0] / probe.values[1] if probe.values[1] else None
+    if probe.cast is not None:
+        layer.sqnr_db = distances([0.0, total["signal"], total["power"],
+                                   total["noise"]])["sqnr_db"]
+    return layer
 
 
 def fp8_plan(spec: PipelineSpec, recipe: str = "tensorwise",
@@ -309,7 +395,7 @@ def measured_layers(prepared, recipe: str, float8, config,
     finally:
         for probe in probes:
             probe.handle.remove()
-    return [probe.result() for probe in probes]
+    return probed_layers(probes)
 
 
 def preflight(plan: Fp8Plan, support: tuple, float8, quantization_config) -> list[dict]:
