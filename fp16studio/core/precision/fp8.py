@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import math
 from typing import NamedTuple
@@ -178,10 +179,9 @@ class LinearProbe:
         if self.weight_range is None:   # read while the call's GEMM left it in the cache
             self.weight_range = torch.aminmax(module.weight.detach())
         # The sample: rows by their output's largest value, then features by theirs in them.
-        rows, row_weights = sample_rows(out.abs().amax(dim=1).float(), self.sample[0])
+        rows, row_weights = sample_rows(out.abs().amax(dim=1), self.sample[0])
         reference = out.index_select(0, rows)
-        features, feature_weights = sample_rows(reference.abs().amax(dim=0).float(),
-                                                self.sample[1])
+        features, feature_weights = sample_rows(reference.abs().amax(dim=0), self.sample[1])
         self.calls.append(SampledCall(torch.aminmax(x), x.index_select(0, rows),
                                       reference.index_select(1, features), features,
                                       row_weights, feature_weights))
@@ -215,10 +215,10 @@ class ProbedCall(NamedTuple):
 
 
 def probed_layers(probes: list[LinearProbe]) -> list[LayerPlan]:
-    """The probes' LayerPlan rows, their hooks removed and their calls' samples measured: the
-    calls alike (device, dtypes, shapes, bias) stacked, so that each step of the measurement is
-    one operation for all of them rather than one per layer, and every figure read back in one
-    transfer per device."""
+    """The probes' LayerPlan rows (the probes of one pass, one recipe), their hooks removed and
+    their calls' samples measured: the calls alike (device, dtypes, shapes, bias) stacked, so
+    that each step of the measurement is one operation for all of them rather than one per
+    layer, and every figure read back in one transfer per device."""
     import torch
 
     groups: dict[tuple, list[ProbedCall]] = {}
@@ -229,66 +229,62 @@ def probed_layers(probes: list[LinearProbe]) -> list[LayerPlan]:
             key = (weight.device, call.inputs.dtype, weight.dtype, tuple(call.inputs.shape),
                    call.features.numel(), probe.module.bias is not None)
             groups.setdefault(key, []).append(ProbedCall(index, probe, call))
-    by_device: dict[object, list] = {}
+    stacks: dict[object, list[list[ProbedCall]]] = {}
     for (device, *_), members in groups.items():
-        values = members[0].call.inputs.shape.numel() + members[0].call.reference.shape[1] * (
-            members[0].probe.layer.in_features)
-        step = max(1, STACKED_VALUES // values)
-        for start in range(0, len(members), step):
-            part = members[start:start + step]
-            by_device.setdefault(device, []).append((part, _measured_calls(part)))
+        call = members[0].call
+        step = max(1, STACKED_VALUES // (call.inputs.shape[0] + call.features.numel())
+                   // call.inputs.shape[1])
+        stacks.setdefault(device, []).extend(members[start:start + step]
+                                             for start in range(0, len(members), step))
     calls = [[] for _ in probes]
-    for parts in by_device.values():
-        values = torch.cat([figures for _, figures in parts]).tolist()   # the one read-back
-        members = [member for part, _ in parts for member in part]
-        for member, row in zip(members, values):
+    for parts in stacks.values():
+        members = [member for part in parts for member in part]
+        # The whole operands' abs-max and scales, of all the calls at once.
+        ranges = torch.stack([bound for m in members
+                              for pair in (m.probe.weight_range, m.call.input_range)
+                              for bound in pair]).float().view(-1, 2, 2)
+        amax = torch.maximum(ranges[..., 0].abs(), ranges[..., 1])    # [calls, (weight, input)]
+        scales = float8_scale(amax, E4M3_MAX, probes[0].rowwise)
+        ends = itertools.accumulate(len(part) for part in parts)
+        figures = [_measured_calls(part, scales[end - len(part):end])
+                   for part, end in zip(parts, ends)]
+        values = torch.cat([amax.double(), scales.double(), torch.cat(figures)], 1).tolist()
+        for member, row in zip(members, values):   # the one read-back, above
             calls[member.layer].append(dict(zip(CALL_FIGURES, row)))
     return [_layer(probe, figures) for probe, figures in zip(probes, calls)]
 
 
-def _abs_max(ranges: list[tuple]):
-    """The abs-max of each (low, high) of aminmax, exact, as float32 (a 1-d tensor)."""
-    import torch
-
-    pairs = torch.stack([bound for pair in ranges for bound in pair]).view(-1, 2)
-    return torch.maximum(pairs[:, 0].abs(), pairs[:, 1]).float()
-
-
-def _measured_calls(members: list[ProbedCall]):
-    """The CALL_FIGURES of calls alike (a group of `probed_layers`), as a float64
-    [calls, figures] tensor on their device."""
+def _measured_calls(members: list[ProbedCall], scales):
+    """CALL_FIGURES past the scales of calls alike (a stack of `probed_layers`, `scales` their
+    whole operands'), as a float64 [calls, figures] tensor on their device."""
     import torch
 
     rowwise, inputs = members[0].probe.rowwise, members[0].call.inputs.shape[0]
-    amax = torch.stack([_abs_max([m.probe.weight_range for m in members]),
-                        _abs_max([m.call.input_range for m in members])], 1)
-    scales = float8_scale(amax, E4M3_MAX, rowwise)          # [calls, (weight, input)]
-    # The sampled rows of both operands (both in_features long) as one block: fewer, larger
-    # operations. Each row is scaled as torchao scales it, in float32 (its
+    # The sampled rows of both operands (both in_features long), call by call, as one block:
+    # fewer, larger operations. Each row is scaled as torchao scales it, in float32 (its
     # _ToFloat8ConstrFunc; a half block times a float32 column is computed in float32): by
     # the whole tensor's scale, or rowwise by its own.
-    block = torch.cat([torch.stack([m.call.inputs for m in members]),
-                       torch.stack([m.probe.module.weight.detach().index_select(0, m.call.features)
-                                    for m in members])], dim=1)
+    block = torch.cat([rows for m in members for rows in (
+        m.call.inputs, m.probe.module.weight.detach().index_select(0, m.call.features))])
+    block = block.view(len(members), -1, block.shape[1])
     if rowwise:
         scale = float8_scale(block.abs().amax(dim=2, keepdim=True), E4M3_MAX, True)
     else:
         scale = torch.cat([scales[:, 1:].expand(-1, inputs),
                            scales[:, :1].expand(-1, block.shape[1] - inputs)], 1).unsqueeze(2)
     scaled = block * scale
-    # Per row: the values under the step (zeros included) and the zeros, weighted per operand.
-    # Compared into float32 ones and zeros, summed: comparisons into bool, and their sums, cost
-    # a CPU four times as much.
+    # Per row: the values under the step (zeros included), the zeros, and one, each weighted
+    # by what the row stands for and added per operand. Compared into float32 ones and zeros:
+    # comparisons into bool, and their sums, cost a CPU four times as much.
     magnitude = scaled.abs()
     zeros = torch.eq(magnitude, 0, out=torch.empty_like(magnitude)).sum(2)
-    per_row = torch.stack([magnitude.lt_(E4M3_SMALLEST).sum(2), zeros], 2).double()
+    under = magnitude.lt_(E4M3_SMALLEST).sum(2)
     weights = torch.cat([torch.stack([m.call.row_weights for m in members]),
-                         torch.stack([m.call.feature_weights for m in members])], 1).double()
-    counts = [figure for operand in (slice(None, inputs), slice(inputs, None))
-              for figure in ((per_row[:, operand] * weights[:, operand, None]).sum(1),
-                             weights[:, operand].sum(1, keepdim=True))]
-    return torch.cat([amax.double(), scales.double(), *counts,
-                      _sampled_distance(members, scaled, scale, weights.float())], 1)
+                         torch.stack([m.call.feature_weights for m in members])], 1)
+    weighted = torch.stack([under, zeros, torch.ones_like(under)], 2).double() * (
+        weights.double().unsqueeze(2))
+    return torch.cat([weighted[:, :inputs].sum(1), weighted[:, inputs:].sum(1),
+                      _sampled_distance(members, scaled, scale, weights)], 1)
 
 
 def _sampled_distance(members: list[ProbedCall], scaled, scale, weights):
