@@ -1,13 +1,15 @@
 """The FP8 plan of a pipeline (`fp16studio fp8`): its model in bfloat16, one forward pass on the
 user's batch, and for each nn.Linear what FP8 would do to it.
 
-Each Linear is watched by a forward hook that measures the call on the spot: its GEMM FLOPs, the
-abs-max of its weight and input against e4m3's 448 and the scale the recipe picks (of the whole
-tensors), and on a stratified sample of the output's rows and features (`sample_rows`) the share
-of non-zero values that fall under e4m3's smallest step once scaled and, with torchao installed,
-the SQNR of the output Float8Linear would give there (torchao's cast, its emulated matmul)
-against the bfloat16 output. Casting every value would cost a CPU ten times the forward pass
-(docs/benchmarks.md). The rules (eligibility, which layers stay bfloat16, the document) are
+Each Linear is watched by a forward hook that takes what only the call holds: its GEMM FLOPs,
+the abs-max of its weight and input, and a stratified sample of the output's rows and features
+(`sample_rows`) with the input's rows behind them. After the pass the samples of all layers are
+measured together (`probed_layers`): the scale the recipe picks (of the whole tensors, against
+e4m3's 448), the share of non-zero values that fall under e4m3's smallest step once scaled and,
+with torchao installed, the SQNR of the output Float8Linear would give there (torchao's cast, its
+emulated matmul) against the bfloat16 output. Casting every value would cost a CPU ten times the
+forward pass, and measuring each layer in its own hook, small operation by small operation,
+four times (docs/benchmarks.md). The rules (eligibility, which layers stay bfloat16, the document) are
 fp8_plan's; without torchao they still give eligibility, FLOPs and ranges, and the preflight
 says what is missing.
 """
