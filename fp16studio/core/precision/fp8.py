@@ -135,13 +135,15 @@ class Float8Cast:
 
 class SampledCall(NamedTuple):
     """What one call of a Linear leaves for the measurement after the pass: its input's range
-    (aminmax: 0-d tensors), the sampled rows of its input and the bfloat16 output at the sampled
-    rows and features, which features (rows of the weight) those are, and each sampled row's
-    and feature's weight (`sample_rows`)."""
+    (aminmax: 0-d tensors), the sampled rows of its input, the weight's rows and the bias at the
+    sampled features (taken while the call's GEMM left them in the cache), the bfloat16 output
+    at the sampled rows and features, and each sampled row's and feature's weight
+    (`sample_rows`)."""
     input_range: tuple
     inputs: object
+    weight_rows: object
+    bias: object                     # None where the layer has none
     reference: object
-    features: object
     row_weights: object
     feature_weights: object
 
@@ -184,9 +186,11 @@ class LinearProbe:
         rows, row_weights = sample_rows(out.abs().amax(dim=1), self.sample[0])
         reference = out.index_select(0, rows)
         features, feature_weights = sample_rows(reference.abs().amax(dim=0), self.sample[1])
-        self.calls.append(SampledCall(torch.aminmax(x), x.index_select(0, rows),
-                                      reference.index_select(1, features), features,
-                                      row_weights, feature_weights))
+        bias = None if module.bias is None else module.bias.detach().index_select(0, features)
+        self.calls.append(SampledCall(
+            torch.aminmax(x), x.index_select(0, rows),
+            module.weight.detach().index_select(0, features), bias,
+            reference.index_select(1, features), row_weights, feature_weights))
         self.values[0] += rows.numel() * features.numel()
         self.values[1] += out.numel()
 
@@ -229,12 +233,12 @@ def probed_layers(probes: list[LinearProbe]) -> list[LayerPlan]:
         weight = probe.module.weight
         for call in probe.calls:
             key = (weight.device, call.inputs.dtype, weight.dtype, tuple(call.inputs.shape),
-                   call.features.numel(), probe.module.bias is not None)
+                   call.weight_rows.shape[0], call.bias is not None)
             groups.setdefault(key, []).append(ProbedCall(index, probe, call))
     stacks: dict[object, list[list[ProbedCall]]] = {}
     for (device, *_), members in groups.items():
         call = members[0].call
-        step = max(1, STACKED_VALUES // (call.inputs.shape[0] + call.features.numel())
+        step = max(1, STACKED_VALUES // (call.inputs.shape[0] + call.weight_rows.shape[0])
                    // call.inputs.shape[1])
         stacks.setdefault(device, []).extend(members[start:start + step]
                                              for start in range(0, len(members), step))
@@ -266,8 +270,7 @@ def _measured_calls(members: list[ProbedCall], scales):
     # fewer, larger operations. Each row is scaled as torchao scales it, in float32 (its
     # _ToFloat8ConstrFunc; a half block times a float32 column is computed in float32): by
     # the whole tensor's scale, or rowwise by its own.
-    block = torch.cat([rows for m in members for rows in (
-        m.call.inputs, m.probe.module.weight.detach().index_select(0, m.call.features))])
+    block = torch.cat([rows for m in members for rows in (m.call.inputs, m.call.weight_rows)])
     block = block.view(len(members), -1, block.shape[1])
     if rowwise:
         scale = float8_scale(block.abs().amax(dim=2, keepdim=True), E4M3_MAX, True)
@@ -300,13 +303,12 @@ def _sampled_distance(members: list[ProbedCall], scaled, scale, weights):
     if probe.cast is None:
         return scaled.new_full((len(members), 3), math.nan, dtype=torch.float64)
     dtype = members[0].call.inputs.dtype
-    dequantised = probe.cast(scaled) / scale
+    dequantised = probe.cast(scaled).div_(scale)
     # torchao's float8_mm with emulate=True: the dequantised operands multiplied in float32,
     # the product in the input's dtype, the bias added in it (Float8Linear).
     fp8 = torch.bmm(dequantised[:, :inputs], dequantised[:, inputs:].transpose(1, 2)).to(dtype)
-    if probe.module.bias is not None:
-        fp8 = fp8 + torch.stack([m.probe.module.bias.detach().index_select(0, m.call.features)
-                                 for m in members]).to(dtype).unsqueeze(1)
+    if members[0].call.bias is not None:
+        fp8 = fp8 + torch.stack([m.call.bias for m in members]).to(dtype).unsqueeze(1)
     root = (weights[:, :inputs, None] * weights[:, None, inputs:]).sqrt()
     reference = torch.stack([m.call.reference for m in members]).float().mul_(root).flatten(1)
     fp8 = fp8.float().mul_(root).flatten(1)
