@@ -136,9 +136,8 @@ class Float8Cast:
 class SampledCall(NamedTuple):
     """What one call of a Linear leaves for the measurement after the pass: its input's range
     (aminmax: 0-d tensors), the sampled rows of its input, the weight's rows and the bias at the
-    sampled features (taken while the call's GEMM left them in the cache), the bfloat16 output
-    at the sampled rows and features, and each sampled row's and feature's weight
-    (`sample_rows`)."""
+    sampled features, the bfloat16 output at the sampled rows and features, and each sampled
+    row's and feature's weight (`sample_rows`)."""
     input_range: tuple
     inputs: object
     weight_rows: object
@@ -323,8 +322,11 @@ def _layer(probe: LinearProbe, calls: list[dict]) -> LayerPlan:
     if not calls:
         return layer
     layer.weight_amax, layer.weight_scale = calls[0]["weight_amax"], calls[0]["weight_scale"]
-    layer.input_amax = max(call["input_amax"] for call in calls)
-    layer.input_scale = min(call["input_scale"] for call in calls)
+    # Over the calls; a NaN (a non-finite input) wins, as it does in torch's maximum.
+    layer.input_amax = max((call["input_amax"] for call in calls),
+                           key=lambda value: (math.isnan(value), value))
+    layer.input_scale = min((call["input_scale"] for call in calls),
+                            key=lambda value: (not math.isnan(value), value))
     total = {name: sum(call[name] for call in calls) for name in CALL_FIGURES[4:]}
     # The operand that loses more: a weight flushed whole is not diluted by a healthy input.
     shares = [(total[f"{operand}_under"] - zeros) / nonzero for operand in ("input", "weight")
