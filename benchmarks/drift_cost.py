@@ -20,43 +20,25 @@ than an idle machine would; `--threads 1` takes that out of the figure.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--model", help="model folder (default: the real all-MiniLM-L6-v2)")
-    parser.add_argument("--variants", default="float16,bfloat16")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
-    args = parser.parse_args()
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _models import folder_or_minilm
     from _processes import call_timed
+    from _text_spec import options, text_spec
 
-    model = folder_or_minilm(args.model)
-    from fp16studio.core.data.sources import SYNTHETIC_TEXTS
+    parser = options(__doc__.splitlines()[0])
+    parser.add_argument("--variants", default="float16,bfloat16")
+    args = parser.parse_args()
+    model, spec = text_spec(args, "drift-cost")
+    import torch
+
     from fp16studio.core.diagnostics.diagnosis import diagnose
     from fp16studio.core.precision.drift import drift, variant_specs
     from fp16studio.core.run.pipeline import forward, prepare
-    from fp16studio.core.spec.value import PipelineSpec
-
-    folder = Path(tempfile.mkdtemp(prefix="drift-cost-"))
-    data = folder / "texts.jsonl"
-    data.write_text("".join(f'{{"text": "{t}"}}\n' for t in SYNTHETIC_TEXTS * 4))
-    spec = PipelineSpec.from_dict({"model": str(model), "dataset": str(data), "device": "cpu",
-                                   "samples": args.batch_size, "batch_size": args.batch_size,
-                                   "task": "feature-extraction"})
-    import torch
 
     print(f"model {model.parent.name}, batch {args.batch_size}, {args.rounds} alternating rounds, "
           f"{torch.get_num_threads()} CPU threads")

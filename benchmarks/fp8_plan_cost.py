@@ -21,46 +21,30 @@ measured on every row and feature.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--model", help="model folder (default: the real all-MiniLM-L6-v2)")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _processes import call_clocks
+    from _text_spec import options, text_spec
+
+    parser = options(__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="tensorwise")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     args = parser.parse_args()
+    model, spec = text_spec(args, "fp8-cost")
     import torch
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _models import folder_or_minilm
-    from _processes import call_clocks
-
-    model = folder_or_minilm(args.model)
-    from fp16studio.core.data.sources import SYNTHETIC_TEXTS
     from fp16studio.core.precision.bench import variant_spec
     from fp16studio.core.precision.fp8 import fp8_plan, measured_layers
     from fp16studio.core.run.float8 import float8_config, torchao_float8
     from fp16studio.core.run.pipeline import forward, prepare
-    from fp16studio.core.spec.value import PipelineSpec
 
     float8 = torchao_float8()
     if float8 is None:
         raise SystemExit("torchao is not installed: pip install '.[fp8]'")
-    folder = Path(tempfile.mkdtemp(prefix="fp8-cost-"))
-    data = folder / "texts.jsonl"
-    data.write_text("".join(f'{{"text": "{t}"}}\n' for t in SYNTHETIC_TEXTS * 4))
-    spec = PipelineSpec.from_dict({"model": str(model), "dataset": str(data), "device": "cpu",
-                                   "samples": args.batch_size, "batch_size": args.batch_size,
-                                   "task": "feature-extraction"})
     bf16 = variant_spec(spec, "bfloat16")
     prepared = prepare(bf16)
     config = float8_config(float8, args.recipe, emulate=True)

@@ -635,3 +635,67 @@ def test_the_exported_fp8_training_converts_exactly_the_specs_layers(demo_dir, f
     steps = lines[-1]["steps"]
     assert [s["loss"] for s in steps] == pytest.approx(
         [s["loss"] for s in diagnose(spec).steps], rel=1e-4)
+
+
+class _WeighedRows(torch.nn.Module):
+    """Two Linear layers whose loss weighs each row (token) of the output by its own power of
+    ten and each column by a smaller one: the gradient reaching `out` spans seven decades
+    across rows and one row's columns span seven more, so a scale per row (rowwise) and one
+    for the whole tensor (tensorwise) flush different shares of it."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(32, 64)
+        self.out = torch.nn.Linear(64, 32)
+        self.gradients = []            # the gradient of `out`'s output, as its backward gets it
+
+    def forward(self, x, labels):
+        y = self.out(self.up(x).relu())
+        if y.requires_grad:
+            y.register_hook(self.gradients.append)
+        return {"loss": (y.float() * labels).mean()}
+
+
+@needs_torchao
+def test_a_rowwise_layers_backward_cast_is_measured_per_row_as_torchao_casts_it():
+    from torchao.float8 import convert_to_float8_training
+    from torchao.float8.config import ScalingGranularity
+    from torchao.float8.float8_scaling_utils import hp_tensor_to_float8_dynamic
+    from torchao.float8.float8_training_tensor import GemmInputRole, LinearMMConfig
+
+    from fp16studio.core.run import float8
+    from fp16studio.core.run.train_steps import run_train_steps
+    from fp16studio.core.spec.value import PipelineSpec
+
+    torch.manual_seed(0)
+    model = _WeighedRows().to(torch.bfloat16)
+    config = float8.float8_config(float8.torchao_float8(), "rowwise", emulate=True)
+    convert_to_float8_training(model, config=config)
+    labels = torch.logspace(0, -7, 8)[:, None] * torch.logspace(0, -7, 32)
+    spec = PipelineSpec.from_dict({"model": "m", "dataset": "synthetic", "with_labels": True,
+                                   "train": {"steps": 1, "optimizer": "sgd"}})
+    run = run_train_steps(spec, model, {"x": torch.randn(8, 32, dtype=torch.bfloat16),
+                                        "labels": labels}, torch.device("cpu"), {})
+    assert run.exception is None
+    measured = {g.module: g for g in run.steps[0].grads}["out"]
+    # torchao's own cast of the same gradient, as its backward makes it for grad_input.
+    cast = config.cast_config_grad_output
+    assert cast.scaling_granularity is ScalingGranularity.AXISWISE
+    grad = model.gradients[0]
+    fp8 = hp_tensor_to_float8_dynamic(grad, cast.target_dtype, LinearMMConfig(),
+                                      gemm_input_role=GemmInputRole.GRAD_OUTPUT,
+                                      scaling_granularity=cast.scaling_granularity,
+                                      axiswise_dim=-1,
+                                      round_scales_to_power_of_2=config.round_scales_to_power_of_2)
+    nonzero = grad != 0
+    under = nonzero & ((grad.float() * fp8._scale).abs() < torch.finfo(cast.target_dtype).tiny
+                       * torch.finfo(cast.target_dtype).eps)
+    assert measured.fp8_dtype == "float8_e4m3fn" == str(cast.target_dtype).removeprefix("torch.")
+    assert measured.fp8_underflow == pytest.approx(float(under.sum() / nonzero.sum()), abs=1e-9)
+    # What the share counts is what the cast lost: each value it flushed to zero is among them,
+    # and one scale for the whole gradient (the tensorwise branch) would have lost far more.
+    assert not (nonzero & (fp8._data.float() == 0) & ~under).any()
+    whole = hp_tensor_to_float8_dynamic(grad, cast.target_dtype, LinearMMConfig(),
+                                        gemm_input_role=GemmInputRole.GRAD_OUTPUT)
+    flushed = nonzero & (whole._data.float() == 0)
+    assert 0.1 < measured.fp8_underflow < float(flushed.sum() / nonzero.sum()) - 0.2

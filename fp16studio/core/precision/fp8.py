@@ -1,13 +1,15 @@
 """The FP8 plan of a pipeline (`fp16studio fp8`): its model in bfloat16, one forward pass on the
 user's batch, and for each nn.Linear what FP8 would do to it.
 
-Each Linear is watched by a forward hook that measures the call on the spot: its GEMM FLOPs, the
-abs-max of its weight and input against e4m3's 448 and the scale the recipe picks (of the whole
-tensors), and on a stratified sample of the output's rows and features (`sample_rows`) the share
-of non-zero values that fall under e4m3's smallest step once scaled and, with torchao installed,
-the SQNR of the output Float8Linear would give there (torchao's cast, its emulated matmul)
-against the bfloat16 output. Casting every value would cost a CPU ten times the forward pass
-(docs/benchmarks.md). The rules (eligibility, which layers stay bfloat16, the document) are
+Each Linear is watched by a forward hook that takes what only the call holds: its GEMM FLOPs,
+the abs-max of its weight and input, and a stratified sample of the output's rows and features
+(`sample_rows`) with the input's rows behind them. After the pass the samples of all layers are
+measured together (`probed_layers`): the scale the recipe picks (of the whole tensors, against
+e4m3's 448), the share of non-zero values that fall under e4m3's smallest step once scaled and,
+with torchao installed, the SQNR of the output Float8Linear would give there (torchao's cast, its
+emulated matmul) against the bfloat16 output. Casting every value would cost a CPU ten times the
+forward pass, and measuring each layer in its own hook, small operation by small operation,
+four times (docs/benchmarks.md). The rules (eligibility, which layers stay bfloat16, the document) are
 fp8_plan's; without torchao they still give eligibility, FLOPs and ranges, and the preflight
 says what is missing.
 """
@@ -15,12 +17,15 @@ says what is missing.
 from __future__ import annotations
 
 import functools
+import itertools
+import math
+from typing import NamedTuple
 
 from ..common.errors import InputError, check_cancel, first_line, report_progress
 from ..common.float8 import parse_recipe, recipe_support, supported_recipe
 from ..common.precision import float8_scale
 from ..diagnostics.rules import fp8 as fp8_rules
-from ..run.distance import distance_sums, distances
+from ..run.distance import distances
 from ..run.float8 import INSTALL_HINT, float8_config, quiet_torchao, torchao_float8
 from ..spec.value import PipelineSpec
 from .fp8_plan import (E4M3_MAX, E4M3_SMALLEST, SAMPLE_FEATURES, SAMPLE_ROWS,
@@ -78,29 +83,41 @@ class Float8Cast:
         return self.table.index_select(0, codes.reshape(-1).int()).view(codes.shape)
 
 
+class SampledCall(NamedTuple):
+    """What one call of a Linear leaves for the measurement after the pass: its input's range
+    (aminmax: 0-d tensors), the sampled rows of its input, the weight's rows and the bias at the
+    sampled features, the bfloat16 output at the sampled rows and features, and each sampled
+    row's and feature's weight (`sample_rows`)."""
+    input_range: tuple
+    inputs: object
+    weight_rows: object
+    bias: object                     # None where the layer has none
+    reference: object
+    row_weights: object
+    feature_weights: object
+
+
 class LinearProbe:
     """What FP8 does to one nn.Linear, measured in its forward hook on every call.
 
     The FLOPs, abs-max and scales are of the whole operands. The underflow shares and the SQNR
     are estimated on a sample (`sample_rows`): at most `sample[0]` rows of the input (tokens)
     and `sample[1]` of the weight (output features), cast with the whole tensors' scales, so
-    each sampled output value is the one Float8Linear gives at its place. Results stay on the
-    device until `result` reads them back.
+    each sampled output value is the one Float8Linear gives at its place. The hook takes only
+    what the call alone holds (the input's range, the sampled rows); `probed_layers` measures
+    the samples of all the probes together after the pass and reads the figures back once.
     """
 
     def __init__(self, name: str, module, recipe: str, cast: Float8Cast | None,
                  sample: tuple[int, int] = (SAMPLE_ROWS, SAMPLE_FEATURES)):
+        self.module = module
         self.rowwise = recipe == "rowwise"
         self.sample = sample
         self.layer = LayerPlan(name=name, in_features=module.in_features,
                                out_features=module.out_features)
         self.cast = cast                     # Float8Cast, or None (no torchao: no SQNR)
-        self.weight = None                   # (abs-max, scale) of the weight, from the first call
-        self.input = None                    # (abs-max, smallest scale) over the calls
-        # Weighted, per operand (input, weight): [values under e4m3's smallest step once
-        # scaled, zeros among them], and the rows counted.
-        self.counts = self.counted = 0
-        self.sums = None                     # distance_sums, added over the calls
+        self.calls: list[SampledCall] = []
+        self.weight_range = None             # aminmax of the whole weight, at its first call
         self.values = [0, 0]                 # [output values sampled, output values]
         self.handle = module.register_forward_hook(self.measure)
 
@@ -112,94 +129,165 @@ class LinearProbe:
         x = args[0].detach().reshape(-1, self.layer.in_features)
         out = output.detach().reshape(-1, self.layer.out_features)
         self.layer.flops += 2 * x.shape[0] * self.layer.in_features * self.layer.out_features
-        weight = module.weight.detach()
-        if self.weight is None:
-            self.weight = self._scale(weight)
-        x_amax, x_scale = self._scale(x)
-        self.input = (x_amax, x_scale.min()) if self.input is None else (
-            torch.maximum(self.input[0], x_amax), torch.minimum(self.input[1], x_scale.min()))
+        if self.weight_range is None:   # read while the call's GEMM left it in the cache
+            self.weight_range = torch.aminmax(module.weight.detach())
         # The sample: rows by their output's largest value, then features by theirs in them.
-        rows, row_weights = sample_rows(out.abs().amax(dim=1).float(), self.sample[0])
+        rows, row_weights = sample_rows(out.abs().amax(dim=1), self.sample[0])
         reference = out.index_select(0, rows)
-        features, feature_weights = sample_rows(reference.abs().amax(dim=0).float(),
-                                                self.sample[1])
-        reference = reference.index_select(1, features)
-        self.values[0] += reference.numel()
+        features, feature_weights = sample_rows(reference.abs().amax(dim=0), self.sample[1])
+        bias = None if module.bias is None else module.bias.detach().index_select(0, features)
+        self.calls.append(SampledCall(
+            torch.aminmax(x), x.index_select(0, rows),
+            module.weight.detach().index_select(0, features), bias,
+            reference.index_select(1, features), row_weights, feature_weights))
+        self.values[0] += rows.numel() * features.numel()
         self.values[1] += out.numel()
-        # The two operands' sampled rows (both in_features long) scaled, counted and cast at
-        # once: fewer, larger operations.
-        scale = torch.cat([self._picked(x_scale, rows), self._picked(self.weight[1], features)])
-        dequantised = self._cast(
-            torch.cat([x.index_select(0, rows), weight.index_select(0, features)]), scale,
-            rows.numel(), row_weights, feature_weights)
-        if dequantised is None:
-            return
-        # torchao's float8_mm with emulate=True: the dequantised operands multiplied in
-        # float32, the product in the input's dtype, the bias added in it (Float8Linear).
-        fp8 = torch.mm(dequantised[:rows.numel()], dequantised[rows.numel():].t()).to(x.dtype)
-        if module.bias is not None:
-            fp8 = fp8 + module.bias.detach().index_select(0, features).to(x.dtype)
-        # Each sampled value weighted by the values it stands for: the sums estimate the whole
-        # output's (max |diff| is then not one; only the SQNR is read).
-        root = torch.outer(row_weights, feature_weights).sqrt()
-        sums = distance_sums(reference.float() * root, fp8.float() * root)
-        self.sums = sums if self.sums is None else torch.stack([
-            torch.maximum(self.sums[0], sums[0]), *(self.sums[1:] + sums[1:])])
-
-    def _scale(self, tensor):
-        """A 2-d operand's abs-max (a 0-d tensor, exact in the operand's own dtype) and the
-        recipe's scale (torchao's; rowwise: per row, a column)."""
-        import torch
-
-        if self.rowwise:
-            amax = tensor.abs().amax(dim=1, keepdim=True)
-        else:   # one aminmax, no copy of the tensor
-            low, high = torch.aminmax(tensor)
-            amax = torch.maximum(low.abs(), high)
-        return amax.max(), float8_scale(amax, E4M3_MAX, self.rowwise)
-
-    def _picked(self, scale, picked):
-        """The scales of the picked rows, as a column."""
-        return scale.index_select(0, picked) if self.rowwise else scale.expand(picked.numel(), 1)
-
-    def _cast(self, rows, scale, inputs: int, input_weights, weight_weights):
-        """The sampled rows (the input's `inputs` first, then the weight's) scaled as torchao
-        scales them (in float32: its _ToFloat8ConstrFunc) and counted, weighted: the non-zero
-        values under e4m3's smallest step. Returns them cast to float8 by torchao and
-        dequantised to float32 (None without torchao)."""
-        import torch
-
-        scaled = rows.float() * scale
-        magnitude = scaled.abs()
-        # Per row: values under the step (zeros included), zeros; weighted per operand.
-        per_row = torch.stack([(magnitude < E4M3_SMALLEST).sum(1),
-                               (magnitude == 0).sum(1)]).to(input_weights.dtype)
-        self.counts = self.counts + torch.stack([per_row[:, :inputs] @ input_weights,
-                                                 per_row[:, inputs:] @ weight_weights])
-        self.counted = self.counted + torch.stack([input_weights.sum(), weight_weights.sum()])
-        return None if self.cast is None else self.cast(scaled) / scale
 
     def result(self) -> LayerPlan:
-        import torch
+        return probed_layers([self])[0]
 
-        self.handle.remove()
-        layer = self.layer
-        if self.weight is not None:
-            layer.weight_amax, layer.weight_scale = (float(self.weight[0]),
-                                                     float(self.weight[1].min()))
-        if self.input is not None:
-            layer.input_amax, layer.input_scale = map(float, self.input)
-        # The operand that loses more: a weight flushed whole is not diluted by a healthy input.
-        counts = self.counts.tolist() if torch.is_tensor(self.counts) else []
-        rows = self.counted.tolist() if counts else []
-        shares = [(under - zeros) / nonzero for (under, zeros), counted in zip(counts, rows)
-                  if (nonzero := counted * self.layer.in_features - zeros)]
-        layer.underflow_share = max(shares, default=None)
-        if self.values[1]:
-            layer.sample_share = self.values[0] / self.values[1]
-        if self.sums is not None:
-            layer.sqnr_db = distances(self.sums.tolist())["sqnr_db"]
+
+# The figures of one call, read back in one row: the abs-max and the recipe's scale of the whole
+# weight and input (rowwise: the largest row's, the smallest scale), then per operand (input,
+# weight) the weighted count of the sampled values under e4m3's smallest step once scaled (zeros
+# included), of the zeros, and of the sampled rows; then the weighted |bf16|^2, |fp8|^2 and
+# |fp8 - bf16|^2 of the sampled output (distances' sums; NaN without torchao).
+CALL_FIGURES = ("weight_amax", "input_amax", "weight_scale", "input_scale",
+                "input_under", "input_zeros", "input_rows",
+                "weight_under", "weight_zeros", "weight_rows", "signal", "power", "noise")
+
+
+# The most sampled operand values measured in one stack: about 1 MB of float32, so that each
+# of the measurement's dozen passes over them stays in a CPU core's cache (past it, each pass
+# costs two to three times as much a value as the cached one).
+STACKED_VALUES = 2 ** 18
+
+
+class ProbedCall(NamedTuple):
+    layer: int                      # the probe's place in probed_layers's list
+    probe: LinearProbe
+    call: SampledCall
+
+
+def probed_layers(probes: list[LinearProbe]) -> list[LayerPlan]:
+    """The probes' LayerPlan rows (the probes of one pass, one recipe), their hooks removed and
+    their calls' samples measured: the calls alike (device, dtypes, shapes, bias) stacked, so
+    that each step of the measurement is one operation for all of them rather than one per
+    layer, and every figure read back in one transfer per device."""
+    import torch
+
+    groups: dict[tuple, list[ProbedCall]] = {}
+    for index, probe in enumerate(probes):
+        probe.handle.remove()
+        weight = probe.module.weight
+        for call in probe.calls:
+            key = (weight.device, call.inputs.dtype, weight.dtype, tuple(call.inputs.shape),
+                   call.weight_rows.shape[0], call.bias is not None)
+            groups.setdefault(key, []).append(ProbedCall(index, probe, call))
+    stacks: dict[object, list[list[ProbedCall]]] = {}
+    for (device, *_), members in groups.items():
+        call = members[0].call
+        step = max(1, STACKED_VALUES // (call.inputs.shape[0] + call.weight_rows.shape[0])
+                   // call.inputs.shape[1])
+        stacks.setdefault(device, []).extend(members[start:start + step]
+                                             for start in range(0, len(members), step))
+    calls = [[] for _ in probes]
+    for parts in stacks.values():
+        members = [member for part in parts for member in part]
+        # The whole operands' abs-max and scales, of all the calls at once.
+        ranges = torch.stack([bound for m in members
+                              for pair in (m.probe.weight_range, m.call.input_range)
+                              for bound in pair]).float().view(-1, 2, 2)
+        amax = torch.maximum(ranges[..., 0].abs(), ranges[..., 1])    # [calls, (weight, input)]
+        scales = float8_scale(amax, E4M3_MAX, probes[0].rowwise)
+        ends = itertools.accumulate(len(part) for part in parts)
+        figures = [_measured_calls(part, scales[end - len(part):end])
+                   for part, end in zip(parts, ends)]
+        values = torch.cat([amax.double(), scales.double(), torch.cat(figures)], 1).tolist()
+        for member, row in zip(members, values):   # the one read-back, above
+            calls[member.layer].append(dict(zip(CALL_FIGURES, row)))
+    return [_layer(probe, figures) for probe, figures in zip(probes, calls)]
+
+
+def _measured_calls(members: list[ProbedCall], scales):
+    """CALL_FIGURES past the scales of calls alike (a stack of `probed_layers`, `scales` their
+    whole operands'), as a float64 [calls, figures] tensor on their device."""
+    import torch
+
+    rowwise, inputs = members[0].probe.rowwise, members[0].call.inputs.shape[0]
+    # The sampled rows of both operands (both in_features long), call by call, as one block:
+    # fewer, larger operations. Each row is scaled as torchao scales it, in float32 (its
+    # _ToFloat8ConstrFunc; a half block times a float32 column is computed in float32): by
+    # the whole tensor's scale, or rowwise by its own.
+    block = torch.cat([rows for m in members for rows in (m.call.inputs, m.call.weight_rows)])
+    block = block.view(len(members), -1, block.shape[1])
+    if rowwise:
+        scale = float8_scale(block.abs().amax(dim=2, keepdim=True), E4M3_MAX, True)
+    else:
+        scale = torch.cat([scales[:, 1:].expand(-1, inputs),
+                           scales[:, :1].expand(-1, block.shape[1] - inputs)], 1).unsqueeze(2)
+    scaled = block * scale
+    # Per row: the values under the step (zeros included), the zeros, and one, each weighted
+    # by what the row stands for and added per operand. Compared into float32 ones and zeros:
+    # comparisons into bool, and their sums, cost a CPU four times as much.
+    magnitude = scaled.abs()
+    zeros = torch.eq(magnitude, 0, out=torch.empty_like(magnitude)).sum(2)
+    under = magnitude.lt_(E4M3_SMALLEST).sum(2)
+    weights = torch.cat([torch.stack([m.call.row_weights for m in members]),
+                         torch.stack([m.call.feature_weights for m in members])], 1)
+    weighted = torch.stack([under, zeros, torch.ones_like(under)], 2).double() * (
+        weights.double().unsqueeze(2))
+    return torch.cat([weighted[:, :inputs].sum(1), weighted[:, inputs:].sum(1),
+                      _sampled_distance(members, scaled, scale, weights)], 1)
+
+
+def _sampled_distance(members: list[ProbedCall], scaled, scale, weights):
+    """distances' sums (|bf16|^2, |fp8|^2, |fp8 - bf16|^2) of each call's sampled output, each
+    value weighted by the values it stands for (the sums estimate the whole output's; max |diff|
+    is then not one, and only the SQNR is read), as a float64 [calls, 3] tensor; NaN without
+    torchao."""
+    import torch
+
+    probe, inputs = members[0].probe, members[0].call.inputs.shape[0]
+    if probe.cast is None:
+        return scaled.new_full((len(members), 3), math.nan, dtype=torch.float64)
+    dtype = members[0].call.inputs.dtype
+    dequantised = probe.cast(scaled).div_(scale)
+    # torchao's float8_mm with emulate=True: the dequantised operands multiplied in float32,
+    # the product in the input's dtype, the bias added in it (Float8Linear).
+    fp8 = torch.bmm(dequantised[:, :inputs], dequantised[:, inputs:].transpose(1, 2)).to(dtype)
+    if members[0].call.bias is not None:
+        fp8 = fp8 + torch.stack([m.call.bias for m in members]).to(dtype).unsqueeze(1)
+    root = (weights[:, :inputs, None] * weights[:, None, inputs:]).sqrt()
+    reference = torch.stack([m.call.reference for m in members]).float().mul_(root).flatten(1)
+    fp8 = fp8.float().mul_(root).flatten(1)
+    diff = fp8 - reference
+    return torch.stack([torch.linalg.vecdot(v, v) for v in (reference, fp8, diff)], 1).double()
+
+
+def _layer(probe: LinearProbe, calls: list[dict]) -> LayerPlan:
+    """The probe's LayerPlan with its calls' figures: the largest abs-max and smallest scale
+    over the calls, the counts and distance sums added."""
+    layer = probe.layer
+    if not calls:
         return layer
+    layer.weight_amax, layer.weight_scale = calls[0]["weight_amax"], calls[0]["weight_scale"]
+    # Over the calls; a NaN (a non-finite input) wins, as it does in torch's maximum.
+    layer.input_amax = max((call["input_amax"] for call in calls),
+                           key=lambda value: (math.isnan(value), value))
+    layer.input_scale = min((call["input_scale"] for call in calls),
+                            key=lambda value: (not math.isnan(value), value))
+    total = {name: sum(call[name] for call in calls) for name in CALL_FIGURES[4:]}
+    # The operand that loses more: a weight flushed whole is not diluted by a healthy input.
+    shares = [(total[f"{operand}_under"] - zeros) / nonzero for operand in ("input", "weight")
+              if (nonzero := total[f"{operand}_rows"] * layer.in_features
+                  - (zeros := total[f"{operand}_zeros"]))]
+    layer.underflow_share = max(shares, default=None)
+    layer.sample_share = probe.values[0] / probe.values[1] if probe.values[1] else None
+    if probe.cast is not None:
+        layer.sqnr_db = distances([0.0, total["signal"], total["power"],
+                                   total["noise"]])["sqnr_db"]
+    return layer
 
 
 def fp8_plan(spec: PipelineSpec, recipe: str = "tensorwise",
@@ -260,7 +348,7 @@ def measured_layers(prepared, recipe: str, float8, config,
     finally:
         for probe in probes:
             probe.handle.remove()
-    return [probe.result() for probe in probes]
+    return probed_layers(probes)
 
 
 def preflight(plan: Fp8Plan, support: tuple, float8, quantization_config) -> list[dict]:

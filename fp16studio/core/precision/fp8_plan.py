@@ -13,9 +13,10 @@ E4M3_MAX = 448.0                 # torch.finfo(torch.float8_e4m3fn).max
 E4M3_SMALLEST = 2.0 ** -9        # e4m3's smallest subnormal: scaled values below it lose all but
 #                                  their order of magnitude, or flush to zero
 SENSITIVE_SQNR_DB = 20.0         # a layer whose FP8 output is noisier than this stays bfloat16
-# The underflow and the SQNR are measured on every k-th row of each Linear's input (tokens) and
-# weight (output features), at most this many of each (the abs-max and scales on the whole
-# tensors): the emulated FP8 casts would cost a CPU ten times the forward pass on every value.
+# The underflow and the SQNR are measured on a stratified sample of each Linear's input rows
+# (tokens) and weight rows (output features), at most this many of each (fp8.sample_rows; the
+# abs-max and scales on the whole tensors): the emulated FP8 casts would cost a CPU ten times
+# the forward pass on every value.
 SAMPLE_ROWS = 64
 SAMPLE_FEATURES = 64
 # A layer whose GEMM is under this share of the largest Linear's gains nothing from FP8: the
