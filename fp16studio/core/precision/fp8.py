@@ -24,9 +24,10 @@ from typing import NamedTuple
 from ..common.errors import InputError, check_cancel, first_line, report_progress
 from ..common.float8 import parse_recipe, recipe_support, supported_recipe
 from ..common.precision import float8_scale
+from ..common.library_logs import library_logs_quieted
 from ..diagnostics.rules import fp8 as fp8_rules
 from ..run.distance import distances
-from ..run.float8 import INSTALL_HINT, float8_config, quiet_torchao, torchao_float8
+from ..run.float8 import INSTALL_HINT, float8_config, torchao_float8
 from ..spec.value import PipelineSpec
 from .fp8_plan import (E4M3_MAX, E4M3_SMALLEST, SAMPLE_FEATURES, SAMPLE_ROWS,
                        SENSITIVE_SQNR_DB, SPEED_FEATURES, Fp8Plan, LayerPlan, decide,
@@ -302,7 +303,7 @@ def fp8_plan(spec: PipelineSpec, recipe: str = "tensorwise",
     recipe = parse_recipe(recipe)
     float8 = torchao_float8()
     bf16 = variant_spec(spec, "bfloat16")
-    with quiet_torchao():
+    with library_logs_quieted():
         prepared = prepare(bf16, progress, cancel)
     device, model = prepared.device, prepared.model
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None

@@ -9,32 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import logging
 
 from ..common import dtypes
 from ..common.errors import InputError
 from ..common.float8 import recipe_support, shape_reason
+from ..common.library_logs import library_logs_quieted
 
 INSTALL_HINT = "pip install 'fp16studio[fp8]'"
 # What torch._scaled_mm writes its output in (torchao's float8 matmul computes the layer in the
 # weight's dtype): a float64 layer runs emulated on a CPU, never on an FP8 GPU.
 CONVERTIBLE_DTYPES = ("float32", "bfloat16", "float16")
-
-
-@contextlib.contextmanager
-def quiet_torchao():
-    """torchao's import logs the GPU kernels it cannot load on this machine and the enums it
-    registers with torch (transformers imports more of it while loading a model): not the
-    user's concern, kept below their sight while it loads."""
-    quiet = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
-    levels = [logger.level for logger in quiet]
-    for logger in quiet:
-        logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for logger, level in zip(quiet, levels):
-            logger.setLevel(level)
 
 
 def torchao_float8():
@@ -44,7 +28,7 @@ def torchao_float8():
     from types import SimpleNamespace
 
     try:
-        with quiet_torchao():
+        with library_logs_quieted():
             import torchao
             from torchao.float8 import Float8LinearConfig, convert_to_float8_training
             from torchao.float8.float8_utils import to_fp8_saturated
@@ -112,7 +96,7 @@ def converted_for_training(train, model, device):
 
         capability = torch.cuda.get_device_capability(device)
     emulate = recipe_support(recipe, device.type, capability)[1]
-    with quiet_torchao():
+    with library_logs_quieted():
         float8.convert_to_float8_training(
             model, config=float8_config(float8, recipe, emulate),
             module_filter_fn=lambda module, fqn: fqn in originals)
