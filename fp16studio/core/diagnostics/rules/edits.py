@@ -449,13 +449,14 @@ def _plain_step(names: Names) -> str:
 def master_weights(dtype: str, train=None, names: Names = NAMES) -> Fix:
     """float32 weights the optimizer updates, the forward pass in `dtype` under autocast (and a
     GradScaler for float16). The forward pass is the user's own line where its output has a
-    name (their loss is then computed from it, as before); else the model's own loss."""
+    name, their own loss line to follow it inside the block; else the model's own loss."""
     scaler = " and a GradScaler" if dtype == "float16" else ""
     train_fields = {"master_weights": True}
     if dtype == "float16":
         train_fields["grad_scaler"] = True
     model = names.model
-    forward = (f"{names.assigned()}  # {names.loss} from {names.output} as before"
+    forward = (f"{names.assigned()}\n    # your line that computes {names.loss} from "
+               f"{names.output}, here under autocast too"
                if names.output else f"{names.loss} = {names.called()}.loss")
     return Fix(f"master-weights-{dtype}", f"float32 master weights, autocast({dtype}){scaler}",
                {"model_dtype": "float32", "model_cast": None, "input_dtype": None,
