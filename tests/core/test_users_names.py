@@ -127,15 +127,15 @@ def test_a_training_fix_writes_the_scripts_model_output_loss_and_optimizer(tmp_p
         "net = net.float()  # float32 master weights: the optimizer updates these\n"
         "with torch.autocast(device_type=net.device.type, dtype=torch.bfloat16):\n"
         "    out = net(input_ids=ids)\n"
-        "    # your line that computes l from out, here under autocast too\n"
-        "l.backward()\n"
+        "    # your line that computes cost from out, here under autocast too\n"
+        "cost.backward()\n"
         "opt.step()")
     # Written as a person would: in place of the forward pass to the step, their own loss line
     # where the code says.
     lines = script.read_text().splitlines()
     forward, loss = line_of(script, "MARK: forward"), line_of(script, "MARK: loss")
     code = first.code_text().replace(
-        "    # your line that computes l from out, here under autocast too",
+        "    # your line that computes cost from out, here under autocast too",
         "    " + lines[loss - 1].strip())
     fixed = written(script, tmp_path, forward, line_of(script, "MARK: step"),
                     indented(code, lines[forward - 1]))

@@ -1,5 +1,5 @@
 """The script's own names in a training loop (issue 31 item 8): the model `net`, its output
-`out`, the criterion `crit`, the loss `l`, the optimizer `opt`. bfloat16 weights updated
+`out`, the criterion `crit`, the loss `cost`, the optimizer `opt`. bfloat16 weights updated
 directly: small updates are rounded away and the weights do not move (torchao #1124)."""
 
 import torch
@@ -18,8 +18,8 @@ for step in range(3):
     ids = torch.randint(0, 100, (4, 16))
     y = torch.randint(0, 2, (4,))
     out = net(input_ids=ids)  # MARK: forward
-    l = crit(out.logits.float(), y)  # MARK: loss
-    l.backward()  # MARK: backward
+    cost = crit(out.logits.float(), y)  # MARK: loss
+    cost.backward()  # MARK: backward
     opt.step()  # MARK: step
     opt.zero_grad()
 moved = (net.classifier.weight.float() != before).float().mean().item()
