@@ -14,6 +14,7 @@ folder) on the stack, so a failure inside transformers points at the line that c
 
 from __future__ import annotations
 
+import functools
 import sys
 import sysconfig
 import weakref
@@ -136,6 +137,9 @@ class CastLog:
     def _wrap(self, original):
         log = self
 
+        # Named as the method it wraps: torch hands this wrapper to every __torch_function__
+        # (our mode's, a tensor subclass's) as the function called, and they go by its name.
+        @functools.wraps(original)
         def cast(tensor, *args, **kwargs):
             result = original(tensor, *args, **kwargs)
             if (result is not tensor and not log._busy() and hasattr(result, "dtype")
@@ -143,7 +147,6 @@ class CastLog:
                 log._record(tensor, result)
             return result
 
-        cast.__wrapped__ = original
         return cast
 
     def _record(self, tensor, result):
