@@ -72,6 +72,19 @@ def test_the_users_names_are_read_from_their_lines(lines, names):
     assert names_at(*lines) == names
 
 
+@pytest.mark.parametrize("line, bound, names", [
+    # The call of the name the frame has for the model, wherever it is on the line.
+    ("loss = crit(y, net(x))", ("net",), Names(model="net", batch=Batch("x", False),
+                                              call="net(x)")),
+    ("out = net(normalize(x))", ("net", "model"),
+     Names(model="net", batch=Batch("x", False), call="net(normalize(x))", output="out")),
+    # A model run inside a library's object (a pipeline): its call, not its name.
+    ("out = pipe(text)", (), Names(batch=Batch("text", False), call="pipe(text)", output="out")),
+])
+def test_the_model_is_the_callee_the_trace_saw_the_frame_name_it(line, bound, names):
+    assert names_at(line, bound=bound) == names
+
+
 def test_a_forward_fix_writes_the_scripts_model_batch_and_output(tmp_path):
     script = SCRIPTS / "names_forward.py"
     assert "weight type (CPUBFloat16Type)" in subprocess.run(

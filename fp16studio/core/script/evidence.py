@@ -176,7 +176,8 @@ def assemble(watch: ScriptWatch, script: str, args, outcome: dict, seconds: floa
     if primary is not None and primary.error is not None:
         error = primary.error
     elif error is not None and outcome.get("exception") is not None:
-        names = names_at(source_line(primary.trace.source)) if primary is not None else NAMES
+        names = names_at(source_line(primary.trace.source), bound=primary.trace.bound) \
+            if primary is not None else NAMES
         findings.extend(_script_failure_findings(outcome["exception"], error, names))
     around = [f for watcher in watch.watchers for f in watcher.findings(error)]
     # A watcher's finding of the same code at the same line tells the same failure more
@@ -283,7 +284,7 @@ def _model_findings(snap: Snapshot, user: UserCode) -> list[Finding]:
     sources = dict(snap.observed.sources)
     if trace.source:
         sources["call"] = trace.source
-    names = names_at(source_line(trace.source))
+    names = names_at(source_line(trace.source), bound=trace.bound)
     evidence = Evidence(
         spec=snap.observed.spec, device_type=snap.device.split(":")[0],
         param_dtypes=snap.param_dtypes, module_param_dtypes=snap.module_param_dtypes,

@@ -277,14 +277,15 @@ class StepWatch:
     def names(self) -> Names:
         """The user's names at the first model's call and at the first step's
         `loss.backward()` and `optimizer.step()` (or `scaler.step(optimizer)`)."""
-        call = self.tracer.traces[0].source if self.tracer.traces else None
+        first = self.tracer.traces[0] if self.tracer.traces else None
+        call, bound = (source_line(first.source), first.bound) if first else (None, None)
         step = next((s for s in self.steps if s.source is not None), None)
         if step is None:
-            return names_at(source_line(call))
+            return names_at(call, bound=bound)
         scaled = next((source for name, source in step.scaler if name == "step"), None)
         stepped = scaled or next((o.source for o in step.optimizers if o.source), None)
-        return names_at(source_line(call), source_line(step.source), source_line(stepped),
-                        scaler_step=scaled is not None)
+        return names_at(call, source_line(step.source), source_line(stepped),
+                        scaler_step=scaled is not None, bound=bound)
 
     def findings(self, error: dict | None = None):
         dtype = self.compute_dtype()

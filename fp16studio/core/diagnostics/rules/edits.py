@@ -124,13 +124,16 @@ _FORWARD_METHODS = ("forward", "generate")
 
 
 def names_at(call: str | None, backward: str | None = None, step: str | None = None,
-             scaler_step: bool = False) -> Names:
+             scaler_step: bool = False, bound: tuple | None = None) -> Names:
     """The user's names, read from their lines: the model's call (`out = net(**enc)`: the model
     `net`, its output `out`, the batch `enc`; `loss = net(**enc).loss`: the loss), the training
     step's `loss.backward()` or `scaler.scale(loss).backward()`, and its `opt.step()` (or
     `scaler.step(opt)`, where `scaler_step` says a GradScaler stepped there or the backward
-    line's scaler is the one stepping). Today's words for whatever no line says."""
-    names = _names_at_call(call)
+    line's scaler is the one stepping). `bound`: what the call's frame named the model, where
+    the trace knows (`loss = crit(net(x), y)` is a call of `net`, not of `crit`; a model called
+    inside a library's object, a pipeline's, keeps the word `model`). Today's words for whatever
+    no line says."""
+    names = _names_at_call(call, bound)
     found: dict = {}
     for node in _calls(backward):
         if isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
@@ -154,9 +157,10 @@ def names_at(call: str | None, backward: str | None = None, step: str | None = N
     return dataclasses.replace(names, **{k: v for k, v in found.items() if v})
 
 
-def _names_at_call(line: str | None) -> Names:
-    """The model, its call, its output and the batch at the line that called the model. The
-    batch is the first name the call passes: `model(**batch)` a dict, `model(px)` and
+def _names_at_call(line: str | None, bound: tuple | None) -> Names:
+    """The model, its call, its output and the batch at the line that called the model: the
+    call of a name `bound` to the model, else the first call that passes a name. The batch is
+    the first name the call passes: `model(**batch)` a dict, `model(px)` and
     `model(pixel_values=px)` the tensor px."""
     text = (line or "").strip().rstrip(":")
     for candidate in (text, text.split("=", 1)[-1].strip()):
@@ -164,9 +168,18 @@ def _names_at_call(line: str | None) -> Names:
             tree = ast.parse(candidate)
         except SyntaxError:
             continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and (batch := _batch_of(node)) is not None:
-                return _called(candidate, tree, node, batch)
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+        model = next((c for c in calls if bound and _callee(c) in bound), None)
+        if model is not None:     # its batch: the first name passed in it (`net(norm(x))`: x)
+            batch = next((b for c in ast.walk(model) if isinstance(c, ast.Call)
+                          and (b := _batch_of(c)) is not None), BATCH)
+            return _called(candidate, tree, model, batch)
+        for node in calls:
+            if (batch := _batch_of(node)) is not None:
+                names = _called(candidate, tree, node, batch)
+                # The trace knows what the frame calls the model, and it is not this callee.
+                return dataclasses.replace(names, model=NAMES.model) \
+                    if bound is not None else names
         return NAMES
     return NAMES
 
@@ -181,11 +194,16 @@ def _batch_of(call: ast.Call) -> Batch | None:
     return Batch(named[0], False) if named else None
 
 
-def _called(text: str, tree: ast.Module, call: ast.Call, batch: Batch) -> Names:
+def _callee(call: ast.Call) -> str | None:
+    """The model a call runs: `net` of `net(x)` and of `net.generate(x)`."""
     model = call.func
     if isinstance(model, ast.Attribute) and model.attr in _FORWARD_METHODS:
         model = model.value
-    found = {"model": _name(model), "call": ast.get_source_segment(text, call)}
+    return _name(model)
+
+
+def _called(text: str, tree: ast.Module, call: ast.Call, batch: Batch) -> Names:
+    found = {"model": _callee(call), "call": ast.get_source_segment(text, call)}
     statement = tree.body[0] if len(tree.body) == 1 else None
     if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
         target, value = statement.targets[0], statement.value
