@@ -2,11 +2,14 @@
 by one owner, and what a finding says and fixes agrees with the evidence it carries.
 
 The invariants run the forward-pass rules over evidence made to vary (hypothesis): where the
-model's and the inputs' dtypes came from, the device, whether the batch is on it, a failure.
+model's and the inputs' dtypes came from, the device, whether the batch is on it, a failure,
+the names the user's script gives the model, its output and its batch.
 """
 
 import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +21,7 @@ from fp16studio.core.data.columns import ColumnFacts
 from fp16studio.core.diagnostics import rules
 from fp16studio.core.diagnostics.findings import CODES, Finding
 from fp16studio.core.diagnostics.rules import Evidence, run_rules
-from fp16studio.core.diagnostics.rules.edits import Batch
+from fp16studio.core.diagnostics.rules.edits import NAMES, Batch, Names
 from fp16studio.core.run.trace import ModuleCall, TensorInfo
 from fp16studio.core.spec.value import PipelineSpec
 
@@ -28,8 +31,12 @@ ORIGINS = ("dtype-argument", "checkpoint", "config", "default-dtype", "cast", "p
            "dataset", "autocast", "library")
 # Spec keys a fix sets to a dtype, and to a device: the fix's code must name what it sets.
 DTYPE_KEYS = ("model_dtype", "model_cast", "input_dtype", "autocast")
-DEVICE_KEYS = {"device": {"auto": "cuda"}, "input_device": {"model": "model.device"},
+DEVICE_KEYS = {"device": {"auto": "cuda"}, "input_device": {"model": "{model}.device"},
                "autocast_device": {}}
+# The user's names as scripts write them: today's words, and a script's own.
+SCRIPT_NAMES = (NAMES, Names(batch=Batch("batch")), Names(batch=Batch("input_tensor", False)),
+                Names(model="net", batch=Batch("enc"), call="net(**enc)", output="out"),
+                Names(model="self.model", batch=Batch("x", False), call="self.model(x, mask=m)"))
 
 
 def finding_calls(path: Path) -> list[ast.Call]:
@@ -103,7 +110,7 @@ def evidences(draw):
         input_provenance={"pixel_values": {"dtype": given_in, "from": input_origin,
                                            "source": source, "training": training}},
         sources={"autocast": source} if autocast else {},
-        batch=draw(st.sampled_from((Batch("inputs"), Batch("batch"), Batch("input_tensor", False)))))
+        names=draw(st.sampled_from(SCRIPT_NAMES)))
 
 
 def agrees(finding: Finding, ev: Evidence):
@@ -127,10 +134,24 @@ def agrees(finding: Finding, ev: Evidence):
         for key, shown in DEVICE_KEYS.items():
             value = fix.edits.get(key)
             if value:
-                assert shown.get(value, value) in code, (fix.id, key, code)
+                assert shown.get(value, value).format(model=ev.names.model) in code, \
+                    (fix.id, key, code)
         assert "torch.cuda)" not in code and "torch.cpu)" not in code, code
         for called in re.findall(r"model\((?:\*\*)?\w+\)", code):   # the model called
-            assert called == ev.batch.call(), code
+            assert called == ev.names.called(), code
+        assert not written_words(code) - users_words(ev.names), code
+
+
+def written_words(code: str) -> set:
+    """Today's words for the user's things that the code uses as names (not in a comment)."""
+    tokens = tokenize.generate_tokens(io.StringIO(code.strip() + "\n").readline)
+    return {t.string for t in tokens if t.type == tokenize.NAME} & {
+        "model", "outputs", "inputs", "loss", "optimizer", "scaler"}
+
+
+def users_words(names: Names) -> set:
+    return {*names.model.split("."), names.output or "outputs", names.batch.name, names.loss,
+            names.optimizer, names.scaler}
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -65,6 +65,9 @@ FAILING = [
     ("user_ops_cdist_fp16.py", "NotImplementedError: \"cdist\" not implemented for 'Half'",
      "half-unsupported", "MARK: cdist", "float-input",
      "distances = torch.cdist(z.float(), self.prototypes.float())"),
+    # A cast the user called: named as their method (`to`), not the tracer's wrapper (`cast`).
+    ("user_ops_cast_refused.py", "RuntimeError: \"copy_\" not implemented for 'Half'",
+     "half-unsupported", "MARK: cast", "float-input", "y = x.float().to(torch.float32)"),
 ]
 
 
@@ -91,6 +94,7 @@ def test_a_failing_operation_of_the_users_is_one_finding_at_its_line(
     line = script.read_text().splitlines()[finding.source["line"] - 1]
     indent = line[:len(line) - len(line.lstrip())]
     assert (first["id"], first["code"], first["edits"]) == (fix_id, indent + fix_code, {})
+    assert "cast()" not in finding.message + first["title"]
     fixed = plain(with_line(script, finding.source["line"], fix_code, tmp_path))
     assert fixed.returncode == 0, fixed.stderr
 

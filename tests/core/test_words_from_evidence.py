@@ -15,7 +15,7 @@ from fix_code import parses
 
 from fp16studio.core.data.columns import ColumnFacts
 from fp16studio.core.diagnostics.rules import Evidence, run_rules
-from fp16studio.core.diagnostics.rules.edits import Batch
+from fp16studio.core.diagnostics.rules.edits import Batch, Names
 from fp16studio.core.diagnostics.rules.training import training_findings
 from fp16studio.core.run.training import Step
 from fp16studio.core.script.trace import trace_script
@@ -60,7 +60,7 @@ def test_autocast_on_the_wrong_device_type_is_fixed_with_code_that_runs():
     ev = Evidence(spec=PipelineSpec(model="m", dataset="synthetic", autocast="float16",
                                     autocast_device="cuda"),
                   device_type="cpu", param_dtypes={"float32": 10}, module_param_dtypes={},
-                  sources={"autocast": {"file": "train.py", "line": 12}}, batch=Batch("batch"))
+                  sources={"autocast": {"file": "train.py", "line": 12}}, names=Names(batch=Batch("batch")))
     (finding,) = [f for f in run_rules(ev) if f.code == "autocast-inactive"]
     code = finding.fixes[0].code_text()
     assert code.strip() == 'with torch.autocast(device_type="cpu", dtype=torch.float16):'

@@ -35,7 +35,7 @@ from ..diagnostics.inventory import (
 from ..diagnostics.rules import Evidence, run_rules
 from ..diagnostics.rules import fp8 as fp8_rules
 from ..diagnostics.rules.batch import rule_list_batch
-from ..diagnostics.rules.edits import batch_of, source_line
+from ..diagnostics.rules.edits import NAMES, Names, names_at, source_line
 from ..diagnostics.rules.placement import script_device_unavailable
 from ..diagnostics.tree import TensorNode
 from ..spec.value import PipelineSpec
@@ -176,7 +176,9 @@ def assemble(watch: ScriptWatch, script: str, args, outcome: dict, seconds: floa
     if primary is not None and primary.error is not None:
         error = primary.error
     elif error is not None and outcome.get("exception") is not None:
-        findings.extend(_script_failure_findings(outcome["exception"], error))
+        names = names_at(source_line(primary.trace.source), bound=primary.trace.bound) \
+            if primary is not None else NAMES
+        findings.extend(_script_failure_findings(outcome["exception"], error, names))
     around = [f for watcher in watch.watchers for f in watcher.findings(error)]
     # A watcher's finding of the same code at the same line tells the same failure more
     # precisely (the user's own operation inside their forward, core/script/user_ops.py): at
@@ -282,15 +284,17 @@ def _model_findings(snap: Snapshot, user: UserCode) -> list[Finding]:
     sources = dict(snap.observed.sources)
     if trace.source:
         sources["call"] = trace.source
+    names = names_at(source_line(trace.source), bound=trace.bound)
     evidence = Evidence(
         spec=snap.observed.spec, device_type=snap.device.split(":")[0],
         param_dtypes=snap.param_dtypes, module_param_dtypes=snap.module_param_dtypes,
         keep_in_fp32=snap.keep_in_fp32, adapters=snap.adapters, facts=snap.facts,
         calls=trace.calls, error=error, exception=exc, provenance=snap.observed.provenance,
         input_provenance=snap.observed.input_provenance, sources=sources,
-        batch=batch_of(source_line(trace.source)))
+        names=names)
     out = []
-    fp8 = fp8_rules.failure_findings(type(exc).__name__, str(exc)) if exc is not None else []
+    fp8 = fp8_rules.failure_findings(type(exc).__name__, str(exc), names=names) \
+        if exc is not None else []
     for finding in fp8 or run_rules(evidence):
         source = _source_for(finding, snap, failing)
         out.append(dataclasses.replace(finding, source=source))
@@ -315,11 +319,12 @@ def _source_for(finding: Finding, snap: Snapshot, failing: dict | None) -> dict 
     return failing or snap.trace.source
 
 
-def _script_failure_findings(exc: BaseException, error: dict) -> list[Finding]:
-    """What the rules can say about a failure outside any model's forward pass."""
+def _script_failure_findings(exc: BaseException, error: dict, names: Names) -> list[Finding]:
+    """What the rules can say about a failure outside any model's forward pass (`names`: the
+    user's, at the first model's call)."""
     message = error["message"]
     source = error.get("source")
-    fp8 = fp8_rules.failure_findings(error["type"], message, source)
+    fp8 = fp8_rules.failure_findings(error["type"], message, source, names)
     if fp8:
         return fp8
     if DEVICE_MISSING_ERRORS.search(message):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ..common import dtypes
 from ..diagnostics.rules.dtypes import recomputed_mismatch
+from ..diagnostics.rules.edits import Names, names_at, source_line
 from ..diagnostics.rules.training import training_findings, training_stalled
 from ..run.training import Float8Gradients, OptimizerProbe, Step, gradient_stats, loss_value
 from .entry import DEFAULT_STEPS
@@ -273,12 +274,26 @@ class StepWatch:
             runs.append(ScalerRun(updates, skipped, scale, source))
         return runs
 
+    def names(self) -> Names:
+        """The user's names at the first model's call and at the first step's
+        `loss.backward()` and `optimizer.step()` (or `scaler.step(optimizer)`)."""
+        first = self.tracer.traces[0] if self.tracer.traces else None
+        call, bound = (source_line(first.source), first.bound) if first else (None, None)
+        step = next((s for s in self.steps if s.source is not None), None)
+        if step is None:
+            return names_at(call, bound=bound)
+        scaled = next((source for name, source in step.scaler if name == "step"), None)
+        stepped = scaled or next((o.source for o in step.optimizers if o.source), None)
+        return names_at(call, source_line(step.source), source_line(stepped),
+                        scaler_step=scaled is not None, bound=bound)
+
     def findings(self, error: dict | None = None):
         dtype = self.compute_dtype()
+        names = self.names()
         recomputed = recomputed_mismatch(self.failure) if self._raised(error) else None
         return ([recomputed] if recomputed else []) + \
-            training_findings(self.steps, dtype, error=error) + \
-            training_stalled(self.steps, self.scaler_runs(), dtype)
+            training_findings(self.steps, dtype, error=error, names=names) + \
+            training_stalled(self.steps, self.scaler_runs(), dtype, names)
 
     def documents(self) -> list[dict]:
         return [step.to_json() for step in self.steps]

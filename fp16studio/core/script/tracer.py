@@ -14,6 +14,7 @@ folder) on the stack, so a failure inside transformers points at the line that c
 
 from __future__ import annotations
 
+import functools
 import sys
 import sysconfig
 import weakref
@@ -45,13 +46,16 @@ class UserCode:
             self._known[filename] = known
         return known
 
+    def frame(self, frame):
+        """The innermost user frame from `frame` outwards, None where there is none."""
+        while frame is not None and not self.owns(frame.f_code.co_filename):
+            frame = frame.f_back
+        return frame
+
     def frame_source(self, frame) -> dict | None:
         """{"file", "line"} of the innermost user frame from `frame` outwards."""
-        while frame is not None:
-            if self.owns(frame.f_code.co_filename):
-                return {"file": frame.f_code.co_filename, "line": frame.f_lineno}
-            frame = frame.f_back
-        return None
+        frame = self.frame(frame)
+        return {"file": frame.f_code.co_filename, "line": frame.f_lineno} if frame else None
 
     def here(self, depth: int = 2) -> dict | None:
         return self.frame_source(sys._getframe(depth))
@@ -136,6 +140,9 @@ class CastLog:
     def _wrap(self, original):
         log = self
 
+        # Named as the method it wraps: torch hands this wrapper to every __torch_function__
+        # (our mode's, a tensor subclass's) as the function called, and they go by its name.
+        @functools.wraps(original)
         def cast(tensor, *args, **kwargs):
             result = original(tensor, *args, **kwargs)
             if (result is not tensor and not log._busy() and hasattr(result, "dtype")
@@ -143,7 +150,6 @@ class CastLog:
                 log._record(tensor, result)
             return result
 
-        cast.__wrapped__ = original
         return cast
 
     def _record(self, tensor, result):
@@ -169,6 +175,7 @@ class ModelTrace:
     index: int
     cls: str
     source: dict | None                  # the user's line that called the model
+    bound: tuple = ()                     # what that line's frame calls the model (_bound_names)
     calls: list = field(default_factory=list)       # ModuleCall, from core/run/trace.py
     inputs: dict = field(default_factory=dict)      # batch key -> tensor or value (until done)
     input_casts: dict = field(default_factory=dict)  # batch key -> Cast
@@ -233,8 +240,10 @@ class ScriptTracer:
         if next(module.parameters(), None) is None:  # a loss, an activation, a transform
             self._seen.add(module)
             return call(module, *args, **kwargs)
+        frame = self.user.frame(sys._getframe(2))
         trace = ModelTrace(index=len(self.traces), cls=type(module).__name__,
-                           source=self.user.here(3))
+                           source=self.user.frame_source(frame),
+                           bound=_bound_names(frame, module))
         trace.inputs = _named_inputs(module, args, kwargs)
         trace.input_casts = {k: c for k, c in ((k, self.casts.find(v))
                                                 for k, v in trace.inputs.items()) if c}
@@ -262,6 +271,20 @@ class ScriptTracer:
                 except Exception as exc:  # noqa: BLE001 - our bug must not change the script
                     self.errors.append(f"{type(exc).__name__}: {exc}")
         return result
+
+
+def _bound_names(frame, module) -> tuple:
+    """The names the user's frame has for the model: its locals and globals, and `self.<attr>`
+    in a method; the fix code writes the model by the one its call uses (edits.names_at)."""
+    if frame is None:
+        return ()
+    names = [n for scope in (frame.f_locals, frame.f_globals) for n, v in scope.items()
+             if v is module]
+    owner = frame.f_locals.get("self")
+    if owner is not None and owner is not module:
+        attributes = {**getattr(owner, "__dict__", {}), **getattr(owner, "_modules", {})}
+        names += [f"self.{n}" for n, v in attributes.items() if v is module]
+    return tuple(names)
 
 
 def _named_inputs(module, args, kwargs) -> dict:

@@ -224,8 +224,7 @@ class UserOps:
     # -- a call of the user's ---------------------------------------------------------------
 
     def call(self, func, args, kwargs, frame):
-        # The tracer's own wrappers of casts (`cast`) are checked as what they wrap (`to`).
-        name = getattr(getattr(func, "__wrapped__", func), "__name__", "")
+        name = _func_name(func)
         saved = checking = None
         if name in CHECKED:
             try:
@@ -238,12 +237,12 @@ class UserOps:
             result = func(*args, **kwargs)
         except Exception as exc:   # raised again as it is: the mode drops our frames
             try:
-                self._failed(func, args, kwargs, frame, exc)
+                self._failed(name, args, kwargs, frame, exc)
             except Exception as bug:  # noqa: BLE001 - ours must not change the script
                 self.errors.append(f"{type(bug).__name__}: {bug}")
             raise
         try:
-            self._succeeded(func, args, kwargs, result, frame)
+            self._succeeded(name, args, kwargs, result, frame)
             if checking:
                 self._check_values(func, name, args, kwargs, result, saved, frame)
             elif checking is not None:
@@ -252,8 +251,7 @@ class UserOps:
             self.errors.append(f"{type(bug).__name__}: {bug}")
         return result
 
-    def _succeeded(self, func, args, kwargs, result, frame):
-        name = getattr(func, "__name__", "")
+    def _succeeded(self, name, args, kwargs, result, frame):
         big = _big_number(args) or (_big_number(kwargs.values()) if kwargs else None)
         if big is None and name in _DATA:    # torch.tensor([1e5, ...]): numbers in a list
             big = _big_number(args, nested=True)
@@ -285,9 +283,8 @@ class UserOps:
                 _keeping_line(line, name, args, kwargs, loss, frame), name in MADE,
                 _autocast_on(result))
 
-    def _failed(self, func, args, kwargs, frame, exc: Exception):
+    def _failed(self, name, args, kwargs, frame, exc: Exception):
         message = str(exc).strip().split("\n", 1)[0][:500]
-        name = _func_name(func)
         half = _half_tensor(args, kwargs)
         if _NUMPY_ERRORS.search(message) and half is not None:
             self._unsupported(name, args, kwargs, half, frame, exc, message, numpy=True)

@@ -57,7 +57,7 @@ def rule_map_cast_lost(ev: Evidence) -> list[Finding]:
             message += " Cast right before the forward pass instead."
         if by_user:
             message += " Remove the .to() from your function: it has no effect."
-        fix = edits.cast_inputs(ev.spec, fact.intended, ev.batch, ev.sources.get("call"))
+        fix = edits.cast_inputs(ev.spec, fact.intended, ev.names, ev.sources.get("call"))
         fix = edits.Fix(fix.id, f"Cast {key} to {fact.intended} in the batch, not in map",
                         fix.edits, fix.explain, fix.code)
         out.append(Finding(
@@ -82,7 +82,7 @@ def rule_integer_cast(ev: Evidence) -> list[Finding]:
     if s.format_dtype and is_floating_name(s.format_dtype):
         fixes.append(edits.format_without_dtype(s, ev.sources.get("format")))
     if s.input_cast == "all":
-        fixes.append(edits.cast_floating_only(s.input_dtype or dtype, ev.batch,
+        fixes.append(edits.cast_floating_only(s.input_dtype or dtype, ev.names,
                                               ev.sources.get("cast")))
     cause = ("with_format('torch', dtype=...) casts every column" if s.format_dtype
              else "the cast applies to every tensor of the batch")
@@ -126,7 +126,7 @@ def rule_label_dtype(ev: Evidence) -> list[Finding]:
             "label-dtype", "error" if ev.failed else "warning", "labels",
             f"The labels ({column!r}) are strings, but the loss needs integer class ids: map each "
             "name to its id (model.config.label2id) in your preprocess, or run without labels.",
-            {"stored": fact.stored, "after DataLoader": fact.loaded}, (edits.no_labels(),))]
+            {"stored": fact.stored, "after DataLoader": fact.loaded}, (edits.no_labels(ev.names),))]
     if not (ev.failed and fact.final):
         return []
     if MULTI_LABEL_ERRORS.search(ev.message) and not is_floating_name(fact.final):
@@ -148,7 +148,7 @@ def _label_cast(ev: Evidence, fact: ColumnFacts, dtype: str, why: str) -> Findin
         "label-dtype", "error", "labels",
         f"The labels reach the loss as {fact.final}, {why}. Cast them with {cast} before the loss.",
         {"stored": fact.stored, "fed": fact.final, "error": ev.message},
-        (edits.labels_cast(dtype),))
+        (edits.labels_cast(dtype, ev.names),))
 
 
 def float64_targets(record) -> Finding:

@@ -123,10 +123,10 @@ def _dtype_finding(ev: Evidence, call: ModuleCall, got, param, severity, others=
     fixes = []
     origin = model_origin(ev, param)
     unasked = unasked_half(ev) if origin is not None else None
-    batch, at_call = ev.batch, ev.sources.get("call")
+    names, at_call = ev.names, ev.sources.get("call")
     if param in HALF_NAMES and got not in HALF_NAMES:
-        fixes = [edits.cast_inputs(ev.spec, param, batch, at_call), edits.autocast(param, batch),
-                 edits.model_dtype("float32", ev.spec)]
+        fixes = [edits.cast_inputs(ev.spec, param, names, at_call), edits.autocast(param, names),
+                 edits.model_dtype("float32", ev.spec, names=ev.names)]
         story = (f"The model's weights are {param} but its input is {got}: cast the floating "
                  f"inputs to {param}.")
         if unasked is not None:
@@ -134,8 +134,8 @@ def _dtype_finding(ev: Evidence, call: ModuleCall, got, param, severity, others=
         elif origin is not None:
             story += f" The weights are {param} because {origin_phrase(origin)}."
     elif param == "float32" and got in HALF_NAMES:
-        fixes = [edits.model_dtype(got, ev.spec, (ev.provenance or {}).get("source")),
-                 edits.autocast(got, batch), edits.drop_input_cast(ev.spec)]
+        fixes = [edits.model_dtype(got, ev.spec, (ev.provenance or {}).get("source"), ev.names),
+                 edits.autocast(got, names), edits.drop_input_cast(ev.spec)]
         origin = input_origin(ev, got) or origin
         story = (f"The inputs are {got} but the model stayed float32: load the model in "
                  f"{got} too, or keep float32 weights and let autocast pick precisions.")
@@ -151,7 +151,7 @@ def _dtype_finding(ev: Evidence, call: ModuleCall, got, param, severity, others=
                          "default)" if ev.provenance and ev.provenance["from"] == "checkpoint"
                          else "") + ". Keep torch's default float32.")
     elif param in HALF_NAMES and got in HALF_NAMES:
-        fixes = [edits.cast_inputs(ev.spec, param, batch, at_call)]
+        fixes = [edits.cast_inputs(ev.spec, param, names, at_call)]
         story = f"The model runs in {param} but its input is {got}."
     else:
         story = "The input's dtype and the weights' dtype differ."
@@ -175,7 +175,8 @@ def rule_half_unsupported(ev: Evidence) -> list[Finding]:
     half = match.group(1) or ev.half_requested() or "float16"
     half = "bfloat16" if half.lower() == "bfloat16" else "float16"
     # Autocast keeps half precision for the matmuls and runs ops without half kernels in fp32.
-    fixes = (edits.autocast(half, ev.batch), edits.model_dtype("float32", ev.spec))
+    fixes = (edits.autocast(half, ev.names),
+             edits.model_dtype("float32", ev.spec, names=ev.names))
     origin = model_origin(ev, half) or input_origin(ev, half)
     if model_origin(ev, half) is not None:
         fixes = origin_first(ev, fixes)
@@ -220,11 +221,11 @@ def rule_half_on_cpu(ev: Evidence) -> list[Finding]:
     fp16 = weights_fp16 or ev.compute_dtypes().get("float16", 0) or autocast_fp16
     if not fp16:
         return []
-    fixes = [edits.model_dtype("bfloat16", ev.spec), edits.model_dtype("float32", ev.spec)]
+    fixes = [edits.model_dtype(d, ev.spec, names=ev.names) for d in ("bfloat16", "float32")]
     origin = model_origin(ev, "float16")
     if autocast_fp16 and not weights_fp16:
-        fixes = [edits.autocast("bfloat16", ev.batch, "cpu", ev.sources.get("autocast")),
-                 edits.model_dtype("float32", ev.spec)]
+        fixes = [edits.autocast("bfloat16", ev.names, "cpu", ev.sources.get("autocast")),
+                 edits.model_dtype("float32", ev.spec, names=ev.names)]
         origin = autocast_origin(ev, "float16")
         why = f"Its float16 comes from autocast(float16){at_line(origin['source'])}."
     else:
@@ -267,7 +268,7 @@ def rule_silent_upcast(ev: Evidence) -> list[Finding]:
         f"or memory gain. Load the model in {half}, or run under autocast.",
         with_origin({"asked": half, "compute dtypes": compute},
                     input_origin(ev, half) or model_origin(ev, half)),
-        (edits.model_dtype(half, ev.spec), edits.autocast(half, ev.batch)))]
+        (edits.model_dtype(half, ev.spec, names=ev.names), edits.autocast(half, ev.names)))]
 
 
 def rule_autocast_inactive(ev: Evidence) -> list[Finding]:
@@ -283,7 +284,7 @@ def rule_autocast_inactive(ev: Evidence) -> list[Finding]:
             "(torch.cuda.amp.autocast() is autocast('cuda')). Name the model's device type.",
             {"autocast device": named, "model device": ev.device_type, "autocast": dtype,
              "compute dtypes": ev.compute_dtypes()},
-            (edits.autocast_on_device(ev.device_type, dtype, ev.batch,
+            (edits.autocast_on_device(ev.device_type, dtype, ev.names,
                                       ev.sources.get("autocast")),))]
     compute = ev.compute_dtypes()
     if ev.failed or not compute or compute.get(dtype, 0):
@@ -295,7 +296,8 @@ def rule_autocast_inactive(ev: Evidence) -> list[Finding]:
         f"{', '.join(compute)}. Autocast must use the device type the model runs on, and it is "
         "thread-local: enter it in the thread that runs the forward pass.",
         {"autocast": dtype, "device": ev.device_type, "compute dtypes": compute},
-        (edits.autocast(alternative, ev.batch), edits.model_dtype(dtype, ev.spec)))]
+        (edits.autocast(alternative, ev.names),
+         edits.model_dtype(dtype, ev.spec, names=ev.names)))]
 
 
 def rule_mixed_precision_params(ev: Evidence) -> list[Finding]:
@@ -313,7 +315,7 @@ def rule_mixed_precision_params(ev: Evidence) -> list[Finding]:
         "keep_fp32 gives. Load the model with one explicit dtype.",
         with_origin({"dtypes": dict(ev.param_dtypes), "modules": odd[:10]},
                     model_origin(ev, majority)),
-        (edits.model_dtype(majority, ev.spec),))]
+        (edits.model_dtype(majority, ev.spec, names=ev.names),))]
 
 
 def _library_upcast(ev: Evidence, p: dict, compute: dict) -> Finding:
@@ -321,10 +323,10 @@ def _library_upcast(ev: Evidence, p: dict, compute: dict) -> Finding:
     half, dtype, call = p["before"], p["dtype"], p["call"]
     times = BYTES_PER_ELEMENT[dtype] // BYTES_PER_ELEMENT[half]
     line = source_line(p.get("source"))
+    line = edits.without_comment(line) if line else f"{call}({ev.names.model})"
     leave_out = edits.written(
         "drop-library-upcast", f"Leave out {call}",
-        f"# {edits.without_comment(line) if line else call + '(model)'}  # left out: it made "
-        f"the {half} model {dtype}",
+        f"# {line}  # left out: it made the {half} model {dtype}",
         p.get("source"), f"the model stays {half}, as it was loaded")
     return Finding(
         "silent-upcast", "warning", "model",
@@ -332,7 +334,7 @@ def _library_upcast(ev: Evidence, p: dict, compute: dict) -> Finding:
         f"weights take {times}x the memory. " + (f"{p['advice'][0].upper()}{p['advice'][1:]}."
                                                  if p.get("advice") else ""),
         with_origin({"asked": half, "compute dtypes": compute, "memory": f"x{times}"}, p),
-        (leave_out, edits.autocast(half, ev.batch)))
+        (leave_out, edits.autocast(half, ev.names)))
 
 
 def recomputed_mismatch(failure) -> Finding | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ...common.dtypes import HALF_NAMES
 from ...run.trace import ModuleCall
 from ...spec.value import PipelineSpec
-from .edits import BATCH, Batch
+from .edits import NAMES, Names
 
 # Modules that do the floating work; their output dtype is the compute dtype of a run.
 _COMPUTE_CLASSES = re.compile(r"Linear|Conv\dd|Conv1D|Bilinear")
@@ -34,9 +34,10 @@ class Evidence:
     provenance: dict | None = None
     input_provenance: dict = field(default_factory=dict)   # batch key -> the same, of its dtype
     # A traced script: the lines where it made its settings ("autocast", "cast", "load", "map",
-    # "format", "dataset", "call" -> {"file", "line"}), and its batch as the model's call names it.
+    # "format", "dataset", "call" -> {"file", "line"}), and the user's names for the model, its
+    # output and its batch, as the model's call writes them (edits.names_at).
     sources: dict = field(default_factory=dict)
-    batch: Batch = BATCH
+    names: Names = NAMES
 
     @property
     def failed(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from ..findings import CodeEdit, Finding, Fix
-from . import edits
+from .edits import NAMES, Names, train_edits
 
 OWNS = ("fp8-unsupported", "fp8-shape", "fp8-sensitive")
 
@@ -28,15 +28,17 @@ _SHAPE = re.compile(r"FP8 execution requires 2D input matrices with height divis
                     r"(mat1|mat2|trailing dimension|dimensions?).{0,60}divisible by 16", re.I)
 
 
-def bfloat16_fix() -> Fix:
+def bfloat16_fix(names: Names = NAMES) -> Fix:
+    model = names.model
     return Fix("fp8-bfloat16", "Run in bfloat16 instead of FP8", {"model_dtype": "bfloat16"},
                "bfloat16 weights, no FP8 conversion",
-               CodeEdit("model = model.to(torch.bfloat16)  # no convert_to_float8_training: this "
-                        "GPU has no FP8 units"))
+               CodeEdit(f"{model} = {model}.to(torch.bfloat16)  # no convert_to_float8_training: "
+                        "this GPU has no FP8 units"))
 
 
 def unsupported_finding(location: str, message: str, recipe: str | None,
-                        supported: str | None, source: dict | None = None) -> Finding:
+                        supported: str | None, source: dict | None = None,
+                        names: Names = NAMES) -> Finding:
     """`fp8-unsupported`: this device (or recipe) cannot run FP8; the recipe it runs, else
     bfloat16."""
     fixes = []
@@ -44,7 +46,7 @@ def unsupported_finding(location: str, message: str, recipe: str | None,
         fixes.append(Fix(f"fp8-recipe-{supported}", f"Use the {supported} recipe", {},
                          f"the {supported} recipe, which this device runs",
                          CodeEdit(f'config = Float8LinearConfig.from_recipe_name("{supported}")')))
-    fixes.append(bfloat16_fix())
+    fixes.append(bfloat16_fix(names))
     return Finding(
         "fp8-unsupported", "error", location,
         f"FP8 cannot run here: {message}. FP8 needs an NVIDIA GPU of compute capability 8.9 or "
@@ -98,7 +100,7 @@ def keep_bf16_fix(names: list, train=None, recipe: str | None = None,
         if recipe is not None:
             fields["fp8"] = recipe
     return Fix("fp8-keep-bf16", f"Keep {len(names)} layer(s) in {dtype}",
-               edits.train_edits(train, **fields),
+               train_edits(train, **fields),
                f"convert_to_float8_training with a filter that leaves these layers in {dtype}",
                CodeEdit(f"module_filter_fn=lambda module, fqn: fqn not in {names!r}"))
 
@@ -122,12 +124,13 @@ def plan_findings(layers: list, threshold_db: float, recipe: str, device: str,
     return out
 
 
-def failure_findings(exc_type: str, message: str, source: dict | None = None) -> list[Finding]:
+def failure_findings(exc_type: str, message: str, source: dict | None = None,
+                     names: Names = NAMES) -> list[Finding]:
     """A script's failure with one of FP8's own messages, as the finding at its line; [] for
-    any other failure."""
+    any other failure. `names`: the user's, where the failing model's call says them."""
     said = f"{exc_type}: {message.strip().rstrip('.')}"
     if _UNSUPPORTED.search(message):
-        return [unsupported_finding("cuda", said, None, None, source)]
+        return [unsupported_finding("cuda", said, None, None, source, names)]
     if _SHAPE.search(message):
         return [shape_finding([], source, said)]
     return []

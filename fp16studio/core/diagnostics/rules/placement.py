@@ -41,7 +41,7 @@ def _batch_not_moved(ev: Evidence, location: str, evidence: dict) -> Finding:
         "device-mismatch", "error", location or "model",
         "Tensors meeting in one operation live on different devices: the batch was not moved to "
         "the device of the module that consumes it first. Move the inputs to the model's device.",
-        evidence, (edits.inputs_to_model_device(ev.batch, ev.sources.get("call")),))
+        evidence, (edits.inputs_to_model_device(ev.names, ev.sources.get("call")),))
 
 
 def _made_inside(ev: Evidence, module: str, devices: list) -> Finding:
@@ -84,7 +84,7 @@ def rule_input_device_unavailable(ev: Evidence) -> list[Finding]:
         f"The batch is moved to {name!r} (input_device), a device this machine does not have. "
         "Move the inputs to the model's device.",
         {"requested": name, "model device": ev.device_type},
-        (edits.inputs_to_model_device(ev.batch),))]
+        (edits.inputs_to_model_device(ev.names),))]
 
 
 def device_unavailable(spec: PipelineSpec, available: list[str]) -> Finding:
@@ -110,7 +110,7 @@ def rule_out_of_memory(ev: Evidence) -> list[Finding]:
         return []
     fixes = [edits.halve_batch(ev.spec)]
     if ev.spec.model_dtype in ("float32", "auto"):
-        fixes.insert(0, edits.model_dtype(ev.low_precision(), ev.spec))
+        fixes.insert(0, edits.model_dtype(ev.low_precision(), ev.spec, names=ev.names))
     return [Finding(
         "out-of-memory", "error", ev.error.get("module") or "model",
         f"The {ev.device_type} device ran out of memory during {ev.error['stage']}. Half "

@@ -29,9 +29,9 @@ def rule_overflow(ev: Evidence) -> list[Finding]:
         origin = (autocast_origin(ev, dtype) if dtype and ev.spec.autocast == dtype
                   else model_origin(ev, dtype) or input_origin(ev, dtype))
         if dtype == "float16":
-            fixes = [edits.model_dtype("bfloat16", ev.spec), edits.model_dtype("float32", ev.spec)]
+            fixes = [edits.model_dtype(d, ev.spec, names=ev.names) for d in ("bfloat16", "float32")]
             if ev.spec.model_cast == "float16" and ev.keep_in_fp32:
-                fixes.insert(0, edits.load_instead_of_cast(ev.spec, ev.keep_in_fp32))
+                fixes.insert(0, edits.load_instead_of_cast(ev.spec, ev.keep_in_fp32, names=ev.names))
             if origin is not None and origin["from"] != "autocast":
                 fixes = list(origin_first(ev, fixes))
         return [Finding(
@@ -74,14 +74,15 @@ def rule_overflow_risk(ev: Evidence) -> list[Finding]:
     return []
 
 
-def loss_overflow(step, compute_dtype: str | None, train=None) -> Finding:
+def loss_overflow(step, compute_dtype: str | None, train=None,
+                  names: edits.Names = edits.NAMES) -> Finding:
     """A training step whose forward pass made the loss inf/NaN."""
     return Finding(
         "overflow", "error", "loss",
         f"The loss of training step {step.index} is {step.loss}: the forward pass made "
         "inf/NaN. Everything the step computes from it is lost.",
         {"step": step.index, "phase": "forward", "loss": repr(step.loss)},
-        (edits.master_weights(compute_dtype, train),) if compute_dtype else (),
+        (edits.master_weights(compute_dtype, train, names),) if compute_dtype else (),
         source=step.source)
 
 

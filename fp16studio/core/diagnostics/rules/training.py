@@ -17,6 +17,7 @@ from ...common.precision import UNSCALE_BF16_ERRORS, UNSCALE_FP16_ERRORS
 from ...run.training import Step
 from ..findings import Finding
 from . import edits, fp8
+from .edits import NAMES, Names
 from .ranges import loss_overflow
 
 OWNS = ("grad-overflow", "grad-underflow", "optimizer-precision", "scaler-misuse",
@@ -30,27 +31,28 @@ STALLED_SCALE = 1.0
 
 
 def training_findings(steps: list[Step], compute_dtype: str | None, train=None,
-                      error: dict | None = None) -> list[Finding]:
+                      error: dict | None = None, names: Names = NAMES) -> list[Finding]:
     """Findings over the followed steps. `compute_dtype`: the half dtype the forward ran in
     (the autocast's, else the weights'), None for float32. `train`: the spec's `train` when a
     spec ran the steps (its fixes then edit it). `error`: a step's failure ({"type",
-    "message"}), when the loop stopped on one."""
+    "message"}), when the loop stopped on one. `names`: the user's, as a script's lines say
+    them (edits.names_at), for the fixes' code."""
     out: list[Finding] = []
     for step in steps:
-        out.extend(_scaler_misuse(step, compute_dtype, train))
-        broke = _first_nonfinite(step, steps, compute_dtype, train)
+        out.extend(_scaler_misuse(step, compute_dtype, train, names))
+        broke = _first_nonfinite(step, steps, compute_dtype, train, names)
         if broke is not None:
             out.append(broke)
             break  # what follows a non-finite value is its consequence
-    out.extend(_optimizer_risks(steps, out, train))
+    out.extend(_optimizer_risks(steps, out, train, names))
     if not any(f.code in ("overflow", "grad-overflow") for f in out):
-        out.extend(_grad_underflow(steps, compute_dtype, train))  # else a consequence
+        out.extend(_grad_underflow(steps, compute_dtype, train, names))  # else a consequence
     message = str((error or {}).get("message", ""))
     if UNSCALE_FP16_ERRORS.search(message):
-        out.append(_scaler_refused(steps, error, train, "float16"))
+        out.append(_scaler_refused(steps, error, train, "float16", names))
     elif UNSCALE_BF16_ERRORS.search(message):
         out = [f for f in out if f.code != "scaler-misuse"]   # the crash says more
-        out.append(_scaler_refused(steps, error, train, "bfloat16"))
+        out.append(_scaler_refused(steps, error, train, "bfloat16", names))
     return _first_of_each(out)
 
 
@@ -65,7 +67,7 @@ def _first_of_each(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _scaler_refused(steps: list[Step], error: dict, train, dtype: str) -> Finding:
+def _scaler_refused(steps: list[Step], error: dict, train, dtype: str, names: Names) -> Finding:
     """The GradScaler failing on half gradients: the weights themselves are half. float16's
     answer is float32 master weights under autocast with the scaler; bfloat16 needs no scaler
     (on CUDA its unscale kernel has no bfloat16 at all)."""
@@ -73,12 +75,13 @@ def _scaler_refused(steps: list[Step], error: dict, train, dtype: str) -> Findin
     if dtype == "float16":
         what = ("refused to unscale the gradients", "A GradScaler works on float32 weights "
                 "(master weights) whose forward pass runs in float16 under autocast.")
-        fixes = (edits.master_weights("float16", train),)
+        fixes = (edits.master_weights("float16", train, names),)
     else:
         what = ("failed to unscale bfloat16 gradients", "bfloat16 has float32's range and needs "
                 "no loss scaling: drop the scaler (or keep float32 weights under a bfloat16 "
                 "autocast, which needs none either).")
-        fixes = (edits.drop_grad_scaler(train), edits.master_weights("bfloat16", train))
+        fixes = (edits.drop_grad_scaler(train, names),
+                 edits.master_weights("bfloat16", train, names))
     return Finding(
         "scaler-misuse", "error", "GradScaler.unscale_",
         f"Training step {index}: the GradScaler {what[0]} ({error.get('message')}): the weights "
@@ -87,18 +90,19 @@ def _scaler_refused(steps: list[Step], error: dict, train, dtype: str) -> Findin
          "gradient dtype": dtype}, fixes, source=error.get("source"))
 
 
-def _first_nonfinite(step: Step, steps: list[Step], compute_dtype, train=None) -> Finding | None:
+def _first_nonfinite(step: Step, steps: list[Step], compute_dtype, train,
+                     names: Names) -> Finding | None:
     where = step.first_nonfinite()
     if where is None:
         return None
     phase = where["phase"]
     if phase == "forward":
-        return loss_overflow(step, compute_dtype, train)
+        return loss_overflow(step, compute_dtype, train, names)
     if phase == "backward":
         if step.scaled:
             return None  # the GradScaler skips this step and lowers its scale: its job
         grad = step.first_nonfinite_grad
-        fixes = _gradient_fixes(grad.dtype, compute_dtype, train)
+        fixes = _gradient_fixes(grad.dtype, compute_dtype, train, names)
         return Finding(
             "grad-overflow", "error", grad.module or "model",
             f"Training step {step.index}: the loss was finite ({step.loss:.4g}) but the backward "
@@ -117,7 +121,7 @@ def _first_nonfinite(step: Step, steps: list[Step], compute_dtype, train=None) -
         f"(first {opt.broke}). It updates {half or 'the'} parameters directly"
         + (_eps_words(opt, half) if half else "") + ". The next forward pass is NaN.",
         _optimizer_evidence(step, opt),
-        _optimizer_fixes(opt, half, train), source=opt.source)
+        _optimizer_fixes(opt, half, train, names), source=opt.source)
 
 
 def _eps_words(opt, half: str) -> str:
@@ -139,17 +143,18 @@ def _optimizer_evidence(step: Step, opt) -> dict:
     return evidence
 
 
-def _optimizer_fixes(opt, half: str | None, train=None) -> tuple:
+def _optimizer_fixes(opt, half: str | None, train, names: Names) -> tuple:
     if half is None:
         return ()
-    fixes = [edits.master_weights(half, train)]
+    fixes = [edits.master_weights(half, train, names)]
     held = opt.eps_in_dtype.get(half)
     if opt.eps is not None and held is not None and held < opt.eps / 2:
-        fixes.append(edits.optimizer_eps(train))
+        fixes.append(edits.optimizer_eps(train, names))
     return tuple(fixes)
 
 
-def _optimizer_risks(steps: list[Step], found: list[Finding], train=None) -> list[Finding]:
+def _optimizer_risks(steps: list[Step], found: list[Finding], train,
+                     names: Names) -> list[Finding]:
     """Half parameters updated directly, with no step broken (yet): eps the dtype rounds to
     zero, updates rounded away."""
     if any(f.code == "optimizer-precision" for f in found):
@@ -170,12 +175,12 @@ def _optimizer_risks(steps: list[Step], found: list[Finding], train=None) -> lis
                 "optimizer-precision", "warning", f"{opt.cls} param_groups[0]",
                 f"{opt.cls} updates {half} parameters directly, with no float32 master copy"
                 + eps + (": " + what if what else "") + ".",
-                _optimizer_evidence(step, opt), _optimizer_fixes(opt, half, train),
+                _optimizer_evidence(step, opt), _optimizer_fixes(opt, half, train, names),
                 source=opt.source)]
     return []
 
 
-def _scaler_misuse(step: Step, compute_dtype, train=None) -> list[Finding]:
+def _scaler_misuse(step: Step, compute_dtype, train, names: Names) -> list[Finding]:
     out = []
     events = [name for name, _ in step.scaler]
     for i, (name, source) in enumerate(step.scaler):
@@ -187,14 +192,14 @@ def _scaler_misuse(step: Step, compute_dtype, train=None) -> list[Finding]:
                 "large and shrinks the gradients to almost nothing once they are unscaled; "
                 "learning goes flat.",
                 {"step": step.index, "calls": events, "scale": step.scale},
-                (edits.unscale_before_clip(train, source),), source=source))
+                (edits.unscale_before_clip(train, source, names),), source=source))
         if name == "step" and "scale" not in events[:i]:
             out.append(Finding(
                 "scaler-misuse", "error", "GradScaler.step",
                 f"Training step {step.index}: scaler.step(optimizer) ran on gradients the "
                 "scaler never scaled (no scaler.scale(loss).backward()): it divides them by "
                 f"the scale (×{step.scale or 65536:g}) and the update all but vanishes.",
-                {"step": step.index, "calls": events}, (edits.grad_scaler(train),),
+                {"step": step.index, "calls": events}, (edits.grad_scaler(train, names),),
                 source=source))
     if step.scaled and compute_dtype == "bfloat16" and step.index == 0:
         source = next((s for n, s in step.scaler if n == "scale"), step.source)
@@ -204,12 +209,12 @@ def _scaler_misuse(step: Step, compute_dtype, train=None) -> list[Finding]:
             "gradients neither overflow nor underflow the way float16's do; the scaler only "
             "adds work (and skips steps it need not skip).",
             {"step": step.index, "compute dtype": compute_dtype},
-            (edits.drop_grad_scaler(train),),
+            (edits.drop_grad_scaler(train, names),),
             source=source))
     return out
 
 
-def _grad_underflow(steps: list[Step], compute_dtype, train=None) -> list[Finding]:
+def _grad_underflow(steps: list[Step], compute_dtype, train, names: Names) -> list[Finding]:
     for step in steps:
         for grad in step.grads:
             if grad.fp8_underflow is not None and grad.fp8_underflow >= UNDERFLOW_SHARE:
@@ -226,7 +231,8 @@ def _grad_underflow(steps: list[Step], compute_dtype, train=None) -> list[Findin
                     {"step": step.index, "phase": "backward", "gradient dtype": grad.dtype,
                      "subnormal share": round(grad.subnormal_share, 4),
                      "zero share": round(grad.zero / grad.numel, 4) if grad.numel else 0.0},
-                    _gradient_fixes(grad.dtype, compute_dtype, train), source=step.source)]
+                    _gradient_fixes(grad.dtype, compute_dtype, train, names),
+                    source=step.source)]
     return []
 
 
@@ -247,15 +253,16 @@ def _float8_underflow(step: Step, grad, train=None) -> Finding:
         (fp8.keep_bf16_fix([module], train, dtype=grad.dtype),), source=step.source)
 
 
-def _gradient_fixes(grad_dtype: str, compute_dtype: str | None, train=None) -> tuple:
+def _gradient_fixes(grad_dtype: str, compute_dtype: str | None, train, names: Names) -> tuple:
     """Half gradients are half weights: master weights first (a GradScaler refuses to unscale
     float16 gradients). float32 weights under a float16 autocast need only the scaler."""
     if grad_dtype in HALF_NAMES:
-        return (edits.master_weights(grad_dtype, train),)
-    return (edits.grad_scaler(train),) if compute_dtype == "float16" else ()
+        return (edits.master_weights(grad_dtype, train, names),)
+    return (edits.grad_scaler(train, names),) if compute_dtype == "float16" else ()
 
 
-def training_stalled(steps, scalers, compute_dtype: str | None) -> list[Finding]:
+def training_stalled(steps, scalers, compute_dtype: str | None,
+                     names: Names = NAMES) -> list[Finding]:
     """Training that quietly stopped: the same loss at every followed step with all-zero
     gradients; a loss that went NaN right after an optimizer step; a GradScaler that skipped
     every step of the script. `steps`: `Step` records; `scalers`: what each GradScaler did over
@@ -266,7 +273,8 @@ def training_stalled(steps, scalers, compute_dtype: str | None) -> list[Finding]
     if len(done) >= 2 and len(losses) == 1 and None not in losses and all(
             s.finite and s.grads and all(g.zero == g.numel for g in s.grads) for s in done):
         (loss,) = losses
-        fixes = (edits.grad_scaler(),) if compute_dtype == "float16" and not done[0].scaled \
+        fixes = (edits.grad_scaler(names=names),) \
+            if compute_dtype == "float16" and not done[0].scaled \
             else ()
         out.append(Finding(
             "training-stalled", "error", "loss",
@@ -282,8 +290,8 @@ def training_stalled(steps, scalers, compute_dtype: str | None) -> list[Finding]
                 not any(o.broke for o in before.optimizers):
             opt = before.optimizers[-1]
             half = next((d for d in opt.param_dtypes if d in HALF_NAMES), None)
-            fixes = (edits.master_weights(half),) if half else (
-                (edits.grad_scaler(),) if compute_dtype == "float16" else ())
+            fixes = (edits.master_weights(half, names=names),) if half else (
+                (edits.grad_scaler(names=names),) if compute_dtype == "float16" else ())
             out.append(Finding(
                 "training-stalled", "error", "loss",
                 f"The loss went {after.loss} at step {after.index}, right after the optimizer "
@@ -295,7 +303,7 @@ def training_stalled(steps, scalers, compute_dtype: str | None) -> list[Finding]
     for scaler in scalers:
         if scaler.every_step_skipped and scaler.updates >= 2 and \
                 scaler.scale < STALLED_SCALE:
-            fixes = (edits.autocast("bfloat16"),) if compute_dtype == "float16" else ()
+            fixes = (edits.autocast("bfloat16", names),) if compute_dtype == "float16" else ()
             out.append(Finding(
                 "training-stalled", "error", "GradScaler",
                 f"The GradScaler skipped every one of the {scaler.updates} steps of the "

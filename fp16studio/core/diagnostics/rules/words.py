@@ -123,5 +123,5 @@ def origin_first(ev: Evidence, fixes, origin: dict | None = None) -> tuple:
     p = unasked_half(ev, origin)
     if p is None:
         return tuple(f for f in fixes if f is not None)
-    first = float32_at_origin(ev.spec, p)
+    first = float32_at_origin(ev.spec, p, ev.names)
     return (first,) + tuple(f for f in fixes if f is not None and f.id not in (first.id, "model-float32"))
