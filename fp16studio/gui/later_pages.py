@@ -77,10 +77,11 @@ class LaterPages:
             stand_in.deleteLater()
         return self._made[name]
 
-    def make_after(self, loading: threading.Thread):
+    def make_after(self, loading: threading.Thread, then: Callable[[], None] = lambda: None):
         """Make the pages not made yet once `loading` (their modules' import) is done, a part
         per event: what the first click on Benchmark or Compare with float32 would otherwise
-        wait for, and a page at once would hold the window longer than a stall."""
+        wait for, and a page at once would hold the window longer than a stall. `then()` once
+        they all are."""
         timer = QTimer(self._tabs, interval=IDLE_CHECK_MS)
 
         def next_part():
@@ -88,6 +89,7 @@ class LaterPages:
                 return
             if not self._waiting:
                 timer.stop()
+                then()
                 return
             name = next(iter(self._waiting))
             if name in self._whole:

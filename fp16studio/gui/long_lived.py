@@ -1,4 +1,5 @@
-"""A large result kept out of the garbage collector's passes while it is shown.
+"""What lives as long as the window kept out of the garbage collector's passes: its start-up
+(the modules, the pages) once made, and a large result while it is shown.
 
 A 20 000-tensor tree arrives as some 100 000 Python objects that live until the next run. Each
 pass of the collector over an older generation walks every such object holding the GIL: 30 to
@@ -11,6 +12,11 @@ it on its way in either.
 `gc.freeze` moves every object alive at that moment, not the tree alone: what else is frozen is
 the window's own long-lived objects, and any cycle that became garbage since the last pass,
 which stays uncollected: 54 objects after a whole session of runs, measured.
+
+A window made is some 100 000 objects too (Qt's and pyqtgraph's modules, NumPy, the pages and
+their plots) that live as long as it: a full pass over them took 75 ms of the GUI thread's CPU
+on a quiet machine, and held the window 154 ms as a benchmark's result arrived under load
+(`benchmarks/gui_responsiveness.py --why`). They are frozen once the last page is made.
 """
 
 from __future__ import annotations
@@ -25,3 +31,8 @@ def keep_out_of_collections(inventory: dict | None):
     """Freeze what is alive now when `inventory` (core's tree summary) says the tree is large."""
     if inventory and inventory.get("tensors", 0) >= FREEZE_FROM_TENSORS:
         gc.freeze()
+
+
+def keep_start_up_out_of_collections():
+    """Freeze what is alive once the window and its pages are made."""
+    gc.freeze()

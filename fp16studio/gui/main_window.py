@@ -24,6 +24,7 @@ from .findings_panel import FindingsPanel
 from .fit import stale_note
 from .history import HistoryPanel
 from .later_pages import LaterPages, import_meanwhile
+from .long_lived import keep_start_up_out_of_collections
 from .log_panel import LogPanel
 from .placement import place, remember
 from .preview_panel import PreviewPanel
@@ -89,7 +90,8 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         if self.controller.closed:   # closed before it came to this: its pool is shut down
             return
         self.lookups.start()
-        self.pages.make_after(import_meanwhile(f"{__package__}.compare", f"{__package__}.drift_view"))
+        self.pages.make_after(import_meanwhile(f"{__package__}.compare", f"{__package__}.drift_view"),
+                              then=keep_start_up_out_of_collections)
 
     # -- the state, forwarded -------------------------------------------------------------------
     spec = property(lambda self: self.controller.spec)
