@@ -99,3 +99,15 @@ def test_without_float32_there_is_nothing_to_compare_with():
     assert overall == "No float32 figure to compare with."
     assert figures["float16"]["kernel_speedup"] is None
     assert judge([], "cpu")[1].startswith("Nothing ran")
+
+
+def test_a_verdict_resting_on_a_figure_other_load_moved_says_to_measure_again():
+    steps = [Step("float32", wall_ms=180.0), Step("float16", wall_ms=190.0),
+             Step("autocast-float16", wall_ms=14.0, stable=False)]
+    _, overall = judge(steps, "cpu", threads=2)
+    assert overall.startswith("On this CPU (2 threads) autocast-float16 is the fastest at 12.86x")
+    assert overall.endswith("Other load moved autocast-float16 between rounds: measure again on "
+                            "a quiet machine before trusting this.")
+    # A variant the verdict does not compare may be unsteady: the verdict stands as it is.
+    steps[1], steps[2] = Step("float16", wall_ms=190.0, stable=False), Step("autocast-float16", wall_ms=14.0)
+    assert "Other load" not in judge(steps, "cpu", threads=2)[1]

@@ -33,6 +33,7 @@ class Step:
     peak_tflops: float | None = None
     peak_gb_per_s: float | None = None
     support: str | None = "native"
+    stable: bool = True             # its rounds agreed (measure.STABLE_SPREAD): no other load moved it
 
     @property
     def dtype(self) -> str:
@@ -91,7 +92,18 @@ def judge(steps: list[Step], device_type: str, threads: int | None = None,
             "busy_ms": step.busy_ms,
             "overhead_ms": (step.wall_ms - step.busy_ms) if step.busy_ms is not None else None,
             "bound": bound(step), "kernel_speedup": kernels, "verdict": words}
-    return figures, _overall(steps, ref, figures, threads)
+    overall = _overall(steps, ref, figures, threads)
+    compared = [s for s in (ref, _fastest(steps, ref)) if s is not None]
+    unsteady = [s.name for s in compared if not s.stable]
+    if unsteady and len(compared) == 2:
+        overall += (f" Other load moved {' and '.join(unsteady)} between rounds: measure again "
+                    "on a quiet machine before trusting this.")
+    return figures, overall
+
+
+def _fastest(steps, ref):
+    others = [s for s in steps if s is not ref]
+    return min(others, key=lambda s: s.wall_ms) if others else None
 
 
 def _gpu_words(step, ref, speed, kernels, odd) -> str:
@@ -148,7 +160,7 @@ def _overall(steps, ref, figures, threads) -> str:
     if ref is None or not others:
         return ("No float32 figure to compare with." if ref is None
                 else "Only float32 ran: nothing to compare it with.")
-    best = min(others, key=lambda s: s.wall_ms)
+    best = _fastest(steps, ref)
     speed, fig = ref.wall_ms / best.wall_ms, figures[best.name]
     if best.busy_ms is None:  # a CPU
         where = f"this CPU ({threads} threads)" if threads else "this CPU"
