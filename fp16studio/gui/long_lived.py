@@ -13,10 +13,10 @@ it on its way in either.
 the window's own long-lived objects, and any cycle that became garbage since the last pass,
 which stays uncollected: 54 objects after a whole session of runs, measured.
 
-A window made is some 100 000 objects too (Qt's and pyqtgraph's modules, NumPy, the pages and
-their plots) that live as long as it: a full pass over them took 75 ms of the GUI thread's CPU
-on a quiet machine, and held the window 154 ms as a benchmark's result arrived under load
-(`benchmarks/gui_responsiveness.py --why`). They are frozen once the last page is made.
+A window made is some 85 000 objects too (Qt's and pyqtgraph's modules, NumPy, the pages and
+their plots) that live as long as it: a full pass over them costs the GUI thread 17-20 ms of
+CPU (0.1 ms once frozen), and held the window 154 ms as a benchmark's result arrived under
+load (`benchmarks/gui_responsiveness.py --why`). They are frozen once the last page is made.
 """
 
 from __future__ import annotations
