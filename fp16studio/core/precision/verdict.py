@@ -92,8 +92,9 @@ def judge(steps: list[Step], device_type: str, threads: int | None = None,
             "busy_ms": step.busy_ms,
             "overhead_ms": (step.wall_ms - step.busy_ms) if step.busy_ms is not None else None,
             "bound": bound(step), "kernel_speedup": kernels, "verdict": words}
-    overall = _overall(steps, ref, figures, threads)
-    compared = [s for s in (ref, _fastest(steps, ref)) if s is not None]
+    best = _fastest(steps, ref)
+    overall = _overall(steps, ref, best, figures, threads)
+    compared = [s for s in (ref, best) if s is not None]
     unsteady = [s.name for s in compared if not s.stable]
     if unsteady and len(compared) == 2:
         overall += (f" Other load moved {' and '.join(unsteady)} between rounds: measure again "
@@ -153,14 +154,12 @@ def _cpu_words(step, ref, speed, threads) -> str:
     return f"{step.name} runs {speed:.2f}x float32's speed on {where}: {why}."
 
 
-def _overall(steps, ref, figures, threads) -> str:
+def _overall(steps, ref, best, figures, threads) -> str:
     if not steps:
         return "Nothing ran: see each variant's error."
-    others = [s for s in steps if s is not ref]
-    if ref is None or not others:
+    if ref is None or best is None:
         return ("No float32 figure to compare with." if ref is None
                 else "Only float32 ran: nothing to compare it with.")
-    best = _fastest(steps, ref)
     speed, fig = ref.wall_ms / best.wall_ms, figures[best.name]
     if best.busy_ms is None:  # a CPU
         where = f"this CPU ({threads} threads)" if threads else "this CPU"
