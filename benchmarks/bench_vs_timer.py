@@ -45,6 +45,9 @@ MODELS = {  # name: config of a transformers model family, as in the models user
     "llama-1b": ("llama", dict(vocab_size=32000, hidden_size=2048, num_hidden_layers=22,
                                intermediate_size=5632, num_attention_heads=32,
                                num_key_value_heads=4, max_position_embeddings=2048)),
+    "llama-small": ("llama", dict(vocab_size=1024, hidden_size=128, num_hidden_layers=4,
+                                  intermediate_size=352, num_attention_heads=4,
+                                  num_key_value_heads=2, max_position_embeddings=256)),
 }
 
 

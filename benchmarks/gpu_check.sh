@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The GPU check in one call (issue 29), for a session that has a device machine: tests/gpu, the
-# bench's timing against torch.utils.benchmark and the user's plain loop on BERT-base and a 1.1B
-# Llama (built from configs), `fp16studio bench --json` with its verdicts, and the traced pass
-# against the plain one. Each phase has its own timeout (6 minutes in all) and writes its log
-# and figures into $OUT as it goes, so a phase cut short leaves what it measured.
+# The GPU check in one call (issues 29 and 30), for a session that has a device machine:
+# tests/gpu, the bench's timing against torch.utils.benchmark and the user's plain loop on
+# BERT-base and a 1.1B Llama (built from configs), `fp16studio bench --json` with its verdicts,
+# the traced pass against the plain one, and FP8 on the GPU's own FP8 matmul. Each phase has its
+# own timeout (9 minutes in all) and writes its log and figures into $OUT as it goes, so a phase
+# cut short leaves what it measured. Name phases to run only those (a rerun of what failed):
+#     bash benchmarks/gpu_check.sh fp8 app
 #
-# The device image lacks datasets, dill and multiprocess: they travel as wheels. Here, once
-# (network to PyPI needed; build/ is ignored by git, so nothing is committed):
+# The device image lacks datasets, dill, multiprocess and torchao: they travel as wheels. Here,
+# once (network to PyPI needed; build/ is ignored by git, so nothing is committed):
 #     bash benchmarks/gpu_check.sh --fetch
 # Then through the device tool (docs/gpu.md):
-#     run(command="bash benchmarks/gpu_check.sh", carry=["build/gpu-wheels"], timeout_s=420)
+#     run(command="bash benchmarks/gpu_check.sh", carry=["build/gpu-wheels"], timeout_s=590)
 set -u
 cd "$(dirname "$0")/.."
 WHEELS=build/gpu-wheels
@@ -18,7 +20,7 @@ if [ "${1:-}" = "--fetch" ]; then
     # The versions this checkout is tested with; the device's Python is 3.12.
     exec python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
-        -d "$WHEELS" datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+        -d "$WHEELS" datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 torchao==0.18.0
 fi
 
 OUT=${OUT:-/tmp/gpu-check}
@@ -41,7 +43,11 @@ phase() {
     grep -v -e '^USDT' -e 'Warning' "$OUT/$name.log" | tail -n 30
 }
 
-phase tests 90 python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider
-phase bench 150 python3 benchmarks/gpu_check.py bench "$OUT"
-phase app 60 python3 benchmarks/gpu_check.py app "$OUT"
-phase trace 50 python3 benchmarks/gpu_check.py trace "$OUT"
+declare -A LIMIT=([tests]=90 [bench]=150 [app]=60 [trace]=50 [fp8]=200)
+for name in ${@:-tests bench app trace fp8}; do
+    case $name in
+        tests) phase tests "${LIMIT[tests]}" python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider ;;
+        bench|app|trace|fp8) phase "$name" "${LIMIT[$name]}" python3 benchmarks/gpu_check.py "$name" "$OUT" ;;
+        *) echo "unknown phase $name (tests, bench, app, trace, fp8)"; exit 2 ;;
+    esac
+done

@@ -161,3 +161,35 @@ def test_a_healthy_float16_amp_loop_with_a_grad_scaler_gives_no_warning():
     result = trace_script(script, steps=3)
     assert result.error is None and result.findings == [] and result.ok
     assert result.device.startswith("cuda") and all(s["finite"] for s in result.steps)
+
+
+FP8_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
+
+
+@pytest.mark.skipif(not FP8_GPU, reason="needs an FP8 GPU (compute capability 8.9)")
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_fp8_runs_on_the_gpus_own_fp8_matmul(demo_dir, tmp_path, recipe):
+    """The plan and a spec's FP8 training steps, not emulated: torch._scaled_mm on the GPU."""
+    pytest.importorskip("torchao")
+    if recipe == "rowwise" and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("rowwise needs compute capability 9.0")
+    from numerics_zoo import text_spec
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from fp16studio.core.demo.pipelines import tiny_tokenizer
+    from fp16studio.core.precision.fp8 import fp8_plan
+
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    BertForSequenceClassification(BertConfig(
+        vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=128, max_position_embeddings=64, num_labels=3)).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    spec = text_spec(demo_dir, tmp_path, device="cuda")
+    plan = fp8_plan(spec, recipe)
+    assert not plan.emulated and plan.runs_here and plan.preflight[0]["ok"]
+    assert len(plan.converted) == 13  # q, k, v, two dense and intermediate per layer; pooler
+    assert all(layer.sqnr_db > 20 for layer in plan.layers if layer.eligible)
+    report = diagnose(spec.replace(with_labels=True, model_dtype="bfloat16",
+                                   train={"steps": 2, "fp8": recipe}))
+    assert report.ok and [s["finite"] for s in report.steps] == [True, True]
