@@ -4,6 +4,7 @@
     python benchmarks/gpu_check.py app OUT     # `fp16studio bench --json` on BERT-base: the verdict
     python benchmarks/gpu_check.py trace OUT   # the traced forward pass against the plain one
     python benchmarks/gpu_check.py fp8 OUT     # FP8 on the GPU: the plan, real FP8 layers, training
+    python benchmarks/gpu_check.py steps OUT   # a training step's time, bfloat16 against FP8
 
 Models of real size built from configs (random weights): BERT-base at 32x256 tokens and a
 1.1B Llama (TinyLlama's shape) at 8x256. Each phase writes its figures into OUT/results.json
@@ -168,8 +169,7 @@ def fp8(out: Path):
     - the plan (`fp16studio fp8 --json`) per recipe on the saved BERT: not emulated, its checks;
     - the plan's SQNR per layer (its sample, torchao's cast, a float32 matmul) against the SQNR
       of torchao's Float8Linear on the same input, by the GPU's FP8 matmul and emulated;
-    - a spec's FP8 training steps (`train.fp8`) through `diagnose --json`;
-    - training-step time of the Llama, bfloat16 against FP8 (eager, then torch.compile'd)."""
+    - a spec's FP8 training steps (`train.fp8`) through `diagnose --json`."""
     results: dict = {"capability": list(torch.cuda.get_device_capability()) if not DRY else None}
     for recipe in ("tensorwise", "rowwise"):
         code, doc, seconds = run_cli(["fp8", str(saved_spec("fp8")), "--recipe", recipe])
@@ -201,14 +201,22 @@ def fp8(out: Path):
         print(f"train {recipe}: {results[f'train {recipe}']}", flush=True)
         record(out, "fp8", results)
         empty_cache()
-    results["step ms"] = {}
-    for compiled in (False, True):
-        for recipe in (None, "tensorwise", "rowwise"):
-            key = f"{recipe or 'bfloat16'}{' compiled' if compiled else ''}"
-            results["step ms"][key] = training_step_ms(recipe, compiled)
-            print(f"{LLAMA} training step, {key}: {results['step ms'][key]:.2f} ms", flush=True)
-            record(out, "fp8", results)
-            empty_cache()
+
+
+# The steps phase's runs, the figures that decide first (a compile can take a minute or more):
+# GPU_CHECK_STEPS names some of them for a rerun.
+STEPS = "bfloat16 tensorwise bfloat16-compiled tensorwise-compiled rowwise rowwise-compiled"
+
+
+def steps(out: Path):
+    """Training-step time of the Llama, bfloat16 against FP8, eager and torch.compile'd."""
+    results = {}
+    for key in os.environ.get("GPU_CHECK_STEPS", STEPS).split():
+        recipe, compiled = key.removesuffix("-compiled"), key.endswith("-compiled")
+        results[key] = training_step_ms(None if recipe == "bfloat16" else recipe, compiled)
+        print(f"{LLAMA} training step, {key}: {results[key]:.2f} ms", flush=True)
+        record(out, "steps", results)
+        empty_cache()
 
 
 def layer_sqnr(recipe: str) -> dict:
@@ -311,4 +319,4 @@ def empty_cache():
 if __name__ == "__main__":
     phase, out = sys.argv[1], Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
-    {"bench": bench, "app": app, "trace": trace, "fp8": fp8}[phase](out)
+    {"bench": bench, "app": app, "trace": trace, "fp8": fp8, "steps": steps}[phase](out)

@@ -7,7 +7,8 @@
 # cut short leaves what it measured. Name phases to run only those (a rerun of what failed):
 #     bash benchmarks/gpu_check.sh fp8 app
 #
-# The device image lacks datasets, dill, multiprocess and torchao: they travel as wheels. Here,
+# The device image lacks datasets, dill, multiprocess, torchao and soundfile (with cffi and
+# pycparser; the demo writes its audio clips with it): they travel as wheels. Here,
 # once (network to PyPI needed; build/ is ignored by git, so nothing is committed):
 #     bash benchmarks/gpu_check.sh --fetch
 # Then through the device tool (docs/gpu.md):
@@ -20,7 +21,8 @@ if [ "${1:-}" = "--fetch" ]; then
     # The versions this checkout is tested with; the device's Python is 3.12.
     exec python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
-        -d "$WHEELS" datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 torchao==0.18.0
+        -d "$WHEELS" datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 torchao==0.18.0 \
+        soundfile==0.14.0 cffi==2.0.0 pycparser==3.0
 fi
 
 OUT=${OUT:-/tmp/gpu-check}
@@ -43,11 +45,11 @@ phase() {
     grep -v -e '^USDT' -e 'Warning' "$OUT/$name.log" | tail -n 30
 }
 
-declare -A LIMIT=([tests]=90 [bench]=150 [app]=60 [trace]=50 [fp8]=200)
-for name in ${@:-tests bench app trace fp8}; do
+declare -A LIMIT=([tests]=90 [bench]=150 [app]=60 [trace]=50 [fp8]=60 [steps]=200)
+for name in ${@:-tests bench app trace fp8 steps}; do
     case $name in
         tests) phase tests "${LIMIT[tests]}" python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider ;;
-        bench|app|trace|fp8) phase "$name" "${LIMIT[$name]}" python3 benchmarks/gpu_check.py "$name" "$OUT" ;;
-        *) echo "unknown phase $name (tests, bench, app, trace, fp8)"; exit 2 ;;
+        bench|app|trace|fp8|steps) phase "$name" "${LIMIT[$name]}" python3 benchmarks/gpu_check.py "$name" "$OUT" ;;
+        *) echo "unknown phase $name (tests, bench, app, trace, fp8, steps)"; exit 2 ;;
     esac
 done
