@@ -321,7 +321,7 @@ def _measure(runs, out, reference, device, device_name, limits, progress, cancel
                           busy_ms=device_busy_ms(fns[name], device), flops=flops,
                           bytes=variant.peak_memory_bytes, peak_tflops=peak,
                           peak_gb_per_s=peak_gb_per_s(device, device_name),
-                          support=variant.support, stable=variant.stable))
+                          support=variant.support, spread=variant.spread))
     return steps
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .measure import STABLE_SPREAD
+
 # Busy less than this share of the wall time: launch-bound.
 LAUNCH_BUSY_SHARE = 0.5
 # A speed-up over float32 below this does not pay (within a measurement's noise of 1).
@@ -33,7 +35,11 @@ class Step:
     peak_tflops: float | None = None
     peak_gb_per_s: float | None = None
     support: str | None = "native"
-    stable: bool = True             # its rounds agreed (measure.STABLE_SPREAD): no other load moved it
+    spread: float | None = None     # how far its rounds' medians lay apart (measure.Timing.spread)
+
+    @property
+    def stable(self) -> bool:
+        return self.spread is None or self.spread <= STABLE_SPREAD
 
     @property
     def dtype(self) -> str:
@@ -95,10 +101,12 @@ def judge(steps: list[Step], device_type: str, threads: int | None = None,
     best = _fastest(steps, ref)
     overall = _overall(steps, ref, best, figures, threads)
     compared = [s for s in (ref, best) if s is not None]
-    unsteady = [s.name for s in compared if not s.stable]
+    unsteady = [s for s in compared if not s.stable]
     if unsteady and len(compared) == 2:
-        overall += (f" Other load moved {' and '.join(unsteady)} between rounds: measure again "
-                    "on a quiet machine before trusting this.")
+        # Said as measured: the cause (other load, clocks, Python's own jitter) is not known.
+        overall += (f" {' and '.join(s.name for s in unsteady)} varied "
+                    f"{' and '.join(f'{s.spread:.0%}' for s in unsteady)} between rounds: "
+                    "measure again, for longer or on a quieter machine, before trusting this.")
     return figures, overall
 
 
