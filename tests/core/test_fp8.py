@@ -150,6 +150,26 @@ def test_preflight_names_an_fp8_checkpoint_dequantised_here():
         plan, recipe_support("tensorwise", "cpu", None), None, None)}
 
 
+def test_the_layer_size_check_weighs_tokens_and_both_widths_on_both_sides_of_the_bound():
+    from fp16studio.core.precision.fp8 import gemm_size_check
+    from fp16studio.core.precision.fp8_plan import SPEED_GEMM
+
+    def check(rows, in_features, out_features):
+        layer = LayerPlan("l", in_features, out_features, eligible=True, rows=rows)
+        return gemm_size_check([layer, LayerPlan("small", 64, 64, eligible=True, rows=rows)])
+
+    assert check(SPEED_GEMM, SPEED_GEMM, 2 * SPEED_GEMM)["ok"]
+    short = check(SPEED_GEMM - 1, SPEED_GEMM, SPEED_GEMM)
+    assert not short["ok"] and f"this batch: {SPEED_GEMM - 1} tokens a call" in short["message"]
+    assert f"a batch of {SPEED_GEMM} tokens a call or more may gain" in short["message"]
+    # Llama-1B's shapes: slower in FP8 on an H100 at any batch (docs/gpu.md).
+    narrow = check(8192, 2048, 5632)
+    assert not narrow["ok"] and "too narrow to gain at any batch size" in narrow["message"]
+    assert "the widest layer 2048x5632" in narrow["message"]
+    assert not check(8192, SPEED_GEMM - 1, 8192)["ok"]
+    assert gemm_size_check([LayerPlan("head", 64, 3)])["message"] == "no eligible layer to convert"
+
+
 @pytest.mark.parametrize("kind, message, code", [
     ("AssertionError", "Device compute capability 8.9 or higher required for FP8 execution.",
      "fp8-unsupported"),

@@ -30,7 +30,7 @@ from ..run.distance import distances
 from ..run.float8 import INSTALL_HINT, float8_config, torchao_float8
 from ..spec.value import PipelineSpec
 from .fp8_plan import (E4M3_MAX, E4M3_SMALLEST, SAMPLE_FEATURES, SAMPLE_ROWS,
-                       SENSITIVE_SQNR_DB, SPEED_FEATURES, Fp8Plan, LayerPlan, decide,
+                       SENSITIVE_SQNR_DB, SPEED_GEMM, Fp8Plan, LayerPlan, decide,
                        is_fp8_checkpoint)
 
 
@@ -130,6 +130,7 @@ class LinearProbe:
         x = args[0].detach().reshape(-1, self.layer.in_features)
         out = output.detach().reshape(-1, self.layer.out_features)
         self.layer.flops += 2 * x.shape[0] * self.layer.in_features * self.layer.out_features
+        self.layer.rows = max(self.layer.rows, x.shape[0])
         if self.weight_range is None:   # read while the call's GEMM left it in the cache
             self.weight_range = torch.aminmax(module.weight.detach())
         # The sample: rows by their output's largest value, then features by theirs in them.
@@ -376,10 +377,29 @@ def preflight(plan: Fp8Plan, support: tuple, float8, quantization_config) -> lis
                        "the checkpoint stores FP8 weights, which transformers dequantises to "
                        "bfloat16 below compute capability 8.9 (twice the memory)"})
     if gpu:
-        wide = [layer.name for layer in plan.layers if layer.eligible
-                and min(layer.in_features, layer.out_features) >= SPEED_FEATURES]
-        checks.append({"check": "layer size", "ok": bool(wide), "message":
-                       f"{len(wide)} eligible layer(s) {SPEED_FEATURES} wide or more" if wide else
-                       f"no eligible layer is {SPEED_FEATURES} wide: FP8 is slower than bfloat16 "
-                       "on GEMMs this small (ao#2262); the numerics below still hold"})
+        checks.append(gemm_size_check(plan.layers))
     return checks
+
+
+def gemm_size_check(layers: list[LayerPlan]) -> dict:
+    """Whether any eligible layer's GEMM on this batch is large enough for FP8 to train faster
+    than bfloat16 (`SPEED_GEMM` in tokens, in_features and out_features)."""
+    eligible = [layer for layer in layers if layer.eligible]
+    large = [layer for layer in eligible
+             if min(layer.rows, layer.in_features, layer.out_features) >= SPEED_GEMM]
+    if large:
+        return {"check": "layer size", "ok": True, "message":
+                f"{len(large)} eligible layer(s) with GEMMs of {SPEED_GEMM} or more in tokens, "
+                "in_features and out_features: large enough for FP8 to gain"}
+    if not eligible:
+        return {"check": "layer size", "ok": False, "message": "no eligible layer to convert"}
+    widest = max(eligible, key=lambda layer: min(layer.in_features, layer.out_features))
+    hope = (f"a batch of {SPEED_GEMM} tokens a call or more may gain"
+            if min(widest.in_features, widest.out_features) >= SPEED_GEMM else
+            "these layers are too narrow to gain at any batch size")
+    return {"check": "layer size", "ok": False, "message":
+            f"no eligible layer's GEMM reaches {SPEED_GEMM} in tokens, in_features and "
+            f"out_features (this batch: {max(layer.rows for layer in eligible)} tokens a call; "
+            f"the widest layer {widest.in_features}x{widest.out_features}): below that FP8 "
+            f"trains slower than bfloat16 on an H100, the casts costing more than the matmul "
+            f"saves; {hope}; the numerics below still hold"}

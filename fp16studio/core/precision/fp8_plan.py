@@ -22,8 +22,11 @@ SAMPLE_FEATURES = 64
 # A layer whose GEMM is under this share of the largest Linear's gains nothing from FP8: the
 # casts cost more than the faster matmul saves (a LoRA adapter beside its base layer, a head).
 SMALL_SHARE_OF_LARGEST = 0.01
-# Below this width FP8's matmul does not beat bfloat16's on a Hopper GPU (ao#2262).
-SPEED_FEATURES = 1024
+# A GEMM smaller than this in any dimension (tokens, in_features, out_features) trains slower in
+# FP8 than in bfloat16 on an H100: the casts cost more than the faster matmul saves (torchao's
+# float8 table: 1024x2048x1024 0.80x, 4096x8192x16384 1.39x; on an H100 here, Llama-1B at 2048
+# tokens and 2048-5632 features ran its compiled step 1.56x slower in FP8, docs/gpu.md).
+SPEED_GEMM = 4096
 
 
 def is_fp8_checkpoint(quantization_config) -> bool:
@@ -55,10 +58,11 @@ class LayerPlan:
     sample_share: float | None = None  # of the output's values the SQNR was measured on
     keep_bf16: bool = False
     flops: int = field(default=0, repr=False)   # not in the document: its share is
+    rows: int = field(default=0, repr=False)    # the most tokens of one call (the GEMM's M)
 
     def to_json(self) -> dict:
         out = asdict(self)
-        out.pop("flops")
+        out.pop("flops"), out.pop("rows")
         return out
 
 
