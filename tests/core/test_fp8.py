@@ -719,3 +719,33 @@ def test_a_rowwise_layers_backward_cast_is_measured_per_row_as_torchao_casts_it(
                                         gemm_input_role=GemmInputRole.GRAD_OUTPUT)
     flushed = nonzero & (whole._data.float() == 0)
     assert 0.1 < measured.fp8_underflow < float(flushed.sum() / nonzero.sum()) - 0.2
+
+
+@needs_torchao
+def test_a_specs_fp8_training_on_a_gpu_without_the_recipe_is_fp8_unsupported(
+        demo_dir, fp8_models, monkeypatch):
+    # An Ada GPU (8.9) runs tensorwise, not rowwise: the steps run emulated and say so, and
+    # the fixes edit the spec's train.fp8 (the CPU stands in for the GPU's capability).
+    from fp16studio.core import apply_fix, diagnose
+    from fp16studio.core.common.float8 import recipe_support, supported_recipe
+    from fp16studio.core.run import train_steps
+
+    monkeypatch.setattr(train_steps, "fp8_support", lambda recipe, device: (
+        (8, 9), recipe_support(recipe, "cuda", (8, 9)), supported_recipe("cuda", (8, 9))))
+    spec = _spec(demo_dir, fp8_models, "bert", with_labels=True, device="cpu",
+                 train={"optimizer": "sgd", "steps": 1, "fp8": "rowwise"})
+    report = diagnose(spec)
+    (finding,) = [f for f in report.findings if f.code == "fp8-unsupported"]
+    assert (finding.severity, finding.location) == ("error", "cpu")
+    assert "the rowwise recipe needs 9.0" in finding.message and "ran emulated" in finding.message
+    assert finding.evidence == {"recipe": "rowwise", "supported recipe": "tensorwise"}
+    recipe_fix, bf16_fix = finding.fixes
+    assert recipe_fix.edits == {"train": {"fp8": "tensorwise"}}
+    assert bf16_fix.edits == {"model_dtype": "bfloat16", "train": {"fp8": None}}
+    assert apply_fix(spec, bf16_fix).train["fp8"] is None
+    fixed = apply_fix(spec, recipe_fix)
+    assert fixed.train["fp8"] == "tensorwise"
+    assert "fp8-unsupported" not in {f.code for f in diagnose(fixed).findings}
+    # Without train.fp8 nothing is said about FP8.
+    plain = spec.replace(train={"optimizer": "sgd", "steps": 1})
+    assert "fp8-unsupported" not in {f.code for f in diagnose(plain).findings}

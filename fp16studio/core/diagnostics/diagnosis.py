@@ -22,6 +22,7 @@ from .islands import with_island_fix
 from .report import Diagnosis
 from .rules import Evidence, run_rules, spec_provenance
 from .rules.placement import device_unavailable
+from .rules import fp8 as fp8_rules
 from .rules.training import training_findings
 
 STAGES = ("model", "dataset", "batch", "forward", "rules")
@@ -141,7 +142,8 @@ def _train(spec, model, batch, device, calls, timings, progress):
     if run.exception is not None:
         error = error_doc(run.exception, "train", None)
         run.exception.__traceback__ = None  # its frames hold the model's activations
-    found = training_findings(run.steps, run.compute_dtype, spec.train, error)
+    found = (fp8_rules.training_unsupported(run.fp8_support, spec.train, str(device))
+             + training_findings(run.steps, run.compute_dtype, spec.train, error))
     return found, [step.to_json() for step in run.steps], error
 
 

@@ -22,12 +22,12 @@ import math
 from typing import NamedTuple
 
 from ..common.errors import InputError, check_cancel, first_line, report_progress
-from ..common.float8 import parse_recipe, recipe_support, supported_recipe
+from ..common.float8 import parse_recipe
 from ..common.precision import float8_scale
 from ..common.library_logs import library_logs_quieted
 from ..diagnostics.rules import fp8 as fp8_rules
 from ..run.distance import distances
-from ..run.float8 import INSTALL_HINT, float8_config, torchao_float8
+from ..run.float8 import INSTALL_HINT, float8_config, fp8_support, torchao_float8
 from ..spec.value import PipelineSpec
 from .fp8_plan import (E4M3_MAX, E4M3_SMALLEST, SAMPLE_FEATURES, SAMPLE_ROWS,
                        SENSITIVE_SQNR_DB, SPEED_GEMM, Fp8Plan, LayerPlan, decide,
@@ -296,7 +296,6 @@ def fp8_plan(spec: PipelineSpec, recipe: str = "tensorwise",
              threshold_db: float = SENSITIVE_SQNR_DB, progress=None, cancel=None) -> Fp8Plan:
     """The FP8 plan of the spec's pipeline with `recipe`. Raises InputError for bad input
     (a forward pass that fails in bfloat16 included) and Cancelled."""
-    import torch
 
     from ..run.pipeline import prepare
     from .bench import variant_spec
@@ -307,8 +306,7 @@ def fp8_plan(spec: PipelineSpec, recipe: str = "tensorwise",
     with library_logs_quieted():
         prepared = prepare(bf16, progress, cancel)
     device, model = prepared.device, prepared.model
-    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-    support = recipe_support(recipe, device.type, capability)
+    capability, support, supported = fp8_support(recipe, device)
     config = float8_config(float8, recipe, emulate=support[1]) if float8 else None
     check_cancel(cancel)
     report_progress(progress, "forward", "bfloat16 forward pass, its Linear layers measured "
@@ -326,8 +324,7 @@ def fp8_plan(spec: PipelineSpec, recipe: str = "tensorwise",
     plan.preflight = preflight(plan, support, float8,
                                getattr(model.config, "quantization_config", None))
     plan.findings = fp8_rules.plan_findings(layers, threshold_db, recipe, plan.device, support,
-                                            supported_recipe(device.type, capability),
-                                            spec.train)
+                                            supported, spec.train)
     return plan
 
 

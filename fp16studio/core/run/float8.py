@@ -12,7 +12,7 @@ import difflib
 
 from ..common import dtypes
 from ..common.errors import InputError
-from ..common.float8 import recipe_support, shape_reason
+from ..common.float8 import recipe_support, shape_reason, supported_recipe
 from ..common.library_logs import library_logs_quieted
 
 INSTALL_HINT = "pip install 'fp16studio[fp8]'"
@@ -65,6 +65,18 @@ def fp8_layers(model, keep=()) -> list[str]:
             if name not in keep and shape_reason(module.in_features, module.out_features) is None]
 
 
+def fp8_support(recipe: str, device) -> tuple:
+    """(compute capability or None, recipe_support's (runs here, emulated, why), the recipe this
+    device runs natively or None) of the recipe on a torch device."""
+    capability = None
+    if device.type == "cuda":
+        import torch
+
+        capability = torch.cuda.get_device_capability(device)
+    return (capability, recipe_support(recipe, device.type, capability),
+            supported_recipe(device.type, capability))
+
+
 @contextlib.contextmanager
 def converted_for_training(train, model, device):
     """The model with the spec's `train.fp8` conversion made for the block (torchao's
@@ -90,12 +102,7 @@ def converted_for_training(train, model, device):
     if odd is not None:
         raise InputError(f"train.fp8: FP8 training takes {', '.join(CONVERTIBLE_DTYPES)} "
                          f"weights; {odd[0]} holds {odd[1]} (set model_dtype)")
-    capability = None
-    if device.type == "cuda":
-        import torch
-
-        capability = torch.cuda.get_device_capability(device)
-    emulate = recipe_support(recipe, device.type, capability)[1]
+    emulate = fp8_support(recipe, device)[1][1]
     with library_logs_quieted():
         float8.convert_to_float8_training(
             model, config=float8_config(float8, recipe, emulate),

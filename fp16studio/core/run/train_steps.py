@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from ..common import dtypes
 from ..common.errors import InputError
 from ..spec.value import PipelineSpec
-from .float8 import converted_for_training
+from .float8 import converted_for_training, fp8_support
 from .pipeline import autocast_context
 from .training import Float8Gradients, OptimizerProbe, Step, gradient_stats, loss_value
 
@@ -34,6 +34,7 @@ class TrainRun:
     steps: list = field(default_factory=list)          # Step, in order
     compute_dtype: str | None = None                    # the half dtype the forward ran in
     exception: BaseException | None = None              # a step that raised (the loop stops)
+    fp8_support: tuple | None = None                    # float8.fp8_support, where train.fp8 is set
 
 
 def compute_dtype(spec: PipelineSpec, model, device) -> str | None:
@@ -59,8 +60,9 @@ def run_train_steps(spec: PipelineSpec, model, batch: dict, device, order: dict)
     failure of a step ends the loop and is kept."""
     import torch
 
-    run = TrainRun(compute_dtype=compute_dtype(spec, model, device))
     train = spec.train
+    run = TrainRun(compute_dtype=compute_dtype(spec, model, device),
+                   fp8_support=fp8_support(train["fp8"], device) if train["fp8"] else None)
     # Dropout is on, as in the user's loop; seeded, so a diagnosis gives the same steps twice.
     devices = [device] if device.type == "cuda" else []
     with _model_restored(model), converted_for_training(train, model, device), \

@@ -28,9 +28,10 @@ _SHAPE = re.compile(r"FP8 execution requires 2D input matrices with height divis
                     r"(mat1|mat2|trailing dimension|dimensions?).{0,60}divisible by 16", re.I)
 
 
-def bfloat16_fix(names: Names = NAMES) -> Fix:
+def bfloat16_fix(names: Names = NAMES, train=None) -> Fix:
     model = names.model
-    return Fix("fp8-bfloat16", "Run in bfloat16 instead of FP8", {"model_dtype": "bfloat16"},
+    return Fix("fp8-bfloat16", "Run in bfloat16 instead of FP8",
+               {"model_dtype": "bfloat16", **train_edits(train, fp8=None)},
                "bfloat16 weights, no FP8 conversion",
                CodeEdit(f"{model} = {model}.to(torch.bfloat16)  # no convert_to_float8_training: "
                         "this GPU has no FP8 units"))
@@ -38,20 +39,32 @@ def bfloat16_fix(names: Names = NAMES) -> Fix:
 
 def unsupported_finding(location: str, message: str, recipe: str | None,
                         supported: str | None, source: dict | None = None,
-                        names: Names = NAMES) -> Finding:
+                        names: Names = NAMES, train=None) -> Finding:
     """`fp8-unsupported`: this device (or recipe) cannot run FP8; the recipe it runs, else
-    bfloat16."""
+    bfloat16. `train`: the spec's, when its training steps asked for FP8 here (the fixes then
+    edit `train.fp8`)."""
     fixes = []
     if supported and supported != recipe:
-        fixes.append(Fix(f"fp8-recipe-{supported}", f"Use the {supported} recipe", {},
+        fixes.append(Fix(f"fp8-recipe-{supported}", f"Use the {supported} recipe",
+                         train_edits(train, fp8=supported),
                          f"the {supported} recipe, which this device runs",
                          CodeEdit(f'config = Float8LinearConfig.from_recipe_name("{supported}")')))
-    fixes.append(bfloat16_fix(names))
+    fixes.append(bfloat16_fix(names, train))
+    emulated = (" The training steps here ran emulated (torchao's emulate=True): FP8's numerics, "
+                "but a loop that converts the model fails on this GPU." if train else "")
     return Finding(
         "fp8-unsupported", "error", location,
         f"FP8 cannot run here: {message}. FP8 needs an NVIDIA GPU of compute capability 8.9 or "
-        "higher (Ada, Hopper: tensorwise; Hopper: rowwise; MXFP8 and NVFP4: Blackwell).",
+        f"higher (Ada, Hopper: tensorwise; Hopper: rowwise; MXFP8 and NVFP4: Blackwell).{emulated}",
         {"recipe": recipe, "supported recipe": supported}, tuple(fixes), source=source)
+
+
+def training_unsupported(support: tuple | None, train, device: str) -> list[Finding]:
+    """`fp8-unsupported` for a spec's `train.fp8` steps on a GPU that cannot run the recipe.
+    `support`: run.float8.fp8_support's (capability, (runs here, emulated, why), supported)."""
+    if support is None or support[1][0]:
+        return []
+    return [unsupported_finding(device, support[1][2], train["fp8"], support[2], train=train)]
 
 
 def shape_finding(refused: list, source: dict | None = None, message: str | None = None) -> Finding:
