@@ -3,8 +3,9 @@
 # tests/gpu, the bench's timing against torch.utils.benchmark and the user's plain loop on
 # BERT-base and a 1.1B Llama (built from configs), `fp16studio bench --json` with its verdicts,
 # the traced pass against the plain one, and FP8 on the GPU's own FP8 matmul. Each phase has its
-# own timeout (8 minutes in all; `steps`, named, 5 more) and writes its log and figures into $OUT as it goes, so a phase
-# cut short leaves what it measured. Name phases to run only those (a rerun of what failed):
+# own timeout (8 minutes in all) and writes its log and figures into $OUT as it goes, so a phase
+# cut short leaves what it measured. Name phases to run only those (a rerun of what failed, or
+# `steps`, a training step's time in bfloat16 and FP8, 5 minutes more):
 #     bash benchmarks/gpu_check.sh fp8 app
 #
 # The device image lacks datasets, dill, multiprocess, torchao and soundfile (with cffi and
@@ -12,7 +13,7 @@
 # once (network to PyPI needed; build/ is ignored by git, so nothing is committed):
 #     bash benchmarks/gpu_check.sh --fetch
 # Then through the device tool (docs/gpu.md):
-#     run(command="bash benchmarks/gpu_check.sh", carry=["build/gpu-wheels"], timeout_s=590)
+#     run(command="bash benchmarks/gpu_check.sh", carry=["build/gpu-wheels"], timeout_s=540)
 set -u
 cd "$(dirname "$0")/.."
 WHEELS=build/gpu-wheels
