@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from fix_code import parses
 
-from fp16studio.core.diagnostics.rules.edits import Batch, Names, master_weights, names_at
+from fp16studio.core.diagnostics.rules.edits import (Batch, Names, grad_scaler, master_weights,
+                                                     names_at)
 from fp16studio.core.script.trace import trace_script
 
 SCRIPTS = Path(__file__).parent.parent / "scripts"
@@ -99,7 +100,8 @@ def test_a_forward_fix_writes_the_scripts_model_batch_and_output(tmp_path):
                                 "else v for k, v in enc.items()}  # right before net(...)")
     assert under_autocast.code_text() == (
         "net = net.to(torch.float32)  # float32 weights: no .half() of the model or its inputs\n"
-        "with torch.autocast(device_type=net.device.type, dtype=torch.bfloat16):\n"
+        "with torch.autocast(device_type=next(net.parameters()).device.type, "
+        "dtype=torch.bfloat16):\n"
         "    out = net(**enc)")
     line = script.read_text().splitlines()[forward - 1]
     # The cast inserted before the call; the autocast block in place of the call.
@@ -121,7 +123,7 @@ def test_a_fix_inside_a_method_writes_self_model_at_the_methods_indentation(tmp_
                                 "# right before self.model(...)")
     assert under_autocast.code_text().startswith(
         "self.model = self.model.to(torch.float32)")
-    assert "device_type=self.model.device.type" in under_autocast.code_text()
+    assert "device_type=next(self.model.parameters()).device.type" in under_autocast.code_text()
     assert parses(under_autocast.code_text())
     fixed = written(script, tmp_path, forward, forward - 1, cast.code_text())
     assert "classes" in plain(fixed)
@@ -138,7 +140,8 @@ def test_a_training_fix_writes_the_scripts_model_output_loss_and_optimizer(tmp_p
     first = finding.fixes[0]
     assert first.code_text() == (
         "net = net.float()  # float32 master weights: the optimizer updates these\n"
-        "with torch.autocast(device_type=net.device.type, dtype=torch.bfloat16):\n"
+        "with torch.autocast(device_type=next(net.parameters()).device.type, "
+        "dtype=torch.bfloat16):\n"
         "    out = net(input_ids=ids)\n"
         "    # your line that computes cost from out, here under autocast too\n"
         "cost.backward()\n"
@@ -160,3 +163,20 @@ def test_a_spec_run_keeps_todays_words():
     code = master_weights("float16").code_text()
     assert "model = model.float()" in code and "loss = model(**inputs).loss" in code
     assert "scaler.scale(loss).backward()\nscaler.step(optimizer)" in code
+
+
+def test_fix_code_finds_the_device_of_a_plain_module_too():
+    # A plain nn.Module has no `.device` (transformers' models do): the scaler's and
+    # autocast's device type is read from the module's parameters.
+    import torch
+
+    names = Names(model="net", loss="cost", optimizer="opt")
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    before = net.weight.detach().clone()
+    space = {"torch": torch, "net": net, "opt": opt, "cost": net(torch.randn(3, 4)).sum()}
+    exec(grad_scaler(names=names).code_text(), space)
+    assert not torch.equal(before, net.weight) and space["scaler"].is_enabled()
+    autocast_line = master_weights("bfloat16", names=names).code_text().splitlines()[1]
+    assert autocast_line.startswith("with torch.autocast(device_type=next(net.parameters())")

@@ -68,6 +68,10 @@ class Names:
         """The line that runs the model: `out = net(**enc)`."""
         return f"{self.output or 'outputs'} = {self.called()}"
 
+    def device_type(self) -> str:
+        """The model's device type as code: any nn.Module's (a plain one has no `.device`)."""
+        return f"next({self.model}.parameters()).device.type"
+
 
 NAMES = Names()
 
@@ -379,7 +383,7 @@ def autocast(dtype: str, names: Names = NAMES, device_type: str | None = None,
     knows it, else the model's own. At the user's own autocast line `source` (float32 weights
     already) only that line changes."""
     model = names.model
-    where = f'"{device_type}"' if device_type else f"{model}.device.type"
+    where = f'"{device_type}"' if device_type else names.device_type()
     title = f"Keep float32 weights and run under autocast({dtype})"
     explain = f"float32 weights, forward pass under torch.autocast(device_type, dtype=torch.{dtype})"
     if source:
@@ -456,7 +460,7 @@ def _scaled_step(names: Names) -> str:
     """The step with a GradScaler on the model's device type: GradScaler() alone means CUDA,
     and on a CPU it warns and turns itself off."""
     s = names.scaler
-    return (f"{s} = torch.amp.GradScaler({names.model}.device.type)  # once, before the loop\n"
+    return (f"{s} = torch.amp.GradScaler({names.device_type()})  # once, before the loop\n"
             f"{s}.scale({names.loss}).backward()\n{s}.step({names.optimizer})\n{s}.update()")
 
 
@@ -484,7 +488,7 @@ def master_weights(dtype: str, train=None, names: Names = NAMES) -> Fix:
                + ("; scale the loss with torch.amp.GradScaler so small gradients survive float16"
                   if dtype == "float16" else ""),
                CodeEdit(f"{model} = {model}.float()  # float32 master weights: the optimizer "
-                        f"updates these\nwith torch.autocast(device_type={model}.device.type, "
+                        f"updates these\nwith torch.autocast(device_type={names.device_type()}, "
                         f"dtype=torch.{dtype}):\n    {forward}\n"
                         + (_scaled_step(names) if dtype == "float16" else _plain_step(names))))
 
