@@ -145,6 +145,8 @@ def test_adam_on_half_weights_breaks_at_step_0_and_master_weights_fix_it(tiny):
     assert first.id == "master-weights-float16"
     assert first.edits["train"] == {"master_weights": True, "grad_scaler": True}
     assert (second.id, second.edits) == ("optimizer-eps", {"train": {"eps": 1e-4}})
+    assert second.code_text().startswith(   # the spec's Adam, not AdamW
+        "optimizer = torch.optim.Adam(model.parameters(), eps=1e-4)")
     doc = report.to_json()
     json.dumps(doc, allow_nan=False)
     assert [(s["index"], s["finite"]) for s in doc["steps"]] == [(0, True), (1, False)]
@@ -339,3 +341,15 @@ def test_a_spec_that_does_not_come_to_the_scripts_outcome_is_refused_with_the_re
         "diagnosing the recovered spec finds optimizer-precision, which the script did not show"
     assert outcome_difference([], {"type": "ValueError"}, [half], None) == \
         "diagnosing the recovered spec runs clean where the script failed (ValueError)"
+
+
+def test_the_eps_fix_writes_the_users_own_optimizer_class():
+    from fp16studio.core.diagnostics.rules.edits import optimizer_eps
+    from fp16studio.core.run.training import OptimizerStep
+
+    def code(cls, module):
+        step = OptimizerStep(cls, {}, {}, 1e-8, {}, 1e-3, module=module)
+        return optimizer_eps(step.code).code_text().split("(")[0]
+
+    assert code("RMSprop", "torch.optim.rmsprop") == "optimizer = torch.optim.RMSprop"
+    assert code("AdamW8bit", "bitsandbytes.optim.adamw") == "optimizer = AdamW8bit"

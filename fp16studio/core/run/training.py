@@ -53,6 +53,12 @@ class OptimizerStep:
     broke: str | None = None            # the first parameter finite before, non-finite after
     rounded_away: dict = field(default_factory=dict)  # half dtype -> share of updates lost
     source: dict | None = None
+    module: str = "torch.optim.adamw"   # the class's module
+
+    @property
+    def code(self) -> str:
+        """The class as code writes it: torch.optim.AdamW; a library's by its own name."""
+        return f"torch.optim.{self.cls}" if self.module.startswith("torch.optim") else self.cls
 
 
 @dataclass
@@ -253,10 +259,12 @@ class OptimizerProbe:
                       for d in param_dtypes if d in dtypes.HALF_NAMES}
         broke = next((self.names.get(id(p), "parameter") for p in self.params
                       if self.finite_before[id(p)] and not bool(torch.isfinite(p).all())), None)
-        return OptimizerStep(type(self.optimizer).__name__, param_dtypes, state_dtypes,
+        cls = type(self.optimizer)
+        return OptimizerStep(cls.__name__, param_dtypes, state_dtypes,
                              eps if isinstance(eps, (int, float)) else None, eps_in,
                              group.get("lr") if isinstance(group.get("lr"), (int, float)) else None,
-                             broke=broke, rounded_away=self._rounded_away(), source=source)
+                             broke=broke, rounded_away=self._rounded_away(), source=source,
+                             module=cls.__module__)
 
     def _rounded_away(self) -> dict:
         """Half dtype -> the share of elements with a non-zero gradient the step left unchanged."""

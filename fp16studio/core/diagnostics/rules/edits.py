@@ -518,13 +518,14 @@ def drop_grad_scaler(train=None, names: Names = NAMES) -> Fix:
                CodeEdit(f"{code}  # bfloat16 needs no GradScaler"))
 
 
-def optimizer_eps(train=None, names: Names = NAMES) -> Fix:
+def optimizer_eps(optimizer: str, train=None, names: Names = NAMES) -> Fix:
+    """eps=1e-4 for the user's own optimizer class (`optimizer`: as code writes it)."""
     return Fix("optimizer-eps", "A larger eps the half dtype holds",
                train_edits(train, eps=1e-4),
                "eps=1e-4 in the optimizer's arguments (1e-8 is 0 in float16); the weights stay "
                "in half precision, and so do the risks of updating them",
-               CodeEdit(f"{names.optimizer} = torch.optim.AdamW({names.model}.parameters(), "
-                        "eps=1e-4)  # 1e-8 is 0 in float16"))
+               CodeEdit(f"{names.optimizer} = {optimizer}({names.model}.parameters(), "
+                        "eps=1e-4)  # and your other arguments; 1e-8 is 0 in float16"))
 
 
 def written(fix_id: str, title: str, code: str, source: dict | None,

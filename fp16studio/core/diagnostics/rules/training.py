@@ -149,7 +149,7 @@ def _optimizer_fixes(opt, half: str | None, train, names: Names) -> tuple:
     fixes = [edits.master_weights(half, train, names)]
     held = opt.eps_in_dtype.get(half)
     if opt.eps is not None and held is not None and held < opt.eps / 2:
-        fixes.append(edits.optimizer_eps(train, names))
+        fixes.append(edits.optimizer_eps(opt.code, train, names))
     return tuple(fixes)
 
 
