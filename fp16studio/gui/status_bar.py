@@ -2,7 +2,8 @@
 
 Versions come from the engine's environment report (the GUI thread never imports torch); the
 resident memory of the window and of the engine process (where the model lives) is sampled
-here every few seconds with psutil, which is cheap. The message and the versions shrink to an
+here every few seconds with psutil, which is cheap once imported: its import (15-20 ms of CPU)
+runs on a thread of its own, once the window has shown. The message and the versions shrink to an
 ellipsis (the whole text in their tooltip) rather than widen the window.
 """
 
@@ -15,6 +16,7 @@ from PySide6.QtWidgets import QLabel, QStatusBar
 
 from fp16studio.core.present import vocabulary
 from .fit import ElidedLabel
+from .later_pages import import_meanwhile
 
 MEMORY_INTERVAL_MS = 2000
 
@@ -31,9 +33,14 @@ class StatusInfo:
             bar.addPermanentWidget(label)
         self._gpu = ""
         self._engine_pid = lambda: None
-        # The first sample at the first tick: psutil's import is not part of the window's start.
         self._psutil = self._process = None
+        self._loading = None   # psutil's import, from start_sampling on
         self._timer = QTimer(bar, interval=MEMORY_INTERVAL_MS, timeout=self._sample)
+
+    def start_sampling(self):
+        """Show the memory from now on, every few seconds: psutil is imported on a thread first
+        (the window's start does without it), the first sample the first tick after that."""
+        self._loading = import_meanwhile("psutil")
         self._timer.start()
 
     def set_environment(self, env: dict, device: str | None = None, gpu_memory: int | None = None):
@@ -53,6 +60,8 @@ class StatusInfo:
         self._engine_pid = pid
 
     def _sample(self):
+        if self._loading is None or self._loading.is_alive():
+            return   # not sampling yet, or psutil still being imported
         if self._process is None:
             import psutil
 
