@@ -90,9 +90,10 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         if self.controller.closed:   # closed before it came to this: its pool is shut down
             return
         self.lookups.start()
-        self.status.start_sampling()
-        self.pages.make_after(import_meanwhile(f"{__package__}.compare", f"{__package__}.drift_view"),
-                              then=keep_start_up_out_of_collections)
+        # One thread for the imports: two at once held the GIL from the window longer.
+        loading = import_meanwhile(f"{__package__}.compare", f"{__package__}.drift_view", "psutil")
+        self.status.start_sampling(loading)
+        self.pages.make_after(loading, then=keep_start_up_out_of_collections)
 
     # -- the state, forwarded -------------------------------------------------------------------
     spec = property(lambda self: self.controller.spec)

@@ -3,20 +3,20 @@
 Versions come from the engine's environment report (the GUI thread never imports torch); the
 resident memory of the window and of the engine process (where the model lives) is sampled
 here every few seconds with psutil, which is cheap once imported: its import (15-20 ms of CPU)
-runs on a thread of its own, once the window has shown. The message and the versions shrink to an
+runs on the window's import thread, once the window has shown. The message and the versions shrink to an
 ellipsis (the whole text in their tooltip) rather than widen the window.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar
 
 from fp16studio.core.present import vocabulary
 from .fit import ElidedLabel
-from .later_pages import import_meanwhile
 
 MEMORY_INTERVAL_MS = 2000
 
@@ -34,13 +34,13 @@ class StatusInfo:
         self._gpu = ""
         self._engine_pid = lambda: None
         self._psutil = self._process = None
-        self._loading = None   # psutil's import, from start_sampling on
+        self._loading: threading.Thread | None = None   # psutil's import (start_sampling)
         self._timer = QTimer(bar, interval=MEMORY_INTERVAL_MS, timeout=self._sample)
 
-    def start_sampling(self):
-        """Show the memory from now on, every few seconds: psutil is imported on a thread first
-        (the window's start does without it), the first sample the first tick after that."""
-        self._loading = import_meanwhile("psutil")
+    def start_sampling(self, loading: threading.Thread):
+        """Show the memory from now on, every few seconds, from the first tick after `loading`
+        (a thread that imports psutil, import_meanwhile: the window's start does without it)."""
+        self._loading = loading
         self._timer.start()
 
     def set_environment(self, env: dict, device: str | None = None, gpu_memory: int | None = None):
