@@ -30,7 +30,7 @@ from .bench_table import BenchTable
 from .fit import ElidedLabel, VerticalScrollArea
 from .later_pages import MadeInParts, all_parts
 from .palette import DTYPE_COLORS, OKABE_ITO
-from .plot_style import SpacedAxis, follow_palette, restyle
+from .plot_style import SpacedAxis, follow_palette, menus_in_parts, restyle
 
 REDRAW_MS = 66  # ~15 Hz: smooth enough to watch, cheap enough for the GUI thread
 EXPORT_WIDTH = 1600
@@ -104,8 +104,10 @@ class CompareView(MadeInParts, QWidget):
             all_parts(self._make())
 
     def _make(self):
-        self.plot = pg.PlotWidget(title="Throughput while measuring")
+        # Each plot's context menus come in a part of their own, at the end (menus_in_parts).
+        self.plot = pg.PlotWidget(title="Throughput while measuring", enableMenu=False)
         self.plot.setObjectName("benchPlot")
+        yield
         self.plot.setLabel("left", "samples/s")
         self.plot.setLabel("bottom", "timed call")
         self.plot.showGrid(x=True, y=True, alpha=0.3)
@@ -114,21 +116,23 @@ class CompareView(MadeInParts, QWidget):
         # The legend beside the plot, not over the curves it names.
         self.legend = pg.LegendItem()
         self.plot.getPlotItem().layout.addItem(self.legend, 2, 3)
-        yield
 
         # Horizontal bars: the variant names sit on the left axis, one per line, so long names
         # (autocast-bfloat16) never run into each other.
         self.bars = pg.GraphicsLayoutWidget()
         # Short titles and axis labels: a plot is never narrower than its title, two share the
         # width, and a longer label runs into its neighbour's; what they mean is in the caption.
-        self._speed_plot = self.bars.addPlot(title="Throughput", axisItems={"bottom": SpacedAxis("bottom")})
+        self._speed_plot = self.bars.addPlot(title="Throughput", axisItems={"bottom": SpacedAxis("bottom")},
+                                             enableMenu=False)
         yield
-        self._memory_plot = self.bars.addPlot(title="Memory", axisItems={"bottom": SpacedAxis("bottom")})
+        self._memory_plot = self.bars.addPlot(title="Memory", axisItems={"bottom": SpacedAxis("bottom")},
+                                              enableMenu=False)
         yield
         # Each step split into the GPU's busy time and the rest (the interpreter launching
         # kernels, waits): at a glance, where half precision's faster kernels went. In the
         # layout only when the document has busy times (a GPU's).
-        self._time_plot = pg.PlotItem(title="Time per call", axisItems={"bottom": SpacedAxis("bottom")})
+        self._time_plot = pg.PlotItem(title="Time per call", axisItems={"bottom": SpacedAxis("bottom")},
+                                      enableMenu=False)
         self._speed_plot.setLabel("bottom", "samples/s")
         self._memory_plot.setLabel("bottom", "MiB")
         self._time_plot.setLabel("bottom", "ms")
@@ -152,9 +156,9 @@ class CompareView(MadeInParts, QWidget):
         for item in (self._memory_plot, self._time_plot):
             item.setYLink(self._speed_plot)
             item.getAxis("left").setStyle(showValues=False)
+        yield
         for widget in (self.plot, self.bars):
             follow_palette(widget)
-        yield
 
         self.summary = QLabel()
         self.summary.setWordWrap(True)
@@ -202,6 +206,7 @@ class CompareView(MadeInParts, QWidget):
                                  "GPU): the GPU busy solid, the rest of the step light.",
                                  objectName="muted", wordWrap=True))
         self.charts.addTab(self.results, "Results")
+        yield
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.charts)
         split.addWidget(self.table)
@@ -218,6 +223,7 @@ class CompareView(MadeInParts, QWidget):
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(self.scroller)
         self.clear()
+        yield from menus_in_parts(self.plot.getPlotItem(), *self._result_plots)
 
     # -- slots --------------------------------------------------------------------------------
     def clear(self):

@@ -24,7 +24,7 @@ from fp16studio.core.run.distance import SQNR_CEILING_DB
 from .document_rows import DocumentRows
 from .later_pages import MadeInParts, all_parts
 from .palette import OKABE_ITO
-from .plot_style import follow_palette
+from .plot_style import follow_palette, menus_in_parts
 from .roles import RAW_ROLE
 
 HINT = ("Compare with float32 (Ctrl+D) runs this spec in float32 and in its half precision on "
@@ -128,7 +128,8 @@ class DriftView(MadeInParts, QWidget):
         yield
 
         self.plot = pg.GraphicsLayoutWidget()
-        self.sqnr_plot = self.plot.addPlot(row=0, col=0)
+        # Each plot's context menus come in a part of their own, at the end (menus_in_parts).
+        self.sqnr_plot = self.plot.addPlot(row=0, col=0, enableMenu=False)
         self.sqnr_plot.setLabel("left", "SQNR dB")
         self.sqnr_plot.addLine(y=DRIFT_SQNR_DB, pen=pg.mkPen(OKABE_ITO["grey"], style=Qt.PenStyle.DashLine))
         self.sqnr_curve = self.sqnr_plot.plot([], [], pen=pg.mkPen(OKABE_ITO["blue"], width=2),
@@ -136,7 +137,7 @@ class DriftView(MadeInParts, QWidget):
         self.broken_points = pg.ScatterPlotItem(symbol="x", size=9, pen=pg.mkPen(OKABE_ITO["vermillion"], width=2))
         self.sqnr_plot.addItem(self.broken_points)
         yield
-        self.headroom_plot = self.plot.addPlot(row=1, col=0)
+        self.headroom_plot = self.plot.addPlot(row=1, col=0, enableMenu=False)
         self.headroom_plot.setLabel("left", "range used")
         self.headroom_plot.setLabel("bottom", "module, in call order")
         self.headroom_plot.setLogMode(y=True)
@@ -148,6 +149,7 @@ class DriftView(MadeInParts, QWidget):
                             for p in (self.sqnr_plot, self.headroom_plot)]
         for mark in self.first_marks:
             mark.hide()
+        yield
         follow_palette(self.plot)
 
         split = QSplitter(Qt.Orientation.Vertical)
@@ -160,6 +162,7 @@ class DriftView(MadeInParts, QWidget):
         layout.addWidget(self.verdict)
         layout.addWidget(self.stale)
         layout.addWidget(split, 1)
+        yield from menus_in_parts(self.sqnr_plot, self.headroom_plot)
 
     def set_result(self, doc: dict | None):
         """Show a drift document (DriftResult.to_json()), or nothing."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSize, Qt, Signal
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QCommandLinkButton, QFrame, QHBoxLayout, QHeaderView, QLabel,
                                QPushButton, QSplitter, QToolButton, QTreeView, QVBoxLayout, QWidget)
 
@@ -207,6 +207,9 @@ class FindingsPanel(QWidget):
         self.detail.fixRequested.connect(self.fixRequested)
         self.detail.revealRequested.connect(self.revealRequested)
         self._fixes_enabled = True
+        # A finding chosen is shown in the tensor tree an event after its detail: the detail's
+        # layout and the tree's repaint are two waits of the window, not one (issue 31).
+        self._reveal_later = QTimer(self, singleShot=True, interval=0, timeout=self._reveal_current)
 
         title = QLabel("Findings", objectName="panelTitle")
         head = QHBoxLayout()
@@ -307,9 +310,15 @@ class FindingsPanel(QWidget):
         finding = current.data(NODE_ROLE) if current.isValid() else None
         if finding is not None:
             self.detail.show_finding(finding, self._fixes_enabled)
-            # Selecting a finding shows the module it names in the tensor tree.
-            if finding.location in self.detail.revealable:
-                self.revealRequested.emit(finding.location)
+            self._reveal_later.start()
+
+    def _reveal_current(self):
+        """Selecting a finding shows the module it names in the tensor tree (the finding chosen
+        then: another may have been chosen, or none be left, since)."""
+        current = self.view.currentIndex()
+        finding = current.data(NODE_ROLE) if current.isValid() else None
+        if finding is not None and finding.location in self.detail.revealable:
+            self.revealRequested.emit(finding.location)
 
 
 def _enable_fix(button, enabled: bool, primary: bool):

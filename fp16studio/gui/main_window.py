@@ -36,8 +36,8 @@ from .theme import app_icon
 from .tree_panel import TensorPanel
 
 # How long after the window's first turn of the event loop (its first paint) its threads start:
-# the look-ups that need no spec, and the charts' modules (pyqtgraph, NumPy), which make the
-# Compare and Drift tabs quick to open later.
+# the look-ups that need no spec, the charts' modules (pyqtgraph, NumPy), which make the
+# Compare and Drift tabs quick to open later, and the status bar's psutil.
 BACKGROUND_AFTER_MS = 300
 
 
@@ -90,8 +90,10 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         if self.controller.closed:   # closed before it came to this: its pool is shut down
             return
         self.lookups.start()
-        self.pages.make_after(import_meanwhile(f"{__package__}.compare", f"{__package__}.drift_view"),
-                              then=keep_start_up_out_of_collections)
+        # One thread for the imports: two at once held the GIL from the window longer.
+        loading = import_meanwhile(f"{__package__}.compare", f"{__package__}.drift_view", "psutil")
+        self.status.start_sampling(loading)
+        self.pages.make_after(loading, then=keep_start_up_out_of_collections)
 
     # -- the state, forwarded -------------------------------------------------------------------
     spec = property(lambda self: self.controller.spec)

@@ -2,13 +2,15 @@
 
 Versions come from the engine's environment report (the GUI thread never imports torch); the
 resident memory of the window and of the engine process (where the model lives) is sampled
-here every few seconds with psutil, which is cheap. The message and the versions shrink to an
+here every few seconds with psutil, which is cheap once imported: its import (15-20 ms of CPU)
+runs on the window's import thread, once the window has shown. The message and the versions shrink to an
 ellipsis (the whole text in their tooltip) rather than widen the window.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar
@@ -31,9 +33,14 @@ class StatusInfo:
             bar.addPermanentWidget(label)
         self._gpu = ""
         self._engine_pid = lambda: None
-        # The first sample at the first tick: psutil's import is not part of the window's start.
         self._psutil = self._process = None
+        self._loading: threading.Thread | None = None   # psutil's import (start_sampling)
         self._timer = QTimer(bar, interval=MEMORY_INTERVAL_MS, timeout=self._sample)
+
+    def start_sampling(self, loading: threading.Thread):
+        """Show the memory from now on, every few seconds, from the first tick after `loading`
+        (a thread that imports psutil, import_meanwhile: the window's start does without it)."""
+        self._loading = loading
         self._timer.start()
 
     def set_environment(self, env: dict, device: str | None = None, gpu_memory: int | None = None):
@@ -53,6 +60,8 @@ class StatusInfo:
         self._engine_pid = pid
 
     def _sample(self):
+        if self._loading is None or self._loading.is_alive():
+            return   # not sampling yet, or psutil still being imported
         if self._process is None:
             import psutil
 

@@ -159,7 +159,7 @@ def _palette(scheme: str) -> QPalette:
         "light": dict(window="#f4f5f7", base="#ffffff", alt="#f7f8fa", text="#1f2329",
                       button="#eceef1", highlight="#0072B2", mid="#c9ced6", disabled="#8a9099",
                       tooltip="#ffffff"),
-        "dark": dict(window="#1e2126", base="#16181c", alt="#1b1e22", text="#dfe3ea",
+        "dark": dict(window="#1e2126", base="#181a1e", alt="#1b1e22", text="#dfe3ea",
                      button="#2a2e35", highlight="#3a8fd6", mid="#3a3f47", disabled="#6b717b",
                      tooltip="#2a2e35"),
     }[scheme]

@@ -47,10 +47,14 @@ def test_selecting_a_finding_asks_to_reveal_its_location(qtbot):
     qtbot.addWidget(panel)
     panel.show()
     panel.set_findings(FINDINGS, ok=False, revealable={"model"})
+    asked = []
+    panel.revealRequested.connect(asked.append)
     with qtbot.waitSignal(panel.revealRequested) as reveal:
         panel.view.setCurrentIndex(panel.model.index(1, 0))
+        # In an event of its own, after the detail's (issue 31): its layout and the tree's
+        # repaint are two waits of the window, not one.
+        assert asked == [] and panel.detail.reveal.isVisible()
     assert reveal.args == ["model"]
-    assert panel.detail.reveal.isVisible()
 
 
 def test_a_location_the_tree_does_not_show_offers_no_button(qtbot):
@@ -58,7 +62,7 @@ def test_a_location_the_tree_does_not_show_offers_no_button(qtbot):
     qtbot.addWidget(panel)
     panel.show()
     panel.set_findings(FINDINGS, ok=False)              # no tree: a saved session, a failed run
-    with qtbot.assertNotEmitted(panel.revealRequested):
+    with qtbot.assertNotEmitted(panel.revealRequested, wait=200):
         panel.view.setCurrentIndex(panel.model.index(1, 0))
     assert not panel.detail.reveal.isVisible()
 

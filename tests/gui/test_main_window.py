@@ -33,7 +33,9 @@ def test_demo_loop_run_fix_run_clean_undo(qtbot, window):
     assert (first.severity, first.code) == ("error", "dtype-mismatch")
     assert {"ok", "spec", "device", "findings", "error", "inventory", "output"} <= set(doc)
 
-    # The module the finding names is in the tree, marked, and shown when the finding is chosen.
+    # The module the finding names is in the tree, marked, and shown when the finding is chosen
+    # (an event after the finding's detail).
+    qtbot.waitUntil(lambda: window.tensorTree.currentIndex().isValid())
     current = window.tensorTree.currentIndex()
     assert current.data(PATH_ROLE) == first.location
     assert current.siblingAtColumn(STATUS).data() == "error"

@@ -151,3 +151,66 @@ def test_the_windows_start_up_is_kept_out_of_collections_once_its_pages_are_made
     qtbot.waitUntil(lambda: gc.get_freeze_count() > 0, timeout=30_000)
     assert window.pages.made("compare") is not None and window.pages.made("drift") is not None
     assert gc.get_freeze_count() > len(gc.get_objects())   # most of what lives, far from all
+
+
+@pytest.mark.parametrize("view_class", ["CompareView", "DriftView"])
+def test_a_chart_pages_plots_get_their_context_menus_in_parts_of_their_own_at_the_end(qtbot, view_class):
+    """A plot's context menus are a third of its making (issue 31): the page's plots are made
+    without them, and each gets them in a part of its own after the rest; every plot of the
+    page made has them."""
+    import importlib
+
+    import pyqtgraph as pg
+
+    module = "compare" if view_class == "CompareView" else "drift_view"
+    cls = getattr(importlib.import_module(f"fp16studio.gui.{module}"), view_class)
+    view = cls(begun=True)
+    qtbot.addWidget(view)
+
+    def plots():
+        return [item for chart in view.findChildren(pg.GraphicsView) for item in chart.scene().items()
+                if isinstance(item, pg.PlotItem)]
+
+    with_menus = []   # after each part, how many plots have their menus
+    for _ in view._make():
+        with_menus.append(sum(p.menuEnabled() and p.vb.menu is not None for p in plots()))
+    made = plots()
+    assert made and all(p.menuEnabled() and p.vb.menu is not None for p in made)
+    last_without = len(with_menus) - with_menus[::-1].index(0)
+    assert with_menus[last_without:] == list(range(1, len(with_menus) - last_without + 1))
+
+
+def test_the_status_bar_samples_memory_once_psutil_is_imported_on_a_thread(qtbot, monkeypatch):
+    """Its import held the GUI thread 15-20 ms at the first sample (issue 31): a thread imports
+    it, and the memory is shown from the first tick after that, never imported by the window."""
+    import importlib
+    import threading
+
+    from PySide6.QtWidgets import QStatusBar
+
+    from fp16studio.gui.status_bar import StatusInfo
+
+    importers = []
+
+    class Spy:   # asked only where psutil is not imported yet
+        def find_spec(self, name, path=None, target=None):
+            if name == "psutil":
+                importers.append(threading.current_thread())
+
+    monkeypatch.delitem(sys.modules, "psutil", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Spy(), *sys.meta_path])
+    go = threading.Event()
+    loading = threading.Thread(target=lambda: (go.wait(), importlib.import_module("psutil")), daemon=True)
+    loading.start()
+    bar = QStatusBar()
+    qtbot.addWidget(bar)
+    status = StatusInfo(bar)
+    status.start_sampling(loading)
+    try:
+        status._timer.timeout.emit()   # a tick while the import is under way
+        assert status.memory.text() == "" and importers == []
+    finally:
+        go.set()
+        loading.join()
+    status._timer.timeout.emit()
+    assert status.memory.text().startswith("RAM") and importers == [loading]

@@ -189,3 +189,27 @@ def test_the_menu_closes_before_the_theme_switches(qtbot, window_in_light, qapp)
     dark.trigger()
     assert qapp.styleSheet() == theme.stylesheet("light")   # the menu's own trigger returns first
     qtbot.waitUntil(lambda: qapp.styleSheet() == theme.stylesheet("dark"), timeout=5000)
+
+
+@pytest.mark.parametrize("scheme, surface", [("light", "#ffffff"), ("dark", "#181a1e")])
+def test_item_views_are_drawn_frameless_on_their_surface_without_a_styled_box(qtbot, qapp, scheme, surface):
+    """A `border` or `background` rule on an item view sends its every paint through the
+    stylesheet's slow path (the window's repaint after a result 18-20 ms of CPU instead of 8-9,
+    issue 31): the views get no frame and the palette's Base instead, in those rules' colours."""
+    from PySide6.QtWidgets import QFrame, QTableView, QTreeView
+
+    views = ("QTreeView", "QListView", "QTableView")
+    for rule in theme.stylesheet(scheme).split("}"):
+        selectors, _, body = rule.partition("{")
+        if any(v in s and "::" not in s for s in selectors.split(",") for v in views):
+            assert not {p.split(":")[0].strip() for p in body.split(";")} & {"border", "background"}, rule
+    try:
+        theme.Theme(qapp, scheme)
+        for view in (QTreeView(), QTableView()):
+            qtbot.addWidget(view)
+            view.show()
+            assert view.frameShape() == QFrame.Shape.NoFrame
+            assert view.viewport().palette().color(QPalette.ColorRole.Base) == QColor(surface)
+    finally:
+        qapp.setStyleSheet("")
+        qapp.setPalette(QPalette())
