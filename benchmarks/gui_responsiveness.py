@@ -22,6 +22,8 @@ names the outermost GUI-thread events that ran longest inside the stalls over th
 (receiver, event, how many events were delivered inside it, wall and CPU milliseconds), and the
 garbage collector's passes that ended inside them (generation, thread, objects freed).
 
+The imported package's bytecode is compiled first, as `pip install` leaves it.
+
     python benchmarks/gui_responsiveness.py [--bench] [--large] [--load N] [--why] [--json]
 
 Run by hand (or on a GPU machine); this is a measurement, not a test with timed asserts.
