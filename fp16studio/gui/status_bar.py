@@ -3,8 +3,8 @@
 Versions come from the engine's environment report (the GUI thread never imports torch); the
 resident memory of the window and of the engine process (where the model lives) is sampled
 here every few seconds with psutil, which is cheap once imported: its import (15-20 ms of CPU)
-runs on the window's import thread, once the window has shown. The message and the versions shrink to an
-ellipsis (the whole text in their tooltip) rather than widen the window.
+runs on the window's import thread, once the window has shown. The message and the versions
+shrink to an ellipsis (the whole text in their tooltip) rather than widen the window.
 """
 
 from __future__ import annotations
