@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 
 from bench_vs_timer import MODELS as CONFIGS
-from bench_vs_timer import build, compare, table, token_batch
+from bench_vs_timer import build, compare, loop_ms, table, token_batch
 from fp16studio.core.precision.measure import Limits
 
 DRY = os.environ.get("GPU_CHECK_DRY") == "1"
@@ -300,15 +300,7 @@ def training_step_ms(recipe: str | None, compiled: bool, steps: int = 10) -> flo
 
     for _ in range(3):
         step()
-    times = []
-    for _ in range(3):
-        synchronize()
-        started = time.perf_counter()
-        for _ in range(steps):
-            step()
-        synchronize()
-        times.append((time.perf_counter() - started) * 1000.0 / steps)
-    return round(statistics.median(times), 3)
+    return round(loop_ms(step, DEVICE, calls=steps, repeats=3), 3)
 
 
 def empty_cache():

@@ -21,8 +21,8 @@ from .inventory import mark, pipeline_tree
 from .islands import with_island_fix
 from .report import Diagnosis
 from .rules import Evidence, run_rules, spec_provenance
-from .rules.placement import device_unavailable
 from .rules import fp8 as fp8_rules
+from .rules.placement import device_unavailable
 from .rules.training import training_findings
 
 STAGES = ("model", "dataset", "batch", "forward", "rules")

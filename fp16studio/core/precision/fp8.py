@@ -296,7 +296,6 @@ def fp8_plan(spec: PipelineSpec, recipe: str = "tensorwise",
              threshold_db: float = SENSITIVE_SQNR_DB, progress=None, cancel=None) -> Fp8Plan:
     """The FP8 plan of the spec's pipeline with `recipe`. Raises InputError for bad input
     (a forward pass that fails in bfloat16 included) and Cancelled."""
-
     from ..run.pipeline import prepare
     from .bench import variant_spec
 

@@ -102,7 +102,7 @@ def converted_for_training(train, model, device):
     if odd is not None:
         raise InputError(f"train.fp8: FP8 training takes {', '.join(CONVERTIBLE_DTYPES)} "
                          f"weights; {odd[0]} holds {odd[1]} (set model_dtype)")
-    emulate = fp8_support(recipe, device)[1][1]
+    _, (_, emulate, _), _ = fp8_support(recipe, device)
     with library_logs_quieted():
         float8.convert_to_float8_training(
             model, config=float8_config(float8, recipe, emulate),

@@ -62,9 +62,10 @@ def unsupported_finding(location: str, message: str, recipe: str | None,
 def training_unsupported(support: tuple | None, train, device: str) -> list[Finding]:
     """`fp8-unsupported` for a spec's `train.fp8` steps on a GPU that cannot run the recipe.
     `support`: run.float8.fp8_support's (capability, (runs here, emulated, why), supported)."""
-    if support is None or support[1][0]:
+    if support is None:
         return []
-    return [unsupported_finding(device, support[1][2], train["fp8"], support[2], train=train)]
+    _, (runs, _, why), supported = support
+    return [] if runs else [unsupported_finding(device, why, train["fp8"], supported, train=train)]
 
 
 def shape_finding(refused: list, source: dict | None = None, message: str | None = None) -> Finding:
