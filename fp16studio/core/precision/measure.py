@@ -51,7 +51,8 @@ class Limits:
         return self.min_seconds / self.rounds
 
 
-# Above this spread across rounds a figure is flagged unstable: other load moved it.
+# Above this spread across rounds a figure is flagged unstable: something moved it (other
+# load, clocks; on an idle H100 a launch-bound step's rounds varied 14-26%).
 STABLE_SPREAD = 0.05
 
 # A timed block's synchronise and clock reads are at most this share of its time. (torch's

@@ -100,7 +100,7 @@ TERMINAL_COLUMNS = {"Variant": "Variant", "Samples/s": "Samples/s", "vs float32"
                     "p50 ms": "p50 ms", "Busy ms": "Busy ms", "Bound": "Bound",
                     "Spread": "Spread", "Peak memory": "Peak memory", "Weights": "Weights",
                     "Max |diff| vs fp32": "|diff| fp32", "Top-1 agreement": "Top-1"}
-# Marks an unstable figure's row (the spread says other load moved it).
+# Marks an unstable figure's row (its rounds lay further apart than STABLE_SPREAD).
 UNSTABLE_MARK = "!"
 
 
@@ -154,9 +154,9 @@ def format_bench(doc: dict) -> str:
     unstable = [v["name"] for v in doc["variants"] if v["ok"] and not v.get("stable", True)]
     if unstable:
         lines += _wrapped(f"{UNSTABLE_MARK} UNSTABLE ({', '.join(unstable)}): these figures moved "
-                          f"more than {STABLE_SPREAD:.0%} between rounds; other load on this "
-                          "machine changed them: do not trust them, measure again on a quiet "
-                          "machine")
+                          f"more than {STABLE_SPREAD:.0%} between rounds (other load, clocks "
+                          "or the host's own jitter): do not trust them, measure again, for "
+                          "longer or on a quieter machine")
     notes = [f"{v['name']}: {v['support']}, {v['support_note']}" for v in doc["variants"]
              if v.get("support_note")]
     for title, items in (("support:", notes), ("failed:", failures)):

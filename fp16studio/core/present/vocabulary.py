@@ -135,8 +135,9 @@ def bench_notes(doc: dict) -> list[str]:
     notes = [MEMORY_NOTES[kind] for kind in sorted(kinds, key=str) if kind in MEMORY_NOTES]
     if any(v.get("spread") is not None for v in doc.get("variants", [])):
         notes.append("Spread: how far apart the rounds' median latencies lie, (slowest - fastest) "
-                     f"/ median; above {STABLE_SPREAD:.0%} other load moved the figure and it is "
-                     "not to be trusted")
+                     f"/ median; above {STABLE_SPREAD:.0%} something moved the figure between "
+                     "rounds (other load, clocks, the host's own jitter) and it is not to be "
+                     "trusted")
     return notes
 
 
