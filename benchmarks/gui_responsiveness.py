@@ -298,19 +298,19 @@ def _arrival_costs(index) -> dict:
     """What a tree costs on its way back from the engine process: the worker thread unpickles
     it and rebuilds its index, while the GUI thread (here a 1 ms sleep loop) waits for the GIL.
     Reports the worker's time and the longest the GUI thread could not run."""
-    import gc
     import pickle
     import threading
+
+    from fp16studio.core.common.gc_pause import gc_paused
 
     payload = pickle.dumps(index, protocol=pickle.HIGHEST_PROTOCOL)
     done = threading.Event()
     spent = []
 
-    def arrive():   # as EngineProcess._receive does it
+    def arrive():   # as EngineClient._receive does it
         start = time.perf_counter()
-        gc.disable()
-        pickle.loads(payload)
-        gc.enable()
+        with gc_paused():
+            pickle.loads(payload)
         spent.append(time.perf_counter() - start)
         done.set()
 

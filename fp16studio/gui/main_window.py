@@ -11,12 +11,13 @@ in diagnosis_in_turns.py.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from fp16studio.core import PipelineSpec
 from fp16studio.core.diagnostics.inventory import drift_by_module, fp8_by_layer, rolled_up
 from fp16studio.session_state import NO_MODEL
 from .actions import RUN_TIP, WindowActions
+from .collector import collect_on_gui_thread
 from .diagnosis_in_turns import DiagnosisInTurns
 from .fp8_view import Fp8View
 from .file_actions import FileActions
@@ -56,6 +57,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
 
     def __init__(self, spec=None, parent=None):
         super().__init__(parent)
+        collect_on_gui_thread(QApplication.instance())
         self.setWindowTitle("fp16studio")
         self.setWindowIcon(app_icon())
         place(self)

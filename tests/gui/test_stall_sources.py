@@ -8,6 +8,7 @@ import gc
 import engine_jobs as work
 import pytest
 
+from fp16studio.core.common.gc_pause import paused
 from fp16studio.core.diagnostics.tree import summary
 from fp16studio.gui.long_lived import FREEZE_FROM_TENSORS, keep_out_of_collections
 from fp16studio.gui.tree_model import TensorTreeModel
@@ -27,15 +28,15 @@ def test_a_lasting_result_arrives_with_garbage_collection_paused(qtbot, host):
     seen = []
 
     def arrive(result):
-        seen.append(gc.isenabled())
+        seen.append(paused())
         return result
 
     for lasting in (True, False):
         job = Job("diagnose", work.report, (1,), on_arrival=arrive, lasting=lasting)
         with qtbot.waitSignal(host.jobDone, timeout=TIMEOUT_MS):
             host.submit(job)
-    assert seen == [False, True]
-    assert gc.isenabled()
+    assert seen == [True, False]
+    assert not paused()
 
 
 def tracked(obj) -> bool:

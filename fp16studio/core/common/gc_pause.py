@@ -34,3 +34,8 @@ def gc_paused():
             _depth -= 1
             if _depth == 0 and _was_enabled:
                 gc.enable()
+
+
+def paused() -> bool:
+    """Whether a pause is under way (on any thread)."""
+    return _depth > 0
