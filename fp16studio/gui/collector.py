@@ -25,7 +25,7 @@ from PySide6.QtCore import QObject, QTimer
 
 from fp16studio.core.common.gc_pause import paused
 
-TICK_MS = 100       # how often the counts are looked at: a few milliseconds of garbage at most
+TICK_MS = 20        # how often the counts are looked at: the less piles up, the shorter a pass
 FULL_EVERY_S = 5.0  # the most often a full pass runs
 
 

@@ -12,6 +12,7 @@ a garbage collection, on whatever thread runs it, and Qt objects must go on the 
 
 from __future__ import annotations
 
+import gc
 import importlib
 import threading
 from typing import Callable, Iterator
@@ -119,10 +120,13 @@ class LaterPages:
 
 
 def import_meanwhile(*modules: str) -> threading.Thread:
-    """Import `modules` on a thread of its own (the GUI thread then finds them imported)."""
+    """Import `modules` on a thread of its own (the GUI thread then finds them imported). What
+    the imports made lives as long as the process, so it is frozen out of the collector's
+    passes at once: the GUI thread's next pass would otherwise walk all of it (collector.py)."""
     def load():
         for module in modules:
             importlib.import_module(module)
+        gc.freeze()
 
     loading = threading.Thread(target=load, daemon=True, name="fp16studio-import")
     loading.start()
