@@ -41,11 +41,19 @@ class ElidedLabel(QLabel):
 
     def resizeEvent(self, event):
         super().resizeEvent(event)
-        self.setToolTip(self.text() if self.is_elided() else "")
+        self._tip()
 
     def setText(self, text: str):
-        super().setText(text)
-        self.setToolTip(text if self.is_elided() else "")
+        # The same text again (a status figure sampled every few seconds) changes nothing: no
+        # measuring, no tooltip event, no relayout of the bar it sits in.
+        if text != self.text():
+            super().setText(text)
+            self._tip()
+
+    def _tip(self):
+        tip = self.text() if self.is_elided() else ""
+        if tip != self.toolTip():
+            self.setToolTip(tip)
 
     def paintEvent(self, event):
         rect = self.contentsRect()
