@@ -4,9 +4,9 @@ Python starts a collection on whichever thread happens to allocate past the thre
 window, the engine's worker thread, the look-up pool's threads or the import thread as often as
 the GUI thread. A cycle that holds Qt wrappers (a closed window's menus, a page and its maker)
 freed on one of those threads destroys its Qt objects there, and Qt objects must go on the
-thread they live in: twice that hung the GUI tests (`test_crafted_sessions`), the second time
-after the import thread came. So automatic collection is off in the window process, and a timer
-on the GUI thread runs what it would have run, by the same counts and thresholds.
+thread they live in: that hung the GUI tests in `test_crafted_sessions` once, and a CI run
+timed out there after the import thread came. So automatic collection is off in the window
+process, and a timer on the GUI thread runs what it would have run, by the same thresholds.
 
 Two moments are skipped: a pause (`gc_paused`: a result arriving, the engine process starting)
 and an import under way on another thread (a pass that freed Qt wrappers while the worker
