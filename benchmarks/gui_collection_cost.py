@@ -1,6 +1,6 @@
 """What one full pass of Python's garbage collector costs the GUI thread once the window is made,
-with the window's start-up frozen out of the collector's passes (as the app does once its last
-chart page is made, gui/long_lived.py) and without.
+with the window's start-up frozen out of the collector's passes (as the app does once its import
+thread is done and once its last chart page is made, gui/long_lived.py) and without.
 
 A pass holds the GIL over every object it walks: the window keeps some 85 000 for its life.
 Each mode runs in a process of its own: the window is made offscreen, its pages are waited for,
@@ -47,10 +47,12 @@ def _measure(mode: str, rounds: int) -> dict:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
+    import fp16studio.gui.later_pages as later_pages
     import fp16studio.gui.main_window as main_window
 
     if mode == "not-frozen":
         main_window.keep_start_up_out_of_collections = lambda: None
+        later_pages.keep_imports_out_of_collections = lambda: None
     app = QApplication([])
     window = main_window.MainWindow()
     window.resize(1280, 760)

@@ -23,7 +23,7 @@ import time
 
 from PySide6.QtCore import QObject, QTimer
 
-from fp16studio.core.common.gc_pause import paused
+from fp16studio.core.common.gc_pause import collection_off, paused
 
 TICK_MS = 20        # how often the counts are looked at: the less piles up, the shorter a pass
 FULL_EVERY_S = 5.0  # the most often a full pass runs
@@ -32,7 +32,7 @@ FULL_EVERY_S = 5.0  # the most often a full pass runs
 class GuiThreadCollector(QObject):
     def __init__(self, parent: QObject):
         super().__init__(parent)
-        gc.disable()
+        collection_off()
         self._last_full = time.monotonic()
         self._timer = QTimer(self, interval=TICK_MS, timeout=self.tick)
         self._timer.start()
@@ -42,7 +42,6 @@ class GuiThreadCollector(QObject):
         below it, as Python would have on its own."""
         if paused() or getattr(bootstrap, "_module_locks", None):
             return
-        gc.disable()   # a pause that began before this collector existed may have ended since
         counts, thresholds = gc.get_count(), gc.get_threshold()
         if counts[0] <= thresholds[0]:
             return

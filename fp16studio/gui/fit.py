@@ -50,6 +50,11 @@ class ElidedLabel(QLabel):
             super().setText(text)
             self._tip()
 
+    def changeEvent(self, event):
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
+            self._tip()
+
     def _tip(self):
         tip = self.text() if self.is_elided() else ""
         if tip != self.toolTip():

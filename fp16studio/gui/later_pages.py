@@ -12,13 +12,15 @@ a garbage collection, on whatever thread runs it, and Qt objects must go on the 
 
 from __future__ import annotations
 
-import gc
 import importlib
+import sys
 import threading
 from typing import Callable, Iterator
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QTabWidget, QWidget
+
+from .long_lived import keep_imports_out_of_collections
 
 IDLE_CHECK_MS = 50   # how often the window looks whether the pages' modules are imported
 
@@ -120,13 +122,15 @@ class LaterPages:
 
 
 def import_meanwhile(*modules: str) -> threading.Thread:
-    """Import `modules` on a thread of its own (the GUI thread then finds them imported). What
-    the imports made lives as long as the process, so it is frozen out of the collector's
-    passes at once: the GUI thread's next pass would otherwise walk all of it (collector.py)."""
+    """Import `modules` on a thread of its own (the GUI thread then finds them imported); what
+    the imports made is then frozen out of the collector's passes, when there were any (a
+    second window finds its modules imported)."""
     def load():
-        for module in modules:
+        fresh = [module for module in modules if module not in sys.modules]
+        for module in fresh:
             importlib.import_module(module)
-        gc.freeze()
+        if fresh:
+            keep_imports_out_of_collections()
 
     loading = threading.Thread(target=load, daemon=True, name="fp16studio-import")
     loading.start()

@@ -12,3 +12,16 @@ def read_back(request, monkeypatch):
         monkeypatch.setattr(TensorStats, "read_now_on", ())
         monkeypatch.setattr(TensorStats, "in_host_memory", ())
     return request.param
+
+
+@pytest.fixture
+def automatic_collection():
+    """Automatic garbage collection on for the test, as in the engine and the command line,
+    and as it was after (a window made earlier in the same run turned it off for good)."""
+    import gc
+
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    if not was:
+        gc.disable()

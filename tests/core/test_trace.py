@@ -236,7 +236,7 @@ class Fails(torch.nn.Module):
         raise RuntimeError("mat1 and mat2 must have the same dtype")
 
 
-def test_hooks_come_out_and_collection_resumes_even_when_the_pass_raises():
+def test_hooks_come_out_and_collection_resumes_even_when_the_pass_raises(automatic_collection):
     import gc
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), Fails())
@@ -295,7 +295,7 @@ def test_copies_of_a_module_made_during_the_pass_are_traced_not_broken():
     assert torch.nn.Module.__call__ is torch.nn.Module._wrapped_call_impl
 
 
-def test_garbage_collection_pauses_nest_and_may_end_in_any_order():
+def test_garbage_collection_pauses_nest_and_may_end_in_any_order(automatic_collection):
     import gc
 
     from fp16studio.core.common.gc_pause import gc_paused
