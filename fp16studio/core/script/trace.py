@@ -140,7 +140,7 @@ def trace_script(path, args=(), timeout: float | None = None, progress=None, can
     # that ends this process is passed on once both are done.
     try:
         with tempfile.TemporaryDirectory(prefix="fp16studio-trace-") as work, \
-                _ends_with_us() as own:
+                _ends_with_us() as (own, ending):
             result_path = Path(work) / "result.pickle"
             lines = _Lines(output, result_path.with_suffix(".started"))
             start = time.perf_counter()
@@ -150,7 +150,7 @@ def trace_script(path, args=(), timeout: float | None = None, progress=None, can
                 stderr=subprocess.PIPE, env=env, start_new_session=True))
             readers = [_forward_lines(child.stdout, "stdout", lines),
                        _forward_lines(child.stderr, "stderr", lines)]
-            timed_out = _wait(child, timeout, cancel, lines)
+            timed_out = _wait(child, timeout, cancel, lines, ending)
             for reader in readers:
                 reader.join(timeout=5)
             seconds = time.perf_counter() - start
@@ -305,15 +305,19 @@ def _forward_lines(pipe, stream: str, output) -> threading.Thread:
     return thread
 
 
-def _wait(child: subprocess.Popen, timeout: float | None, cancel, lines: _Lines) -> bool:
+def _wait(child: subprocess.Popen, timeout: float | None, cancel, lines: _Lines, ending: list) -> bool:
     """Wait for the child; True when the script ran past `timeout` (it was then interrupted).
-    The script's time starts when it does: fp16studio's own start in the child is not its."""
+    The script's time starts when it does: fp16studio's own start in the child is not its.
+    A signal that ends this process (`ending`, _ends_with_us) stops the script first."""
     begun = time.monotonic()
     deadline = None
     while child.poll() is None:
+        if ending:
+            _stop(child, grace=0.5)
+            raise _Terminated(ending[0])
         try:
             check_cancel(cancel)
-        except (Cancelled, KeyboardInterrupt):  # the script runs in a session of its own
+        except Cancelled:  # the script runs in a session of its own
             _stop(child, grace=0.5)
             raise
         if timeout is not None:
@@ -330,7 +334,7 @@ def _wait(child: subprocess.Popen, timeout: float | None, cancel, lines: _Lines)
 
 
 class _Terminated(BaseException):
-    """SIGTERM or SIGHUP reached the supervisor while the script ran."""
+    """SIGINT, SIGTERM or SIGHUP reached the supervisor while the script ran."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -342,26 +346,29 @@ def _ends_with_us():
     """The script runs in a session of its own (a terminal's Ctrl-C reaches this process only,
     which then interrupts the script in order): whatever ends this supervisor (Ctrl-C, SIGTERM,
     SIGHUP, an error of ours) ends the script's process group first, so that no training goes
-    on unwatched. SIGTERM and SIGHUP raise _Terminated meanwhile (their handlers are put back
-    after). Yields `own(child)`, which registers the child and returns it."""
+    on unwatched. Yields `own(child)`, which registers the child and returns it, and `ending`,
+    the signals received meanwhile: their handlers only note them (put back after), and the
+    waiting loop acts on them: a handler that raised could do so between a lock's acquire and
+    its `try` inside `Popen.poll`, and the next `wait` would wait for that lock for ever (the
+    likely cause of a Ctrl-C'd trace still running 30 s on in a CI run). One received after the
+    wait ends as _Terminated here."""
     children: list = []
+    ending: list[int] = []
     previous = {}
     if threading.current_thread() is threading.main_thread():  # only it can take signals
-        for sig in (signal.SIGTERM, signal.SIGHUP):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             if signal.getsignal(sig) is not signal.SIG_IGN:
-                previous[sig] = signal.signal(sig, _raise_terminated)
+                previous[sig] = signal.signal(sig, lambda signum, _frame: ending.append(signum))
     try:
-        yield lambda child: children.append(child) or child
+        yield (lambda child: children.append(child) or child), ending
     finally:
         for child in children:
             if child.poll() is None:
                 _stop(child, grace=0.5)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _raise_terminated(signum, frame):
-    raise _Terminated(signum)
+    if ending:
+        raise _Terminated(ending[0])
 
 
 def _stop(child: subprocess.Popen, grace: float):
