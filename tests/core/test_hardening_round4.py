@@ -73,9 +73,11 @@ def _alive(pid: int) -> bool:
 
 
 def _as_in_a_terminal():
-    # trace as a terminal starts it: SIGINT (Ctrl-C) at its default. A shell's background job,
-    # such as a CI run started with `&`, ignores SIGINT, and Python keeps an inherited SIG_IGN.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # trace as a terminal starts it: SIGINT (Ctrl-C) and SIGHUP at their defaults. A shell's
+    # background job, such as a CI run started with `&`, ignores SIGINT, a run under `nohup`
+    # ignores SIGHUP, and Python keeps an inherited SIG_IGN.
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])

@@ -349,9 +349,8 @@ def _ends_with_us():
     on unwatched. Yields `own(child)`, which registers the child and returns it, and `ending`,
     the signals received meanwhile: their handlers only note them (put back after), and the
     waiting loop acts on them: a handler that raised could do so between a lock's acquire and
-    its `try` inside `Popen.poll`, and the next `wait` would wait for that lock for ever (the
-    likely cause of a Ctrl-C'd trace still running 30 s on in a CI run). One received after the
-    wait ends as _Terminated here."""
+    its `try` inside `Popen.poll` (polled 20 times a second), and the `wait` after the script's
+    kill would wait for that lock for ever. One received after the wait ends as _Terminated here."""
     children: list = []
     ending: list[int] = []
     previous = {}
