@@ -1,4 +1,5 @@
-"""Steps the window tests share: a diagnosis run to its document, the findings listed."""
+"""Steps the window tests share: a diagnosis run to its document, the findings listed, what an
+edit makes stale shown."""
 
 from fp16studio.gui.roles import NODE_ROLE
 
@@ -17,3 +18,9 @@ def listed(window):
     """The findings the Findings panel lists, in its order."""
     model = window.findingsView.model()
     return [model.index(r, 0).data(NODE_ROLE) for r in range(model.rowCount())]
+
+
+def shown(qtbot):
+    """What an edit of the spec makes stale (the findings' notice, their fixes off, the form's
+    notice) is shown an event after the edit: let that event come."""
+    qtbot.wait(1)

@@ -170,8 +170,7 @@ class WindowActions:
         self.findings.set_fixes_enabled(self.controller.fixes_enabled)
         self._progress_action.setVisible(busy)
         if not busy:
-            self.progress.setValue(0)
-            self.stage_label.setText("")
+            self._on_progress(0, self.progress.maximum(), "")
 
     def _on_trace(self, trace):
         self._enable_continue()

@@ -1,88 +1,95 @@
-"""Cell painters: a dtype chip beside the dtype's name, a device badge, a status dot.
+"""The tensor tree's cell painter: a colour chip beside a dtype, a status or (coloured by
+something else) a name, a device badge, plain text elsewhere.
 
-The text is always drawn: colour adds to it, never replaces it.
+The text is always drawn: colour adds to it, never replaces it. Each cell is one call into the
+model (TensorTreeModel.cell), not one per role the default painter asks for.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QPainter, QPalette
-from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
+from typing import Callable
+
+from PySide6.QtCore import QModelIndex, QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QFont, QPainter, QPalette
+from PySide6.QtWidgets import QStyle, QStyledItemDelegate
 
 from .palette import device_color, text_on
-from .roles import COLOR_ROLE
+from .tree_model import DEVICE, DTYPE, NAME, RIGHT_ALIGNED, STATUS, Cell
+
+# The states whose background the style draws (selection, hover, focus); any other cell's
+# background is the row's, which the view has drawn already.
+_STYLED = QStyle.StateFlag.State_Selected | QStyle.StateFlag.State_MouseOver | QStyle.StateFlag.State_HasFocus
+TEXT_MARGIN = 3     # as the style's own item text (its focus frame margin + 1)
+CHIP_TEXT_AT = 16   # a chip's text starts past the chip (10 px) and a gap
 
 
+class TensorCellDelegate(QStyledItemDelegate):
+    """`cell_of(index)`: the Cell of a view's index (through the view's proxy)."""
 
-def _background(painter, option):
-    # The selection/hover background the style would draw, without its text.
-    opt = QStyleOptionViewItem(option)
-    opt.text = ""
-    style = opt.widget.style() if opt.widget else None
-    if style is not None:
-        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
-
-
-def _text_color(option) -> QColor:
-    # The stylesheet's selection is a pale tint, so selected rows keep the normal text colour.
-    return option.palette.color(QPalette.ColorRole.Text)
-
-
-class ChipDelegate(QStyledItemDelegate):
-    """A rounded colour chip (from COLOR_ROLE) followed by the cell's text."""
+    def __init__(self, cell_of: Callable[[QModelIndex], Cell], parent=None):
+        super().__init__(parent)
+        self._cell_of = cell_of
 
     def paint(self, painter: QPainter, option, index):
-        self.initStyleOption(option, index)
-        _background(painter, option)
-        text = index.data() or ""
-        color = index.data(COLOR_ROLE)
-        rect = option.rect.adjusted(6, 0, -4, 0)
+        cell = self._cell_of(index)
+        if option.state & _STYLED:
+            option.widget.style().drawControl(QStyle.ControlElement.CE_ItemViewItem, option, painter,
+                                              option.widget)
+        column = index.column()
+        font = QFont(option.font)
+        font.setBold(cell.bold)
         painter.save()
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        if color is not None and text:
-            chip = QRectF(rect.left(), rect.center().y() - 5, 10, 10)
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(color)
-            painter.drawRoundedRect(chip, 3, 3)
-            rect = rect.adjusted(16, 0, 0, 0)
-        painter.setPen(_text_color(option))
-        painter.setFont(option.font)
-        painter.drawText(rect, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
-                         option.fontMetrics.elidedText(text, Qt.TextElideMode.ElideRight, rect.width()))
+        # The stylesheet's selection is a pale tint, so selected rows keep the normal text colour.
+        painter.setPen(option.palette.color(QPalette.ColorRole.Text))
+        if column == DEVICE:
+            _badge(painter, option, font, cell.text)
+        elif cell.color is not None and cell.text:
+            _chip(painter, option, font, cell)
+        else:
+            painter.setFont(font)
+            rect = option.rect.adjusted(TEXT_MARGIN, 0, -TEXT_MARGIN, 0)
+            align = Qt.AlignmentFlag.AlignRight if column in RIGHT_ALIGNED else Qt.AlignmentFlag.AlignLeft
+            painter.drawText(rect, align | Qt.AlignmentFlag.AlignVCenter,
+                             painter.fontMetrics().elidedText(cell.text, option.textElideMode, rect.width()))
         painter.restore()
 
     def sizeHint(self, option, index):
         hint = super().sizeHint(option, index)
-        return QSize(hint.width() + 18, hint.height())
+        column = index.column()
+        room = 16 if column == DEVICE else 18 if column in (DTYPE, STATUS, NAME) else 0   # margins
+        return QSize(hint.width() + room, hint.height())
 
 
-class BadgeDelegate(QStyledItemDelegate):
+def _chip(painter: QPainter, option, font: QFont, cell: Cell):
+    """A rounded chip of the cell's colour, then its text."""
+    rect = option.rect.adjusted(6, 0, -4, 0)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    text_pen = painter.pen()
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.setBrush(cell.color)
+    painter.drawRoundedRect(QRectF(rect.left(), rect.center().y() - 5, 10, 10), 3, 3)
+    rect = rect.adjusted(CHIP_TEXT_AT, 0, 0, 0)
+    painter.setPen(text_pen)
+    painter.setFont(font)
+    painter.drawText(rect, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
+                     painter.fontMetrics().elidedText(cell.text, Qt.TextElideMode.ElideRight, rect.width()))
+
+
+def _badge(painter: QPainter, option, font: QFont, text: str):
     """The device as a small pill: colour by device kind, the name written inside."""
-
-    def paint(self, painter: QPainter, option, index):
-        self.initStyleOption(option, index)
-        _background(painter, option)
-        text = index.data() or ""
-        if not text:
-            return
-        painter.save()
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        font = option.font
-        font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
-        painter.setFont(font)
-        metrics = painter.fontMetrics()
-        width = min(metrics.horizontalAdvance(text) + 12, option.rect.width() - 8)
-        height = metrics.height() + 2
-        badge = QRectF(option.rect.left() + 6, option.rect.center().y() - height / 2 + 0.5, width, height)
-        color = device_color(text)
-        painter.setPen(Qt.PenStyle.NoPen)
-        painter.setBrush(QColor(color))
-        painter.drawRoundedRect(badge, height / 2, height / 2)
-        painter.setPen(QColor(text_on(color)))
-        painter.drawText(badge, Qt.AlignmentFlag.AlignCenter,
-                         metrics.elidedText(text, Qt.TextElideMode.ElideRight, int(width) - 8))
-        painter.restore()
-
-    def sizeHint(self, option, index):
-        hint = super().sizeHint(option, index)
-        return QSize(hint.width() + 16, hint.height())
+    if not text:
+        return
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
+    painter.setFont(font)
+    metrics = painter.fontMetrics()
+    width = min(metrics.horizontalAdvance(text) + 12, option.rect.width() - 8)
+    height = metrics.height() + 2
+    badge = QRectF(option.rect.left() + 6, option.rect.center().y() - height / 2 + 0.5, width, height)
+    color = device_color(text)
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.setBrush(QColor(color))
+    painter.drawRoundedRect(badge, height / 2, height / 2)
+    painter.setPen(QColor(text_on(color)))
+    painter.drawText(badge, Qt.AlignmentFlag.AlignCenter,
+                     metrics.elidedText(text, Qt.TextElideMode.ElideRight, int(width) - 8))

@@ -29,12 +29,16 @@ class DiagnosisInTurns(QObject):
         self._say_what_the_form_is = say_what_the_form_is
         self._findings_later = QTimer(self, singleShot=True, interval=0,
                                       timeout=self._show_result_findings)
+        self._spec_findings_later = QTimer(self, singleShot=True, interval=0, timeout=self.show_findings)
         self._finished_doc = None   # sent once the findings are shown
 
     def show_diagnosis(self, diagnosis):
         """The controller's diagnosis (or None): the tree now, the findings an event later."""
         state = self._controller.state
         index = state.tree_index
+        # The tree's own note goes with it: set with the findings, its change of the tree's
+        # height repainted the whole tree a second time (issue 31).
+        self._tensors.set_notice(state.tree_notice())
         self._tensors.set_module_values("headroom", index.headroom if index else None)
         self._tensors.set_inventory(state.inventory)   # core's, as the --json document has it
         if diagnosis is None:
@@ -67,6 +71,10 @@ class DiagnosisInTurns(QObject):
         """A run failed: its message replaces the findings still to come."""
         self._no_findings_later()
         self._findings.show_failure(message)
+
+    def show_findings_later(self):
+        """`show_findings` in an event of its own (the spec was edited)."""
+        self._spec_findings_later.start()
 
     def show_findings(self):
         """The Findings panel and the Tensors tab's note, from the session state: what is listed,

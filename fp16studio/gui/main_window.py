@@ -241,8 +241,9 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.form.set_spec(spec)
         self.lookups.spec_changed(spec)
         # Whether the findings and the tree are of this spec, and which are listed (a drift's
-        # only while it is of the current spec), follow from it.
-        self.diagnosis_shown.show_findings()
+        # only while it is of the current spec), follow from it: an event later, so a fix's
+        # click (the edit, then its run) and what it makes stale are two waits, not one.
+        self.diagnosis_shown.show_findings_later()
 
     def _say_what_the_form_is(self, notice: str | None):
         """While a trace is shown, the form and Run say they are the pipeline's, not the script's."""

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QGridLayout, QHBoxL
                                QLabel, QLineEdit, QMenu, QTreeView, QVBoxLayout, QWidget)
 
 from fp16studio.core.present import vocabulary
-from .delegates import BadgeDelegate, ChipDelegate
+from .delegates import TensorCellDelegate
 from .fit import ShrinkingComboBox, stale_note
 from .palette import LEGEND_DTYPES, dtype_color
 from .roles import NODE_ROLE
@@ -55,9 +55,6 @@ class TensorTreeView(QTreeView):
         # Deep names keep both ends (`encoder…layer.0.attention`); the tooltip has the path.
         self.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.setIndentation(14)
-        self.setItemDelegateForColumn(DTYPE, ChipDelegate(self))
-        self.setItemDelegateForColumn(STATUS, ChipDelegate(self))
-        self.setItemDelegateForColumn(DEVICE, BadgeDelegate(self))
 
         self.chosen_columns: set[int] = set()   # shown or hidden by the user: never folded
         self._folded_width: dict[int, int] = {}
@@ -109,6 +106,8 @@ class TensorPanel(QWidget):
         self.proxy.setSourceModel(self.model)
         self.tree = TensorTreeView(self)
         self.tree.setModel(self.proxy)
+        self.tree.setItemDelegate(TensorCellDelegate(
+            lambda index: self.model.cell(self.proxy.mapToSource(index)), self.tree))
         self.tree.sortByColumn(-1, Qt.SortOrder.AscendingOrder)  # model order until a click
         header = self.tree.header()
         header.setStretchLastSection(False)
@@ -143,7 +142,6 @@ class TensorPanel(QWidget):
             self.colour_by.addItem(f"Colour: {kind}", kind)
         self.colour_by.currentIndexChanged.connect(self._apply_colour)
         self._module_values: dict = {}   # "headroom" / "drift" / "fp8" -> {module path: value}
-        self._name_chips = ChipDelegate(self.tree)
         self.summary = QLabel(objectName="muted", toolTip=INVENTORY_TIP, wordWrap=True)
         self.notice = stale_note("")
         self.inventory: dict | None = None
@@ -230,7 +228,6 @@ class TensorPanel(QWidget):
     def _apply_colour(self):
         kind = self.colour_by.currentData()
         self.model.set_colour_by(kind, self._module_values.get(kind))
-        self.tree.setItemDelegateForColumn(NAME, self._name_chips if kind != "dtype" else None)
         self.tree.viewport().update()
 
     def reveal(self, node) -> bool:

@@ -12,7 +12,7 @@ from fp16studio.gui import MainWindow
 from fp16studio.gui.file_actions import CANCEL, DISCARD, SAVE
 from fp16studio.gui.roles import PATH_ROLE
 from fp16studio.gui.tree_model import STATUS
-from window_steps import listed, run
+from window_steps import listed, run, shown
 
 RUN_TIMEOUT_MS = 120_000
 
@@ -56,6 +56,7 @@ def test_demo_loop_run_fix_run_clean_undo(qtbot, window):
     keys = {diff.item(r, 0).text() for r in range(diff.rowCount())}
     assert "applied_fixes" in keys and keys - {"applied_fixes"}
     window.undo_stack.undo()
+    shown(qtbot)
     assert window.spec == before
     assert not window.findings.detail.fix_buttons[0].isEnabled()  # findings are for another spec
     window.undo_stack.redo()

@@ -44,3 +44,23 @@ def test_load_dtype_auto_explains_itself_and_shows_the_resolved_dtype(qtbot, tmp
     assert not form.auto_dtype.isHidden()
     text = form.auto_dtype.text()
     assert "checkpoint's own dtype" in text and "bfloat16, from config.json dtype" in text
+
+
+def test_a_new_spec_sets_the_fields_it_changes_and_clears_a_rejected_entry(qtbot):
+    """An edit (a fix) sets only what it changed; a field showing a rejected entry shows the
+    spec's value again even where that value did not change."""
+    form = SpecForm()
+    qtbot.addWidget(form)
+    spec = PipelineSpec(model="m", dataset="d", samples=8)
+    form.set_spec(spec)
+    rate = form.fields["sampling_rate"].widget
+    rate.setText("fast")
+    rate.editingFinished.emit()
+    assert "sampling_rate" in form.invalid_keys()
+    samples = form.fields["samples"].widget
+    form.set_spec(spec.replace(model_cast="float16"))
+    combo = form.fields["model_cast"].widget
+    assert combo.currentData() == "float16"
+    assert rate.text() == "" and form.invalid_keys() == {}
+    form.set_spec(spec.replace(model_cast="float16", samples=3))
+    assert samples.value() == 3 and form.fields["samples"].get() == 3

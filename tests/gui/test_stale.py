@@ -5,7 +5,7 @@ found for, while that is the current spec."""
 from PySide6.QtCore import Qt
 
 from fp16studio.gui import MainWindow
-from window_steps import listed, run
+from window_steps import listed, run, shown
 
 TIMEOUT_MS = 180_000
 
@@ -49,6 +49,7 @@ def test_after_undo_and_edits_the_findings_are_marked_and_their_fixes_are_not_ap
     after_fix = listed(window)[0]
 
     window.undo_stack.undo()                   # the findings are the fixed spec's, not this one's
+    shown(qtbot)
     assert window.spec != fixed
     assert listed(window)[0] is after_fix      # still listed (what was found), marked stale
     assert_stale(window)
@@ -59,10 +60,12 @@ def test_after_undo_and_edits_the_findings_are_marked_and_their_fixes_are_not_ap
     assert window.spec == before and "another version of the spec" in window.log.toPlainText()
 
     window.undo_stack.redo()                   # back to the spec they are of: current again
+    shown(qtbot)
     assert window.spec == fixed
     assert_current(window)
 
     window.controller.edit(window.spec.replace(samples=3), "Edit samples")
+    shown(qtbot)
     assert_stale(window)
     assert not window.apply_fix(after_fix.fixes[0].id) and window.spec.samples == 3
     assert first.fixes[0].id not in [f["id"] for f in window.spec.applied_fixes[1:]]
@@ -129,9 +132,11 @@ def test_the_drift_findings_go_with_their_spec(qtbot):
     assert "overflow" in [f.code for f in listed(window)]
     fix_id = next(f for f in listed(window) if f.code == "overflow").fixes[0].id
     window.controller.edit(window.spec.replace(samples=window.spec.samples + 1), "Edit samples")
+    shown(qtbot)
     assert "overflow" not in [f.code for f in listed(window)]
     assert window.drift.stale.isVisibleTo(window.drift)
     assert not window.apply_fix(fix_id)
     window.undo_stack.undo()
+    shown(qtbot)
     assert "overflow" in [f.code for f in listed(window)]
     assert not window.drift.stale.isVisibleTo(window.drift)

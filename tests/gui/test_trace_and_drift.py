@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt
 
 from fp16studio.gui import MainWindow
 from fp16studio.gui.roles import NODE_ROLE
+from window_steps import shown
 
 RUN_TIMEOUT_MS = 120_000
 
@@ -82,6 +83,7 @@ def test_trace_a_script_cancel_then_continue_as_a_pipeline_and_fix_it(qtbot, win
     assert window.act_continue.isEnabled()
     assert window.findings.header_buttons[window.act_continue].isVisible()
     window.act_continue.trigger()
+    shown(qtbot)
     assert window.spec.to_dict() == doc["spec"]
     assert not window.act_continue.isEnabled()
     assert not window.form_notice.isVisible() and "(trace)" not in window.windowTitle()

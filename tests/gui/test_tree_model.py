@@ -278,7 +278,6 @@ def test_colour_by_device_headroom_and_drift_with_parents_showing_their_worst(qt
     from PySide6.QtGui import QColor
 
     from fp16studio.core.diagnostics.inventory import rolled_up
-    from fp16studio.gui.delegates import ChipDelegate
     from fp16studio.gui.palette import OKABE_ITO, device_color
     from fp16studio.gui.roles import COLOR_ROLE
 
@@ -292,7 +291,7 @@ def test_colour_by_device_headroom_and_drift_with_parents_showing_their_worst(qt
 
     panel.set_module_values("drift", rolled_up({"layer0": 45.0, "layer1": 12.0}, min))
     panel.colour_by.setCurrentIndex(panel.colour_by.findData("drift"))
-    assert isinstance(panel.tree.itemDelegateForColumn(0), ChipDelegate)
+    assert model.cell(layer0).color == QColor(OKABE_ITO["bluish_green"])   # what the painter draws
     assert layer0.data(COLOR_ROLE) == QColor(OKABE_ITO["bluish_green"])
     assert layer1.data(COLOR_ROLE) == QColor(OKABE_ITO["vermillion"])
     assert layer2.data(COLOR_ROLE) is None                              # not compared
@@ -335,3 +334,40 @@ def test_the_footer_shows_the_inventory_it_is_given_and_counts_nothing_itself(qt
     assert groups == {"Net": "128.0 KiB", "activations": "48 B"}
     panel.set_inventory(None)
     assert panel.summary.text() == ""
+
+
+def test_the_painter_draws_chips_and_badges_asking_the_model_once_per_cell(qtbot, make_tree, monkeypatch):
+    """Each cell is one `cell()` call: no role asked one by one (through the proxy, two calls
+    into Python each), and what it returns is drawn: the dtype's chip, the device's badge."""
+    from PySide6.QtGui import QColor
+
+    from fp16studio.gui.palette import device_color, dtype_color
+    from fp16studio.gui.tree_model import DEVICE, TensorTreeModel
+
+    asked = []
+    data, cell = TensorTreeModel.data, TensorTreeModel.cell
+    monkeypatch.setattr(TensorTreeModel, "data", lambda self, index, role=Qt.ItemDataRole.DisplayRole: (
+        asked.append(role), data(self, index, role))[1])
+    monkeypatch.setattr(TensorTreeModel, "cell", lambda self, index: (asked.append("cell"), cell(self, index))[1])
+    panel = TensorPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 400)
+    panel.show()
+    qtbot.waitExposed(panel)
+    panel.set_tree(make_tree())
+    tree, proxy = panel.tree, panel.proxy
+    tree.expandAll()
+    qtbot.wait(20)
+    layer0 = proxy.mapFromSource(child(panel.model, panel.model.index(0, 0), "layer0"))
+    w1 = proxy.index(1, 0, layer0)                    # a float16 parameter on the CPU
+    asked.clear()
+    image = tree.viewport().grab().toImage()
+    shown_cells = asked.count("cell")
+    assert shown_cells > 0 and [role for role in asked if role != "cell"] == []
+
+    def centre_of(column, dx):
+        rect = tree.visualRect(w1.siblingAtColumn(column))
+        return image.pixelColor(rect.left() + dx, rect.center().y())
+
+    assert centre_of(DTYPE, 6 + 5) == QColor(dtype_color("float16"))    # the chip, 10 px wide
+    assert centre_of(DEVICE, 6 + 4) == QColor(device_color("cpu"))      # inside the badge
