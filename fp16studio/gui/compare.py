@@ -31,6 +31,7 @@ from .fit import ElidedLabel, VerticalScrollArea
 from .later_pages import MadeInParts, all_parts
 from .palette import DTYPE_COLORS, OKABE_ITO
 from .plot_style import SpacedAxis, follow_palette, menus_in_parts, restyle
+from .turns import Turns
 
 REDRAW_MS = 66  # ~15 Hz: smooth enough to watch, cheap enough for the GUI thread
 EXPORT_WIDTH = 1600
@@ -97,9 +98,7 @@ class CompareView(MadeInParts, QWidget):
         # A result is shown in turns, an event each: the table, then the words over it (which
         # relayout the page), then the bars. All in one event held the window 97-113 ms under
         # load (docs/benchmarks.md).
-        self._turns_left: list = []
-        self._next_turn = QTimer(self, singleShot=True, interval=0)
-        self._next_turn.timeout.connect(self._take_turn)
+        self._turns = Turns(self)
         if not begun:
             all_parts(self._make())
 
@@ -229,8 +228,7 @@ class CompareView(MadeInParts, QWidget):
     def clear(self):
         """Forget samples and results: a new benchmark starts."""
         self._timer.stop()
-        self._next_turn.stop()
-        self._turns_left.clear()
+        self._turns.drop()
         for curve in self._curves.values():
             self.plot.removeItem(curve)
             self.legend.removeItem(curve)
@@ -280,26 +278,18 @@ class CompareView(MadeInParts, QWidget):
 
     def set_result(self, doc: dict):
         """Show a finished bench document (CONTRACT §3 `bench --json`): the table now, the
-        summary and note an event later, the bars an event after that (`finish_drawing` for
-        them at once)."""
+        summary and note an event later, the result charts' page in the next, their bars in
+        the one after (`finish_drawing` for them at once)."""
         self._redraw()
         self._doc = doc
         self.model.set_doc(doc)
         for button in self._export_buttons:
             button.setEnabled(True)
-        self._turns_left[:] = [self._say_result, self._draw_bars]
-        self._next_turn.start()
+        self._turns.start(self._say_result, self._show_results, self._draw_bars)
 
     def finish_drawing(self):
         """What is left of the result shown now (before an export reads the bars)."""
-        self._next_turn.stop()
-        while self._turns_left:
-            self._turns_left.pop(0)()
-
-    def _take_turn(self):
-        self._turns_left.pop(0)()
-        if self._turns_left:
-            self._next_turn.start()
+        self._turns.finish()
 
     def _say_result(self):
         doc = self._doc
@@ -337,6 +327,10 @@ class CompareView(MadeInParts, QWidget):
         for item in self._result_plots:
             item.getAxis("left").setTicks(ticks)
             item.enableAutoRange()
+
+    def _show_results(self):
+        # Shown before its bars are set: the page's 200 show and layout events, and the
+        # charts' paint, are two waits, not one (issue 31).
         self.charts.setCurrentWidget(self.results)
 
     @property

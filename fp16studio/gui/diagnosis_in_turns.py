@@ -1,7 +1,7 @@
 """A diagnosis shown across the window's panels in turns: the tensor tree in the result's own
-event, its findings in the next (read from the session state then), so a result is several short
-waits of the window, not one long one (issue 31). `finished` carries diagnosisFinished's document
-once the findings are shown.
+event, its findings listed in the next (read from the session state then), the first one's
+detail in the one after, so a result is several short waits of the window, not one long one
+(issue 31). `finished` carries diagnosisFinished's document once all are shown.
 
 What the Findings panel lists, whether its fixes are one click and what the Tensors tab and the
 form say of a result that is not current, all follow from the session state: `show_findings`.
@@ -17,6 +17,7 @@ from .findings_panel import FindingsPanel
 from .session_controller import SessionController
 from .status_bar import StatusInfo
 from .tree_panel import TensorPanel
+from .turns import Turns
 
 
 class DiagnosisInTurns(QObject):
@@ -27,13 +28,12 @@ class DiagnosisInTurns(QObject):
         super().__init__(parent)
         self._controller, self._tensors, self._findings, self._status = controller, tensors, findings, status
         self._say_what_the_form_is = say_what_the_form_is
-        self._findings_later = QTimer(self, singleShot=True, interval=0,
-                                      timeout=self._show_result_findings)
+        self._turns = Turns(self, then=self._say_finished)   # a result's, read from the state then
         self._spec_findings_later = QTimer(self, singleShot=True, interval=0, timeout=self.show_findings)
         self._finished_doc = None   # sent once the findings are shown
 
     def show_diagnosis(self, diagnosis):
-        """The controller's diagnosis (or None): the tree now, the findings an event later."""
+        """The controller's diagnosis (or None): the tree now, the findings in the turns after."""
         state = self._controller.state
         index = state.tree_index
         # The tree's own note goes with it: set with the findings, its change of the tree's
@@ -52,19 +52,17 @@ class DiagnosisInTurns(QObject):
         self._tensors.model.set_highlighted(node.path for node in state.located.values())
         if diagnosis.tree is not None:
             self._status.set_environment(diagnosis.environment, diagnosis.device, state.gpu_memory)
-        self._findings_later.start()   # read from the state when shown
+        self._turns.start(self._show_result_findings, self._findings.choose_first)
 
     def findings_changed(self):
         """A trace started, or ended with no result: what the panels say changes at once."""
         self.show_diagnosis(self._controller.diagnosis)
-        if self._findings_later.isActive():
-            self._findings_later.stop()
-            self._show_result_findings()
+        self._turns.finish()
 
     def finish_when_shown(self, doc):
         """`finished(doc)` once the result's findings are shown too."""
         self._finished_doc = doc
-        if not self._findings_later.isActive():
+        if not self._turns.pending:
             self._say_finished()
 
     def show_failure(self, message: str):
@@ -76,9 +74,10 @@ class DiagnosisInTurns(QObject):
         """`show_findings` in an event of its own (the spec was edited)."""
         self._spec_findings_later.start()
 
-    def show_findings(self):
+    def show_findings(self, choose_first: bool = True):
         """The Findings panel and the Tensors tab's note, from the session state: what is listed,
-        whether its fixes are one click, and what is said of it when it is not current."""
+        whether its fixes are one click, and what is said of it when it is not current (the
+        first finding chosen, its detail shown, unless not `choose_first`)."""
         state = self._controller.state
         self._tensors.set_notice(state.tree_notice())
         self._say_what_the_form_is(state.form_notice())
@@ -91,20 +90,19 @@ class DiagnosisInTurns(QObject):
         ran = state.diagnosis is not None or state.drift_current
         ok = not findings and ran and (state.diagnosis is None or state.diagnosis.ok)
         self._findings.set_findings(findings, ok, state.located, code_fixes=state.trace is not None,
-                                    notice=state.findings_notice())
+                                    notice=state.findings_notice(), choose_first=choose_first)
         self._findings.set_steps(state.trace.steps if state.trace is not None else ())
 
     def _show_result_findings(self):
-        self.show_findings()
+        self.show_findings(choose_first=False)   # the detail in a turn of its own
         state, diagnosis = self._controller.state, self._controller.diagnosis
         if diagnosis is not None and diagnosis.error and not diagnosis.findings and state.tracing is None:
             self._findings.show_failure(diagnosis.error.get("message", ""))
-        self._say_finished()
 
     def _no_findings_later(self):
         """What is shown next replaces a result's findings still to come (a failure, nothing)."""
-        if self._findings_later.isActive():
-            self._findings_later.stop()
+        if self._turns.pending:
+            self._turns.drop()
             self._say_finished()
 
     def _say_finished(self):

@@ -259,11 +259,12 @@ class FindingsPanel(QWidget):
         self.header_buttons[action] = button
 
     def set_findings(self, findings, ok: bool, revealable=(), code_fixes: bool = False,
-                     notice: str | None = None):
+                     notice: str | None = None, choose_first: bool = True):
         """Show `findings`; "Show in tensor tree" only for the `revealable` locations; with
         `code_fixes`, each fix as the code that makes it (a trace that is not a pipeline);
         `notice` over them when they are not a run of the current spec. The same findings again
-        keep the finding chosen (a new notice, an edit of the spec)."""
+        keep the finding chosen (a new notice, an edit of the spec). New findings: the first is
+        chosen (its detail shown), or later by `choose_first()` when not `choose_first`."""
         self.set_notice(notice)
         self.detail.revealable = set(revealable)
         listed = self.model.findings()
@@ -274,10 +275,16 @@ class FindingsPanel(QWidget):
         self.model.set_findings(findings)
         self.summary.setText(severity_counts(findings))
         if findings:
-            self.view.setCurrentIndex(self.model.index(0, 0))
+            if choose_first:
+                self.choose_first()
         elif ok:
             self.detail.show_text("No findings: the pipeline runs and its output is finite.",
                                   "All clear")
+
+    def choose_first(self):
+        """The first finding chosen, its detail shown, unless one is chosen already."""
+        if not self.view.currentIndex().isValid() and self.model.rowCount():
+            self.view.setCurrentIndex(self.model.index(0, 0))
 
     def set_steps(self, steps):
         """The training steps of a trace (its `steps` documents); none hides the line."""
