@@ -278,14 +278,14 @@ class CompareView(MadeInParts, QWidget):
 
     def set_result(self, doc: dict):
         """Show a finished bench document (CONTRACT §3 `bench --json`): the table now, the
-        summary and note an event later, the result charts' page in the next, their bars in
-        the one after (`finish_drawing` for them at once)."""
+        result charts' page an event later, the summary and note over them in the next, their
+        bars in the one after (`finish_drawing` for them at once)."""
         self._redraw()
         self._doc = doc
         self.model.set_doc(doc)
         for button in self._export_buttons:
             button.setEnabled(True)
-        self._turns.start(self._say_result, self._show_results, self._draw_bars)
+        self._turns.start(self._show_results, self._say_result, self._draw_bars)
 
     def finish_drawing(self):
         """What is left of the result shown now (before an export reads the bars)."""
@@ -329,8 +329,9 @@ class CompareView(MadeInParts, QWidget):
             item.enableAutoRange()
 
     def _show_results(self):
-        # Shown before its bars are set: the page's 200 show and layout events, and the
-        # charts' paint, are two waits, not one (issue 31).
+        # Shown first: the words over the charts change the page's layout, which with the live
+        # plot still shown repainted its curves (15 ms); and before the bars are set, so the
+        # page's 200 show and layout events and the bars' paint are two waits, not one (issue 31).
         self.charts.setCurrentWidget(self.results)
 
     @property
