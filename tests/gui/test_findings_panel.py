@@ -87,3 +87,18 @@ def test_disabled_fixes_cannot_be_clicked(qtbot):
         qtbot.mouseClick(panel.detail.fix_buttons[0], Qt.MouseButton.LeftButton)
     panel.view.setCurrentIndex(panel.model.index(1, 0))   # a newly shown finding stays disabled
     assert not any(b.isEnabled() for b in panel.detail.fix_buttons)
+
+
+def test_new_findings_listed_first_their_detail_when_chosen(qtbot):
+    """A result lists its findings in one event and shows the first one's detail in the next
+    (`choose_first`), which leaves a finding the user chose meanwhile chosen."""
+    panel = FindingsPanel()
+    qtbot.addWidget(panel)
+    panel.set_findings(FINDINGS, ok=False, choose_first=False)
+    assert panel.model.rowCount() == 2 and not panel.view.currentIndex().isValid()
+    assert panel.detail.fix_buttons == []
+    panel.choose_first()
+    assert panel.view.currentIndex().row() == 0 and panel.detail.title.text() == "Error: dtype-mismatch"
+    panel.view.setCurrentIndex(panel.model.index(1, 0))
+    panel.choose_first()
+    assert panel.view.currentIndex().row() == 1 and panel.detail.title.text() == "Warning: half-on-cpu"
