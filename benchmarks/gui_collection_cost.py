@@ -51,8 +51,8 @@ def _measure(mode: str, rounds: int) -> dict:
     import fp16studio.gui.main_window as main_window
 
     if mode == "not-frozen":
-        main_window.keep_start_up_out_of_collections = lambda: None
-        later_pages.keep_imports_out_of_collections = lambda: None
+        main_window.keep_lasting_out_of_collections = lambda: None
+        later_pages.keep_lasting_out_of_collections = lambda: None
     app = QApplication([])
     window = main_window.MainWindow()
     window.resize(1280, 760)

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QTabWidget, QWidget
 
-from .long_lived import keep_imports_out_of_collections
+from .long_lived import keep_lasting_out_of_collections
 
 IDLE_CHECK_MS = 50   # how often the window looks whether the pages' modules are imported
 
@@ -130,7 +130,7 @@ def import_meanwhile(*modules: str) -> threading.Thread:
         for module in fresh:
             importlib.import_module(module)
         if fresh:
-            keep_imports_out_of_collections()
+            keep_lasting_out_of_collections()
 
     loading = threading.Thread(target=load, daemon=True, name="fp16studio-import")
     loading.start()

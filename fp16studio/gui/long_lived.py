@@ -33,14 +33,10 @@ def keep_out_of_collections(inventory: dict | None):
         gc.freeze()
 
 
-def keep_start_up_out_of_collections():
-    """Freeze what is alive once the window and its pages are made."""
-    gc.freeze()
-
-
-def keep_imports_out_of_collections():
-    """Freeze what is alive once the window's import thread has imported the charts' modules
-    (later_pages.import_meanwhile): modules live as long as the process, and the GUI thread's
-    next pass would walk all they made (22-38 ms, measured). As at the start-up's freeze, any
-    garbage alive at that moment is frozen with them."""
+def keep_lasting_out_of_collections():
+    """Freeze what is alive now, at a moment when what was just made lives as long as the
+    window: its start-up once the window and its pages are made, and the modules its import
+    thread loaded (later_pages.import_meanwhile), whose objects the GUI thread's next pass
+    would otherwise walk (22-38 ms, measured). Any garbage alive at that moment is frozen with
+    them."""
     gc.freeze()

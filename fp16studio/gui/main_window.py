@@ -25,7 +25,7 @@ from .findings_panel import FindingsPanel
 from .fit import stale_note
 from .history import HistoryPanel
 from .later_pages import LaterPages, import_meanwhile
-from .long_lived import keep_start_up_out_of_collections
+from .long_lived import keep_lasting_out_of_collections
 from .log_panel import LogPanel
 from .placement import place, remember
 from .preview_panel import PreviewPanel
@@ -95,7 +95,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         # One thread for the imports: two at once held the GIL from the window longer.
         loading = import_meanwhile(f"{__package__}.compare", f"{__package__}.drift_view", "psutil")
         self.status.start_sampling(loading)
-        self.pages.make_after(loading, then=keep_start_up_out_of_collections)
+        self.pages.make_after(loading, then=keep_lasting_out_of_collections)
 
     # -- the state, forwarded -------------------------------------------------------------------
     spec = property(lambda self: self.controller.spec)
