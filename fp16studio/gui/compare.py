@@ -105,10 +105,10 @@ class CompareView(MadeInParts, QWidget):
     def _make(self):
         # Each plot's context menus come in a part of their own, at the end (menus_in_parts).
         # The live plot's axes in a part before it: the window's first rich text (an axis
-        # label's) and the plot at once were one 15-20 ms part (issue 31).
+        # label's) and the plot at once were one 15-20 ms part (issue 31). Only the two shown:
+        # an axis given to a plot is shown.
         axes = {side: pg.AxisItem(side) for side in ("left", "bottom")}
         yield
-        axes.update((side, pg.AxisItem(side)) for side in ("top", "right"))
         self.plot = pg.PlotWidget(title="Throughput while measuring", enableMenu=False, axisItems=axes)
         self.plot.setObjectName("benchPlot")
         yield

@@ -67,6 +67,11 @@ def test_samples_are_plotted_live_on_curves_created_once(view, qtbot):
     qtbot.waitUntil(lambda: len(items[0].getData()[0]) == 199, timeout=2000)
     assert view.plot.listDataItems() == items
     qtbot.waitUntil(lambda: not view._timer.isActive(), timeout=2000)  # idle: stops redrawing
+    # Its axes, made a part before it, are the two a plot shows: values left and below only.
+    plot = view.plot.getPlotItem()
+    assert [side for side in ("left", "bottom", "top", "right") if plot.getAxis(side).isVisible()] == [
+        "left", "bottom"]
+    assert plot.getAxis("left").labelText == "samples/s"
 
 
 def test_result_fills_bars_table_and_says_cpu_gives_no_speed_up(view, qtbot, qtmodeltester):
