@@ -207,6 +207,7 @@ def test_variants_are_told_apart_by_more_than_colour():
     assert variant_color("tf32") == variant_color("float32")  # the same weights
     names = ("float32", "tf32", "autocast-float16")
     assert len({_pen(name).style() for name in names}) == 3     # the lines of the live plot
+    assert {_pen(name).widthF() for name in names} == {1.0}     # wider: 10x the repaint's CPU
     assert len({_brush(name).style() for name in names}) == 3   # the bars
 
 
