@@ -46,10 +46,8 @@ def variant_color(name: str) -> str:
     return DTYPE_COLORS.get("float32" if dtype == "tf32" else dtype, OKABE_ITO["grey"])
 
 
-def _pen(name: str) -> QPen:
-    # One pixel wide: the live plot's five noisy curves of 700 calls each repainted in 43 ms of
-    # the GUI thread with two-pixel (dashed) lines, 4 ms with these (issue 31).
-    pen = pg.mkPen(variant_color(name), width=1)
+def _pen(name: str, width: int = 2) -> QPen:
+    pen = pg.mkPen(variant_color(name), width=width)
     if name.startswith("autocast-"):
         pen.setStyle(Qt.PenStyle.DashLine)
     elif name == "tf32":
@@ -275,7 +273,9 @@ class CompareView(MadeInParts, QWidget):
                 self.charts.setCurrentWidget(self.plot)
             self._series[name] = _Series()
             # Created once per variant; the timer only feeds it new data.
-            self._curves[name] = self.plot.plot([], [], pen=_pen(name), name=name)
+            # One pixel wide: five noisy curves of 700 calls each repainted in 43 ms of the GUI
+            # thread with two-pixel (dashed) lines, in 4 ms with these (issue 31).
+            self._curves[name] = self.plot.plot([], [], pen=_pen(name, width=1), name=name)
             self.legend.addItem(self._curves[name], name)
         self._series[name].append(float(sample.get("iteration", self._series[name].n + 1)),
                                   float(value))

@@ -195,18 +195,20 @@ def test_at_1024_wide_the_filter_box_and_the_chart_labels_read_well(qtbot, windo
     bars = window.compare.bars
     image = QImage(bars.size(), QImage.Format.Format_ARGB32)
     painter = QPainter(image)
-    gap = painter.fontMetrics().horizontalAdvance("0")
-    titles = []
-    for axis in (item for item in bars.scene().items() if isinstance(item, pg.AxisItem)):
-        if axis.orientation != "bottom":
-            continue
-        ticks = sorted((axis.mapRectToScene(rect) for rect, _, _ in axis.generateDrawSpecs(painter)[2]),
-                       key=lambda rect: rect.left())
-        assert len(ticks) >= 2, axis.labelText
-        for left, right in zip(ticks, ticks[1:]):
-            assert right.left() - left.right() >= gap, (axis.labelText, left, right)
-        titles.append(axis.label.sceneBoundingRect())
-    painter.end()
+    try:   # ended whatever is asserted: an image freed while painted on crashes the process
+        gap = painter.fontMetrics().horizontalAdvance("0")
+        titles = []
+        for axis in (item for item in bars.scene().items() if isinstance(item, pg.AxisItem)):
+            if axis.orientation != "bottom":
+                continue
+            ticks = sorted((axis.mapRectToScene(rect) for rect, _, _ in axis.generateDrawSpecs(painter)[2]),
+                           key=lambda rect: rect.left())
+            assert len(ticks) >= 2, axis.labelText
+            for left, right in zip(ticks, ticks[1:]):
+                assert right.left() - left.right() >= gap, (axis.labelText, left, right)
+            titles.append(axis.label.sceneBoundingRect())
+    finally:
+        painter.end()
     assert len(titles) == 2
     assert not titles[0].intersects(titles[1]), titles
     assert all(0 <= title.left() and title.right() <= bars.width() for title in titles), titles
