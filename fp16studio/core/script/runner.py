@@ -24,6 +24,7 @@ from pathlib import Path
 from ..common.errors import first_line
 from ..common.library_logs import quiet_library_logs
 from ..common.precision import is_ours
+from .proof import SCRIPT_HOME_ENV
 from .entry import CHECK_ARG, DEFAULT_STEPS, NEEDS, STEPS_ENV, frozen, restore_library_path
 
 
@@ -56,6 +57,9 @@ def main(argv: list[str]) -> int:
         sys.path.insert(0, str(script_path.parent))
     else:
         sys.path[0] = str(script_path.parent)
+    home = os.environ.pop(SCRIPT_HOME_ENV, None)   # a proof's copy: the modules beside the script
+    if home:
+        sys.path.insert(1, home)
     start = time.perf_counter()
     Path(result_path).with_suffix(".started").touch()   # from here on, what happens is the script's
     try:

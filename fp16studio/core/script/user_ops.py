@@ -26,9 +26,11 @@ A failure something handled (the script's own code, or a library's: its tracebac
 not above the script) is a warning: the script went on. torch.compile: while dynamo traces, the
 mode steps aside (`torch.compiler.is_compiling()`), before it reads any frame.
 
-A user's call that computes in float16/bfloat16 is also checked against float32 (core/script/
-value_check.py: values lost without an error), summed per line into the records the rules of
-core/diagnostics/rules/values.py word as `precision-loss`, its fix the line rewritten here.
+Each user's call is also followed by the float32 shadow (core/script/shadow.py: where error
+is born and where it lands); the lines whose error reaches what the script prints, compares or
+steps with become the records the rules of core/diagnostics/rules/values.py word as
+`precision-loss` (core/script/quiet.py), their fixes the lines rewritten here and proven on a
+copy of the script (core/script/proof.py).
 
 Cost: a library's call pays for the mode itself (torch's dispatch to Python, about 1 us a call)
 plus a frame look-up and one dict hit; only the user's own calls are wrapped and inspected.
@@ -61,8 +63,11 @@ from ..diagnostics.rules.dtypes import user_half_unsupported
 from ..diagnostics.rules.placement import made_on_other_device
 from ..diagnostics.rules.ranges import user_overflowed, user_value_refused
 from ..diagnostics.rules.values import precision_loss
+from .quiet import LineFacts, quiet_records
+from .rewrite import assigned_in_place, augmented, cast_back, segment
+from .shadow import SINKS, ShadowCheck
 from .tracer import UserCode
-from .value_check import CHECKED, MADE, QuietValue, ValueCheck
+from .value_check import CASTS, CONSTANT
 
 # What a frame's file is, for the mode: kinds, cached per file name.
 _USER, _DISPATCH, _LOSS, _WRAPPER, _OTHER, _PASS = 1, 2, 3, 4, 5, 6
@@ -123,15 +128,15 @@ class _Meeting:
 class UserOps:
     """The watcher (ScriptWatch protocol): `install()`, `uninstall()`, `findings()`."""
 
-    def __init__(self, user: UserCode):
+    def __init__(self, user: UserCode, shadow: bool = True):
         self.user = user
         self.errors: list[str] = []        # fp16studio's own failures (bugs), never the script's
         self._kinds: dict[str, int] = {}
         self._seen: dict[tuple, _Seen] = {}
         self._meetings: list[_Meeting] = []
         self._made: dict[int, tuple] = {}    # id(tensor) -> (weakref, func, source, line)
-        self._quiet: dict[tuple, QuietValue] = {}   # (file, line, kind) -> what it lost
-        self._values = ValueCheck()
+        self._shadow = ShadowCheck() if shadow else None
+        self._lines: dict[tuple, LineFacts] = {}    # (file, line) -> its words and fixes
         self._mode = None
 
     # -- the ScriptWatch protocol -------------------------------------------------------------
@@ -146,6 +151,8 @@ class UserOps:
         from torch.overrides import _get_current_function_mode_stack, _pop_mode, _push_mode
 
         mode, self._mode = self._mode, None
+        if self._shadow is not None:
+            self._shadow.uninstall()     # the shadows go; what they found stays
         if mode is None or not any(m is mode for m in _get_current_function_mode_stack()):
             return
         above = []
@@ -167,7 +174,13 @@ class UserOps:
                     message=finding.message + " (The script caught this exception and went on.)")
             seen.exc = None
             out.append(finding)
-        return out + precision_loss(list(self._quiet.values()))
+        if self._shadow is None:
+            return out
+        said = {(f.source["file"], f.source["line"]) for f in out if f.source}
+        # While the script runs (a snapshot of the result so far) nothing is proven yet.
+        records = quiet_records(self._shadow, self._lines, said, self.user, error,
+                                prove_fixes=self._mode is None)
+        return out + precision_loss(records)
 
     @staticmethod
     def _caught(exc: BaseException) -> bool:
@@ -225,12 +238,12 @@ class UserOps:
 
     def call(self, func, args, kwargs, frame):
         name = _func_name(func)
-        saved = checking = None
-        if name in CHECKED:
+        pending = None
+        shadow = self._shadow
+        if shadow is not None and name not in SINKS:
             try:
-                checking = self._values.wants(name, args, (frame.f_code.co_filename,
-                                                           frame.f_lineno))
-                saved = self._values.before(name, args) if checking else None
+                pending = shadow.before(func, name, args, kwargs,
+                                        (frame.f_code.co_filename, frame.f_lineno))
             except Exception as bug:  # noqa: BLE001 - ours must not change the script
                 self.errors.append(f"{type(bug).__name__}: {bug}")
         try:
@@ -243,13 +256,30 @@ class UserOps:
             raise
         try:
             self._succeeded(name, args, kwargs, result, frame)
-            if checking:
-                self._check_values(func, name, args, kwargs, result, saved, frame)
-            elif checking is not None:
-                self._values.skipped(name, result, (frame.f_code.co_filename, frame.f_lineno))
+            if shadow is not None:
+                self._follow(shadow, pending, name, args, kwargs, result, frame)
         except Exception as bug:  # noqa: BLE001
             self.errors.append(f"{type(bug).__name__}: {bug}")
         return result
+
+    def _follow(self, shadow, pending, name, args, kwargs, result, frame):
+        """The shadow's part of a call: the result's shadow and what it lost, or the error
+        carried to a place where values matter; the line's words and fixes once per kind."""
+        where = (frame.f_code.co_filename, frame.f_lineno)
+        if pending is not None:
+            shadow.after(pending, result)
+        elif name in SINKS and args:
+            shadow.land(name, args[0], where)
+        facts = self._lines.get(where)
+        if facts is None:
+            facts = self._lines[where] = LineFacts(_function_of(frame), _line(frame),
+                                                   _source(frame))
+        birth = shadow.births.get(where)
+        if birth is not None:
+            for kind in (*birth.events, "rounding"):
+                if kind not in facts.fixes:
+                    facts.fixes[kind] = _keeping_lines(facts.code, name, args, kwargs, kind,
+                                                       birth, frame)
 
     def _succeeded(self, name, args, kwargs, result, frame):
         big = _big_number(args) or (_big_number(kwargs.values()) if kwargs else None)
@@ -261,27 +291,6 @@ class UserOps:
             self._loss_called(name, args, kwargs, frame)
         if name in _FACTORIES:
             self._remember_made(name, result, frame)
-
-    def _check_values(self, func, name, args, kwargs, result, saved, frame):
-        """The call against float32 (core/script/value_check.py), summed per line and kind."""
-        where = (frame.f_code.co_filename, frame.f_lineno)
-        if ("value-out-of-range", *where) in self._seen:
-            return    # said already, more precisely
-        for loss in self._values.compare(func, name, args, kwargs, result, saved, where):
-            key = (*where, loss.kind)
-            seen = self._quiet.get(key)
-            if seen is not None:
-                self._quiet[key] = dataclasses.replace(
-                    seen, loss=dataclasses.replace(seen.loss, lost=seen.loss.lost + loss.lost,
-                                                   total=seen.loss.total + loss.total,
-                                                   repeats=seen.loss.repeats + loss.repeats),
-                    calls=seen.calls + 1, lost_calls=seen.lost_calls + bool(loss.lost))
-                continue
-            line = _line(frame)
-            self._quiet[key] = QuietValue(
-                loss, 1, int(bool(loss.lost)), _source(frame), _function_of(frame), line,
-                _keeping_line(line, name, args, kwargs, loss, frame), name in MADE,
-                _autocast_on(result))
 
     def _failed(self, name, args, kwargs, frame, exc: Exception):
         message = str(exc).strip().split("\n", 1)[0][:500]
@@ -647,13 +656,6 @@ def _call_on(line: str, name: str):
     return None
 
 
-def _segment(line: str, node) -> tuple[int, int]:
-    """The node's characters on the line (ast counts bytes)."""
-    data = line.encode()
-    return (len(data[:node.col_offset].decode(errors="ignore")),
-            len(data[:node.end_col_offset].decode(errors="ignore")))
-
-
 def _with_float(line: str, name: str, args, kwargs) -> tuple[str | None, str | None]:
     """The line with `.float()` on each half operand of the call, and the first such operand
     (`logits.float().numpy()`, `torch.cdist(z.float(), protos.float())`)."""
@@ -670,9 +672,9 @@ def _with_float(line: str, name: str, args, kwargs) -> tuple[str | None, str | N
               if isinstance(kwargs.get(k.arg), torch.Tensor) and kwargs[k.arg].dtype in half]
     if not edits:
         return None, None
-    expr = line[slice(*_segment(line, edits[0]))]
+    expr = line[slice(*segment(line, edits[0]))]
     for operand in sorted(edits, key=lambda n: n.col_offset, reverse=True):
-        start, end = _segment(line, operand)
+        start, end = segment(line, operand)
         simple = isinstance(operand, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
         text = line[start:end] if simple else f"({line[start:end]})"
         line = line[:start] + text + ".float()" + line[end:]
@@ -687,7 +689,7 @@ def _operand(line: str, name: str, args, tensor) -> str | None:
         return None
     for value, operand in zip(args, found[1]):
         if value is tensor:
-            return line[slice(*_segment(line, operand))]
+            return line[slice(*segment(line, operand))]
     return None
 
 
@@ -720,64 +722,108 @@ def _replace_number(line: str, value: float, replacement: str) -> str | None:
     return None
 
 
-def _keeping_line(line: str, name: str, args, kwargs, loss, frame) -> str | None:
-    """The user's line written so that it keeps the values `loss` says were lost: made in
-    float32 (a cast or creation), `.float()` on the half operands, the total in float32, the
-    dtype's own `torch.finfo` for a number it cannot hold."""
-    if loss.kind == "constant":
-        half = _half_tensor(args, kwargs)
-        expr = _operand(line, name, args, half) or (
-            _local_name(half, frame) if half is not None else None)
-        bound = "tiny" if loss.held == 0 else ("min" if loss.value < 0 else "max")
-        sign = "-" if loss.held == 0 and loss.value < 0 else ""
-        finfo = f"{sign}torch.finfo({expr}.dtype).{bound}" if expr else \
-            f"{sign}torch.finfo(torch.{loss.dtype}).{bound}"
-        return _replace_number(line, loss.value, finfo)
-    if name in MADE:
-        return _made_in_float32(line, name)
-    if loss.kind == "absorbed":
-        total = _augmented(line)
-        if total is not None:
-            return total
-    return _with_float(line, name, args, kwargs)[0]
+def _keeping_lines(line: str, name: str, args, kwargs, kind: str, birth, frame) -> tuple:
+    """(the user's line written so that it keeps the values, each way most wanted first; the
+    text of its half operand, whose dtype a later line may need back). Made in float32 (a
+    cast or creation), a number the dtype cannot hold as the dtype's own `torch.finfo` limit,
+    a running total in float32, `.float()` on the half operands (and cast back at the end)."""
+    float_line, expr = _with_float(line, name, args, kwargs)
+    out = []
+    if kind == CONSTANT:
+        details = birth.details.get(CONSTANT) or {}
+        held, value = details.get("held"), details.get("value")
+        if value is not None and (held == 0 or abs(held) == float("inf")):
+            half = _half_tensor(args, kwargs)
+            expr = expr or _operand(line, name, args, half) or (
+                _local_name(half, frame) if half is not None else None)
+            bound = "tiny" if held == 0 else ("min" if value < 0 else "max")
+            sign = "-" if held == 0 and value < 0 else ""
+            finfo = f"{sign}torch.finfo({expr}.dtype).{bound}" if expr else \
+                f"{sign}torch.finfo(torch.{birth.dtype}).{bound}"
+            out.append(_replace_number(line, value, finfo))
+    if _half_tensor(args, kwargs) is None and name in CASTS or not _any_tensor(args, kwargs):
+        out.append(_made_in_float32(line, name, args))
+    if kind == "absorbed":
+        out.append(augmented(line) or assigned_in_place(line))
+    leaves, leaf = _half_names_float(line, frame)
+    expr = expr or leaf
+    for text in (leaves, float_line):
+        if text is not None:
+            out += [text, cast_back(text, expr)]
+    return tuple(dict.fromkeys(text for text in out if text)), expr
 
 
-def _made_in_float32(line: str, name: str) -> str | None:
+_ABOUT = ("dtype", "device", "shape", "ndim", "size", "is_floating_point")
+
+
+def _half_names_float(line: str, frame) -> tuple[str | None, str | None]:
+    """The line with `.float()` on each name it reads that holds a half tensor (`x` in
+    `(x * scale).exp().sum()`): the whole line computes in float32, whichever of its operations
+    lost the values. And the first such name."""
+    import torch
+
+    tree = _statement_tree(line)
+    if tree is None:
+        return None, None
+    about = {id(node.value) for node in ast.walk(tree)
+             if isinstance(node, ast.Attribute) and node.attr in _ABOUT}
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in about:
+            value = frame.f_locals.get(node.id, frame.f_globals.get(node.id))
+            if isinstance(value, torch.Tensor) and value.dtype in (torch.float16, torch.bfloat16):
+                names.append(node)
+    if not names:
+        return None, None
+    first = line[slice(*segment(line, min(names, key=lambda n: n.col_offset)))]
+    for node in sorted(names, key=lambda n: n.col_offset, reverse=True):
+        start, end = segment(line, node)
+        line = line[:start] + line[start:end] + ".float()" + line[end:]
+    return line, first
+
+
+def _statement_tree(line: str):
+    for text in (line, line + " pass"):
+        try:
+            return ast.parse(text)
+        except SyntaxError:
+            continue
+    return None
+
+
+def _any_tensor(args, kwargs) -> bool:
+    import torch
+
+    return any(isinstance(v, torch.Tensor) for v in (*args, *kwargs.values()))
+
+
+def _made_in_float32(line: str, name: str, args=()) -> str | None:
     """`torch.arange(n, dtype=x.dtype)` as `torch.arange(n, dtype=torch.float32)`,
-    `pos.half()` as `pos.float()`, `pos.to(x.dtype)` as `pos.to(torch.float32)`."""
+    `pos.half()` as `pos.float()`, `pos.to(x.dtype)` as `pos.to(torch.float32)` (the argument
+    that is the dtype, wherever it stands: `ids.to(dev, torch.float16, True)`)."""
+    import torch
+
     found = _call_on(line, name)
     if found is None:
         return None
     node, _ = found
     if name in ("half", "bfloat16"):
-        start, end = _segment(line, node)
+        start, end = segment(line, node)
         text = line[start:end]
         return line[:start] + text[:text.rindex(name)] + "float()" + line[end:]
     keyword = next((k for k in node.keywords if k.arg == "dtype"), None)
-    target = keyword.value if keyword is not None else (
-        node.args[-1] if name in ("to", "type") and node.args else None)
+    target = keyword.value if keyword is not None else None
+    if target is None and name in ("to", "type"):
+        given = list(args[1:])     # a method: the receiver is not among the call's arguments
+        target = next((arg for arg, value in zip(node.args, given)
+                       if isinstance(value, torch.dtype)), None)
     if target is not None:
-        start, end = _segment(line, target)
+        start, end = segment(line, target)
         return line[:start] + "torch.float32" + line[end:]
     if name in ("to", "type", "copy_"):
         return None
-    end = _segment(line, node)[1] - 1          # a creation in the default dtype: say float32
+    end = segment(line, node)[1] - 1          # a creation in the default dtype: say float32
     return line[:end] + ", dtype=torch.float32" + line[end:]
-
-
-def _augmented(line: str) -> str | None:
-    """`total += x` as `total = total.float() + x`: the running total kept in float32."""
-    try:
-        tree = ast.parse(line)
-    except SyntaxError:
-        return None
-    node = tree.body[0] if len(tree.body) == 1 else None
-    if not isinstance(node, ast.AugAssign) or not isinstance(node.op, (ast.Add, ast.Sub)):
-        return None
-    target, value = ast.get_source_segment(line, node.target), \
-        ast.get_source_segment(line, node.value)
-    sign = "+" if isinstance(node.op, ast.Add) else "-"
-    return f"{target} = {target}.float() {sign} {value}"
 
 
 def _autocast_on(tensor) -> str | None:

@@ -1,0 +1,156 @@
+"""Fixes proven on the script (issue 40): before a quiet-value fix is offered first, it is
+applied to a copy of the script, the copy is traced again, and the fix counts as proven only if
+its line no longer loses values, the place where the values landed is now close to its float32
+shadow, and nothing new fails. What could not be proven says why.
+
+The copy lives in a folder of its own (the user's file is never written); its run imports the
+script's own folder after the copy's (SCRIPT_HOME_ENV), so the modules beside the script are
+found. All records' first fixes are tried in one run; where that run fails, each alone. A fix
+that is not proven gives way to its next way of writing, for a few rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from ..common.errors import InputError
+
+PROVE_ENV = "FP16STUDIO_PROVE"          # "0": this run is a proof's, it proves nothing itself
+SCRIPT_HOME_ENV = "FP16STUDIO_SCRIPT_HOME"
+ROUNDS = 3
+PROVEN = "proven"
+_started = time.perf_counter()
+
+
+def proving() -> bool:
+    return os.environ.get(PROVE_ENV) != "0"
+
+
+def apply_edits(text: str, edits) -> str:
+    """The script's text with each edit ((line, code), ...) in place of its line, at that
+    line's indentation (a code of several lines keeps its own shape below the first)."""
+    lines = text.splitlines(keepends=True)
+    for number, code in sorted(edits, reverse=True):
+        if not 0 < number <= len(lines):
+            raise InputError(f"line {number} is not in the script ({len(lines)} lines)")
+        old = lines[number - 1]
+        indent = old[:len(old) - len(old.lstrip())]
+        ending = "\n" if old.endswith("\n") else ""
+        body = "\n".join(indent + part if part.strip() else part
+                         for part in code.splitlines())
+        lines[number - 1] = body + ending
+    return "".join(lines)
+
+
+def prove(records: list, user, error=None, args=None) -> list:
+    """The records with `proof` (per candidate tried: PROVEN or "not proven: why") and their
+    candidates in the order to offer them: the proven one first. `error`: how the script
+    itself failed, if it did (the fixed copy may fail the same way)."""
+    if not proving():
+        return records
+    import sys
+
+    script = Path(user.script)
+    args = list(sys.argv[1:] if args is None else args)
+    budget = 30.0 + 3 * (time.perf_counter() - _started)
+    tried = [0] * len(records)
+    verdicts: list[list[str]] = [[] for _ in records]
+    proven: dict[int, tuple] = {}
+    for _ in range(ROUNDS):
+        trying = [i for i, r in enumerate(records)
+                  if i not in proven and tried[i] < len(r.candidates)]
+        if not trying:
+            break
+        outcome = _run(script, args, _edits(records, proven, trying, tried), budget)
+        failed = outcome is None or outcome.error is not None and error is None
+        groups = [[i] for i in trying] if failed and len(trying) > 1 else [trying]
+        for group in groups:
+            result = outcome if len(groups) == 1 else \
+                _run(script, args, _edits(records, proven, group, tried), budget)
+            for i in group:
+                why = _judge(result, records[i], error)
+                verdicts[i].append(why)
+                if why == PROVEN:
+                    proven[i] = records[i].candidates[tried[i]]
+                tried[i] += 1
+    out = []
+    for i, record in enumerate(records):
+        order = list(record.candidates)
+        if i in proven:
+            order.remove(proven[i])
+            order.insert(0, proven[i])
+        out.append(dataclasses.replace(record, candidates=tuple(order),
+                                       proof=_in_order(record.candidates, order, verdicts[i])))
+    return out
+
+
+def _in_order(candidates, order, verdicts) -> tuple:
+    """The verdicts by the candidates' new order (untried: empty)."""
+    by = {c: v for c, v in zip(candidates, verdicts)}
+    return tuple(by.get(c, "") for c in order)
+
+
+def _edits(records, proven: dict, trying, tried) -> list:
+    """The proven fixes and the ones tried now, a line written by one fix only."""
+    edits, taken = [], set()
+    for i, candidate in [*proven.items(), *((i, records[i].candidates[tried[i]])
+                                             for i in trying)]:
+        lines = {line for line, _ in candidate}
+        if lines & taken:
+            continue
+        taken |= lines
+        edits.extend(candidate)
+    return edits
+
+
+def _run(script: Path, args, edits, budget: float):
+    from .trace import trace_script
+
+    folder = tempfile.mkdtemp(prefix="fp16studio-proof-")
+    saved = {k: os.environ.get(k) for k in (PROVE_ENV, SCRIPT_HOME_ENV)}
+    try:
+        copy = Path(folder) / script.name
+        copy.write_text(apply_edits(script.read_text(), edits))
+        os.environ[PROVE_ENV] = "0"
+        os.environ[SCRIPT_HOME_ENV] = str(script.parent)
+        return trace_script(copy, args, timeout=budget, output=_discard)
+    except Exception:  # noqa: BLE001 - a proof that cannot run proves nothing, says so
+        return None
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _discard(stream, line):
+    pass
+
+
+def _judge(result, record, error) -> str:
+    line = record.source["line"]
+    if result is None:
+        return "not proven: the fixed copy of the script could not be traced"
+    if result.error is not None and (error is None or
+                                     result.error.get("type") != error.get("type")):
+        message = (result.error.get("message") or "").split("\n", 1)[0][:160]
+        return f"not proven: the fixed script fails ({message})"
+    landing = record.landing.source["line"] if record.landing else None
+    for finding in result.findings:
+        at = (finding.source or {}).get("line")
+        if finding.code == "precision-loss" and at == line:
+            return "not proven: the line still loses values in the fixed script"
+        if finding.code == "precision-loss" and landing is not None and \
+                (finding.evidence.get("landing") or {}).get("line") == landing:
+            return (f"not proven: what line {landing} uses is still off from float32 in the "
+                    "fixed script")
+        if finding.severity == "error" and at == line:
+            return f"not proven: the fixed line fails ({finding.code})"
+    return PROVEN

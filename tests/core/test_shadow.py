@@ -1,0 +1,211 @@
+"""The float32 shadow (issue 40, core/script/shadow.py): where a half-precision error is born,
+where it lands, and the fix proven on the script.
+
+Each script under tests/scripts/shadow/ holds one mechanism the first value check missed, its
+bad line marked `# MARK: name`, beside the same code written safely; each prints what it
+computed and what float32 gives. Traced, the finding is at the marked line and nowhere else,
+says where the values landed, and its first fix, proven on a copy by the tracer, makes the
+script print float32's answer under plain python.
+"""
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from fp16studio.core.script.proof import apply_edits
+from fp16studio.core.script.rewrite import assigned_in_place, augmented, cast_back
+from fp16studio.core.script.shadow import ShadowCheck
+from fp16studio.core.script.trace import trace_script
+
+SCRIPTS = Path(__file__).parent.parent / "scripts" / "shadow"
+
+# script: (marker, kind, severity, what plain python prints, what the fixed script prints)
+CASES = {
+    "small_total.py": ("total", "absorbed", "error", "total 0.250 float32 total 0.471",
+                       "total 0.471 float32 total 0.471"),
+    "pow_next_line.py": ("pow", "overflow", "error", "out False safe True", "out True safe True"),
+    "decay.py": ("decay", "constant", "error", "ema 10.0 float32 ema 0.98", "float32 ema 0.98"),
+    "weights_step.py": ("step", "absorbed", "error", "unchanged 0.85546875",
+                        "unchanged 0.0 float32 unchanged 0.0"),
+    "cancel.py": ("sigmoid", "one", "error", "surprise inf float32 416.2", "float32 416.2"),
+    "draw.py": ("softmax", "zeroed", "error", "rare possible 0 float32 1000",
+                "rare possible 1000 float32 1000"),
+    "late_overflow.py": ("exp", "overflow", "error", "last inf float32 24384098",
+                         "float32 24384098"),
+}
+_traced: dict = {}
+
+
+def line_of(script: Path, marker: str) -> int:
+    return next(i for i, line in enumerate(script.read_text().splitlines(), 1)
+                if f"# MARK: {marker}" in line)
+
+
+def plain(script: Path) -> str:
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, cwd=script.parent)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def traced(name: str):
+    if name not in _traced:
+        _traced[name] = trace_script(SCRIPTS / name)
+    return _traced[name]
+
+
+def with_fix(script: Path, fix, folder: Path) -> Path:
+    """The script with the fix's code in place of the lines it names."""
+    source = fix.code.source
+    lines = script.read_text().splitlines()
+    first, last = source["line"], source.get("end_line", source["line"])
+    lines[first - 1:last] = fix.code.render().splitlines()
+    fixed = folder / script.name
+    fixed.write_text("\n".join(lines) + "\n")
+    return fixed
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_mechanism_is_found_where_it_is_born_with_a_fix_proven_on_the_script(name,
+                                                                                  tmp_path):
+    marker, kind, severity, printed, fixed_prints = CASES[name]
+    script = SCRIPTS / name
+    assert printed in plain(script)
+    result = traced(name)
+    quiet = [f for f in result.findings if f.code == "precision-loss"]
+    # Only the marked line: its safe twin, and the lines its error only passed through, are
+    # silent.
+    assert [f.source["line"] for f in quiet] == [line_of(script, marker)], \
+        [f.message for f in quiet]
+    (finding,) = quiet
+    assert (finding.evidence["kind"], finding.severity) == (kind, severity), finding.message
+    landing = finding.evidence["landing"]
+    assert landing["line"] > finding.source["line"]          # where it matters: later
+    assert f"line {landing['line']}" in finding.message
+    assert finding.evidence["proof"] == "proven", finding.message
+    fix = finding.fixes[0]
+    assert "#" not in fix.code.text.split("  # MARK")[0]       # code, never a comment
+    assert fixed_prints in plain(with_fix(script, fix, tmp_path))
+
+
+def test_the_running_total_says_what_the_script_printed_and_what_float32_gives():
+    (finding,) = traced("small_total.py").findings
+    landing = finding.evidence["landing"]
+    assert landing["value"] == pytest.approx(0.25) and landing["float32"] == pytest.approx(
+        0.4705, abs=1e-3)
+    assert "it is 0.25 where float32 gives 0.4705" in finding.message
+    assert finding.fixes[0].code.text == "total = total.float() + loss"
+    assert finding.evidence["lost"] > 500        # additions absorbed whole
+
+
+def test_a_fix_keeps_the_dtype_the_next_line_needs():
+    (finding,) = traced("pow_next_line.py").findings
+    code = finding.fixes[0].code
+    assert code.source["end_line"] == code.source["line"] + 1
+    assert code.text.splitlines() == [
+        "var = x.float().pow(2).mean(-1, keepdim=True)",
+        "h = (x * torch.rsqrt(var + 1e-3)).to(x.dtype)  # MARK: next"]
+
+
+def test_half_precision_used_the_right_way_is_silent():
+    result = trace_script(SCRIPTS / "healthy.py")
+    assert result.findings == [] and result.ok
+
+
+# -- the shadow on hand-built calls (no process) ----------------------------------------------
+
+def follow(check, func, *args, where=("s.py", 1), **kwargs):
+    pending = check.before(func, func.__name__, args, kwargs, where)
+    result = func(*args, **kwargs)
+    if pending is not None:
+        check.after(pending, result)
+    return result
+
+
+def test_exact_in_place_and_out_operations_carry_no_error():
+    check = ShadowCheck()
+    h = torch.full((64,), 3.0, dtype=torch.float16)
+    g = torch.full((64,), 3.0, dtype=torch.float16)
+    k = torch.full((64,), 3.0, dtype=torch.float16)
+    follow(check, torch.Tensor.__iadd__, h, h)
+    follow(check, torch.Tensor.mul_, g, g)
+    follow(check, torch.add, k, k, out=k)
+    assert (h[0].item(), g[0].item(), k[0].item()) == (6.0, 9.0, 6.0)   # each once, not twice
+    assert all(not lost for b in check.births.values() for lost, _, _ in b.events.values())
+    for tensor in (h, g, k):
+        assert torch.equal(check.entry(tensor).value, tensor.float())
+
+
+def test_a_shadow_follows_in_place_updates_and_an_unseen_write_makes_it_exact_again():
+    check = ShadowCheck()
+    total = torch.zeros((), dtype=torch.bfloat16)
+    for _ in range(300):
+        follow(check, torch.Tensor.__iadd__, total, torch.tensor(1.0, dtype=torch.bfloat16))
+    assert total.item() == 256.0 and check.entry(total).value.item() == 300.0
+    total.zero_()                  # a write the shadow did not see
+    assert check.entry(total) is None
+
+
+def test_random_operations_never_run_twice():
+    check = ShadowCheck()
+    probs = torch.full((8,), 0.125, dtype=torch.float16)
+    torch.manual_seed(0)
+    follow(check, torch.multinomial, probs, 4)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    torch.multinomial(probs, 4)
+    assert torch.equal(after, torch.get_rng_state())
+
+
+def test_our_calls_go_around_what_the_script_wrapped_and_warnings_stay_the_scripts():
+    calls = []
+    original = torch.Tensor.float
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    check = ShadowCheck()     # made before the script wraps Tensor.float, as under trace
+    torch.Tensor.float = counted
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            filters = list(warnings.filters)
+            x = torch.full((4,), 300.0, dtype=torch.float16)
+            follow(check, torch.Tensor.pow, x, 2)
+            follow(check, torch.Tensor.sum, x)
+            assert warnings.filters == filters
+    finally:
+        torch.Tensor.float = original
+    assert calls == []
+
+
+def test_numbers_are_read_as_values_only_where_the_operation_takes_a_value():
+    check = ShadowCheck()
+    x = torch.ones(4096, dtype=torch.float16)
+    follow(check, torch.Tensor.narrow, x, 0, 2049, 5)          # 2049: an index, not a value
+    follow(check, torch.Tensor.__mul__, x, 1.0001, where=("s.py", 2))   # 1.0001 is 1.0 there
+    assert not any(lost for lost, _, _ in check.births[("s.py", 1)].events.values())
+    assert check.births[("s.py", 2)].details["constant"] == {"value": 1.0001, "held": 1.0}
+
+
+# -- the fix's code ---------------------------------------------------------------------------
+
+def test_rewrites_keep_precedence_strings_and_comments():
+    assert augmented("total += a if c else b") == "total = total.float() + (a if c else b)"
+    assert augmented("debt -= p - q") == "debt = debt.float() - (p - q)"
+    assert augmented('t += x["a#b"]  # sum') == 't = t.float() + x["a#b"]'
+    assert assigned_in_place("total.add_(x, alpha=2)") == "total = total.float().add(x, alpha=2)"
+    assert assigned_in_place("total.float().add_(1.0)") is None   # a temporary: no target
+    assert cast_back("h = x * y  # keep", "x") == "h = (x * y).to(x.dtype)  # keep"
+    assert cast_back("return h", "x") == "return h.to(x.dtype)"
+
+
+def test_edits_go_in_at_each_lines_indentation():
+    text = "def f(x):\n    y = x\n    return y\n"
+    assert apply_edits(text, [(2, "y = x.float()"), (3, "return y.to(x.dtype)")]) == \
+        "def f(x):\n    y = x.float()\n    return y.to(x.dtype)\n"
