@@ -193,6 +193,9 @@ def cmd_trace(args) -> int:
     """The script's own lines pass through as they come (to stderr with --json), then the result."""
     from ..core.script.trace import readable, script_bytes, trace_script
 
+    if bool(args.apply) != bool(args.output):
+        raise InputError("--apply FIX_ID and -o FIXED.py go together: the fixed copy is written "
+                         "to FIXED.py, never over the script")
     closed = []
 
     def output(stream, line):
@@ -217,8 +220,30 @@ def cmd_trace(args) -> int:
                           output=output, stdin=piped, python=args.python, steps=args.steps)
     if closed:
         raise BrokenPipeError
-    _emit(result.to_json(), args, format_trace)
+    doc = result.to_json()
+    if args.apply:
+        doc.update(_fixed_copy(result, args))
+    _emit(doc, args, format_trace)
+    if args.apply and not args.json:
+        print(f"wrote {doc['fixed_script']} with {', '.join(a['id'] for a in doc['applied'])}; "
+              f"trace it: fp16studio trace {doc['fixed_script']}")
     return 0 if result.ok else 1
+
+
+def _fixed_copy(result, args) -> dict:
+    """`--apply ID[:LINE] -o FIXED.py`: the script with those fixes, written to a copy (never
+    the script itself)."""
+    from pathlib import Path
+
+    from ..core.common.files import check_output, keep_backup
+    from ..core.script.proof import fixed_script
+
+    text, applied = fixed_script(result, args.apply)
+    path = check_output(args.output, [Path(result.script)], lambda p: p.suffix == ".py",
+                        force=args.force)
+    keep_backup(path)
+    path.write_text(text)
+    return {"applied": applied, "fixed_script": str(path)}
 
 
 COMMANDS = {"diagnose": cmd_diagnose, "fix": cmd_fix, "bench": cmd_bench, "drift": cmd_drift,

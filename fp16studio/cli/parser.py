@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace = sub.add_parser("trace", help="run your own script with the tracer on and diagnose "
                                          "the models it runs",
                            usage="fp16studio trace SCRIPT [--json] [--timeout S] [--steps N] "
-                                 "[--python PATH] [-- ARGS...]",
+                                 "[--python PATH] [--apply FIX_ID -o FIXED.py] [-- ARGS...]",
                            epilog="Everything after -- is passed to the script as its arguments; "
                                   "options go before --.")
     trace.add_argument("script", metavar="SCRIPT", help="a Python script, or demo:NAME")
@@ -114,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--steps", type=_steps, default=2, metavar="N",
                        help="how many training steps to follow after the first forward pass "
                             "(default 2; 0: the forward pass only)")
+    trace.add_argument("--apply", action="append", metavar="FIX_ID[:LINE]",
+                       help="write a copy of the script with this fix applied (repeatable; "
+                            ":LINE picks the finding at that line); needs -o")
+    trace.add_argument("-o", "--output", metavar="FIXED.py",
+                       help="where --apply writes the fixed copy (never the script itself)")
+    trace.add_argument("--force", action="store_true",
+                       help="with --apply: replace FIXED.py even if it is not a .py file")
     trace.add_argument("--python", metavar="PATH",
                        help="run the script under this Python interpreter, with its own packages "
                             "(it needs torch, transformers and datasets); default: the Python "

@@ -43,10 +43,13 @@ def quiet(result) -> dict:
 
 
 def with_fixes(script: Path, findings, folder: Path) -> Path:
-    """The script with each finding's line written as its first fix says."""
+    """The script with each finding's lines written as its first fix says (last first: a fix
+    of several lines keeps the line numbers above it)."""
     lines = script.read_text().splitlines()
-    for finding in findings:
-        lines[finding.source["line"] - 1] = finding.fixes[0].code_text()   # at its indentation
+    for finding in sorted(findings, key=lambda f: f.source["line"], reverse=True):
+        source = finding.fixes[0].code.source
+        lines[source["line"] - 1:source.get("end_line", source["line"])] = \
+            finding.fixes[0].code_text().splitlines()      # at its indentation
     fixed = folder / script.name
     fixed.write_text("\n".join(lines) + "\n")
     return fixed
@@ -83,10 +86,13 @@ def test_positions_past_the_exact_range_repeat_and_are_made_in_float32_instead(p
     assert set(found) == {line_of(script, m) for m in ("MARK: positions", "MARK: cast",
                                                        "MARK: times")}
     made = found[line_of(script, "MARK: positions")]
-    assert made.severity == "warning" and made.location == "quiet_positions.py:7"
-    assert made.evidence == {"kind": "integer-range", "op": "arange", "dtype": "bfloat16",
-                             "lost": 194, "total": 600, "calls": 1, "largest": 599.0,
-                             "exact": 256, "repeats": 193}
+    # What the script prints from them (the count of distinct positions) is wrong: an error.
+    assert made.severity == "error" and made.location == "quiet_positions.py:7"
+    assert {k: made.evidence[k] for k in ("kind", "op", "dtype", "lost", "total", "largest",
+                                          "exact", "repeats")} == {
+        "kind": "integer-range", "op": "arange", "dtype": "bfloat16", "lost": 194, "total": 600,
+        "largest": 599.0, "exact": 256, "repeats": 193}
+    assert made.evidence["landing"]["line"] == line_of(script, "print(")
     assert "193 positions now repeat" in made.message and "exactly only up to 256" in made.message
     assert made.fixes[0].code.text == "positions = torch.arange(n, dtype=torch.float32)"
     cast = found[line_of(script, "MARK: cast")]
@@ -104,9 +110,11 @@ def test_a_bfloat16_running_total_says_how_many_additions_it_lost(total, tmp_pat
     assert "total 512 float32 total 995" in printed
     (finding,) = result.findings      # the float32 total below it: nothing
     assert finding.source["line"] == line_of(script, "MARK: total")
-    assert finding.evidence == {"kind": "absorbed", "op": "add_", "dtype": "bfloat16",
-                                "lost": 614, "total": 999, "calls": 999}
-    assert "614 of 999 additions" in finding.message
+    assert {k: finding.evidence[k] for k in ("kind", "op", "dtype", "lost", "total")} == {
+        "kind": "absorbed", "op": "add_", "dtype": "bfloat16", "lost": 614, "total": 1000}
+    assert "614 of 1000 updates" in finding.message
+    assert (finding.evidence["landing"]["value"], finding.evidence["landing"]["float32"]) == (
+        512.0, pytest.approx(994.9, abs=0.1))
     assert finding.fixes[0].code.text == "total = total.float() + loss"
     assert "total 995 float32 total 995" in plain(with_fixes(script, [finding], tmp_path))
 
@@ -121,12 +129,16 @@ def test_an_overflow_hidden_by_rsqrt_and_a_zero_eps_are_found_at_their_lines(rms
     norm = found[line_of(script, "MARK: pow")]
     assert (norm.code, norm.severity, norm.location) == (
         "precision-loss", "error", "RMSNorm.forward:16")
-    assert norm.evidence == {"kind": "overflow", "op": "pow", "dtype": "float16", "lost": 64,
-                             "total": 128, "calls": 1}
-    assert norm.fixes[0].code.text == "variance = x.float().pow(2).mean(-1, keepdim=True)"
+    assert {k: norm.evidence[k] for k in ("kind", "op", "dtype", "lost", "total")} == {
+        "kind": "overflow", "op": "pow", "dtype": "float16", "lost": 64, "total": 128}
+    # Proven on the script: float32 for the norm, and its output back in the input's dtype.
+    assert norm.evidence["proof"] == "proven"
+    assert norm.fixes[0].code.text.splitlines() == [
+        "variance = x.float().pow(2).mean(-1, keepdim=True)",
+        "return (self.weight * (x * torch.rsqrt(variance + self.eps))).to(x.dtype)"]
     eps = found[line_of(script, "MARK: eps")]
     assert (eps.severity, eps.evidence["kind"], eps.evidence["value"], eps.evidence["held"]) == (
-        "warning", "constant", 1e-8, 0.0)
+        "error", "constant", 1e-8, 0.0)      # the script prints NaN where float32 does not
     assert eps.fixes[0].code.text == \
         "return v / (v.norm(dim=-1, keepdim=True) + torch.finfo(torch.float16).tiny)"
     # The CPU's autocast leaves pow in float16, CUDA's computes it in float32.

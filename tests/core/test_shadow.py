@@ -209,3 +209,21 @@ def test_edits_go_in_at_each_lines_indentation():
     text = "def f(x):\n    y = x\n    return y\n"
     assert apply_edits(text, [(2, "y = x.float()"), (3, "return y.to(x.dtype)")]) == \
         "def f(x):\n    y = x.float()\n    return y.to(x.dtype)\n"
+
+
+# -- the one-click fix of a traced script, from the command line ---------------------------------
+
+def test_trace_apply_writes_a_fixed_copy_and_never_the_script(tmp_path):
+    script = SCRIPTS / "small_total.py"
+    before = script.read_text()
+    fixed = tmp_path / "fixed.py"
+    done = subprocess.run([sys.executable, "-m", "fp16studio", "trace", str(script), "--apply",
+                           "float32-accumulator", "-o", str(fixed)], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 1, done.stderr           # the script as it is loses values
+    assert f"wrote {fixed}" in done.stdout
+    assert script.read_text() == before
+    assert "total 0.471 float32 total 0.471" in plain(fixed)
+    refused = subprocess.run([sys.executable, "-m", "fp16studio", "trace", str(script), "--apply",
+                              "float-input"], capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1

@@ -117,11 +117,50 @@ def _finding(f: dict) -> str:
                         f"{_fix_code(fix)}</li>" for fix in fixes)
         fix_list = f"<p>Fixes, best first:</p>\n<ol>{items}</ol>\n"
     evidence_table = _key_table([(key.replace("_", " "), evidence_value(value))
-                                 for key, value in evidence.items()])
+                                 for key, value in evidence.items() if key != "series"])
+    series = evidence.get("series")
+    chart = _series_chart(series, evidence.get("dtype", "half")) if series else ""
     return (f'<div class="finding" style="border-color: {colour}">\n'
             f"<h3>{_badge(severity, colour)} <code>{_e(f.get('code', ''))}</code> at "
             f"<code>{_e(f.get('location', ''))}</code></h3>\n"
-            f"<p>{_e(f.get('message', ''))}</p>\n{evidence_table}\n{fix_list}</div>")
+            f"<p>{_e(f.get('message', ''))}</p>\n{chart}{evidence_table}\n{fix_list}</div>")
+
+
+def _series_chart(series: list, dtype: str) -> str:
+    """The line's value against its float32 shadow over its calls (a one-number value: a
+    running total, a state), else the share of each call's elements on a boundary."""
+    width, height, pad = 520, 160, 36
+    twin = all(len(point) == 3 for point in series)
+    lines = [(dtype, [(p[0], p[1]) for p in series], BAR_COLOUR, "")]
+    if twin:
+        lines.append(("float32", [(p[0], p[2]) for p in series], "#D55E00", ' stroke-dasharray="5 3"'))
+    xs = [x for _, points, _, _ in lines for x, _ in points]
+    ys = [y for _, points, _, _ in lines for _, y in points if y == y and abs(y) != float("inf")]
+    if not ys:
+        return ""
+    x0, x1 = min(xs), max(xs) or 1
+    y0, y1 = min(min(ys), 0.0), max(ys) or 1.0
+    span_x, span_y = (x1 - x0) or 1, (y1 - y0) or 1
+
+    def at(x, y):
+        return (pad + (width - 2 * pad) * (x - x0) / span_x,
+                height - pad + 10 - (height - 2 * pad) * (y - y0) / span_y)
+
+    parts = []
+    for name, points, colour, dash in lines:
+        coords = " ".join("%.1f,%.1f" % at(x, y) for x, y in points
+                          if y == y and abs(y) != float("inf"))
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5"{dash} '
+                     f'points="{coords}"><title>{_e(name)}</title></polyline>')
+    title = (f"The value in {dtype} and its float32 shadow over the line's calls" if twin else
+             "Share of each call's elements on a boundary (inf, 0, 1.0, absorbed)")
+    legend = f"{dtype} (solid)" + (", float32 (dashed)" if twin else "")
+    parts.append(f'<text x="{pad}" y="14">{_e(legend)}: {_e(f"{y1:.4g}")} at most</text>')
+    parts.append(f'<text x="{pad}" y="{height - 4}">call {x0} … {x1}</text>')
+    return (f'<figure>\n<figcaption>{_e(title)}</figcaption>\n'
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(title)}">'
+            f"<title>{_e(title)}</title>{''.join(parts)}</svg>\n</figure>\n")
 
 
 def _fix_code(fix: dict) -> str:

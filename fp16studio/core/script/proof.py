@@ -47,6 +47,38 @@ def apply_edits(text: str, edits) -> str:
     return "".join(lines)
 
 
+def fixed_script(result, wanted: list[str]) -> tuple[str, list[dict]]:
+    """The traced script's text with the fixes asked for applied (`ID`: every finding's fix of
+    that id; `ID:LINE`: the one at that line), and what was applied; InputError for a fix that
+    is not there or has no code in the script."""
+    script = Path(result.script)
+    blocks, applied = {}, []
+    for ask in wanted:
+        fix_id, _, line = ask.partition(":")
+        found = [(f, x) for f in result.findings for x in f.fixes
+                 if x.id == fix_id and (not line or (f.source or {}).get("line") == _int(line))]
+        usable = [(f, x) for f, x in found if x.code is not None and x.code.source and
+                  Path(x.code.source.get("file", "")).resolve() == script.resolve()]
+        if not usable:
+            offered = sorted({f"{x.id}:{(f.source or {}).get('line')}" for f in result.findings
+                              for x in f.fixes if x.code is not None and f.source})
+            raise InputError(f"--apply {ask}: no such fix with code in {script.name}" +
+                             (f" (offered: {', '.join(offered)})" if offered else
+                              " (this trace offers none)"))
+        for finding, fix in usable:
+            source = fix.code.source
+            blocks[(source["line"], source.get("end_line", source["line"]))] = fix.code.render()
+            applied.append({"id": fix.id, "line": source["line"], "code": finding.code})
+    lines = script.read_text().splitlines(keepends=True)
+    for (first, last), block in sorted(blocks.items(), reverse=True):
+        lines[first - 1:last] = [block + "\n"]
+    return "".join(lines), applied
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
+
+
 def prove(records: list, user, error=None, args=None) -> list:
     """The records with `proof` (per candidate tried: PROVEN or "not proven: why") and their
     candidates in the order to offer them: the proven one first. `error`: how the script

@@ -127,12 +127,13 @@ def _record(birth, facts: LineFacts, landing, lines: dict, births) -> QuietValue
         {"file": landing.where[0], "line": landing.where[1]}, landing.how,
         place.function if place else "", place.code if place else "",
         landing.error, landing.nonfinite, landing.zeroed, landing.flipped, landing.decided,
-        landing.value, landing.shadow, landing.calls, tuple(landing.series))
+        landing.value, landing.shadow, landing.calls)
     texts, expr = facts.fixes.get(kind) or facts.fixes.get(ROUNDING) or ((), None)
     candidates = _candidates(birth, facts, texts, expr, lines)
     made = bool(texts) and kind in (INTEGER_RANGE, COLLAPSED) or _made_line(facts, texts)
     return QuietValue(loss, birth.calls, int(lost_calls), facts.source, facts.function,
-                      facts.code, candidates, made, birth.autocast, landed, (), others)
+                      facts.code, candidates, made, birth.autocast, landed, (), others,
+                      birth.skipped + birth.unchecked, tuple(birth.series))
 
 
 def _made_line(facts: LineFacts, texts) -> bool:

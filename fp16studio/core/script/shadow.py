@@ -111,7 +111,21 @@ class Birth:
     autocast: str | None = None
     consumer: tuple | None = None   # the first other line that used what this line made
     ops: dict = field(default_factory=dict)       # kind -> the op that had it first
-    frame_info: dict = field(default_factory=dict)
+
+    series: list = field(default_factory=list)   # (call, value, float32's) or (call, share)
+    _every: int = 1
+
+    def point(self, value: float, shadow: float | None):
+        """One call's value and its shadow's (a one-number result), else the share of its
+        elements on a boundary; at most SERIES points over the whole run (every other one
+        dropped when full, then every second call taken, and so on)."""
+        if self.calls % self._every:
+            return
+        if len(self.series) >= SERIES:
+            self.series = self.series[::2]
+            self._every *= 2
+        self.series.append((self.calls, value) if shadow is None else
+                           (self.calls, value, shadow))
 
     def add(self, kind: str, lost: int, total: int, op: str, **details):
         counts = self.events.setdefault(kind, [0, 0, 0])
@@ -139,8 +153,6 @@ class Landing:
     shadow: float | None = None
     dtype: str = ""
     origins: set = field(default_factory=set)
-    series: list = field(default_factory=list)    # (call, value, shadow) for one numbers
-    frame_info: dict = field(default_factory=dict)
 
 
 class Pending:
@@ -370,7 +382,7 @@ class ShadowCheck:
             origins = frozenset(pending.origins) | {pending.where}
             if pending.full:
                 began = time.perf_counter()
-                self._born(pending, t, ref)
+                self._born(pending, t, ref, s)
                 self._checking += time.perf_counter() - began
             else:
                 self._skipped_check(pending, t)
@@ -393,7 +405,7 @@ class ShadowCheck:
 
     # -- what one call did in half precision -------------------------------------------------
 
-    def _born(self, pending: Pending, value, ref):
+    def _born(self, pending: Pending, value, ref, shadow):
         torch = self.torch
         name, where = pending.name, pending.where
         dtype = str(value.dtype).removeprefix("torch.")
@@ -412,12 +424,14 @@ class ShadowCheck:
                           repeats=loss.repeats)
             return
         before = self._previous(pending, value)
-        if value.numel() == 1:
-            values = _one_number_stats(value.item(), ref.item(), before.item() if
+        numel = value.numel()
+        if numel == 1:
+            number = value.item()
+            values = _one_number_stats(number, ref.item(), before.item() if
                                        before is not None and before.numel() == 1 else None)
+            birth.point(number, shadow.item())
         else:
             values = self._stats(value, ref, before)
-        numel = value.numel()
         overflowed, norm_diff, norm_ref, mean_abs, zeroed, ones, *update = values
         birth.local_abs += mean_abs
         if overflowed:
@@ -431,6 +445,8 @@ class ShadowCheck:
             birth.add(ZEROED, int(zeroed), numel, name)
         if ones:
             birth.add(ONE, int(ones), numel, name)
+        if numel > 1:
+            birth.point(sum(int(v) for v in (overflowed, zeroed, ones)) / numel, None)
         if update:
             moved, kept, mostly = (int(v) for v in update)
             if moved:
@@ -533,8 +549,6 @@ class ShadowCheck:
         landing.zeroed += int(zeroed)
         error = diff / norm if norm > 0 else (float("inf") if diff > 0 else 0.0)
         landing.nonfinite += int(nonfinite)
-        if one and len(landing.series) < SERIES:
-            landing.series.append((landing.calls, one[0], one[1]))
         if error >= landing.error or nonfinite:
             landing.error = max(landing.error, error)
             if one:

@@ -158,7 +158,6 @@ class Landing:
     value: float | None = None    # a one-number value and float32's, at the worst call
     shadow: float | None = None
     calls: int = 0
-    series: tuple = ()    # (call, value, float32's) over the run, for one-number values
 
 
 @dataclass(frozen=True)
@@ -178,3 +177,6 @@ class QuietValue:
     landing: Landing | None = None
     proof: tuple = ()     # per candidate: "proven" or "not proven: why" (empty: not tried)
     others: tuple = field(default=())   # further kinds at the line: (kind, lost, total)
+    unmeasured: int = 0   # calls past the time budget: not followed, or followed unmeasured
+    series: tuple = ()    # over the line's calls: (call, value, float32's) for a one-number
+                          # result, else (call, share of its elements on a boundary)

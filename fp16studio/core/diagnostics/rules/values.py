@@ -47,6 +47,8 @@ def precision_loss(records) -> list[Finding]:
         if record.landing is not None:
             message += " " + _landed(record)
             evidence["landing"] = _landing_evidence(record.landing)
+        if record.series:
+            evidence["series"] = [list(point) for point in record.series]
         elsewhere = float32_elsewhere(loss.op, record.autocast) if record.autocast else []
         if elsewhere:
             message += (f" Under autocast, {' and '.join(elsewhere)} computes {loss.op} in "
@@ -126,8 +128,7 @@ def _landing_evidence(landing) -> dict:
     if landing.decided:
         doc.update(flipped=landing.flipped, decided=landing.decided)
     if landing.value is not None:
-        doc.update(value=landing.value, float32=landing.shadow,
-                   series=[list(point) for point in landing.series])
+        doc.update(value=landing.value, float32=landing.shadow)
     return doc
 
 
@@ -228,6 +229,8 @@ def _largest(dtype: str) -> str:
 def _extra_evidence(record) -> dict:
     loss = record.loss
     extra = {"calls": record.calls}
+    if record.unmeasured:     # past the time budget: the counts are of the calls measured
+        extra["unmeasured"] = record.unmeasured
     if loss.kind == "integer-range":
         extra.update(largest=loss.value, exact=EXACT_INTEGERS[loss.dtype], repeats=loss.repeats)
     elif loss.kind == "collapsed":
