@@ -61,7 +61,7 @@ from .value_check import (
 # Norm-wise relative error, in units of the dtype's epsilon, past which a value is off by more
 # than its rounding (a result rounded once is within half an epsilon).
 ERROR_FACTOR = 16
-MAX_ELEMENTS = 1 << 24          # larger tensors get no shadow (the copy would double memory)
+MAX_ELEMENTS = 1 << 22          # larger tensors get no shadow (bounded copies: 16 MiB each)
 MAX_BYTES = 1 << 30             # live shadows at most: beyond, results enter as exact
 # Time spent here at most: following shadows, and measuring what each call lost, each a share
 # of the script's own time plus seconds every script gets however short it is.
@@ -336,8 +336,8 @@ class ShadowCheck:
     def _after(self, pending: Pending, result):
         torch = self.torch
         results = _tensors_of(result, torch)
-        if not results:
-            return
+        if not results or any(t.numel() > MAX_ELEMENTS for t in results):
+            return          # no shadow for what is too large to copy (it enters as exact)
         name = pending.name
         if _is_random(name):
             # Never run again: the draw is the script's, and where it drew from half values,
@@ -353,7 +353,8 @@ class ShadowCheck:
             shadows = (None,) * len(results)
         reference = None
         for index, (t, s) in enumerate(zip(results, shadows)):
-            if s is None or not isinstance(s, torch.Tensor):
+            if s is None or not isinstance(s, torch.Tensor) or not _plain(t, torch) or \
+                    not _plain(s, torch):
                 continue
             if not t.is_floating_point():
                 self._decision(pending, t, s)
@@ -608,13 +609,21 @@ def _version(tensor) -> int:
 
 
 def _plain(tensor, torch) -> bool:
-    """A dense, strided tensor of a real device: sparse, nested and meta tensors and functorch
-    wrappers get no shadow."""
+    """A dense, strided tensor of a real device: sparse, nested and meta tensors and functorch's
+    wrappers (vmap, grad) get no shadow."""
     try:
         return tensor.layout == torch.strided and not tensor.is_nested and \
-            tensor.device.type != "meta" and type(tensor) in (torch.Tensor, torch.nn.Parameter)
+            tensor.device.type != "meta" and type(tensor) in (torch.Tensor, torch.nn.Parameter) \
+            and not _wrapped(tensor)
     except (RuntimeError, AttributeError):
         return False
+
+
+def _wrapped(tensor) -> bool:
+    import torch
+
+    check = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    return bool(check is not None and check(tensor))
 
 
 def _leaves(args, kwargs):
