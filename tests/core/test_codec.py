@@ -87,7 +87,7 @@ ALL_TYPES = list(NAMES.values()) + list(INNER)
 
 
 @pytest.mark.parametrize("cls", ALL_TYPES, ids=lambda c: c.__name__)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_type_round_trips_through_json_text(cls, data):
     """from_json(to_json(x)) == x, with everything that crosses a process (full=True)."""
@@ -96,7 +96,7 @@ def test_every_type_round_trips_through_json_text(cls, data):
 
 
 @pytest.mark.parametrize("name", sorted(NAMES))
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_document_fits_its_schema(name, data):
     cls = NAMES[name]
