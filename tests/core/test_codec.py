@@ -138,5 +138,12 @@ def test_keys_a_newer_version_added_are_read_past():
 
 
 def test_a_number_no_reader_can_hold_is_refused():
+    """The window's charts divide what they draw as floats: an integer past a float's range is
+    refused where it is read, as a field and alone."""
+    from fp16studio.core.precision.bench import BenchResult
+
+    with pytest.raises(DecodeError, match=r"variants\[0\]\.peak_memory_bytes: a number too large"):
+        BenchResult.from_json({"device": "cpu", "variants": [{"name": "float16",
+                                                              "peak_memory_bytes": 10 ** 400}]})
     with pytest.raises(DecodeError, match="too large"):
         codec.decode(int, 10 ** 400)

@@ -340,6 +340,8 @@ def _object_decoder(cls):
                   "    else:"]
         if scalar and scalar != "float":   # float: an int is read as one, by d{i}
             test = f"v.__class__ is not {scalar}"
+            if scalar == "int":   # one too large for what reads it as a float: d{i} says so
+                test += " or not -BIG <= v <= BIG"
             lines.append(f"        if {'v is not None and ' if optional else ''}{test}:")
             lines.append(f"            v = d{i}(v, (where, {f.key!r}))")
         else:
@@ -354,7 +356,7 @@ def _object_decoder(cls):
               "        raise",
               "    except (TypeError, ValueError, AssertionError, InputError) as exc:",
               "        fail(where, refused(exc))"]
-    namespace = {"MISSING": _MISSING, "fail": _fail, "kind": _kind, "build": cls,
+    namespace = {"MISSING": _MISSING, "BIG": sys.float_info.max, "fail": _fail, "kind": _kind, "build": cls,
                  "DecodeError": DecodeError, "InputError": InputError,
                  "refused": lambda exc: f"not a {cls.__name__} ({_first_line(exc)})"}
     exec("\n".join(lines) + "\n", namespace)   # source made from field names only

@@ -141,7 +141,7 @@ class VariantResult(Document):
 class BenchResult(Document):
     """The `bench --json` document (CONTRACT §3)."""
 
-    device: str
+    device: str = ""    # a saved document without one is still read
     variants: list[VariantResult] = field(default_factory=list)
     device_name: str = ""
     tf32: dict = field(default_factory=dict)
