@@ -17,14 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 import posixpath
-import reprlib
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import Any
 
 from fp16studio.core import Fix, InputError, PipelineSpec
-from fp16studio.core.diagnostics.findings import CODES, SEVERITIES
 
 # Where the findings slot's result came from.
 RUN = "run"        # a diagnosis of `of`: its fixes are edits of that spec
@@ -431,119 +428,24 @@ def _find_fix(findings, fix_id: str):
 
 
 # -- a saved session's results, read leniently ----------------------------------------------------
-@dataclass(frozen=True)
-class _Needed:
-    """A key the document must have, not null."""
-
-    shape: Any
-
-
-@dataclass(frozen=True)
-class _Each:
-    """An object whose every value fits `shape`."""
-
-    shape: Any
-
-
-# What the window and the HTML report read of a saved session's `diagnose --json` and `bench
-# --json` documents (CONTRACT §3), as what. A shape is a type or tuple of types (None: null may
-# stand there), a set of the words allowed, [shape] for a list, or a dict of the keys read (each
-# may be missing unless _Needed; other keys are kept, unread).
-_NUMBER = (int, float)
-_NUMBER_OR_NULL = (int, float, None)
-_FIX = {"id": _Needed(str), "title": _Needed(str), "edits": (dict, None), "explain": (str, None)}
-_FINDING = {"code": _Needed(frozenset(CODES)), "severity": _Needed(frozenset(SEVERITIES)),
-            "location": str, "message": str, "evidence": (dict, None), "fixes": [_FIX]}
-_DIAGNOSIS = {
-    "ok": bool, "spec": _Needed(dict), "device": str, "findings": [_FINDING],
-    "error": ({key: (str, None) for key in ("type", "message", "stage", "module")}, None),
-    "inventory": ({"parameters": _NUMBER, "tensors": _NUMBER, "bytes": _NUMBER,
-                   "dtypes": (_Each(_NUMBER), None), "devices": (_Each(_NUMBER), None)}, None),
-    "output": (dict, None), "timings": (_Each(_NUMBER), None), "environment": (dict, None),
-}
-_VARIANT = {
-    "name": _Needed(str), "ok": (bool, None), "stable": (bool, None), "nonfinite_outputs": (int, None),
-    "latency_ms": ({key: _NUMBER_OR_NULL for key in ("p50", "p90", "min")}, None),
-    **{key: _NUMBER_OR_NULL for key in (
-        "samples_per_s", "peak_memory_bytes", "weights_bytes", "max_abs_diff_vs_float32",
-        "top1_agreement", "spread", "flops_per_sample", "tflops", "peak_fraction", "tokens_per_s",
-        "first_call_ms", "cosine_vs_float32")},
-    **{key: (str, None) for key in ("support", "support_note", "memory_kind", "error")},
-}
-_BENCH = {"device": (str, None), "device_name": (str, None), "variants": [_VARIANT],
-          "batch": ({"size": (int, None), "tokens": _NUMBER_OR_NULL}, None), "tf32": (dict, None),
-          "note": (str, None), "reference_error": (str, None)}
-_KINDS = {str: "a string", bool: "true or false", int: "a whole number", float: "a number",
-          dict: "an object", list: "a list", type(None): "null"}
-
-
 def read_saved(diagnosis_doc, bench_doc):
     """A saved session's findings (a Diagnosis) and benchmark document as the window shows
     them, each None when there is none or it cannot be read (a crafted or damaged file,
     another kind of document, a finding of a newer version): a document is shown whole or
     not at all. The third value says what was left out and why, or is None."""
     from fp16studio.core.diagnostics.report import Diagnosis
+    from fp16studio.core.precision.bench import BenchResult
 
     diagnosis, dropped = None, []
     if diagnosis_doc:
-        reason = _misfit(diagnosis_doc, _DIAGNOSIS)
-        if reason is None:
-            try:
-                diagnosis = Diagnosis.from_json(diagnosis_doc)
-            except InputError as exc:   # its spec
-                reason = str(exc)
-        if reason:
-            dropped.append(f"findings ({reason})")
-    if bench_doc and (reason := _misfit(bench_doc, _BENCH)):
-        dropped.append(f"benchmark ({reason})")
-        bench_doc = None
+        try:
+            diagnosis = Diagnosis.from_json(diagnosis_doc)
+        except InputError as exc:   # the codec's one line, or its spec's
+            dropped.append(f"findings ({exc})")
+    if bench_doc:
+        try:
+            BenchResult.from_json(bench_doc)
+        except InputError as exc:
+            dropped.append(f"benchmark ({exc})")
+            bench_doc = None
     return diagnosis, bench_doc or None, " and ".join(dropped) or None
-
-
-def _misfit(value, shape, where: str = "") -> str | None:
-    """Why `value` (found at `where`) does not fit `shape`, in words; None when it fits."""
-    if isinstance(shape, tuple) and None in shape:
-        if value is None:
-            return None
-        shape = tuple(kind for kind in shape if kind is not None)
-        shape = shape[0] if len(shape) == 1 else shape
-    if isinstance(shape, dict):
-        if not isinstance(value, dict):
-            return _said(where, f"{_kind(value)}, not an object")
-        for key, inner in shape.items():
-            needed = isinstance(inner, _Needed)
-            if needed and value.get(key) is None:
-                return _said(where, f"no {key!r}")
-            if key in value and (reason := _misfit(value[key], inner.shape if needed else inner,
-                                                   _at(where, key))):
-                return reason
-        return None
-    if isinstance(shape, (list, _Each)):
-        kind, inner = (list, shape[0]) if isinstance(shape, list) else (dict, shape.shape)
-        if not isinstance(value, kind):
-            return _said(where, f"{_kind(value)}, not {_KINDS[kind]}")
-        places = enumerate(value) if kind is list else value.items()
-        return next(filter(None, (_misfit(item, inner, f"{where}[{reprlib.repr(key)}]")
-                                  for key, item in places)), None)
-    if isinstance(shape, frozenset):
-        if isinstance(value, str):
-            return None if value in shape else _said(where, f"{reprlib.repr(value)} is not one this version knows")
-        return _said(where, f"{_kind(value)}, not a string")
-    kinds = shape if isinstance(shape, tuple) else (shape,)
-    if isinstance(value, bool) != (bool in kinds) or not isinstance(value, kinds):
-        return _said(where, f"{_kind(value)}, not {_KINDS[kinds[-1]]}")
-    if float in kinds and isinstance(value, int) and abs(value) > sys.float_info.max:
-        return _said(where, "a number too large")   # the charts divide it as a float
-    return None
-
-
-def _at(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
-
-
-def _said(where: str, problem: str) -> str:
-    return f"{where}: {problem}" if where else problem
-
-
-def _kind(value) -> str:
-    return _KINDS.get(type(value), type(value).__name__)

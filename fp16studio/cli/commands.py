@@ -78,20 +78,17 @@ def cmd_diagnose(args) -> int:
 
 
 def cmd_fix(args) -> int:
-    from ..core.diagnostics.fixing import fix_until_clean
+    from ..core.diagnostics.fixing import fix_run
     from ..core.spec.documents import save_spec
 
     if args.rounds < 1:
         raise InputError("--rounds must be at least 1")
     spec = _load_spec(args.spec, trust=args.trust)
     output = _output(args, args.spec, spec, _is_spec_file)
-    report, applied = fix_until_clean(spec, max_rounds=args.rounds)
-    save_spec(report.spec, output)
-    doc = report.to_json()
-    doc["applied"] = applied
-    doc["fixed_spec"] = report.spec.to_dict()
-    _emit(doc, args, lambda d: format_fix(d, args.output))
-    return 0 if report.ok else 1
+    run = fix_run(spec, max_rounds=args.rounds)
+    save_spec(run.spec, output)
+    _emit(run.to_json(), args, lambda d: format_fix(d, args.output))
+    return 0 if run.ok else 1
 
 
 def cmd_bench(args) -> int:
@@ -173,7 +170,7 @@ def cmd_inspect(args) -> int:
         raise InputError(f"inspect takes a model (a save_pretrained folder, its {CONFIG_NAME}, or a "
                          f"Hub id), not a spec: {args.model}; its \"model\" is what to inspect")
     doc = inspect_model(args.model, dtype=dtype, trust_remote_code=args.trust_remote_code,
-                        base_dir=os.getcwd())
+                        base_dir=os.getcwd()).to_json()
     _emit(doc, args, lambda d: format_inspect(d, dtype))
     return 0
 
@@ -220,17 +217,17 @@ def cmd_trace(args) -> int:
                           output=output, stdin=piped, python=args.python, steps=args.steps)
     if closed:
         raise BrokenPipeError
-    doc = result.to_json()
     if args.apply:
-        doc.update(_fixed_copy(result, args))
-    _emit(doc, args, format_trace)
+        result.applied, result.fixed_script = _fixed_copy(result, args)
+    _emit(result.to_json(), args, format_trace)
     if args.apply and not args.json:
-        print(f"wrote {doc['fixed_script']} with {', '.join(a['id'] for a in doc['applied'])}; "
-              f"trace it: fp16studio trace {doc['fixed_script']}")
+        print(f"wrote {result.fixed_script} with "
+              f"{', '.join(a['id'] for a in result.applied)}; "
+              f"trace it: fp16studio trace {result.fixed_script}")
     return 0 if result.ok else 1
 
 
-def _fixed_copy(result, args) -> dict:
+def _fixed_copy(result, args) -> tuple[list, str]:
     """`--apply ID[:LINE] -o FIXED.py`: the script with those fixes, written to a copy (never
     the script itself)."""
     from pathlib import Path
@@ -243,12 +240,21 @@ def _fixed_copy(result, args) -> dict:
                         force=args.force)
     keep_backup(path)
     path.write_text(text)
-    return {"applied": applied, "fixed_script": str(path)}
+    return applied, str(path)
+
+
+def cmd_schema(args) -> int:
+    import json
+
+    from ..core.present.schemas import document_schema
+
+    print(json.dumps(document_schema(args.name), indent=2))
+    return 0
 
 
 COMMANDS = {"diagnose": cmd_diagnose, "fix": cmd_fix, "bench": cmd_bench, "drift": cmd_drift,
             "export": cmd_export, "report": cmd_report, "inspect": cmd_inspect, "demo": cmd_demo,
-            "trace": cmd_trace, "fp8": cmd_fp8}
+            "trace": cmd_trace, "fp8": cmd_fp8, "schema": cmd_schema}
 
 
 def _print_json(doc, args):

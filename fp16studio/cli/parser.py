@@ -126,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "(it needs torch, transformers and datasets); default: the Python "
                             "fp16studio runs in, which in the standalone app is the bundled one")
 
+    schema = sub.add_parser("schema", help="print the JSON Schema of a --json document or file")
+    schema.add_argument("name", metavar="NAME",
+                        help="diagnose, fix, trace, bench, drift, fp8, inspect, session or spec")
+
     demo = sub.add_parser("demo", help="write the built-in demo model, dataset and specs to DIR")
     demo.add_argument("dir", nargs="?", default="fp16studio-demo", metavar="DIR")
     return parser

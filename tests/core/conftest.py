@@ -25,3 +25,16 @@ def automatic_collection():
     yield
     if not was:
         gc.disable()
+
+
+@pytest.fixture(autouse=True)
+def json_documents_fit_their_schemas(monkeypatch):
+    """What `main([..., "--json"])` prints in a test is checked against its command's schema."""
+    from fp16studio.cli import commands
+    from json_schemas import valid
+
+    emitted = commands._print_json
+
+    def checked(doc, args):
+        emitted(valid(args.command, doc), args)
+    monkeypatch.setattr(commands, "_print_json", checked)

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from fp16studio import cli
+from json_schemas import parsed
 
 
 def main(argv):
@@ -141,7 +142,7 @@ def test_bad_input_is_one_line_and_exit_2(case, demo_dir, tmp_path, capsys):
 def test_console_command_end_to_end(demo_dir):
     done = run_cli("diagnose", "demo:blind-half", "--json")
     assert done.returncode == 1, done.stderr
-    doc = json.loads(done.stdout)
+    doc = parsed("diagnose", done.stdout)
     assert doc["findings"][0]["code"] == "integer-cast"
     bad = run_cli("diagnose", "demo:nothing-here")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stdout == ""

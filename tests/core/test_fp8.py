@@ -344,7 +344,7 @@ def test_cli_json_and_exit_codes(demo_dir, fp8_models, tmp_path, capsys):
     save_spec(_spec(demo_dir, fp8_models, "bert"), path)
     assert main(["fp8", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"recipe", "device", "compute_capability", "emulated", "preflight",
+    assert set(doc) == {"recipe", "device", "compute_capability", "emulated", "runs_here", "preflight",
                         "layers", "keep_bf16", "converted", "threshold_db", "findings"}
     assert (doc["recipe"], doc["device"], doc["compute_capability"], doc["emulated"]) == (
         "tensorwise", "cpu", None, True)

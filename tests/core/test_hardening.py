@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from fp16studio.cli import main
+from json_schemas import parsed
 
 # A bound for each command run in a child process: a hang fails the test instead of the suite.
 CHILD_TIMEOUT_S = 120
@@ -309,7 +310,7 @@ def test_a_preprocess_that_prints_leaves_json_intact(demo_dir, tmp_path):
     proc = run_cli("diagnose", spec_file(tmp_path, demo_dir, preprocess="pre.py:fn"),
                    "--trust", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["ok"]
+    assert parsed("diagnose", proc.stdout)["ok"]
     assert "hello" in proc.stderr and "raw" in proc.stderr
 
 

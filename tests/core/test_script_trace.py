@@ -1,6 +1,5 @@
 """`fp16studio trace`: real scripts, each run unmodified in its own child process."""
 
-import json
 import os
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import pytest
 import fp16studio
 from fp16studio.core.common.errors import Cancelled, CancelToken, InputError
 from fp16studio.core.script.trace import trace_script
+from json_schemas import parsed
 
 SCRIPTS = Path(__file__).parent.parent / "scripts"
 
@@ -176,11 +176,11 @@ def test_cli_json_keeps_the_scripts_output_out():
 
     clean = cli(SCRIPTS / "no_model.py", "--json")
     assert clean.returncode == 0, clean.stderr
-    assert json.loads(clean.stdout)["models"] == []   # stdout is the document alone
+    assert parsed("trace", clean.stdout)["models"] == []   # stdout is the document alone
     assert "sum 6" in clean.stderr                      # the script's print went to stderr
     failed = cli(SCRIPTS / "own_model.py", "--json")
     assert failed.returncode == 1, failed.stderr
-    doc = json.loads(failed.stdout)
+    doc = parsed("trace", failed.stdout)
     assert set(doc) >= {"ok", "spec", "device", "findings", "error", "inventory", "script",
                         "models"}
     assert doc["spec"] is None and doc["findings"][0]["source"]["line"] == line_of(
@@ -369,7 +369,7 @@ def test_python_option_runs_the_script_under_that_interpreter(tmp_path):
                           str(script), "--json", "--", "--width", "3"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout)["args"] == ["--width", "3"]
+    assert parsed("trace", run.stdout)["args"] == ["--width", "3"]
     assert "through yes" in run.stderr and "argv ['--width', '3']" in run.stderr
 
 

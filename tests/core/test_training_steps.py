@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fp16studio.core.script.trace import trace_script
+from json_schemas import parsed
 
 SCRIPTS = Path(__file__).parent.parent / "scripts"
 
@@ -97,7 +98,7 @@ def test_steps_on_the_command_line_and_exit_1_for_a_nan_the_script_only_prints()
     done = subprocess.run([sys.executable, "-m", "fp16studio", "trace", str(script), "--json",
                            "--steps", "3"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr
-    assert len(json.loads(done.stdout)["steps"]) == 3
+    assert len(parsed("trace", done.stdout)["steps"]) == 3
     bad = subprocess.run([sys.executable, "-m", "fp16studio", "trace", str(script), "--steps",
                           "many"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "steps" in bad.stderr and "Traceback" not in bad.stderr

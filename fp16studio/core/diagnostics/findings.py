@@ -5,6 +5,9 @@ from __future__ import annotations
 import linecache
 import textwrap
 from dataclasses import dataclass, field
+from typing import TypedDict
+
+from ..common.codec import Document, meta
 
 CODES = (
     "dtype-mismatch", "device-mismatch", "integer-cast", "map-cast-lost", "list-batch",
@@ -36,15 +39,26 @@ def by_severity(findings) -> list:
                                                         else f.severity))
 
 
+class SourceLine(TypedDict, total=False):
+    """A line of the user's own script: where a finding, a step or an error points."""
+
+    file: str | None
+    line: int | None
+    end_line: int | None    # a code edit over several lines: the last one it replaces
+
+
+EDIT_KINDS = ("add", "replace", "insert")
+
+
 @dataclass(frozen=True)
-class CodeEdit:
+class CodeEdit(Document):
     """A fix said in code, built by the rule that knows the facts: `text` to write instead of
     the user's line `source` ("replace"), right before it ("insert"), or where it fits ("add":
     no line known). Rendered once (`render`) for the window, a trace's `code` and the export."""
 
     text: str
-    kind: str = "add"
-    source: dict | None = None    # {"file", "line"} of the user's line, where known
+    kind: str = field(default="add", metadata=meta(enum=EDIT_KINDS))
+    source: SourceLine | None = None    # the user's line, where known
 
     def render(self) -> str:
         """The text, indented as the user's line is (a multi-line snippet keeps its shape)."""
@@ -61,61 +75,38 @@ def _indent_of(source: dict | None) -> str:
 
 
 @dataclass(frozen=True)
-class Fix:
+class Fix(Document):
     """One answer to a finding: a spec edit, the code that makes the same change in a script,
     and the line the exported script explains it with."""
+
+    # The document's `code` is the text to write, rendered (CONTRACT §3); the edit it is
+    # rendered from travels whole as `code_edit`, so a program can apply it.
+    __json_computed__ = {"code": "code_text"}
 
     id: str
     title: str
     edits: dict
     # One sentence for the exported script's comment and the window's "what this changes" view.
     explain: str = ""
-    code: CodeEdit | None = None
+    code: CodeEdit | None = field(default=None, metadata=meta(key="code_edit"))
 
     def code_text(self) -> str:
         """What to write in a script: the code edit, else the explanation as a comment."""
         return self.code.render() if self.code is not None else f"# {self.explain or self.title}"
 
-    def to_json(self) -> dict:
-        return {"id": self.id, "title": self.title, "edits": dict(self.edits),
-                "code": self.code_text()}
-
-    @classmethod
-    def from_json(cls, doc: dict) -> "Fix":
-        """A fix read back from a document: its code as it was rendered."""
-        code = doc.get("code")
-        return cls(doc["id"], doc["title"], doc.get("edits") or {}, doc.get("explain", ""),
-                   CodeEdit(code) if isinstance(code, str) and code else None)
 
 
 @dataclass(frozen=True)
-class Finding:
-    code: str
-    severity: str
+class Finding(Document):
+    code: str = field(metadata=meta(enum=CODES))
+    severity: str = field(metadata=meta(enum=SEVERITIES))
     location: str
     message: str
     evidence: dict = field(default_factory=dict)
-    fixes: tuple = ()
-    # `fp16studio trace`: {"file", "line"} of the user's script line the finding points at.
-    source: dict | None = None
+    fixes: tuple[Fix, ...] = ()
+    # `fp16studio trace`: the user's script line the finding points at.
+    source: SourceLine | None = None
 
     def __post_init__(self):
         assert self.code in CODES, self.code
         assert self.severity in SEVERITIES, self.severity
-
-    def to_json(self) -> dict:
-        return {
-            "code": self.code,
-            "severity": self.severity,
-            "location": self.location,
-            "message": self.message,
-            "evidence": self.evidence,
-            "fixes": [fix.to_json() for fix in self.fixes],
-        }
-
-    @classmethod
-    def from_json(cls, doc: dict) -> "Finding":
-        """A finding read back from a document (a saved session): what it said, as it said it."""
-        return cls(doc["code"], doc["severity"], doc.get("location", ""), doc.get("message", ""),
-                   doc.get("evidence") or {},
-                   tuple(Fix.from_json(x) for x in doc.get("fixes", ())), doc.get("source"))

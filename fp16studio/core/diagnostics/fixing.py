@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..spec.value import PipelineSpec
 from .findings import Fix
+from .report import Diagnosis, FixRun
 
 MAX_ROUNDS = 5
 
@@ -36,9 +39,10 @@ def fix_until_clean(spec: PipelineSpec, max_rounds: int = MAX_ROUNDS, progress=N
                     cancel=None):
     """Apply the first fix of the first error finding and re-run, until no error remains.
 
-    Returns (final Diagnosis, applied: [{"round", "code", "fix"}]). A fix that leads back to a
-    spec already tried is skipped for the next one, so the loop cannot cycle. The model stays
-    loaded between rounds whose fix does not change what is loaded.
+    Returns (final Diagnosis, applied: [{"round", "code", "fix"}]) (the Python API's shape;
+    `fix_run` is the same as one FixRun). A fix that leads back to a spec already tried is
+    skipped for the next one, so the loop cannot cycle. The model stays loaded between rounds
+    whose fix does not change what is loaded.
     """
     from ..run.warm import WarmModel
 
@@ -47,6 +51,14 @@ def fix_until_clean(spec: PipelineSpec, max_rounds: int = MAX_ROUNDS, progress=N
         return _fix_loop(spec, max_rounds, progress, cancel, warm)
     finally:
         warm.clear()
+
+
+def fix_run(spec: PipelineSpec, max_rounds: int = MAX_ROUNDS, progress=None,
+            cancel=None) -> FixRun:
+    """`fix_until_clean` as the `fix --json` document."""
+    report, applied = fix_until_clean(spec, max_rounds, progress, cancel)
+    fields = {f.name: getattr(report, f.name) for f in dataclasses.fields(Diagnosis)}
+    return FixRun(**fields, applied=applied)
 
 
 def _fix_loop(spec, max_rounds, progress, cancel, warm):

@@ -3,35 +3,105 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypedDict
 
+from ..common.codec import Document, meta
 from ..spec.value import PipelineSpec
-from .findings import Finding, Fix
+from .findings import Finding, Fix, SourceLine
 from .tree import TensorNode, summary
 
 
+class RunError(TypedDict, total=False):
+    """The pipeline's (or the script's) own failure."""
+
+    type: str
+    message: str
+    stage: str | None      # model, dataset, batch, forward, backward, optimizer, script, ...
+    module: str | None
+    source: SourceLine | None
+
+
+class ModelOutput(TypedDict, total=False):
+    """The model's primary output as the forward pass returned it."""
+
+    name: str | None
+    dtype: str | None
+    shape: list[int] | None
+    finite: bool | None
+
+
+class Inventory(TypedDict, total=False):
+    """The tensor inventory's totals."""
+
+    parameters: int
+    tensors: int
+    bytes: int
+    dtypes: dict[str, int]
+    devices: dict[str, int]
+
+
+class NonFinite(TypedDict):
+    phase: str             # forward, backward, optimizer
+    location: str
+
+
+class StepRecord(TypedDict, total=False):
+    """One training step followed (CONTRACT §3 `steps`)."""
+
+    index: int
+    loss: float | None
+    finite: bool
+    grad_nonfinite: int
+    first_nonfinite: NonFinite | None
+    source: SourceLine | None
+
+
+class AppliedFix(TypedDict):
+    """One fix `fix` applied: in which round, for which finding code, which fix."""
+
+    round: int
+    code: str
+    fix: str
+
+
+
+
 @dataclass
-class Diagnosis:
+class Diagnosis(Document):
+    """The `diagnose --json` document (CONTRACT §3)."""
+
+    __json_computed__ = ("ok",)
+    # The document's totals: the tree's, when no others are known.
+    __json_public__ = {"inventory": "totals"}
+
     spec: PipelineSpec
     device: str
     findings: list[Finding] = field(default_factory=list)
-    # The pipeline's own failure, if it failed: {"type", "message", "stage", "module"}.
-    error: dict | None = None
-    # The model's output as the forward pass returned it: {"name", "dtype", "shape"}.
-    output: dict | None = None
-    tree: TensorNode | None = None
+    # The pipeline's own failure, if it failed.
+    error: RunError | None = None
+    output: ModelOutput | None = None
+    # Not in the --json document (a 21k-tensor model's tree is megabytes); crosses to the window.
+    tree: TensorNode | None = field(default=None, metadata=meta(internal=True))
     # Seconds per stage ("model", "dataset", "batch", "forward", "rules").
-    timings: dict = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
     # CONTRACT inventory totals when known without walking the tree (a TreeIndex's, or a saved
     # document's); None: summarised from `tree`.
-    inventory: dict | None = None
+    inventory: Inventory | None = None
     # The training steps run after the forward pass (the spec's `train`; a trace's steps of
-    # the script): Step.to_json documents, in order. Empty for inference only.
-    steps: list = field(default_factory=list)
+    # the script), in order. Empty for inference only.
+    steps: list[StepRecord] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not any(f.severity == "error" for f in self.findings) and self.error is None
+
+    @property
+    def totals(self) -> Inventory:
+        if self.inventory is not None:
+            return self.inventory
+        return summary(self.tree) if self.tree is not None else {
+            "parameters": 0, "tensors": 0, "bytes": 0, "dtypes": {}, "devices": {}}
 
     @property
     def errors(self) -> list[Finding]:
@@ -44,30 +114,16 @@ class Diagnosis:
                     return fix
         raise KeyError(fix_id)
 
-    @classmethod
-    def from_json(cls, doc: dict) -> "Diagnosis":
-        """A Diagnosis from its `diagnose --json` document (a saved session's findings): every
-        field but the tensor tree, which the document does not hold."""
-        findings = [Finding.from_json(f) for f in doc.get("findings", ())]
-        return cls(spec=PipelineSpec.from_dict(doc["spec"]), device=doc.get("device", ""),
-                   findings=findings, error=doc.get("error"), output=doc.get("output"),
-                   timings=doc.get("timings") or {}, environment=doc.get("environment") or {},
-                   inventory=doc.get("inventory"), steps=list(doc.get("steps") or ()))
 
-    def to_json(self) -> dict:
-        inventory = self.inventory
-        if inventory is None:
-            inventory = summary(self.tree) if self.tree is not None else {
-                "parameters": 0, "tensors": 0, "bytes": 0, "dtypes": {}, "devices": {}}
-        return {
-            "ok": self.ok,
-            "spec": self.spec.to_dict(),
-            "device": self.device,
-            "findings": [f.to_json() for f in self.findings],
-            "error": self.error,
-            "inventory": inventory,
-            "output": self.output,
-            "timings": self.timings,
-            "environment": self.environment,
-            "steps": list(self.steps),
-        }
+@dataclass
+class FixRun(Diagnosis):
+    """The `fix --json` document: the final run's diagnosis, the fixes applied on the way, and
+    the spec they made."""
+
+    __json_computed__ = ("ok", "fixed_spec")
+
+    applied: list[AppliedFix] = field(default_factory=list)
+
+    @property
+    def fixed_spec(self) -> PipelineSpec:
+        return self.spec

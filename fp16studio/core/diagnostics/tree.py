@@ -8,21 +8,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from ..common.codec import Document, meta
+
+NODE_KINDS = ("group", "module", "parameter", "buffer", "input", "activation", "gradient")
+NODE_STATUSES = ("ok", "warning", "error")
+
 
 @dataclass
-class TensorNode:
+class TensorNode(Document):
+    """One row of the tensor inventory: a module or a tensor, with its children."""
+
     name: str
     path: str
-    kind: str              # group, module, parameter, buffer, input, activation, gradient
-    shape: tuple | None = None
+    kind: str = field(metadata=meta(enum=NODE_KINDS))
+    shape: tuple[int, ...] | None = None
     dtype: str | None = None
     device: str | None = None
     bytes: int = 0
     absmax: float | None = None
     nonfinite: int = 0
-    status: str = "ok"     # ok, warning, error
+    status: str = field(default="ok", metadata=meta(enum=NODE_STATUSES))
     note: str = ""
-    children: list = field(default_factory=list)
+    children: list[TensorNode] = field(default_factory=list)
 
     @property
     def is_tensor(self) -> bool:
@@ -48,16 +55,6 @@ class TensorNode:
 
     def find(self, path: str) -> "TensorNode | None":
         return next((node for node in self.walk() if node.path == path), None)
-
-    def to_json(self) -> dict:
-        out = {"name": self.name, "path": self.path, "kind": self.kind}
-        if self.is_tensor:
-            out.update(shape=list(self.shape or ()), dtype=self.dtype, device=self.device,
-                       bytes=self.bytes, absmax=self.absmax, nonfinite=self.nonfinite)
-        out["status"] = self.status
-        if self.children:
-            out["children"] = [child.to_json() for child in self.children]
-        return out
 
 
 def summary(root: TensorNode) -> dict:

@@ -6,8 +6,11 @@ and no weights are read; checkpoint dtypes come from the safetensors headers whe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
+from ..common.codec import Document
 from ..common.dtypes import BYTES_PER_ELEMENT, FLOAT_NAMES
 from ..common.errors import InputError
 from ..spec.value import PipelineSpec
@@ -16,8 +19,29 @@ from .checkpoint import checkpoint_dtypes
 CONFIG_NAME = "config.json"
 
 
+class LargestLayer(TypedDict):
+    name: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class ModelInventory(Document):
+    """The `inspect --json` document (CONTRACT §3): a model's tensors and memory per dtype."""
+
+    model: str
+    architecture: str
+    parameters: int
+    tensors: int
+    checkpoint_dtypes: dict[str, int] | None    # from the safetensors headers, when there are any
+    memory_bytes: dict[str, int]                # the floating parameters, in each dtype
+    largest_layer: LargestLayer
+    keep_fp32_modules: list[str]
+    dtype: str | None = None                    # `--dtype`: the bytes at that dtype
+    bytes_at_dtype: int | None = None
+
+
 def inspect_model(model: str, dtype: str | None = None, trust_remote_code: bool = False,
-                  revision: str | None = None, base_dir: str | None = None) -> dict:
+                  revision: str | None = None, base_dir: str | None = None) -> ModelInventory:
     """The `inspect --json` document (CONTRACT §3) for a local folder, its config.json or a Hub
     id."""
     import torch
@@ -50,20 +74,12 @@ def inspect_model(model: str, dtype: str | None = None, trust_remote_code: bool 
         largest = max(module_bytes.items(), key=lambda item: item[1])
     floating = sum(p.numel() for p in built.parameters() if p.is_floating_point())
     memory = {name: floating * BYTES_PER_ELEMENT[name] for name in FLOAT_NAMES}
-    doc = {
-        "model": model,
-        "architecture": arch,
-        "parameters": parameters,
-        "tensors": tensors,
-        "checkpoint_dtypes": checkpoint_dtypes(Path(folder)),
-        "memory_bytes": memory,
-        "largest_layer": {"name": largest[0], "bytes": largest[1]},
-        "keep_fp32_modules": list(getattr(built, "_keep_in_fp32_modules", None) or []),
-    }
-    if dtype:
-        doc["dtype"] = dtype
-        doc["bytes_at_dtype"] = memory[dtype]
-    return doc
+    return ModelInventory(
+        model=model, architecture=arch, parameters=parameters, tensors=tensors,
+        checkpoint_dtypes=checkpoint_dtypes(Path(folder)), memory_bytes=memory,
+        largest_layer={"name": largest[0], "bytes": largest[1]},
+        keep_fp32_modules=list(getattr(built, "_keep_in_fp32_modules", None) or []),
+        dtype=dtype or None, bytes_at_dtype=memory[dtype] if dtype else None)
 
 
 def _config_folder(spec: PipelineSpec) -> str | None:

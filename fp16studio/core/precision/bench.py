@@ -16,8 +16,10 @@ import dataclasses
 import functools
 import gc
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from ..common import dtypes
+from ..common.codec import Document
 from ..common.errors import Cancelled, InputError, check_cancel, first_line, report_progress
 from ..run.distance import reference_copy
 from ..spec.value import PipelineSpec
@@ -88,13 +90,21 @@ def canonical_variant(name: str, command: str = "bench", choices=VARIANTS) -> st
     return variant
 
 
+class Latency(TypedDict):
+    p50: float | None
+    p90: float | None
+    min: float | None
+
+
 @dataclass
-class VariantResult:
+class VariantResult(Document):
+    """One precision variant's measurement (`bench --json`'s `variants`)."""
+
     # The CONTRACT §3 keys first, in its order; the rest are additions.
     name: str
     ok: bool = False
     samples_per_s: float | None = None
-    latency_ms: dict | None = None
+    latency_ms: Latency | None = None
     peak_memory_bytes: int | None = None
     weights_bytes: int | None = None
     max_abs_diff_vs_float32: float | None = None
@@ -126,14 +136,13 @@ class VariantResult:
     # The primary output compared: {"name", "dtype", "shape"}.
     output: dict | None = None
 
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 @dataclass
-class BenchResult:
-    device: str
-    variants: list = field(default_factory=list)
+class BenchResult(Document):
+    """The `bench --json` document (CONTRACT §3)."""
+
+    device: str = ""    # a saved document without one is still read
+    variants: list[VariantResult] = field(default_factory=list)
     device_name: str = ""
     tf32: dict = field(default_factory=dict)
     # {"size", "shapes": {name: [..]}, "tokens"} of the float32 batch.
@@ -144,11 +153,6 @@ class BenchResult:
     reference_error: str | None = None
     # One sentence: does half precision pay here, and if not, why (core.precision.verdict).
     verdict: str | None = None
-
-    def to_json(self) -> dict:
-        out = dataclasses.asdict(self)
-        out["variants"] = [v.to_json() for v in self.variants]
-        return out
 
 
 def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_sample=None,

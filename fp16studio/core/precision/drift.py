@@ -8,9 +8,12 @@ can show and pickle.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
+from ..common.codec import Document, meta
 from ..common.errors import Cancelled, InputError, check_cancel, first_line, report_progress
+from ..diagnostics.findings import Finding
+from ..diagnostics.report import RunError
 from ..diagnostics.rules.ranges import drift_finding, drift_reference_broken
 from ..run.compare import (DRIFT_SQNR_DB, OutputRecorder, cast_batch, output_drift,
                            within_tolerance)
@@ -20,9 +23,11 @@ VARIANTS = ("float16", "bfloat16", "autocast-float16", "autocast-bfloat16")
 
 
 @dataclass
-class ModuleDrift:
+class ModuleDrift(Document):
+    """One call of one module, float32 against the variant (`drift --json`'s `modules`)."""
+
     name: str
-    cls: str
+    cls: str = field(metadata=meta(key="class"))
     call: int                          # which call of this module (0 for the first)
     max_abs_diff: float | None         # distances: None where the variant holds inf/NaN
     cosine: float | None
@@ -35,32 +40,26 @@ class ModuleDrift:
     def diverged(self) -> bool:
         return self.nonfinite > 0 or (self.sqnr_db is not None and self.sqnr_db < DRIFT_SQNR_DB)
 
-    def to_json(self) -> dict:
-        out = asdict(self)
-        out["class"] = out.pop("cls")
-        return out
-
 
 @dataclass
-class DriftResult:
+class DriftResult(Document):
     """The `drift --json` document (CONTRACT §3), plus findings, the error and timings."""
+
+    __json_computed__ = ("reference",)
 
     variant: str
     device: str
     ok: bool = False
     first_divergent: str | None = None
     output: dict | None = None       # {"name", "max_abs_diff", "cosine", "top1_agreement", ...}
-    modules: list = field(default_factory=list)       # ModuleDrift, in call order
-    findings: list = field(default_factory=list)      # precision-drift / overflow, with fixes
-    error: dict | None = None        # {"type", "message", "stage"} when a run failed
-    timings: dict = field(default_factory=dict)
+    modules: list[ModuleDrift] = field(default_factory=list)   # in call order
+    findings: list[Finding] = field(default_factory=list)      # precision-drift / overflow
+    error: RunError | None = None    # when a run failed
+    timings: dict[str, float] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
-        return {"reference": "float32", "variant": self.variant, "ok": self.ok,
-                "first_divergent": self.first_divergent, "output": self.output,
-                "modules": [m.to_json() for m in self.modules],
-                "findings": [f.to_json() for f in self.findings], "error": self.error,
-                "device": self.device, "timings": self.timings}
+    @property
+    def reference(self) -> str:
+        return "float32"
 
 
 def module_drifts(reference: OutputRecorder, variant: OutputRecorder) -> list[ModuleDrift]:

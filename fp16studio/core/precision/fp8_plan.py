@@ -5,9 +5,12 @@ a device runs and the shape rule are FP8 facts of their own (core/common/float8.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import TypedDict
 
+from ..common.codec import Document, meta
 from ..common.float8 import shape_reason
+from ..diagnostics.findings import Finding
 
 E4M3_MAX = 448.0                 # torch.finfo(torch.float8_e4m3fn).max
 E4M3_SMALLEST = 2.0 ** -9        # e4m3's smallest subnormal: scaled values below it lose all but
@@ -40,7 +43,7 @@ def is_fp8_checkpoint(quantization_config) -> bool:
 
 
 @dataclass
-class LayerPlan:
+class LayerPlan(Document):
     """One Linear layer of the plan (the `layers` rows of `fp8 --json`)."""
 
     name: str
@@ -57,13 +60,9 @@ class LayerPlan:
     sqnr_db: float | None = None       # None without torchao, or a layer that did not run
     sample_share: float | None = None  # of the output's values the SQNR was measured on
     keep_bf16: bool = False
-    flops: int = field(default=0, repr=False)   # not in the document: its share is
-    rows: int = field(default=0, repr=False)    # the most tokens of one call (the GEMM's M)
-
-    def to_json(self) -> dict:
-        out = asdict(self)
-        out.pop("flops"), out.pop("rows")
-        return out
+    # Not in the --json document (its share is); the most tokens of one call (the GEMM's M).
+    flops: int = field(default=0, repr=False, metadata=meta(internal=True))
+    rows: int = field(default=0, repr=False, metadata=meta(internal=True))
 
 
 def decide(layers: list[LayerPlan], threshold_db: float = SENSITIVE_SQNR_DB) -> None:
@@ -88,19 +87,27 @@ def decide(layers: list[LayerPlan], threshold_db: float = SENSITIVE_SQNR_DB) -> 
             layer.reason = f"FP8 SQNR {layer.sqnr_db:.1f} dB, under {threshold_db:g} dB"
 
 
+class PreflightCheck(TypedDict):
+    check: str
+    ok: bool
+    message: str
+
+
 @dataclass
-class Fp8Plan:
+class Fp8Plan(Document):
     """The `fp8 --json` document (CONTRACT §3)."""
+
+    __json_computed__ = ("keep_bf16", "converted")
 
     recipe: str
     device: str
     compute_capability: str | None
     emulated: bool
     runs_here: bool = True             # the device runs the recipe natively or emulated by choice
-    preflight: list = field(default_factory=list)   # {"check", "ok", "message"}
-    layers: list = field(default_factory=list)      # LayerPlan, in the model's order
+    preflight: list[PreflightCheck] = field(default_factory=list)
+    layers: list[LayerPlan] = field(default_factory=list)      # in the model's order
     threshold_db: float = SENSITIVE_SQNR_DB
-    findings: list = field(default_factory=list)    # Finding
+    findings: list[Finding] = field(default_factory=list)
 
     @property
     def keep_bf16(self) -> list[str]:
@@ -115,11 +122,3 @@ class Fp8Plan:
         """Exit 0: a layer goes to FP8 and the device runs the recipe."""
         return bool(self.converted) and self.runs_here
 
-    def to_json(self) -> dict:
-        return {"recipe": self.recipe, "device": self.device,
-                "compute_capability": self.compute_capability, "emulated": self.emulated,
-                "preflight": list(self.preflight),
-                "layers": [layer.to_json() for layer in self.layers],
-                "keep_bf16": self.keep_bf16, "converted": self.converted,
-                "threshold_db": self.threshold_db,
-                "findings": [f.to_json() for f in self.findings]}

@@ -23,7 +23,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
+from ..common.codec import meta
 from ..common.errors import Cancelled, InputError, check_cancel, report_progress
 from ..common.files import expand_user
 from ..demo.pipelines import DEMO_PREFIX
@@ -52,6 +54,12 @@ USE_YOUR_PYTHON = ("fp16studio's own Python ran the script: the app bundles torc
                    f"{PYTHON_ENV}=/path/to/python before starting it)")
 
 
+# Each model whose forward ran: its name in the script, its class, how many calls.
+ModelCalls = TypedDict("ModelCalls", {"name": str, "class": str, "calls": int}, total=False)
+# A fix `trace --apply` wrote into the fixed copy: its id, its line, its finding's code.
+AppliedFix = TypedDict("AppliedFix", {"id": str, "line": int, "code": str}, total=False)
+
+
 class TracerNotStarted(RuntimeError):
     """The child ended before the tracer was in place: fp16studio's problem, not the script's."""
 
@@ -62,26 +70,23 @@ class ScriptTrace(Diagnosis):
     edit it); `recovered` says whether it describes the script well enough to continue as a
     pipeline (`recovered_spec`)."""
 
+    # The document's spec is the recovered one: null when the script was not described well.
+    __json_public__ = {**Diagnosis.__json_public__, "spec": "recovered_spec"}
+
     script: str = ""
-    args: tuple = ()
-    models: list = field(default_factory=list)   # [{"name", "class", "calls"}]
-    recovered: bool = False
-    notes: list = field(default_factory=list)    # plain sentences: no model ran, no spec because...
-    steps: list = field(default_factory=list)    # the training steps followed (Step.to_json)
-    complete: bool = True    # False: written as a model's pass ended; the script went on after
+    args: tuple[str, ...] = ()
+    models: list[ModelCalls] = field(default_factory=list)
+    recovered: bool = field(default=False, metadata=meta(internal=True))
+    notes: list[str] = field(default_factory=list)  # plain sentences: no model ran, no spec because...
+    # False: written as a model's pass ended; the script went on after
+    complete: bool = field(default=True, metadata=meta(internal=True))
+    # `trace --apply`: the fixes written into a copy of the script, and where it is
+    applied: list[AppliedFix] = field(default_factory=list)
+    fixed_script: str | None = None
 
     @property
     def recovered_spec(self) -> PipelineSpec | None:
         return self.spec if self.recovered else None
-
-    def to_json(self) -> dict:
-        doc = super().to_json()
-        doc["spec"] = doc["spec"] if self.recovered else None
-        doc.update(script=self.script, args=list(self.args), models=self.models,
-                   notes=list(self.notes), steps=list(self.steps))
-        for finding, out in zip(self.findings, doc["findings"]):
-            out["source"] = finding.source
-        return doc
 
 
 def resolve_script(text: str) -> Path:

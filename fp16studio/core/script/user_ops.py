@@ -39,7 +39,6 @@ plus a frame look-up and one dict hit; only the user's own calls are wrapped and
 from __future__ import annotations
 
 import ast
-import dataclasses
 import io
 import linecache
 import os
@@ -58,6 +57,7 @@ from ..common.precision import (
     OUR_FOLDER,
 )
 from ..diagnostics.findings import Finding
+from ..diagnostics.rules import as_the_script_went
 from ..diagnostics.rules.batch import float64_targets
 from ..diagnostics.rules.dtypes import user_half_unsupported
 from ..diagnostics.rules.placement import made_on_other_device
@@ -167,13 +167,10 @@ class UserOps:
     def findings(self, error: dict | None = None) -> list[Finding]:
         out = []
         for seen in self._seen.values():
-            finding = seen.rule(seen.record)
-            if seen.exc is not None and self._caught(seen.exc):
-                finding = dataclasses.replace(
-                    finding, severity="warning",
-                    message=finding.message + " (The script caught this exception and went on.)")
-            seen.exc = None
-            out.append(finding)
+            if seen.exc is not None:     # read once: the traceback holds the script's frames
+                seen.record.caught = self._caught(seen.exc)
+                seen.exc = None
+            out.append(as_the_script_went(seen.rule, seen.record))
         if self._shadow is None:
             return out
         said = {(f.source["file"], f.source["line"]) for f in out if f.source}

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ... import __version__
+from ..common.codec import Document
 from ..common.errors import InputError
 from ..common.files import read_text, starts_with, write_text_atomic
 from . import trust
@@ -41,6 +42,23 @@ class Session:
     # Where the last save kept the file it replaced (NAME.bak, or NAME.N.bak beside a NAME.bak
     # of the user's); None when there was none.
     kept_as: Path | None = None
+
+
+@dataclass(frozen=True)
+class SessionDocument(Document):
+    """A session file as written (`.fp16studio`): the spec, and the last runs' documents."""
+
+    # First in the file: is_session_file knows fp16studio's own files by it.
+    fp16studio_session: int
+    spec: PipelineSpec
+    version: str
+    saved_at: str | None = None
+    # The `diagnose --json` (or `trace --json`) and `bench --json` documents, as they were
+    # written; read leniently (session_state), so a damaged one never keeps the spec from opening.
+    diagnosis: dict | None = None
+    bench: dict | None = None
+    # An autosave's: the file the window had open.
+    source: str | None = None
 
 
 def load_spec(path: str | Path) -> PipelineSpec:
@@ -93,18 +111,13 @@ def write_session(session: Session, path: Path, **extra) -> str:
     """Write the session document to `path` (spec paths made valid from its folder), with
     `extra` keys; returns the time it was saved at."""
     folder = path.parent
-    document = {
-        "fp16studio_session": FORMAT,
-        "version": __version__,
-        "saved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "spec": session.spec.rebased(folder).to_dict(),
-        "diagnosis": session.diagnosis,
-        "bench": session.bench,
-        **extra,
-    }
-    write_text_atomic(path, json.dumps(document, indent=2) + "\n")
+    document = SessionDocument(
+        fp16studio_session=FORMAT, spec=session.spec.rebased(folder), version=__version__,
+        saved_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        diagnosis=session.diagnosis, bench=session.bench, **extra)
+    write_text_atomic(path, json.dumps(document.to_json(), indent=2) + "\n")
     trust.trust(path, session.spec.rebased(folder))  # the app wrote it: the user's own
-    return document["saved_at"]
+    return document.saved_at
 
 
 def _is_session(data) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common import dtypes
+from ..common.codec import Document, meta
 from ..common.errors import InputError
 from ..common.files import expand_user
 from ..common.float8 import parse_recipe
@@ -31,7 +32,12 @@ TRAIN_MAX_STEPS = 100
 
 
 @dataclass(frozen=True)
-class PipelineSpec:
+class PipelineSpec(Document):
+    """A pipeline as the user wrote it (CONTRACT §1)."""
+
+    # Read by its own validation: an unknown key is an error with a suggestion, values normalised.
+    __json_reader__ = "from_dict"
+
     model: str
     dataset: str
     revision: str | None = None
@@ -39,7 +45,7 @@ class PipelineSpec:
     trust_remote_code: bool = False
     dataset_config: str | None = None
     split: str = "train"
-    columns: dict = field(default_factory=dict)
+    columns: dict[str, str] = field(default_factory=dict)
     samples: int = 8
     batch_size: int = 4
     preprocess: str | None = None
@@ -49,7 +55,7 @@ class PipelineSpec:
     device: str = "auto"
     device_map: str | None = None
     model_dtype: str = "float32"
-    keep_fp32: tuple = ()
+    keep_fp32: tuple[str, ...] = ()
     input_dtype: str | None = None
     input_cast: str = "floating"
     input_device: str = "model"
@@ -60,7 +66,7 @@ class PipelineSpec:
     model_cast: str | None = None
     # Module patterns that run in float32 inside a half model (weights float32, inputs cast up,
     # outputs cast back): the fix that keeps the rest of the model half.
-    run_in_float32: tuple = ()
+    run_in_float32: tuple[str, ...] = ()
     label_dtype: str | None = None
     # The device_type the user's torch.autocast(...) names; None: the model's own device type.
     autocast_device: str | None = None
@@ -69,10 +75,10 @@ class PipelineSpec:
     # holds its fields); None: inference only.
     train: dict | None = None
     # Fixes applied so far, oldest first: [{"id", "title"}]. The export names each in a comment.
-    applied_fixes: tuple = ()
+    applied_fixes: tuple[dict, ...] = ()
     # Folder that relative paths (model, dataset, preprocess) are read from; not part of the
     # document, so a saved spec stays portable.
-    base_dir: str | None = field(default=None, compare=False, repr=False)
+    base_dir: str | None = field(default=None, compare=False, repr=False, metadata=meta(skip=True))
 
     def __post_init__(self):
         # Normalise in place (frozen: object.__setattr__) so every spec in memory is canonical.
@@ -94,11 +100,7 @@ class PipelineSpec:
         return cls(**data, base_dir=str(base_dir) if base_dir is not None else None)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {}
-        for key in KEYS:
-            value = getattr(self, key)
-            out[key] = _thawed(value)
-        return out
+        return self.to_json()
 
     def rebased(self, folder: str | Path) -> "PipelineSpec":
         """The same spec read from `folder`: relative local paths made absolute if they move."""
@@ -166,15 +168,6 @@ def _frozen(value):
         return FrozenDict((k, _frozen(v)) for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return tuple(_frozen(v) for v in value)
-    return value
-
-
-def _thawed(value):
-    """The JSON-ready form of a frozen value: plain dicts and lists."""
-    if isinstance(value, dict):
-        return {k: _thawed(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_thawed(v) for v in value]
     return value
 
 

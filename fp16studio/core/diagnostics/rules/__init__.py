@@ -54,3 +54,15 @@ def run_rules(ev: Evidence) -> list[Finding]:
     for rule in RULES:
         findings.extend(rule(ev))
     return by_severity(findings)
+
+
+def as_the_script_went(rule, record) -> Finding:
+    """The finding `rule` makes of a failure in the user's own call, said as a warning where the
+    script caught the exception and went on (`record.caught`): what the owner returns is final."""
+    from dataclasses import replace
+
+    finding = rule(record)
+    if getattr(record, "caught", False):
+        return replace(finding, severity="warning",
+                       message=finding.message + " (The script caught this exception and went on.)")
+    return finding
