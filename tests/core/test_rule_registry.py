@@ -193,9 +193,6 @@ def test_every_finding_agrees_with_its_evidence(ev):
 
 # -- drift's sentence (rules/ranges.py drift_finding) ----------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 39 item 6: drift's overflow names the first module "
-                   "under 20 dB as where inf/NaN first appear, which may hold none; remove this "
-                   "mark with the fix (strict: a pass fails until then)")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(0, 2), st.floats(0.0, 60.0)), min_size=1, max_size=4))
 def test_drift_says_where_inf_first_appears_only_where_it_does(rows):

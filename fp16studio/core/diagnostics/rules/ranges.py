@@ -113,7 +113,12 @@ def drift_finding(spec, result, dtype: str, search) -> Finding:
     from ..islands import islands_fix
 
     output = result.output
-    location = result.first_divergent or "model"
+    # Where inf/NaN first appear, when the output holds some: the first module whose output does
+    # (not the first that parts from float32, which may hold none); else where it parts.
+    first_nonfinite = next((m for m in result.modules if m.nonfinite), None) \
+        if not output["finite"] else None
+    location = (first_nonfinite.name or "model") if first_nonfinite is not None else \
+        result.first_divergent or "model"
     module = next((m for m in result.modules if (m.name or "model") == location), None)
     fixes = [islands_fix(spec, search)] if search is not None else []
     evidence = {"variant": result.variant, "output sqnr dB": output["sqnr_db"],
@@ -128,9 +133,13 @@ def drift_finding(spec, result, dtype: str, search) -> Finding:
     if not output["finite"]:
         if dtype == "float16":
             fixes.append(edits.model_dtype("bfloat16", spec))
+        where = (f"they first appear in the output of {location}"
+                 + (f", past float16's {FP16_MAX:.0f}" if dtype == "float16" else "")
+                 if first_nonfinite is not None else
+                 f"no module's output was seen holding them; the first that parts from float32 "
+                 f"is {location}")
         message = (f"The {result.variant} run's output holds {output['nonfinite']} inf/NaN "
-                   f"values; they first appear in the output of {location}"
-                   + (f", past float16's {FP16_MAX:.0f}" if dtype == "float16" else "") + ".")
+                   f"values; {where}.")
         code, severity = "overflow", "error"
     else:
         message = (f"The {result.variant} run is finite but its output drifts from float32 "
