@@ -113,17 +113,17 @@ class Birth:
     ops: dict = field(default_factory=dict)       # kind -> the op that had it first
 
     series: list = field(default_factory=list)   # (call, value, float32's) or (call, share)
-    _every: int = 1
+    every: int = 1              # the series takes every `every`-th call (it thins as it fills)
 
     def point(self, value: float, shadow: float | None):
         """One call's value and its shadow's (a one-number result), else the share of its
         elements on a boundary; at most SERIES points over the whole run (every other one
         dropped when full, then every second call taken, and so on)."""
-        if self.calls % self._every:
+        if self.calls % self.every:
             return
         if len(self.series) >= SERIES:
             self.series = self.series[::2]
-            self._every *= 2
+            self.every *= 2
         self.series.append((self.calls, value) if shadow is None else
                            (self.calls, value, shadow))
 
@@ -151,7 +151,6 @@ class Landing:
     decided: int = 0            # decision elements compared
     value: float | None = None  # at the worst call, for a one-number value: it and float32's
     shadow: float | None = None
-    dtype: str = ""
     origins: set = field(default_factory=set)
 
 
@@ -159,7 +158,7 @@ class Pending:
     """One call in flight: what had to be copied before it ran."""
 
     __slots__ = ("name", "func", "args", "kwargs", "where", "shadow_args", "shadow_kwargs",
-                 "up", "before", "origins", "exact", "mutates", "seconds", "full")
+                 "up", "before", "origins", "exact", "mutates", "full")
 
 
 class ShadowCheck:
@@ -508,7 +507,7 @@ class ShadowCheck:
             with torch.no_grad():
                 flipped, decided = int((value != shadow).sum()), value.numel()
         landing = self._landing((pending.where, pending.name, frozenset(pending.origins)),
-                                pending.name, "")
+                                pending.name)
         landing.calls += 1
         if flipped:          # counted over the calls that decided otherwise (a line may
             landing.origins |= pending.origins   # decide on a safe twin's values too)
@@ -533,8 +532,7 @@ class ShadowCheck:
         entry = self.entry(tensor)
         if entry is None or entry.exact or entry.value.shape != tensor.shape:
             return
-        landing = self._landing((where, how, entry.origins), how,
-                                str(tensor.dtype).removeprefix("torch."))
+        landing = self._landing((where, how, entry.origins), how)
         landing.calls += 1
         landing.origins |= entry.origins
         with torch.no_grad():
@@ -555,12 +553,12 @@ class ShadowCheck:
             if one:
                 landing.value, landing.shadow = one
 
-    def _landing(self, key, how, dtype) -> Landing:
+    def _landing(self, key, how) -> Landing:
         """One per line, way and origins: a line that prints a value and its safe twin keeps
         the two apart."""
         landing = self.landings.get(key)
         if landing is None:
-            landing = self.landings[key] = Landing(key[0], how, dtype=dtype)
+            landing = self.landings[key] = Landing(key[0], how)
         return landing
 
     def uninstall(self):
