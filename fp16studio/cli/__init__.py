@@ -20,6 +20,10 @@ def main(argv: list[str] | None = None) -> int:
         return _install_desktop()
     if args.command in (None, "gui"):
         return _gui(getattr(args, "spec", None))
+    if args.command == "engine":   # its stdout is the protocol's: no command wrapper around it
+        from ..engine.server import serve_stdio
+
+        return serve_stdio()
     return run(COMMANDS[args.command], args)
 
 

@@ -119,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "(it needs torch, transformers and datasets); default: the Python "
                             "fp16studio runs in, which in the standalone app is the bundled one")
 
+    engine = sub.add_parser("engine", help="serve the window's engine protocol (over ssh: the "
+                                           "window or --host on another machine drives it)")
+    engine.add_argument("--stdio", action="store_true", required=True,
+                        help="typed JSON frames on stdin and stdout")
+
     demo = sub.add_parser("demo", help="write the built-in demo model, dataset and specs to DIR")
     demo.add_argument("dir", nargs="?", default="fp16studio-demo", metavar="DIR")
     return parser

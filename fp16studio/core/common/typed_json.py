@@ -37,6 +37,10 @@ class TypedJson:
         self._fields: dict[type, tuple] = {}
         self._factories: dict[str, object] = {}
 
+    def with_types(self, types: dict) -> "TypedJson":
+        """These types and `types`."""
+        return TypedJson({**self._specs, **types})
+
     # -- frames ---------------------------------------------------------------------------------
     def frame(self, value) -> bytes:
         return encode_frame(self.encode(value))
