@@ -6,7 +6,8 @@ such value is an object tagged "$":
 
     {"$": "tuple", "items": [...]}    {"$": "bytes", "base64": "..."}
     {"$": "dict", "items": [[key, value], ...]}   (keys that are not strings, or a "$" key)
-    {"$": "Finding", "code": ..., ...}   a registered type, by its constructor's fields
+    {"$": "Finding", "code": ..., ...}   a registered type, by its constructor's fields (those
+                                         at their default left out)
     {"$": "ref", "n": 3}   the 4th registered object already sent: one object sent twice
                            (a tree and the index over it) arrives as one object again
 
@@ -69,8 +70,11 @@ class TypedJson:
             if seen is not None:
                 return {"$": "ref", "n": seen}
             out = {"$": name}
-            for field in self._fields[kind]:
-                out[field] = self._encode(getattr(value, field), memo)
+            for field, default in self._fields[kind]:
+                item = getattr(value, field)
+                if type(item) is type(default) and item == default:
+                    continue   # the constructor's own default: left out, built again there
+                out[field] = item if type(item) in _PLAIN else self._encode(item, memo)
             memo[id(value)] = len(memo)   # numbered as finished: as the decoder builds them
             return out
         if isinstance(value, dict):
@@ -91,10 +95,11 @@ class TypedJson:
         name = kind.__name__
         if name not in self._specs or _import(self._sent(name)) is not kind:
             return None
+        # (name, default) of what the constructor takes; _NONE where there is no default.
         if dataclasses.is_dataclass(kind):
-            fields = tuple(f.name for f in dataclasses.fields(kind) if f.init)
+            fields = tuple((f.name, _default(f)) for f in dataclasses.fields(kind) if f.init)
         else:   # a plain class: its constructor's parameters, kept as attributes of those names
-            fields = tuple(inspect.signature(kind).parameters)
+            fields = tuple((name, _NONE) for name in inspect.signature(kind).parameters)
         self._fields[kind] = fields
         self._name_of[kind] = name
         return name
@@ -139,6 +144,22 @@ class TypedJson:
             return value
 
         return hook
+
+
+class _NoDefault:
+    """What no field value is of the type of."""
+
+
+_NONE = _NoDefault()
+
+
+def _default(field: dataclasses.Field):
+    """The field's default value (a factory's: what it makes, only compared with, never given)."""
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return _NONE
 
 
 def _import(spec: str):
