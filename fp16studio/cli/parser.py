@@ -7,6 +7,7 @@ import argparse
 
 from .. import __version__
 from .process import BAD_INPUT
+from .remote import HOST_COMMANDS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -124,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--stdio", action="store_true", required=True,
                         help="typed JSON frames on stdin and stdout")
 
+    for name in HOST_COMMANDS:
+        _host_options(sub.choices[name])
+
     demo = sub.add_parser("demo", help="write the built-in demo model, dataset and specs to DIR")
     demo.add_argument("dir", nargs="?", default="fp16studio-demo", metavar="DIR")
     return parser
@@ -136,6 +140,15 @@ def _run_options(parser):
                              "(remembered until the spec or its code changes)")
     parser.add_argument("--timeout", type=float, metavar="S",
                         help="give up after S seconds (exit 2): a pipeline that hangs")
+
+
+def _host_options(parser):
+    parser.add_argument("--host", metavar="HOST",
+                        help="run it on HOST through your ssh (its config, keys and agent) and "
+                             "print the result here; paths are HOST's (trace sends a local script)")
+    parser.add_argument("--remote-python", metavar="PYTHON",
+                        help="with --host: the Python there that has fp16studio (default python3; "
+                             "a venv's python, or a command line such as 'env VAR=x python3')")
 
 
 def _force_option(parser):

@@ -179,9 +179,10 @@ class EngineClient:
         # A fresh inbox: nothing the last process said (its end) reaches the next one's jobs.
         self._inbox = queue.SimpleQueue()
         process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   env=env, **_own_group())
+                                   stderr=subprocess.PIPE, env=env, **_own_group())
         self._process = process
         self._commands = FrameWriter(process.stdin)
+        self._said = _Said(process.stderr)
         threading.Thread(target=_read_events, args=(process.stdout, self._inbox),
                          name="fp16studio-engine-events", daemon=True).start()
 
@@ -201,8 +202,36 @@ class EngineClient:
         if token.cancelled:
             return m.Cancelled(job_id)
         reason = why or _describe_exit(code)
+        said = self._said.last() if process is not None else ""
+        if said and not why:   # what it (or ssh: an unknown host, no fp16studio there) said last
+            reason += f": {said}"
         return m.Failed(job_id, f"The engine process stopped unexpectedly ({reason}). "
                                 "Run again to start a fresh one.")
+
+
+class _Said:
+    """The engine's stderr, passed on to ours line by line as it comes; the last line kept to
+    say why an engine ended (a remote one's stderr is ssh's and the box's)."""
+
+    def __init__(self, stream):
+        self._last = ""
+        self._done = threading.Event()
+        threading.Thread(target=self._pump, args=(stream,), name="fp16studio-engine-stderr",
+                         daemon=True).start()
+
+    def _pump(self, stream):
+        with stream:
+            for raw in iter(stream.readline, b""):
+                line = raw.decode("utf-8", "replace").rstrip()
+                if line.strip():
+                    self._last = line.strip()
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    sys.stderr.write(line + "\n")
+        self._done.set()
+
+    def last(self) -> str:
+        self._done.wait(1.0)   # the process ended: its last words are on their way
+        return self._last
 
 
 def _read_events(stream, inbox: queue.SimpleQueue):
