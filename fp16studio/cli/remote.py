@@ -122,7 +122,7 @@ def _why_not(host: str, python: list[str], code: int, held: list[str]) -> str:
     command = " ".join(python)
     return (f"--host {host}: no fp16studio for {command} there"
             + (f" ({said})" if said else f" (exit status {code})")
-            + "; install it into that Python (pip install fp16studio) or name another with "
+            + "; install it into that Python (docs/remote.md) or name another with "
             "--remote-python")
 
 
