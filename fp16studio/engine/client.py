@@ -51,11 +51,17 @@ def task_name(task) -> str:
     return f"{module}:{name}"
 
 
+# Not `python -m`: that puts the working folder first on the import path, where a file of the
+# user's (a `typing_extensions.py`) would shadow what the engine imports; `-c` puts it there too,
+# and the boot takes it off before anything is imported.
+_BOOT = "import sys; del sys.path[0]; from fp16studio.cli import main; sys.exit(main())"
+
+
 def local_engine() -> tuple[list[str], dict]:
     """The command and environment of an engine on this machine: this program itself, with
     this process's import path (a "module:function" task importable here is importable there)."""
     command = [sys.executable, *STDIO_ARGS] if frozen() else [
-        sys.executable, "-m", "fp16studio", *STDIO_ARGS]
+        sys.executable, "-c", _BOOT, *STDIO_ARGS]
     env = dict(os.environ)
     if not frozen():
         env["PYTHONPATH"] = os.pathsep.join(path or os.getcwd() for path in sys.path)

@@ -101,3 +101,14 @@ def test_an_engine_that_does_not_speak_frames_fails_the_job_in_one_line(says, tm
 def test_a_bad_frame_from_the_engine_is_refused_in_the_reader_not_unpickled():
     with pytest.raises(FrameError, match="does not travel here"):
         m.WIRE.read(io.BytesIO(encode_frame({"$": "Popen", "args": ["rm", "-rf", "/"]})))
+
+
+def test_a_file_in_the_working_folder_shadows_nothing_the_engine_imports(tmp_path, monkeypatch):
+    (tmp_path / "json.py").write_text("raise SystemExit('the working folder was imported from')\n")
+    monkeypatch.chdir(tmp_path)
+    command, env = local_engine()
+    env["PYTHONPATH"] = os.pathsep.join([TESTS, env["PYTHONPATH"]])
+    client = EngineClient(engine=(command, env))
+    ending = client.run("engine_jobs:pid", (), {}, CancelToken(), lambda event: None)
+    client.close()
+    assert isinstance(ending, m.Result), ending
