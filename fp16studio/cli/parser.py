@@ -165,6 +165,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         hint = ("; the script's own arguments go after --: fp16studio trace SCRIPT -- ARGS"
                 if args.command == "trace" else "")
         parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    if getattr(args, "remote_python", None) and not args.host:
+        parser.error("--remote-python goes with --host HOST")
     args.script_args = script_args
     return args
 

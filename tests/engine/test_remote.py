@@ -95,3 +95,9 @@ def test_a_host_that_cannot_run_it_is_one_line_and_exit_2(box, host, python, sai
     assert done.returncode == 2 and done.stdout == ""
     [line] = done.stderr.strip().splitlines()
     assert line.startswith(f"fp16studio: {said}")
+
+
+def test_remote_python_without_a_host_is_bad_input():
+    done = cli("diagnose", "demo:healthy", "--remote-python", "python3", env=None)
+    assert done.returncode == 2
+    assert done.stderr.startswith("fp16studio: --remote-python goes with --host HOST")
