@@ -26,10 +26,23 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         return run_on_host(args, without_host(argv))
     if args.command == "engine":   # its stdout is the protocol's: no command wrapper around it
-        from ..engine.server import serve_stdio
-
-        return serve_stdio()
+        return _engine(args)
     return run(COMMANDS[args.command], args)
+
+
+def _engine(args) -> int:
+    from ..engine import detached
+    from ..engine.server import serve_stdio
+
+    try:
+        if args.serve_run:
+            return detached.serve_run(args.serve_run)
+        if args.attach:
+            return detached.attach(args.attach, args.start_at)
+    except InputError as exc:
+        print(f"fp16studio: {exc}", file=sys.stderr)
+        return BAD_INPUT
+    return serve_stdio()
 
 
 def _install_desktop() -> int:

@@ -122,8 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     engine = sub.add_parser("engine", help="serve the window's engine protocol (over ssh: the "
                                            "window or --host on another machine drives it)")
-    engine.add_argument("--stdio", action="store_true", required=True,
-                        help="typed JSON frames on stdin and stdout")
+    serving = engine.add_mutually_exclusive_group(required=True)
+    serving.add_argument("--stdio", action="store_true", help="typed JSON frames on stdin and stdout")
+    serving.add_argument("--attach", metavar="ID",
+                         help="the same, with run ID's engine, which outlives the connection "
+                              "(started by the first attach)")
+    serving.add_argument("--serve-run", metavar="ID", help=argparse.SUPPRESS)   # that engine
+    engine.add_argument("--from", dest="start_at", type=int, default=0, metavar="N",
+                        help="with --attach: replay the run's events from the Nth (default 0)")
 
     for name in HOST_COMMANDS:
         _host_options(sub.choices[name])

@@ -6,6 +6,7 @@
 - server:   the engine process's loop (child side)
 - client:   starts the engine, sends a task and waits for its events (window side)
 - transport: the engine on another machine, through the user's own ssh
+- detached: an engine that outlives its connection (a run's journal, attach again from event N)
 
 Importing this package imports neither Qt nor torch.
 """

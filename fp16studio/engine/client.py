@@ -36,6 +36,7 @@ from . import messages as m
 KILL_AFTER_CANCEL_S = 5.0  # a task that ignores Cancel this long ends with its process
 SAMPLE_BATCH_S = 0.05      # benchmark samples reach the window at most this often
 QUIT_GRACE_S = 10.0        # an engine asked to quit is ended if it has not after this long
+REATTACH_TRIES = 3         # attaches in a row that bring nothing new before the box is given up
 STDIO_ARGS = ("engine", "--stdio")
 
 
@@ -81,11 +82,16 @@ _WAKE = object()
 class EngineClient:
     """Starts the process on first use, runs one task at a time on the calling thread, and
     restarts the process after it died or was ended. `engine`: (command, environment) of the
-    process that serves the protocol on its stdin/stdout; default: `local_engine()`."""
+    process that serves the protocol on its stdin/stdout (default: `local_engine()`), or a
+    function that makes (command, environment, reattach) for each start, where reattach(n)
+    is the (command, environment) that attaches again to that engine from its nth event
+    (an engine that outlives its connection: detached.py)."""
 
     def __init__(self, kill_after_cancel_s: float = KILL_AFTER_CANCEL_S, engine=None):
         self.kill_after_cancel_s = kill_after_cancel_s
         self._engine = engine
+        self._reattach = None
+        self._received = 0         # the frames this engine sent so far (its journal's lines)
         self._process: subprocess.Popen | None = None
         self._commands: FrameWriter | None = None
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -127,7 +133,15 @@ class EngineClient:
                 message = _WAKE
             if isinstance(message, _Ended):
                 samples.flush()
-                return self._ended(job_id, token, message.why)
+                why = message.why
+                if self._reattach is not None and not why and not token.cancelled:
+                    if self._attached_again(job_id, on_event):
+                        inbox = self._inbox
+                        continue
+                    why = f"it could not be reached again after {REATTACH_TRIES} tries"
+                return self._ended(job_id, token, why)
+            if message is not _WAKE:
+                self._received += 1
             if isinstance(message, m.Sample):
                 samples.add(message.payload)
             elif message is not _WAKE:
@@ -181,7 +195,30 @@ class EngineClient:
     def _ensure_started(self):
         if self.started:
             return
-        command, env = self._engine or local_engine()
+        if callable(self._engine):
+            command, env, self._reattach = self._engine()
+        else:
+            (command, env), self._reattach = self._engine or local_engine(), None
+        self._received, self._tries = 0, 0
+        self._connect(command, env)
+
+    def _attached_again(self, job_id: int, on_event) -> bool:
+        """The link to an engine that outlives it dropped: attach again from the last event
+        received (what was missed is replayed); False when attaches in a row brought nothing."""
+        self._tries = self._tries + 1 if self._received == self._last_attach else 1
+        if self._tries > REATTACH_TRIES:
+            return False
+        on_event(m.Progress(job_id, "engine", "Reconnecting…"))
+        with contextlib.suppress(OSError, ValueError):
+            self._commands.close()
+        with contextlib.suppress(OSError):
+            self._process.kill()
+        self._process.wait()
+        self._connect(*self._reattach(self._received))
+        return True
+
+    def _connect(self, command, env):
+        self._last_attach = self._received
         # A fresh inbox: nothing the last process said (its end) reaches the next one's jobs.
         self._inbox = queue.SimpleQueue()
         process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

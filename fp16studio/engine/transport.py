@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import uuid
 
 from fp16studio.core.common.errors import InputError
 
@@ -49,3 +50,14 @@ def ssh_engine(host: str, python: str | None = None) -> tuple[list[str], dict]:
     """(command, environment) of an engine on `host`, for EngineClient."""
     command = ssh_command(host, [*remote_python(python), "-m", "fp16studio", "engine", "--stdio"])
     return command, dict(os.environ)
+
+
+def ssh_detached_engine(host: str, python: str | None = None):
+    """For EngineClient: each start, an engine on `host` that outlives its connection (a new
+    run id), and how to attach to it again from its nth event."""
+    def start():
+        run_id = uuid.uuid4().hex[:16]
+        engine = [*remote_python(python), "-m", "fp16studio", "engine", "--attach", run_id]
+        return (ssh_command(host, engine), dict(os.environ),
+                lambda n: (ssh_command(host, [*engine, "--from", str(n)]), dict(os.environ)))
+    return start

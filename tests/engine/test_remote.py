@@ -2,6 +2,7 @@
 `--host` on the command line, against the real sshd on loopback (conftest.box)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -22,6 +23,17 @@ def cli(*argv, env, stdin=None, timeout=300):
 def remote_engine(box, monkeypatch):
     monkeypatch.setenv("FP16STUDIO_SSH_COMMAND", box.ssh_command)
     client = EngineClient(engine=ssh_engine("box", box.python))
+    yield client
+    client.close(grace_s=5)
+
+
+@pytest.fixture
+def detached_engine(box, monkeypatch):
+    """An engine on the box that outlives its connection; asked to quit after the test."""
+    from fp16studio.engine.transport import ssh_detached_engine
+
+    monkeypatch.setenv("FP16STUDIO_SSH_COMMAND", box.ssh_command)
+    client = EngineClient(engine=ssh_detached_engine("box", box.python))
     yield client
     client.close(grace_s=5)
 
@@ -101,3 +113,51 @@ def test_remote_python_without_a_host_is_bad_input():
     done = cli("diagnose", "demo:healthy", "--remote-python", "python3", env=None)
     assert done.returncode == 2
     assert done.stderr.startswith("fp16studio: --remote-python goes with --host HOST")
+
+
+def test_a_dropped_connection_loses_nothing_the_engine_on_the_box_goes_on(box, detached_engine):
+    client = detached_engine
+    said = []
+
+    def on_event(event):
+        said.append(event.message)
+        if event.message == "first":
+            client.kill()   # the link drops: ssh ends here, mid-run
+
+    ending = client.run("engine_jobs:two_steps", (2,), {}, CancelToken(), on_event)
+    assert isinstance(ending, m.Result) and ending.value == "done", ending
+    assert said == ["Starting the engine process…", "first", "Reconnecting…", "second"]
+    # The next job runs on the same engine, over the new link.
+    assert isinstance(client.run("engine_jobs:pid", (), {}, CancelToken(), said.append), m.Result)
+    client.close(grace_s=5)   # asks it to quit: its journal is whole
+    journal = max((box.home / ".cache/fp16studio/runs").glob("*/events.jsonl"),
+                  key=lambda path: path.stat().st_mtime)   # this client's run
+    # Every event, once, on the box: the first job's two steps and result, the second's result.
+    assert [line.split(",")[0] for line in journal.read_text().splitlines()] == [
+        '{"$":"Progress"', '{"$":"Progress"', '{"$":"Result"', '{"$":"Result"']
+
+
+def test_attach_to_a_run_id_that_is_not_one_is_one_line():
+    done = cli("engine", "--attach", "../../etc", env=None)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "fp16studio: --attach '../../etc': not a run id (letters, digits, - and _)"
+
+
+def test_a_box_whose_engine_went_away_is_said_in_one_line(box, detached_engine):
+    import signal
+
+    client = detached_engine
+    said = []
+
+    def on_event(event):
+        said.append(event.message)
+        if event.message == "first":   # the box's engine is killed, then the link drops
+            pid = max((box.home / ".cache/fp16studio/runs").glob("*/pid"),
+                      key=lambda path: path.stat().st_mtime)   # this client's run
+            os.kill(int(pid.read_text()), signal.SIGKILL)
+            client.kill()
+
+    ending = client.run("engine_jobs:two_steps", (30,), {}, CancelToken(), on_event)
+    assert isinstance(ending, m.Failed) and "\n" not in ending.message
+    assert "could not be reached again after 3 tries" in ending.message
+    assert said.count("Reconnecting…") == 3
