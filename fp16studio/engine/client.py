@@ -27,7 +27,7 @@ import threading
 import time
 
 from fp16studio.core.common.errors import CancelToken
-from fp16studio.core.common.frames import FrameError, FrameWriter
+from fp16studio.core.common.frames import FrameError, FrameWriter, read_body
 from fp16studio.core.common.gc_pause import gc_paused
 from fp16studio.core.script.entry import frozen
 from fp16studio.core.spec import trust
@@ -285,8 +285,9 @@ def _read_events(stream, inbox: queue.SimpleQueue):
     with stream:
         while True:
             try:
-                with gc_paused():
-                    message = m.WIRE.read(stream)
+                body = read_body(stream)
+                with gc_paused():   # while it decodes, not while it waits for the next
+                    message = m.WIRE.decode(body)
             except (EOFError, OSError):
                 inbox.put(_Ended())
                 return

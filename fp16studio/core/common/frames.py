@@ -36,6 +36,11 @@ def encode_frame(value, max_size: int = MAX_FRAME) -> bytes:
 def read_frame(stream, max_size: int = MAX_FRAME, object_hook=None):
     """The next frame's value from the binary stream; EOFError at a clean end (between
     frames), FrameError for anything else that is not a whole frame."""
+    return decode_body(read_body(stream, max_size), object_hook)
+
+
+def read_body(stream, max_size: int = MAX_FRAME) -> bytes:
+    """The next frame's body, not yet decoded (read_frame's errors)."""
     header = _read_exactly(stream, HEADER_SIZE)
     if not header:
         raise EOFError("the stream ended")
@@ -47,6 +52,11 @@ def read_frame(stream, max_size: int = MAX_FRAME, object_hook=None):
     body = _read_exactly(stream, size)
     if len(body) < size:
         raise FrameError(f"the stream ended inside a frame ({len(body)} of {size} bytes)")
+    return body
+
+
+def decode_body(body: bytes, object_hook=None):
+    """A frame body's JSON value (FrameError if it is not JSON)."""
     try:
         return json.loads(body.decode("ascii"), object_hook=object_hook)
     except (UnicodeDecodeError, ValueError) as exc:

@@ -23,7 +23,7 @@ import dataclasses
 import importlib
 import inspect
 
-from .frames import FrameError, encode_frame, read_frame
+from .frames import FrameError, decode_body, encode_frame, read_body
 
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -48,7 +48,11 @@ class TypedJson:
 
     def read(self, stream):
         """The next frame's value, typed; EOFError at a clean end, FrameError otherwise."""
-        return read_frame(stream, object_hook=self._decoder())
+        return self.decode(read_body(stream))
+
+    def decode(self, body: bytes):
+        """A frame body's value, typed (FrameError if it is not what encode makes)."""
+        return decode_body(body, object_hook=self._decoder())
 
     # -- values ---------------------------------------------------------------------------------
     def encode(self, value):
