@@ -22,6 +22,7 @@ from pathlib import Path
 
 from fp16studio.core.common.errors import InputError
 from fp16studio.core.common.frames import HEADER_SIZE, MAGIC, encode_frame, read_frame
+from fp16studio.core.script.entry import frozen
 
 FOLLOW_S = 0.05   # how often a follower looks for the journal's next line
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -71,8 +72,9 @@ def attach(run_id: str, start_at: int) -> int:
         (folder / "events.jsonl").touch()
         os.mkfifo(folder / "commands")
         with open(folder / "stderr.log", "ab") as log:
+            program = [sys.executable] if frozen() else [sys.executable, "-m", "fp16studio"]
             engine = subprocess.Popen(
-                [sys.executable, "-m", "fp16studio", "engine", "--serve-run", run_id],
+                [*program, "engine", "--serve-run", run_id],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                 start_new_session=True)
         (folder / "pid").write_text(str(engine.pid))
