@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from fp16studio.core.common.errors import InputError
-from fp16studio.core.common.frames import HEADER_SIZE, MAGIC, encode_frame, read_frame
+from fp16studio.core.common.frames import HEADER_SIZE, encode_frame, frame_of, read_frame
 from fp16studio.core.script.entry import frozen
 
 FOLLOW_S = 0.05   # how often a follower looks for the journal's next line
@@ -103,7 +103,7 @@ def attach(run_id: str, start_at: int) -> int:
             line = journal.readline()
             if line.endswith(b"\n"):
                 body = line[:-1]
-                out.write(MAGIC + len(body).to_bytes(4, "big") + body)
+                out.write(frame_of(body))
                 out.flush()
                 continue
             journal.seek(where)   # a line still being written: read it whole later

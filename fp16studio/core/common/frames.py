@@ -27,7 +27,11 @@ class FrameError(ValueError):
 
 def encode_frame(value, max_size: int = MAX_FRAME) -> bytes:
     """One frame holding the JSON value `value` (ASCII JSON: lone surrogates survive)."""
-    body = json.dumps(value, separators=(",", ":")).encode("ascii")
+    return frame_of(json.dumps(value, separators=(",", ":")).encode("ascii"), max_size)
+
+
+def frame_of(body: bytes, max_size: int = MAX_FRAME) -> bytes:
+    """The frame of a body already encoded (a journal's line)."""
     if len(body) > max_size:
         raise FrameError(f"a frame of {len(body)} bytes is over the limit of {max_size}")
     return MAGIC + _LENGTH.pack(len(body)) + body
