@@ -1,14 +1,11 @@
 """`python -m fp16studio`, and the frozen program's entry: the command line, and the two child
-processes that start as this same program: the window's engine process (multiprocessing), and
-the runner of `fp16studio trace` (its reserved first argument: core/script/entry.py)."""
+processes that start as this same program: the window's engine process (the command
+`engine --stdio`), and the runner of `fp16studio trace` (its reserved first argument:
+core/script/entry.py)."""
 
-import multiprocessing
 import sys
 
-# In a frozen build the window's engine process starts as this executable: this runs it and exits.
-multiprocessing.freeze_support()
-
-from fp16studio.core.script.entry import RUNNER_ARG  # noqa: E402 - after the engine's exit
+from fp16studio.core.script.entry import RUNNER_ARG
 
 if sys.argv[1:2] == [RUNNER_ARG]:
     # Before the command line is parsed: the user's script runs here, under the tracer.
@@ -16,6 +13,6 @@ if sys.argv[1:2] == [RUNNER_ARG]:
 
     sys.exit(run_script(sys.argv[2:]))
 
-from fp16studio.cli import main  # noqa: E402
+from fp16studio.cli import main
 
 sys.exit(main())

@@ -156,6 +156,10 @@ json 'd["parameters"] > 0'
 check report 1 "$APP" report demo:map-cast -o "$T/report.html"
 expect 'wrote'
 check install-desktop 0 "$APP" --install-desktop
+# The window's engine is this program too: its protocol on stdin/stdout, garbage refused.
+check engine-stdio 0 "$APP" engine --stdio
+check engine-garbage 2 bash -c 'echo garbage | "$0" engine --stdio' "$APP"
+expect "fp16studio engine: not a frame" err
 expect 'installed .*\.desktop'
 # A reader that went away (`| head`): exit 141, silently (the frozen program's stdout is
 # block-buffered: it meets the closed pipe late).

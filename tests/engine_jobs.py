@@ -74,3 +74,16 @@ def warn(progress, cancel):
 
     warnings.warn("inputs cast twice", UserWarning, stacklevel=1)
     return "warned"
+
+
+def chatty(progress, cancel):
+    print("a task that prints", flush=True)     # as libraries do: never into the protocol
+    os.write(1, b"and one that writes to fd 1\n")
+    return {"shape": (2, 3), "png": b"\x89PNG"}
+
+
+def two_steps(seconds, progress, cancel):
+    progress("model", "first")
+    time.sleep(seconds)
+    progress("forward", "second")
+    return "done"

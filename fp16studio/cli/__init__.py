@@ -12,15 +12,37 @@ from ..core.common.errors import InputError
 from .commands import COMMANDS
 from .parser import parse
 from .process import BAD_INPUT, run
+from .remote import run_on_host, without_host
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse(argv)
     if args.install_desktop:
         return _install_desktop()
     if args.command in (None, "gui"):
         return _gui(getattr(args, "spec", None))
+    if getattr(args, "host", None):
+        sys.stdout.flush()
+        return run_on_host(args, without_host(argv))
+    if args.command == "engine":   # its stdout is the protocol's: no command wrapper around it
+        return _engine(args)
     return run(COMMANDS[args.command], args)
+
+
+def _engine(args) -> int:
+    from ..engine import detached
+    from ..engine.server import serve_stdio
+
+    try:
+        if args.serve_run:
+            return detached.serve_run(args.serve_run)
+        if args.attach:
+            return detached.attach(args.attach, args.start_at)
+    except InputError as exc:
+        print(f"fp16studio: {exc}", file=sys.stderr)
+        return BAD_INPUT
+    return serve_stdio()
 
 
 def _install_desktop() -> int:

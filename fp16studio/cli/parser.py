@@ -7,6 +7,7 @@ import argparse
 
 from .. import __version__
 from .process import BAD_INPUT
+from .remote import HOST_COMMANDS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -129,6 +130,19 @@ def build_parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="print the JSON Schema of a --json document or file")
     schema.add_argument("name", metavar="NAME",
                         help="diagnose, fix, trace, bench, drift, fp8, inspect, session or spec")
+    engine = sub.add_parser("engine", help="serve the window's engine protocol (over ssh: the "
+                                           "window or --host on another machine drives it)")
+    serving = engine.add_mutually_exclusive_group(required=True)
+    serving.add_argument("--stdio", action="store_true", help="typed JSON frames on stdin and stdout")
+    serving.add_argument("--attach", metavar="ID",
+                         help="the same, with run ID's engine, which outlives the connection "
+                              "(started by the first attach)")
+    serving.add_argument("--serve-run", metavar="ID", help=argparse.SUPPRESS)   # that engine
+    engine.add_argument("--from", dest="start_at", type=int, default=0, metavar="N",
+                        help="with --attach: replay the run's events from the Nth (default 0)")
+
+    for name in HOST_COMMANDS:
+        _host_options(sub.choices[name])
 
     demo = sub.add_parser("demo", help="write the built-in demo model, dataset and specs to DIR")
     demo.add_argument("dir", nargs="?", default="fp16studio-demo", metavar="DIR")
@@ -142,6 +156,15 @@ def _run_options(parser):
                              "(remembered until the spec or its code changes)")
     parser.add_argument("--timeout", type=float, metavar="S",
                         help="give up after S seconds (exit 2): a pipeline that hangs")
+
+
+def _host_options(parser):
+    parser.add_argument("--host", metavar="HOST",
+                        help="run it on HOST through your ssh (its config, keys and agent) and "
+                             "print the result here; paths are HOST's (trace sends a local script)")
+    parser.add_argument("--remote-python", metavar="PYTHON",
+                        help="with --host: the Python there that has fp16studio (default python3; "
+                             "a venv's python, or a command line such as 'env VAR=x python3')")
 
 
 def _force_option(parser):
@@ -158,6 +181,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         hint = ("; the script's own arguments go after --: fp16studio trace SCRIPT -- ARGS"
                 if args.command == "trace" else "")
         parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    if getattr(args, "remote_python", None) and not args.host:
+        parser.error("--remote-python goes with --host HOST")
     args.script_args = script_args
     return args
 

@@ -6,31 +6,38 @@ engine stalls the window however it yields. In a child process the window keeps 
 itself, and a crash, an out-of-memory kill or a load that ignores Cancel cannot take the window
 down: the process is ended and the next task starts a fresh one.
 
-`EngineClient.run` blocks the calling (worker) thread in `multiprocessing.connection.wait` on
-the event pipe, the process's sentinel and a wake-up pipe that `interrupt()` writes to, so it
-reacts at once to an event, a dead process or a Cancel, and does not poll.
+The engine is `fp16studio engine --stdio` started by a transport's command: this Python here
+(`local_engine`), or the same on another machine through ssh (transport.py). Messages cross as
+typed JSON frames (messages.WIRE), never pickled. A reader thread turns the engine's frames into
+messages on a queue; `EngineClient.run` blocks the calling (worker) thread on that queue, which
+also gets the reader's word that the stream ended and `interrupt()`'s wake-up, so it reacts at
+once to an event, a dead process or a Cancel, and does not poll.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import multiprocessing
+import os
+import queue
 import signal
+import subprocess
 import sys
 import threading
 import time
-import types
-from multiprocessing.connection import wait
 
 from fp16studio.core.common.errors import CancelToken
+from fp16studio.core.common.frames import FrameError, FrameWriter, read_body
 from fp16studio.core.common.gc_pause import gc_paused
+from fp16studio.core.script.entry import frozen
 from fp16studio.core.spec import trust
 from . import messages as m
 
 KILL_AFTER_CANCEL_S = 5.0  # a task that ignores Cancel this long ends with its process
 SAMPLE_BATCH_S = 0.05      # benchmark samples reach the window at most this often
 QUIT_GRACE_S = 10.0        # an engine asked to quit is ended if it has not after this long
+REATTACH_TRIES = 3         # attaches in a row that bring nothing new before the box is given up
+STDIO_ARGS = ("engine", "--stdio")
 
 
 def task_name(task) -> str:
@@ -45,20 +52,54 @@ def task_name(task) -> str:
     return f"{module}:{name}"
 
 
+# Not `python -m`: that puts the working folder first on the import path, where a file of the
+# user's (a `typing_extensions.py`) would shadow what the engine imports; `-c` puts it there too,
+# and the boot takes it off before anything is imported.
+_BOOT = "import sys; del sys.path[0]; from fp16studio.cli import main; sys.exit(main())"
+
+
+def local_engine() -> tuple[list[str], dict]:
+    """The command and environment of an engine on this machine: this program itself, with
+    this process's import path (a "module:function" task importable here is importable there)."""
+    command = [sys.executable, *STDIO_ARGS] if frozen() else [
+        sys.executable, "-c", _BOOT, *STDIO_ARGS]
+    env = dict(os.environ)
+    if not frozen():
+        env["PYTHONPATH"] = os.pathsep.join(path or os.getcwd() for path in sys.path)
+    return command, env
+
+
+class _Ended:
+    """The reader's last word: the engine's stream ended (`why`: "" at a clean end)."""
+
+    def __init__(self, why: str = ""):
+        self.why = why
+
+
+_WAKE = object()
+
+
 class EngineClient:
     """Starts the process on first use, runs one task at a time on the calling thread, and
-    restarts the process after it died or was ended."""
+    restarts the process after it died or was ended. `engine`: (command, environment) of the
+    process that serves the protocol on its stdin/stdout (default: `local_engine()`), or a
+    function that makes (command, environment, reattach) for each start, where reattach(n)
+    is the (command, environment) that attaches again to that engine from its nth event
+    (an engine that outlives its connection: detached.py)."""
 
-    def __init__(self, kill_after_cancel_s: float = KILL_AFTER_CANCEL_S):
+    def __init__(self, kill_after_cancel_s: float = KILL_AFTER_CANCEL_S, engine=None):
         self.kill_after_cancel_s = kill_after_cancel_s
-        self._process = None
-        self._commands = self._events = None
-        self._wake_in, self._wake_out = multiprocessing.Pipe(duplex=False)
+        self._engine = engine
+        self._reattach = None
+        self._received = 0         # the frames this engine sent so far (its journal's lines)
+        self._process: subprocess.Popen | None = None
+        self._commands: FrameWriter | None = None
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._job_ids = itertools.count(1)
 
     def interrupt(self):
         """Wake the waiting run to look at its cancel token (safe from any thread)."""
-        with contextlib.suppress(OSError, ValueError):
-            self._wake_out.send_bytes(b"")
+        self._inbox.put(_WAKE)
 
     def run(self, task, args, kwargs, token: CancelToken, on_event) -> m.Result | m.Failed | m.Cancelled:
         """Run `task` there and wait, passing Progress and Log messages, and ("samples",
@@ -66,15 +107,17 @@ class EngineClient:
         if not self.started:   # seconds, a minute on a busy machine: the window says so
             on_event(m.Progress(0, "engine", "Starting the engine process…"))
         self._ensure_started()
-        job_id = next(_job_ids)
-        self._commands.send(m.Run(job_id, task_name(task), tuple(args), tuple(kwargs.items()),
-                                  trust.agreed()))
+        inbox = self._inbox
+        job_id = next(self._job_ids)
+        if not self._send(m.Run(job_id, task_name(task), tuple(args), tuple(kwargs.items()),
+                                trust.agreed())):
+            return self._ended(job_id, token)
         samples = _SampleBatch(on_event)
         cancel_sent_at = None
         while True:
             if token.cancelled:
                 if cancel_sent_at is None:
-                    self._commands.send(m.Cancel(job_id))
+                    self._send(m.Cancel(job_id))
                     cancel_sent_at = time.monotonic()
                 elif time.monotonic() - cancel_sent_at >= self.kill_after_cancel_s:
                     self.kill()
@@ -83,42 +126,45 @@ class EngineClient:
             if cancel_sent_at is not None:
                 kill_at = cancel_sent_at + self.kill_after_cancel_s
                 deadline = kill_at if deadline is None else min(deadline, kill_at)
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = wait([self._events, self._process.sentinel, self._wake_in], timeout)
-            if self._wake_in in ready:
-                while self._wake_in.poll():
-                    self._wake_in.recv_bytes()
-            if self._events in ready:   # read what is there before believing the sentinel
-                try:
-                    message = self._receive()
-                except (EOFError, OSError):
-                    return self._ended(job_id, token)
-                if isinstance(message, m.Sample):
-                    samples.add(message.payload)
-                else:
-                    samples.flush()
-                    if isinstance(message, m.ENDINGS):
-                        return message
-                    on_event(message)
-            elif self._process.sentinel in ready:
-                return self._ended(job_id, token)
+            try:
+                message = inbox.get(timeout=None if deadline is None
+                                    else max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                message = _WAKE
+            if isinstance(message, _Ended):
+                samples.flush()
+                why = message.why
+                if self._reattach is not None and not why and not token.cancelled:
+                    if self._attached_again(job_id, on_event):
+                        inbox = self._inbox
+                        continue
+                    why = f"it could not be reached again after {REATTACH_TRIES} tries"
+                return self._ended(job_id, token, why)
+            if message is not _WAKE:
+                self._received += 1
+            if isinstance(message, m.Sample):
+                samples.add(message.payload)
+            elif message is not _WAKE:
+                samples.flush()
+                if isinstance(message, m.ENDINGS):
+                    return message
+                on_event(message)
             samples.flush_if_due()
 
-    def _receive(self):
-        # A result can be tens of thousands of new objects (a big model's tensor tree), which
-        # would trigger full garbage collections over the whole window process, holding the
-        # GIL the GUI thread waits for; the objects that arrive hold no cycles to collect.
-        with gc_paused():
-            return self._events.recv()
+    def _send(self, message) -> bool:
+        """False when the engine's stdin is gone (it ended)."""
+        try:
+            self._commands.write(m.WIRE.encode(message))
+        except (OSError, ValueError):
+            return False
+        return True
 
     def kill(self):
         """End the process now (safe from any thread; the waiting run sees it end)."""
         process = self._process
-        try:
-            if process is not None and process.is_alive():
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(OSError):
                 process.kill()
-        except ValueError:  # the worker closed it meanwhile: already gone
-            pass
 
     def close(self, grace_s: float = QUIT_GRACE_S):
         """Ask the process to quit and let it go without waiting: an interpreter that loaded
@@ -127,69 +173,136 @@ class EngineClient:
         process = self._process
         if process is None:
             return
+        self._send(m.Quit())
+        self._process = None
         with contextlib.suppress(OSError, ValueError):
-            self._commands.send(m.Quit())
-        self._process = None       # forget it first: _release must not close it under the reaper
-        self._release()
+            self._commands.close()
         threading.Thread(target=_reap, args=(process, grace_s), name="fp16studio-engine-reaper",
                          daemon=True).start()
 
     @property
     def pid(self) -> int | None:
-        """The running engine's process id, or None (safe from any thread)."""
+        """The running engine's process id here (of the ssh client, for a remote engine), or
+        None (safe from any thread)."""
         process = self._process
-        try:
-            return process.pid if process is not None else None
-        except ValueError:  # closed by the worker thread meanwhile
-            return None
+        return process.pid if process is not None else None
 
     @property
     def started(self) -> bool:
         """The process is running (call from the thread that runs tasks)."""
-        return self._process is not None and self._process.is_alive()
+        return self._process is not None and self._process.poll() is None
 
     def _ensure_started(self):
         if self.started:
             return
-        from .server import serve
+        if callable(self._engine):
+            command, env, self._reattach = self._engine()
+        else:
+            (command, env), self._reattach = self._engine or local_engine(), None
+        self._received, self._tries = 0, 0
+        self._connect(command, env)
 
-        self._release()
-        context = multiprocessing.get_context("spawn")  # never fork a process that runs Qt
-        commands_out, commands_in = context.Pipe(duplex=False)
-        events_out, events_in = context.Pipe(duplex=False)
-        self._process = context.Process(target=serve, args=(commands_out, events_in),
-                                        name="fp16studio-engine", daemon=True)
-        # No collection meanwhile: in a window, a pass on the GUI thread that frees Qt
-        # wrappers while this thread imports through PySide's import hook (pickling the process
-        # for spawn) has hung or crashed the window in tests.
-        with gc_paused(), _main_module_hidden():
-            self._process.start()
-        commands_out.close()   # the child's ends; ours stay open
-        events_in.close()
-        self._commands, self._events = commands_in, events_out
+    def _attached_again(self, job_id: int, on_event) -> bool:
+        """The link to an engine that outlives it dropped: attach again from the last event
+        received (what was missed is replayed); False when attaches in a row brought nothing."""
+        self._tries = self._tries + 1 if self._received == self._last_attach else 1
+        if self._tries > REATTACH_TRIES:
+            return False
+        on_event(m.Progress(job_id, "engine", "Reconnecting…"))
+        with contextlib.suppress(OSError, ValueError):
+            self._commands.close()
+        with contextlib.suppress(OSError):
+            self._process.kill()
+        self._process.wait()
+        self._connect(*self._reattach(self._received))
+        return True
 
-    def _ended(self, job_id: int, token: CancelToken):
+    def _connect(self, command, env):
+        self._last_attach = self._received
+        # A fresh inbox: nothing the last process said (its end) reaches the next one's jobs.
+        self._inbox = queue.SimpleQueue()
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, env=env, **_own_group())
+        self._process = process
+        self._commands = FrameWriter(process.stdin)
+        self._said = _Said(process.stderr)
+        threading.Thread(target=_read_events, args=(process.stdout, self._inbox),
+                         name="fp16studio-engine-events", daemon=True).start()
+
+    def _ended(self, job_id: int, token: CancelToken, why: str = ""):
         """The process is gone: a cancel that had to end it, or a crash to report."""
         process = self._process
-        process.join(1.0)
-        code = process.exitcode
-        self._release()
+        self._process = None
+        code = None
+        if process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = process.wait(0 if why else 1.0)
+            if code is None:   # its stream is gone and it lives on: it can serve no one
+                process.kill()
+                process.wait()
+            with contextlib.suppress(OSError, ValueError):
+                self._commands.close()
         if token.cancelled:
             return m.Cancelled(job_id)
-        return m.Failed(job_id, f"The engine process stopped unexpectedly ({_describe_exit(code)}). "
+        reason = why or _describe_exit(code)
+        said = self._said.last() if process is not None else ""
+        if said and not why:   # what it (or ssh: an unknown host, no fp16studio there) said last
+            reason += f": {said}"
+        return m.Failed(job_id, f"The engine process stopped unexpectedly ({reason}). "
                                 "Run again to start a fresh one.")
 
-    def _release(self):
-        for end in (self._commands, self._events):
-            if end is not None:
-                end.close()
-        if self._process is not None and self._process.exitcode is not None:
-            self._process.close()
-        self._process = None
-        self._commands = self._events = None
+
+class _Said:
+    """The engine's stderr, passed on to ours line by line as it comes; the last line kept to
+    say why an engine ended (a remote one's stderr is ssh's and the box's)."""
+
+    def __init__(self, stream):
+        self._last = ""
+        self._done = threading.Event()
+        threading.Thread(target=self._pump, args=(stream,), name="fp16studio-engine-stderr",
+                         daemon=True).start()
+
+    def _pump(self, stream):
+        with stream:
+            for raw in iter(stream.readline, b""):
+                line = raw.decode("utf-8", "replace").rstrip()
+                if line.strip():
+                    self._last = line.strip()
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    sys.stderr.write(line + "\n")
+        self._done.set()
+
+    def last(self) -> str:
+        self._done.wait(1.0)   # the process ended: its last words are on their way
+        return self._last
 
 
-_job_ids = itertools.count(1)
+def _read_events(stream, inbox: queue.SimpleQueue):
+    """The engine's frames as messages onto `inbox`, then one _Ended. A result can be tens of
+    thousands of new objects (a big model's tensor tree), which would trigger full garbage
+    collections over the whole window process, holding the GIL the GUI thread waits for; the
+    objects that arrive hold no cycles to collect."""
+    with stream:
+        while True:
+            try:
+                body = read_body(stream)
+                with gc_paused():   # while it decodes, not while it waits for the next
+                    message = m.WIRE.decode(body)
+            except (EOFError, OSError):
+                inbox.put(_Ended())
+                return
+            except FrameError as exc:
+                inbox.put(_Ended(f"it sent something that is not a message: {exc}"))
+                return
+            inbox.put(message)
+
+
+def _own_group() -> dict:
+    """Popen keywords: the engine in a process group of its own, so that Ctrl+C in the
+    terminal reaches the window (which then ends it), not the engine mid-task."""
+    if sys.platform == "win32":
+        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
+    return {"start_new_session": True}
 
 
 class _SampleBatch:
@@ -220,24 +333,12 @@ class _SampleBatch:
         self._since = time.monotonic()
 
 
-def _reap(process, grace_s: float):
-    process.join(grace_s)
-    if process.is_alive():
-        process.kill()
-        process.join()
-
-
-@contextlib.contextmanager
-def _main_module_hidden():
-    """Start a process without running the window's `__main__` again in it: spawn re-imports
-    the main script in the child, and a script that drives the window (CONTRACT §5) without an
-    `if __name__ == "__main__"` guard would open a second window there and never serve."""
-    main = sys.modules["__main__"]
-    sys.modules["__main__"] = types.ModuleType("__main__")
+def _reap(process: subprocess.Popen, grace_s: float):
     try:
-        yield
-    finally:
-        sys.modules["__main__"] = main
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _describe_exit(code) -> str:

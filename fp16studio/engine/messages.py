@@ -1,13 +1,17 @@
-"""The messages between the window and the engine process: frozen dataclasses, pickled.
+"""The messages between the window and the engine: frozen dataclasses, sent as typed JSON
+frames (core/common/typed_json.py) over any byte stream; never pickled.
 
 To the engine: Run, Cancel, Quit. From the engine, per job: any number of Progress, Sample and
-Log, then exactly one ending (Result, Failed or Cancelled).
+Log, then exactly one ending (Result, Failed or Cancelled). What a task takes and returns
+travels as plain JSON values, tuples, bytes and the types WIRE names: nothing else can cross.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from fp16studio.core.script.entry import RESULT_TYPES
 
 
 # -- to the engine --------------------------------------------------------------------------------
@@ -75,3 +79,17 @@ class Cancelled:
 
 
 ENDINGS = (Result, Failed, Cancelled)
+
+
+_MESSAGES = ("Run", "Cancel", "Quit", "Progress", "Sample", "Log", "Result", "Failed", "Cancelled")
+# What the tasks take and return beside plain values: a traced script's result and its parts
+# (RESULT_TYPES), a diagnosis, a drift.
+WIRE = RESULT_TYPES.with_types({
+    **{name: f"{__name__}:{name}" for name in _MESSAGES},
+    "Diagnosis": "fp16studio.core.diagnostics.report:Diagnosis",
+    "DriftResult": "fp16studio.core.precision.drift:DriftResult",
+    "ModuleDrift": "fp16studio.core.precision.drift:ModuleDrift",
+    # A tree's index is built where it arrives (the window's worker), not in the engine.
+    "IndexOnArrival": ("fp16studio.core.diagnostics.tree_index:IndexOnArrival",
+                       "fp16studio.core.diagnostics.tree_index:TreeIndex"),
+})

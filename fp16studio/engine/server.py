@@ -1,5 +1,7 @@
 """The engine process's side: one task at a time, in the order they arrive (Qt-free).
 
+`fp16studio engine --stdio` serves the messages as frames (messages.WIRE) on its stdin and
+stdout: the window's own engine and one on another machine over ssh speak the same protocol.
 A listener thread reads commands so that a Cancel reaches the running task's token at once;
 log records of the forwarded loggers and Python warnings go back as Log messages, tagged with
 the running job.
@@ -11,10 +13,12 @@ import logging
 import os
 import queue
 import signal
+import sys
 import threading
 import traceback
 
 from fp16studio.core.common.errors import Cancelled, CancelToken, InputError
+from fp16studio.core.common.frames import FrameError, FrameWriter
 from fp16studio.core.common.library_logs import quiet_library_logs
 from fp16studio.core.spec import trust
 from . import messages as m
@@ -28,13 +32,11 @@ FORWARDED_LOGGERS = ("fp16studio", "transformers", "datasets", "py.warnings")
 class _Outbox:
     """Sends messages from any thread of the engine (logging may come from helper threads)."""
 
-    def __init__(self, connection):
-        self._connection = connection
-        self._lock = threading.Lock()
+    def __init__(self, stream):
+        self._frames = FrameWriter(stream)
 
     def send(self, message):
-        with self._lock:
-            self._connection.send(message)
+        self._frames.write(m.WIRE.encode(message))
 
 
 class _ForwardLogs(logging.Handler):
@@ -52,8 +54,19 @@ class _ForwardLogs(logging.Handler):
             self.handleError(record)
 
 
+def serve_stdio() -> int:
+    """Serve on stdin/stdout. What a task or a library prints goes to stderr: the process's
+    stdout is the frames' alone."""
+    commands = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+    events = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+    serve(commands, events)
+    return 0
+
+
 def serve(commands, events):
-    """The engine process's main loop."""
+    """The engine's main loop: commands and events are binary streams of frames."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl+C in the terminal is for the window
     if hasattr(os, "nice"):
         # Below the window: when torch keeps every core busy (a CPU benchmark), the GUI thread
@@ -72,9 +85,12 @@ def serve(commands, events):
     def listen():
         while True:
             try:
-                message = commands.recv()
+                message = m.WIRE.read(commands)
             except (EOFError, OSError):   # the window's process is gone; nothing needs saving
                 os._exit(0)
+            except FrameError as exc:     # not our protocol: nothing more can be read
+                print(f"fp16studio engine: {exc}", file=sys.stderr, flush=True)
+                os._exit(2)
             if isinstance(message, m.Quit):
                 runs.put(None)
                 return
@@ -91,7 +107,7 @@ def serve(commands, events):
         current[0] = run.job_id
         try:
             outbox.send(_run_one(outbox, run, tokens[run.job_id]))
-        except Exception as exc:  # noqa: BLE001 - e.g. a result that cannot be pickled
+        except (TypeError, FrameError) as exc:   # a result that cannot travel
             outbox.send(m.Failed(run.job_id, f"The result could not be sent back: {exc}",
                                  traceback.format_exc()))
         finally:

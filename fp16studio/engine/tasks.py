@@ -2,8 +2,9 @@
 
 Adding a task is one function here, decorated with `@task("name")`. A task that takes
 `progress` and `cancel` gets them (a run: its progress shows, Cancel reaches it); one that takes
-`on_sample` streams samples. Each returns a plain snapshot that pickles back to the window
-(numbers, strings, pure-Python trees), never a tensor or a module.
+`on_sample` streams samples. Each returns a plain snapshot that travels back to the window as
+typed JSON (numbers, strings, pure-Python trees, the types messages.WIRE names), never a tensor
+or a module.
 
 The engine keeps the last loaded model warm (core.run.warm): a run whose loading keys did not
 change (a fix that casts inputs, a new batch size) reuses its weights.
@@ -52,8 +53,8 @@ def torch_loaded(progress, what: str = "torch"):
 
 @task("diagnose")
 def diagnose(spec, progress, cancel):
-    """(Diagnosis, its TreeIndex or None, GPU memory in bytes or None). The index pickles as
-    the call that builds it, so it is built once, where it arrives (the window's worker)."""
+    """(Diagnosis, its TreeIndex or None, GPU memory in bytes or None). The index travels as
+    the tree it indexes, so it is built once, where it arrives (the window's worker)."""
     torch_loaded(progress)
     import torch
 

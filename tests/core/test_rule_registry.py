@@ -13,7 +13,6 @@ import re
 import tokenize
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from fix_code import parses

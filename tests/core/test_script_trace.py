@@ -265,37 +265,54 @@ def write_program(path: Path, body: str) -> Path:
 
 
 def run_entry(tmp_path, script: Path, *args, prelude: str = "", env=None):
-    """`python -m fp16studio RUNNER_ARG RESULT SCRIPT ARGS` as trace starts it: the result file,
-    the marker, and what the script printed."""
-    from fp16studio.core.script.entry import RUNNER_ARG
+    """`python -m fp16studio RUNNER_ARG PIPE SCRIPT ARGS` as trace starts it: what the script
+    printed, and what the runner sent over its pipe (frames, in order)."""
+    import threading
 
-    result = tmp_path / "result.pickle"
-    command = [sys.executable, "-m", "fp16studio", RUNNER_ARG, str(result), str(script), *args]
+    from fp16studio.core.common.frames import pipe_to_child
+    from fp16studio.core.script.entry import RESULT_TYPES, RUNNER_ARG
+
+    read_fd, write_fd, pipe, passed = pipe_to_child()
+    command = [sys.executable, "-m", "fp16studio", RUNNER_ARG, pipe, str(script), *args]
     if prelude:   # the same entry, run as fp16studio/__main__.py with the process set up first
         command = [sys.executable, "-c", prelude + "\nimport runpy\n"
                    "runpy.run_module('fp16studio', run_name='__main__', alter_sys=True)\n",
                    *command[3:]]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env=env)
-    return done, result
+    reports = []
+
+    def read():
+        with os.fdopen(read_fd, "rb") as stream:
+            while True:
+                try:
+                    reports.append(RESULT_TYPES.read(stream))
+                except EOFError:
+                    return
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                              env=env, **passed)
+    finally:
+        os.close(write_fd)
+        reader.join(timeout=60)
+    return done, reports
 
 
 def test_the_runner_entry_is_fp16studios_own_with_a_reserved_first_argument(tmp_path,
                                                                            monkeypatch):
-    import pickle
-
     from fp16studio.core.script import entry
 
     script = tmp_path / "args.py"
     script.write_text("import sys\nprint('argv', sys.argv[1:])\nprint('first', sys.path[0])\n")
-    done, result = run_entry(tmp_path, script, "--json", "x")
+    done, reports = run_entry(tmp_path, script, "--json", "x")
     assert done.returncode == 0, done.stderr
     # The script's own arguments, even ones the command line knows, are the script's.
     assert "argv ['--json', 'x']" in done.stdout
     assert f"first {tmp_path}" in done.stdout
-    assert result.with_suffix(".started").exists()
-    with open(result, "rb") as handle:
-        assert pickle.load(handle).ok
+    # Over its pipe: that it started, then the final result, as typed frames (no pickle).
+    assert reports[0] == {"started": True}
+    assert reports[-1]["final"] and reports[-1]["result"].ok
     # What trace starts: the same entry from source, the program itself when frozen.
     assert entry.runner_command() == [sys.executable, "-m", "fp16studio", entry.RUNNER_ARG]
     monkeypatch.setattr(sys, "frozen", True, raising=False)
@@ -319,11 +336,11 @@ def test_the_frozen_programs_entry_from_source(tmp_path):
                       "print('library', os.environ.get('LD_LIBRARY_PATH'))\n")
     env = dict(os.environ, LD_LIBRARY_PATH=f"{bundle}:/user/lib", LD_LIBRARY_PATH_ORIG="/user/lib")
     env.pop("PYTHONUNBUFFERED", None)
-    done, result = run_entry(tmp_path, script, prelude=prelude, env=env)
+    done, reports = run_entry(tmp_path, script, prelude=prelude, env=env)
     assert done.returncode == 0, done.stderr
     assert f"first [{str(tmp_path)!r}, {str(bundle / 'base_library.zip')!r}]" in done.stdout
     assert "library /user/lib" in done.stdout
-    assert result.exists() and result.with_suffix(".started").exists()
+    assert reports[0] == {"started": True} and reports[-1]["final"]
 
 
 def test_output_comes_line_by_line_even_where_pythonunbuffered_is_not_read(tmp_path):

@@ -2,12 +2,14 @@
 reserved first argument, so that one command works from a source tree, an installed package
 and the frozen program (whose `sys.executable` is the app itself, not a Python that takes -m):
 
-    python -m fp16studio  --fp16studio-trace-runner RESULT.pickle SCRIPT [ARGS...]
-    <frozen fp16studio>   --fp16studio-trace-runner RESULT.pickle SCRIPT [ARGS...]
+    python -m fp16studio  --fp16studio-trace-runner PIPE SCRIPT [ARGS...]
+    <frozen fp16studio>   --fp16studio-trace-runner PIPE SCRIPT [ARGS...]
     <--python PATH> -c BOOT <package folder> --fp16studio-trace-runner ...
 
 fp16studio/__main__.py hands that argument to core/script/runner.py before the command line
-is parsed. `--check` in place of RESULT asks whether the interpreter can run the tracer at all.
+is parsed. PIPE names the write end of a pipe of the child's own (core/common/frames.py), where
+it sends RESULT_TYPES frames. `--check` in place of PIPE asks whether the interpreter can run
+the tracer at all.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+
+from ..common.typed_json import TypedJson
 
 RUNNER_ARG = "--fp16studio-trace-runner"   # no user types this: never a command or an option
 CHECK_ARG = "--check"
@@ -25,6 +29,16 @@ MIN_PYTHON = (3, 10)
 # the script's own.
 STEPS_ENV = "FP16STUDIO_TRACE_STEPS"
 DEFAULT_STEPS = 2
+
+# What the child sends over its pipe, in this order: {"started": true} once the tracer is in
+# place (a child that ends without it never ran the script), then {"result": ScriptTrace,
+# "final": false} as each model's first pass ends (a script that ends its process itself still
+# has its result), and {"result": ..., "final": true} at the end.
+RESULT_TYPES = TypedJson({
+    name: f"fp16studio.core.{module}:{name}" for name, module in (
+        ("ScriptTrace", "script.trace"), ("PipelineSpec", "spec.value"),
+        ("Finding", "diagnostics.findings"), ("Fix", "diagnostics.findings"),
+        ("CodeEdit", "diagnostics.findings"), ("TensorNode", "diagnostics.tree"))})
 
 # Under another interpreter (--python): fp16studio from this installation's package folder
 # (in the frozen build: the sources the bundle carries beside its archive), without putting that

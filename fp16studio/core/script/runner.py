@@ -1,19 +1,18 @@
 """The child process of `fp16studio trace`: run the user's script as `python SCRIPT ARGS` would,
 with the tracer and the spec recorder installed, then write the result for the parent.
 
-    python -m fp16studio --fp16studio-trace-runner RESULT.pickle SCRIPT [ARGS...]
+    python -m fp16studio --fp16studio-trace-runner PIPE SCRIPT [ARGS...]
 
-(the frozen program takes the same arguments; core/script/entry.py). Once the tracer is in
-place, just before the script runs, RESULT.started appears: a child that ends without it never
-ran the script. The script's stdout and stderr are its own (the parent forwards them line by
-line); nothing of ours is printed. Whatever the script does (returns, raises, calls sys.exit, is
-interrupted by the parent's timeout), the result is written.
+(the frozen program takes the same arguments; core/script/entry.py). What it tells the parent
+goes over the pipe PIPE names, as frames (entry.RESULT_TYPES): "started" once the tracer is in
+place, just before the script runs, then the result. The script's stdout and stderr are its own
+(the parent forwards them line by line); nothing of ours is printed. Whatever the script does
+(returns, raises, calls sys.exit, is interrupted by the parent's timeout), the result is sent.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import runpy
 import signal
 import sys
@@ -22,16 +21,19 @@ import traceback
 from pathlib import Path
 
 from ..common.errors import first_line
+from ..common.frames import FrameWriter, child_end
 from ..common.library_logs import quiet_library_logs
 from ..common.precision import is_ours
+from .entry import (CHECK_ARG, DEFAULT_STEPS, NEEDS, RESULT_TYPES, STEPS_ENV, frozen,
+                    restore_library_path)
 from .proof import SCRIPT_HOME_ENV
-from .entry import CHECK_ARG, DEFAULT_STEPS, NEEDS, STEPS_ENV, frozen, restore_library_path
 
 
 def main(argv: list[str]) -> int:
     if argv == [CHECK_ARG]:
         return check()
-    result_path, script, *args = argv
+    pipe, script, *args = argv
+    parent = FrameWriter(child_end(pipe))
     script_path = Path(script).resolve()
     # Our own start (torch loads here) is not the script's: a timeout that comes this early
     # ends the process without a traceback of ours, and the script's folder goes on the path
@@ -43,9 +45,9 @@ def main(argv: list[str]) -> int:
 
     user = UserCode(script_path)
     watch = ScriptWatch(user, _steps(os.environ.pop(STEPS_ENV, "")))
-    # Each model's first pass is on disk as it ends: a script that ends its process itself
-    # (os._exit), crashes or is killed after it still has its result.
-    watch.on_snapshot = lambda: _write(result_path, assemble(
+    # Each model's first pass is with the parent as it ends: a script that ends its process
+    # itself (os._exit), crashes or is killed after it still has its result.
+    watch.on_snapshot = lambda: _send(parent, assemble(
         watch, str(script_path), args, {}, time.perf_counter() - start, complete=False))
     watch.install()
     _as_python_runs_a_script()
@@ -61,7 +63,7 @@ def main(argv: list[str]) -> int:
     if home:
         sys.path.insert(1, home)
     start = time.perf_counter()
-    Path(result_path).with_suffix(".started").touch()   # from here on, what happens is the script's
+    parent.write({"started": True})   # from here on, what happens is the script's
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         runpy.run_path(str(script_path), run_name="__main__")
@@ -81,15 +83,13 @@ def main(argv: list[str]) -> int:
                 sys.path[0] = our_path
     seconds = time.perf_counter() - start
     sys.stdout.flush()
-    _write(result_path, assemble(watch, str(script_path), args, outcome, seconds))
+    _send(parent, assemble(watch, str(script_path), args, outcome, seconds), final=True)
+    parent.close()
     return 0
 
 
-def _write(result_path: str, result):
-    tmp = Path(result_path).with_suffix(".tmp")
-    with open(tmp, "wb") as handle:
-        pickle.dump(result, handle)
-    os.replace(tmp, result_path)
+def _send(parent: FrameWriter, result, final: bool = False):
+    parent.write({"result": RESULT_TYPES.encode(result), "final": final})
 
 
 def _steps(text: str) -> int:

@@ -4,21 +4,20 @@ The script runs in a child process (fp16studio's own entry with a reserved first
 core/script/entry.py: `python -m fp16studio`, the frozen program itself, or the interpreter the
 user names with `--python`) with the tracer installed; its stdout and stderr come back line by
 line through `output` (the window's Log panel, the terminal) and never mix with a JSON document.
-The child writes its result (a `ScriptTrace`, plain values only) to a file this side reads, so
-nothing here imports torch. A timeout or Cancel interrupts the script first (it reports what it
-traced so far), then kills it. A child that ends before the tracer is in place never ran the
-script: that is said as such (a bad `--python` is bad input), never blamed on the script.
+The child sends its result (a `ScriptTrace`, plain values only) as typed JSON frames over a pipe
+of its own (core/common/frames.py; never a pickle), so nothing here imports torch. A timeout or
+Cancel interrupts the script first (it reports what it traced so far), then kills it. A child
+that ends before the tracer is in place never ran the script: that is said as such (a bad
+`--python` is bad input), never blamed on the script.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from typing import TypedDict
 from ..common.codec import meta
 from ..common.errors import Cancelled, InputError, check_cancel, report_progress
 from ..common.files import expand_user
+from ..common.frames import FrameError, pipe_to_child
 from ..demo.pipelines import DEMO_PREFIX
 from ..diagnostics.report import Diagnosis
 from ..spec.value import PipelineSpec
@@ -35,6 +35,7 @@ from .entry import (
     CHECK_ARG,
     DEFAULT_STEPS,
     MIN_PYTHON,
+    RESULT_TYPES,
     STEPS_ENV,
     frozen,
     runner_command,
@@ -144,23 +145,27 @@ def trace_script(path, args=(), timeout: float | None = None, progress=None, can
     # The script's group is stopped (_ends_with_us) before its work folder goes, and a signal
     # that ends this process is passed on once both are done.
     try:
-        with tempfile.TemporaryDirectory(prefix="fp16studio-trace-") as work, \
-                _ends_with_us() as (own, ending):
-            result_path = Path(work) / "result.pickle"
-            lines = _Lines(output, result_path.with_suffix(".started"))
+        with _ends_with_us() as (own, ending):
+            lines = _Lines(output)
+            reports = _Reports(lines)
+            read_fd, write_fd, pipe, passed = pipe_to_child()
             start = time.perf_counter()
-            child = own(subprocess.Popen(
-                [*command, str(result_path), str(script), *map(str, args)],
-                stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env=env, start_new_session=True))
+            try:
+                child = own(subprocess.Popen(
+                    [*command, pipe, str(script), *map(str, args)],
+                    stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, env=env, start_new_session=True, **passed))
+            finally:
+                os.close(write_fd)   # the child's end: the reader sees the end when it exits
             readers = [_forward_lines(child.stdout, "stdout", lines),
-                       _forward_lines(child.stderr, "stderr", lines)]
+                       _forward_lines(child.stderr, "stderr", lines),
+                       reports.read_from(os.fdopen(read_fd, "rb"))]
             timed_out = _wait(child, timeout, cancel, lines, ending)
             for reader in readers:
                 reader.join(timeout=5)
             seconds = time.perf_counter() - start
             started = lines.finish()
-            result = _read_result(result_path)
+            result = reports.result
     except _Terminated as ended:
         signal.raise_signal(ended.signum)   # its own handler now: by default, the end of us
         raise KeyboardInterrupt from None   # a handler that let us live: the trace is over
@@ -219,44 +224,71 @@ def _check_python(python: str, named: str, env: dict, cancel) -> str:
 
 
 class _Lines:
-    """The child's lines, held back until the runner says it started (RESULT.started): before
-    that they are fp16studio's own start (an import that fails, a library's warning), not the
-    script's. A line read while the marker is not there yet was written before it was made."""
+    """The child's lines, held back until the runner says it started: before that they are
+    fp16studio's own start (an import that fails, a library's warning), not the script's, and
+    they tell why a child that never started the script failed."""
 
-    def __init__(self, output, marker: Path):
-        self.output, self.marker = output, marker
+    def __init__(self, output):
+        self.output = output
         self.held: list[tuple[str, str]] = []
         self.started = False
         self._lock = threading.Lock()
 
     def __call__(self, stream: str, line: str):
         with self._lock:
-            if not self.started and self.marker.exists():
-                self._release()
             if self.started:
                 self._emit(stream, line)
             else:
                 self.held.append((stream, line))
 
-    def finish(self) -> bool:
-        """Once the child ended: whether the runner started (what it held is passed on then)."""
+    def start(self):
+        """The runner said it started: what was held is passed on, in order."""
         with self._lock:
-            if not self.started and self.marker.exists():
-                self._release()
+            self.started = True
+            for stream, line in self.held:
+                self._emit(stream, line)
+            self.held = []
+
+    def finish(self) -> bool:
+        """Once the child ended: whether the runner started."""
+        with self._lock:
             if not self.started and os.environ.get("FP16STUDIO_DEBUG"):
                 for stream, line in self.held:
                     self._emit(stream, line)
             return self.started
 
-    def _release(self):
-        self.started = True
-        for stream, line in self.held:
-            self._emit(stream, line)
-        self.held = []
-
     def _emit(self, stream, line):
         if self.output is not None:
             self.output(stream, line)
+
+
+class _Reports:
+    """What the runner says over its pipe, as it comes: that it started, then its latest
+    result. A frame that is not whole (the child was killed while writing) ends the reading;
+    the result before it stands."""
+
+    def __init__(self, lines: _Lines):
+        self.lines = lines
+        self.result: ScriptTrace | None = None
+
+    def read_from(self, pipe) -> threading.Thread:
+        def pump():
+            with pipe:
+                while True:
+                    try:
+                        report = RESULT_TYPES.read(pipe)
+                    except (EOFError, FrameError, OSError):
+                        return
+                    if report.get("started"):
+                        self.lines.start()
+                    if "result" in report:
+                        self.result = report["result"]
+                        if report.get("final"):
+                            return   # a helper of the script's may hold the pipe open
+
+        thread = threading.Thread(target=pump, name="script-reports", daemon=True)
+        thread.start()
+        return thread
 
 
 def _last_line(lines) -> str:
@@ -326,7 +358,7 @@ def _wait(child: subprocess.Popen, timeout: float | None, cancel, lines: _Lines,
             _stop(child, grace=0.5)
             raise
         if timeout is not None:
-            started = lines.started or lines.marker.exists()
+            started = lines.started
             if deadline is None and started:
                 deadline = time.monotonic() + timeout
             late = (time.monotonic() > deadline if deadline is not None
@@ -390,14 +422,6 @@ def _signal_group(child, sig):
         os.killpg(child.pid, sig)  # the script's own helpers (DataLoader workers) too
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _read_result(path: Path) -> ScriptTrace | None:
-    try:
-        with open(path, "rb") as handle:
-            return pickle.load(handle)  # written by our own child process, never by a user
-    except (OSError, EOFError, pickle.UnpicklingError):
-        return None
 
 
 def _timeout_message(timeout) -> str:

@@ -1,0 +1,114 @@
+"""The engine protocol: typed JSON frames on any byte stream, and nothing else. No pickle
+crosses a process boundary: not in the code, not on the wire."""
+
+import io
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fp16studio
+from fp16studio.core.common.errors import CancelToken
+from fp16studio.core.common.frames import FrameError, encode_frame, read_frame
+from fp16studio.engine import messages as m
+from fp16studio.engine.client import EngineClient, local_engine
+
+PACKAGE = Path(fp16studio.__file__).parent
+TESTS = str(Path(__file__).parents[1])
+# Where processes meet: the engine, the trace child and its parent, the framing, the worker.
+BOUNDARY = [*sorted((PACKAGE / "engine").glob("*.py")), *sorted((PACKAGE / "core/script").glob("*.py")),
+            PACKAGE / "core/common/frames.py", PACKAGE / "core/common/typed_json.py",
+            PACKAGE / "gui/worker.py", PACKAGE / "__main__.py"]
+
+
+def code_of(path: Path) -> str:
+    """The source without comments and docstrings (which may say what is no longer done)."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            body[0] = ast.Pass()
+    return ast.unparse(tree)
+
+
+@pytest.mark.parametrize("path", BOUNDARY, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_pickle_in_the_code_where_processes_meet(path):
+    code = code_of(path)
+    for banned in (r"\bpickle\b", r"\bmultiprocessing\b", r"\bmarshal\b", r"\bdill\b",
+                   r"\bcloudpickle\b", r"__reduce__"):
+        assert not re.search(banned, code), f"{path.name}: {banned}"
+
+
+def engine_process(env_extra=None):
+    command, env = local_engine()
+    env["PYTHONPATH"] = os.pathsep.join([TESTS, env["PYTHONPATH"]])
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=dict(env, **(env_extra or {})))
+
+
+def test_the_engines_stdout_holds_json_frames_only_even_when_a_task_prints():
+    engine = engine_process()
+    commands = b"".join(encode_frame(m.WIRE.encode(message)) for message in (
+        m.Run(1, "engine_jobs:chatty"), m.Run(2, "engine_jobs:report", (7,)), m.Quit()))
+    out, err = engine.communicate(commands, timeout=120)
+    assert engine.returncode == 0, err
+    stream, frames = io.BytesIO(out), []
+    while True:
+        try:
+            frames.append(read_frame(stream))   # plain JSON: raises on anything else
+        except EOFError:
+            break
+    assert {frame["$"] for frame in frames} == {"Progress", "Result"}
+    results = [m.WIRE.read(io.BytesIO(encode_frame(frame))) for frame in frames
+               if frame["$"] == "Result"]
+    assert results[0].value == {"shape": (2, 3), "png": b"\x89PNG"}
+    assert results[1].value["bytes"] == 2**40 + 7
+    assert b"a task that prints" in err and b"and one that writes to fd 1" in err
+
+
+def test_garbage_sent_to_the_engine_ends_it_with_one_line_not_a_hang():
+    engine = engine_process()
+    out, err = engine.communicate(b"\x80\x04\x95pickled\n" * 10, timeout=120)
+    assert engine.returncode == 2 and out == b""
+    [line] = err.decode().strip().splitlines()
+    assert line.startswith("fp16studio engine: not a frame: the stream starts with b'\\x80\\x04")
+
+
+@pytest.mark.parametrize("says", [
+    "print('Welcome to the GPU box', flush=True); import time; time.sleep(60)",  # a banner, then nothing
+    "import sys; sys.stdout.buffer.write(b'F16J\\xff\\xff\\xff\\xff'); sys.stdout.flush(); "
+    "import time; time.sleep(60)",                                               # a length of 4 GiB
+])
+def test_an_engine_that_does_not_speak_frames_fails_the_job_in_one_line(says, tmp_path):
+    pid_file = tmp_path / "pid"
+    says = f"import os; open({str(pid_file)!r}, 'w').write(str(os.getpid())); {says}"
+    client = EngineClient(engine=([sys.executable, "-c", says], dict(os.environ)))
+    ending = client.run("diagnose", (), {}, CancelToken(), on_event=lambda event: None)
+    assert isinstance(ending, m.Failed)
+    assert ending.message.startswith("The engine process stopped unexpectedly (it sent something "
+                                     "that is not a message: ")
+    assert not client.started
+    with pytest.raises(ProcessLookupError):   # ended (and reaped), not left to sleep
+        os.kill(int(pid_file.read_text()), 0)
+
+
+def test_a_bad_frame_from_the_engine_is_refused_in_the_reader_not_unpickled():
+    with pytest.raises(FrameError, match="does not travel here"):
+        m.WIRE.read(io.BytesIO(encode_frame({"$": "Popen", "args": ["rm", "-rf", "/"]})))
+
+
+def test_a_file_in_the_working_folder_shadows_nothing_the_engine_imports(tmp_path, monkeypatch):
+    (tmp_path / "json.py").write_text("raise SystemExit('the working folder was imported from')\n")
+    monkeypatch.chdir(tmp_path)
+    command, env = local_engine()
+    env["PYTHONPATH"] = os.pathsep.join([TESTS, env["PYTHONPATH"]])
+    client = EngineClient(engine=(command, env))
+    ending = client.run("engine_jobs:pid", (), {}, CancelToken(), lambda event: None)
+    client.close()
+    assert isinstance(ending, m.Result), ending
