@@ -14,11 +14,12 @@ bfloat16 (attention, an RMSNorm, rotary positions, residual sums: every operatio
 so trace's value check compares each with float32; issue 28).
 Rounds alternate between the two so drift on the machine hits both alike; the figure is the
 ratio of the medians. --baseline DIR times trace as the fp16studio checkout in DIR has it
-against this one's, instead of the plain script (what a change to trace costs); --cpu counts
+against this one's, instead of the plain script (what a change to trace costs); --shadow-off
+times it against trace with the float32 shadow off (FP16STUDIO_SHADOW=0); --cpu counts
 the processes' CPU seconds instead of the wall clock (steadier on a shared machine).
 
     python benchmarks/script_trace_overhead.py [--rounds 5] [--batches 16] [--model DIR]
-        [--train | --own-ops] [--baseline DIR] [--cpu]
+        [--train | --own-ops] [--baseline DIR | --shadow-off] [--cpu]
 """
 
 from __future__ import annotations
@@ -143,6 +144,8 @@ def main():
     parser.add_argument("--model", help="model folder (default: the real all-MiniLM-L6-v2)")
     parser.add_argument("--train", action="store_true",
                         help="a training loop (forward, backward, optimizer step per batch)")
+    parser.add_argument("--shadow-off", action="store_true",
+                        help="time trace against trace without the float32 shadow")
     parser.add_argument("--own-ops", action="store_true",
                         help="a model of the user's own, its operations written in bfloat16")
     parser.add_argument("--baseline", metavar="DIR",
@@ -173,6 +176,9 @@ def main():
         plain_cmd = [*traced_cmd[:1], f"PYTHONPATH={Path(args.baseline).resolve()}",
                      *traced_cmd[2:]]
         plain_label, target = "baseline trace", "target <= 1.50x"
+    elif args.shadow_off:
+        plain_cmd = [*traced_cmd[:2], "FP16STUDIO_SHADOW=0", *traced_cmd[2:]]
+        plain_label, target = "trace, no shadow", "target <= 1.50x"
     else:
         plain_cmd = [sys.executable, str(script), *script_args]
         plain_label, target = "plain script", "target <= 1.30x"

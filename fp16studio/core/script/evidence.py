@@ -9,6 +9,7 @@ of the user's code it is about (`source`).
 from __future__ import annotations
 
 import contextlib
+import os
 import dataclasses
 import re
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ from .flags import FlagWatch
 from .steps import StepWatch
 from .trace import ScriptTrace
 from .tracer import ModelTrace, ScriptTracer, UserCode
-from .user_ops import UserOps
+from .user_ops import SHADOW_ENV, UserOps
 
 # Batch keys that hold integers in every Hugging Face model: a floating one was cast.
 # A list where the script expected a tensor: `.to(...)` / `.half()` on a batch of lists.
@@ -93,7 +94,8 @@ class ScriptWatch:
         self.steps = StepWatch(user, self.tracer, steps)
         self.watchers: list = [self.steps]
         self.on_snapshot = None            # called after each model's first pass is described
-        self.watchers.append(UserOps(user))   # the user's own tensor operations
+        # the user's own tensor operations, with the float32 shadow unless told not to
+        self.watchers.append(UserOps(user, shadow=os.environ.get(SHADOW_ENV) != "0"))
         self.watchers.append(FlagWatch(user, self))   # precision settings, against what ran
 
     def install(self):

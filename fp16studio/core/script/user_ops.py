@@ -69,6 +69,7 @@ from .shadow import SINKS, ShadowCheck
 from .tracer import UserCode
 from .value_check import CASTS, CONSTANT
 
+SHADOW_ENV = "FP16STUDIO_SHADOW"    # "0": no float32 shadow (what the shadow costs is measured so)
 # What a frame's file is, for the mode: kinds, cached per file name.
 _USER, _DISPATCH, _LOSS, _WRAPPER, _OTHER, _PASS = 1, 2, 3, 4, 5, 6
 _DISPATCH_FILE = os.sep.join(("torch", "overrides.py"))
