@@ -227,3 +227,14 @@ def test_trace_apply_writes_a_fixed_copy_and_never_the_script(tmp_path):
     refused = subprocess.run([sys.executable, "-m", "fp16studio", "trace", str(script), "--apply",
                               "float-input"], capture_output=True, text=True, timeout=600)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+
+
+def test_a_creation_s_fix_is_python_whatever_its_commas():
+    from fp16studio.core.script.user_ops import _made_in_float32
+
+    assert _made_in_float32("t = torch.arange(0, 600, 1.0,)", "arange") == \
+        "t = torch.arange(0, 600, 1.0, dtype=torch.float32)"
+    assert _made_in_float32("t = torch.ones()", "ones") == "t = torch.ones(dtype=torch.float32)"
+    assert _made_in_float32("ids.to(dev, torch.float16, True)", "to",
+                            (torch.zeros(1), "cpu", torch.float16, True)) == \
+        "ids.to(dev, torch.float32, True)"

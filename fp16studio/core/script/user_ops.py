@@ -748,7 +748,15 @@ def _keeping_lines(line: str, name: str, args, kwargs, kind: str, birth, frame) 
     for text in (leaves, float_line):
         if text is not None:
             out += [text, cast_back(text, expr)]
-    return tuple(dict.fromkeys(text for text in out if text)), expr
+    # Only code that parses, and never an in-place call on a float32 temporary (it would
+    # change nothing the script keeps).
+    temporary = f".float().{name}(" if name.endswith("_") and not name.startswith("_") else None
+    return tuple(dict.fromkeys(text for text in out if text and _parses(text) and
+                               (temporary is None or temporary not in text))), expr
+
+
+def _parses(line: str) -> bool:
+    return _statement_tree(line.strip()) is not None
 
 
 _ABOUT = ("dtype", "device", "shape", "ndim", "size", "is_floating_point")
@@ -821,7 +829,9 @@ def _made_in_float32(line: str, name: str, args=()) -> str | None:
     if name in ("to", "type", "copy_"):
         return None
     end = segment(line, node)[1] - 1          # a creation in the default dtype: say float32
-    return line[:end] + ", dtype=torch.float32" + line[end:]
+    before = line[:end].rstrip()
+    joint = "" if before.endswith("(") else " " if before.endswith(",") else ", "
+    return before + joint + "dtype=torch.float32" + line[end:]
 
 
 def _autocast_on(tensor) -> str | None:
