@@ -14,6 +14,8 @@ from .file_actions import settings
 from .theme import CHOICES, app_theme, set_icon
 
 
+CONTINUE_TIP = ("Make the pipeline recovered from the traced script the spec, so Run, fixes, "
+                "Benchmark and Export work on it")
 RUN_TIP = "Load the model and dataset and run one traced forward pass (Ctrl+R)"
 
 
@@ -43,8 +45,7 @@ class WindowActions:
         self.act_trace = a("&Trace Script…", self._trace_dialog, "file", "Ctrl+T",
                            "Run your own Python script as it is and diagnose the models it runs")
         self.act_continue = a("&Continue as a Pipeline", self.continue_as_pipeline, "fix", None,
-                              "Make the pipeline recovered from the traced script the spec, so "
-                              "Run, fixes, Benchmark and Export work on it")
+                              CONTINUE_TIP)
         self.act_continue.setEnabled(False)
         self.act_export = a("&Export Script…", self._export_dialog, "export", "Ctrl+E",
                             "Write a runnable Python script of this pipeline")
@@ -173,9 +174,13 @@ class WindowActions:
             self._on_progress(0, self.progress.maximum(), "")
 
     def _on_trace(self, trace):
+        """Continue as a Pipeline beside a trace's findings: on, or off saying why."""
         self._enable_continue()
-        self.findings.header_buttons[self.act_continue].setVisible(
-            trace is not None and trace.recovered_spec is not None)
+        self.findings.header_buttons[self.act_continue].setVisible(trace is not None)
+
+    def _say_why_not_continue(self, why: str | None):
+        self.act_continue.setToolTip(why or CONTINUE_TIP)   # its button's too
+        self.act_continue.setStatusTip(why or CONTINUE_TIP)
 
     def _enable_continue(self):
         """Continue as a Pipeline: while a trace whose spec was recovered is shown, and idle."""

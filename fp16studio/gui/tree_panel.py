@@ -37,9 +37,9 @@ def inventory_text(inventory: dict) -> str:
     """Core's inventory in one line: parameters, tensors per dtype, bytes."""
     dtypes = ", ".join(f"{dtype} {count:,}" for dtype, count in sorted(
         (inventory.get("dtypes") or {}).items(), key=lambda item: -item[1]))
-    tensors = inventory.get("tensors", 0)
-    return (f"{inventory.get('parameters', 0):,} parameters · {tensors:,} tensor"
-            f"{'s' if tensors != 1 else ''}" + (f" ({dtypes})" if dtypes else "")
+    return (f"{vocabulary.count(inventory.get('parameters', 0), 'parameter')} · "
+            f"{vocabulary.count(inventory.get('tensors', 0), 'tensor')}"
+            + (f" ({dtypes})" if dtypes else "")
             + f" · {vocabulary.size(inventory.get('bytes', 0))}")
 
 

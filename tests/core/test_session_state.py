@@ -71,7 +71,7 @@ def test_a_fresh_run_is_current_its_fixes_apply_to_the_spec_run():
 def test_an_edit_makes_the_run_stale_said_so_and_its_fixes_wait_for_the_spec_it_was_found_for():
     state = state_with_run(tree=True)
     edited = SPEC.replace(samples=3)
-    assert state.set_spec(edited) is False          # same model: the figures stay
+    state.set_spec(edited)
     assert state.stale and not state.run_current and not state.fixes_enabled
     # Still listed (what was found), but said to be of another spec; nothing of it is fixed:
     # not the edited spec (it was not found there), not the spec run (that drops the edit).
@@ -228,9 +228,9 @@ def test_the_benchmark_is_of_its_spec_and_goes_with_its_model():
     state.start(SPEC)
     state.took_bench(SPEC, {"variants": [{"name": "float32"}]})
     assert state.bench_doc and not state.bench_stale
-    assert state.set_spec(SPEC.replace(batch_size=8)) is False
+    state.set_spec(SPEC.replace(batch_size=8))   # same model: the figures stay, stale
     assert state.bench_stale and state.bench_doc
-    assert state.set_spec(SPEC.replace(model="models/other")) is True   # another model: dropped
+    state.set_spec(SPEC.replace(model="models/other"))   # another model: dropped
     assert state.bench is None and not state.bench_stale
     state.took_bench(state.spec, {"variants": []})
     state.bench_started()

@@ -81,7 +81,7 @@ def test_the_plan_colours_the_tensor_tree_by_each_layers_sqnr(qtbot, make_tree):
                       dict(layer, name="layer3", sqnr_db=22.0)],
            "keep_bf16": ["layer1"], "converted": ["layer0"], "threshold_db": 20.0,
            "findings": []}
-    window.controller.fp8Finished.emit(doc)
+    window.controller.state.took_fp8(window.spec, doc)   # as a plan of the spec shown arrives
     assert window.fp8.table.model().rowCount() == 4
     panel.colour_by.setCurrentIndex(panel.colour_by.findData("fp8"))
     model = panel.model

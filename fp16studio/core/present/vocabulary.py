@@ -42,7 +42,12 @@ def severity_counts(findings) -> str:
     counts = {s: 0 for s in SEVERITIES}
     for f in findings:
         counts[f["severity"] if isinstance(f, dict) else f.severity] += 1
-    return " · ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n)
+    return " · ".join(count(n, s) for s, n in counts.items() if n)
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 tensor', '2 tensors', '1,024 tensors' (`plural` where adding an s is wrong)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 # -- None-aware formatters -----------------------------------------------------------------------
