@@ -177,17 +177,15 @@ class SessionState(Evented):
             del self._kept[next(iter(self._kept))]
 
     def results_said(self) -> str:
-        """What the window shows of the current spec's results, in a sentence (the Log's, after
-        an Undo or a Redo)."""
+        """What the window shows of the results, in a phrase (the Log's, after an Undo or a
+        Redo): "showing this spec's findings, and another version's drift (marked stale)"."""
         current = [word for kind, word in RESULTS.items() if self._current(kind)]
         stale = [word for kind, word in RESULTS.items()
                  if getattr(self, kind) is not None and not self._current(kind)]
-        said = [f"its {_listed(current)} {'is' if len(current) == 1 else 'are'} shown" if current
-                else "no result of this spec is kept: Run to make one"]
+        said = [f"this spec's {_listed(current)}" if current else "no result of this spec (Run to make one)"]
         if stale:
-            said.append(f"the {_listed(stale)} shown {'is' if len(stale) == 1 else 'are'} of "
-                        "another version of the spec (marked stale)")
-        return "; ".join(said)
+            said.append(f"another version's {_listed(stale)} (marked stale)")
+        return "showing " + ", and ".join(said)
 
     def _current(self, kind: str) -> bool:
         slot = getattr(self, kind)
