@@ -242,14 +242,7 @@ class CompareView(MadeInParts, QWidget):
         self._dirty.clear()
         self._doc = None
         self.model.set_doc(None)
-        for bars in (self._speed_bars, self._peak_bars, self._weight_bars, self._busy_bars,
-                     self._overhead_bars):
-            bars.setOpts(x0=0, y=[], width=[])
-        # No names nor ranges of the figures gone: empty axes until the next result.
-        for item in self._result_plots:
-            item.getAxis("left").setTicks(None)
-            item.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
-        self._show_time_plot(False)
+        self._empty_bars()
         self.charts.setCurrentWidget(self.plot)
         self.summary.setText("Run a benchmark to compare float32, float16 and bfloat16 on this "
                              "pipeline's own model and batch.")
@@ -305,11 +298,24 @@ class CompareView(MadeInParts, QWidget):
         self.note.setText(note)
         self.note.setVisible(bool(note))
 
+    def _empty_bars(self):
+        """No bars, no names nor ranges of figures gone: empty axes until the next result."""
+        for bars in (self._speed_bars, self._peak_bars, self._weight_bars, self._busy_bars,
+                     self._overhead_bars):
+            bars.setOpts(x0=0, y=[], width=[])
+        for item in self._result_plots:
+            item.getAxis("left").setTicks(None)
+            item.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
+        self._show_time_plot(False)
+
     def _draw_bars(self):
         doc = self._doc
         if doc is None:
             return
         ok = [v for v in doc.get("variants", []) if v.get("ok")]
+        if not ok:   # every variant failed: nothing to draw (the table says why)
+            self._empty_bars()
+            return
         # A noisy figure is marked where it is drawn, not only in the table.
         ticks = [[(i, v["name"] + (" (noisy)" if stability(v) == "noisy" else "")) for i, v in enumerate(ok)]]
         y = np.arange(len(ok), dtype=float)
