@@ -27,6 +27,7 @@ def test_plan_fp8_fills_the_table(qtbot):
     classifier = rows[[row[0] for row in rows].index("classifier")]
     assert classifier[2] == "no" and classifier[5].startswith("bfloat16: out_features 3")
     assert "tensorwise on cpu (emulated)" in window.fp8.summary.text()
+    assert "FP8 plan (tensorwise on cpu (emulated)): " in window.log.toPlainText()   # its result
     # The tab's own button, with the recipe chosen there.
     window.fp8.recipe.setCurrentText("rowwise")
     qtbot.waitUntil(lambda: window.fp8.run_button.isEnabled(), timeout=RUN_TIMEOUT_MS)

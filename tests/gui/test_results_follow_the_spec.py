@@ -93,3 +93,34 @@ def test_each_colour_mode_has_its_key_or_says_what_fills_it(qtbot):
     panel.colour_by.setCurrentIndex(panel.colour_by.findData("drift"))
     key = panel.legend.text()
     assert "SQNR vs float32:" in key and "under&nbsp;20&nbsp;dB" in key and "int64" not in key
+
+
+def test_the_log_follows_new_lines_unless_scrolled_up(qtbot):
+    from PySide6.QtWidgets import QLabel, QTabWidget
+
+    from fp16studio.gui.log_panel import LogPanel
+
+    tabs, log = QTabWidget(), LogPanel()
+    qtbot.addWidget(tabs)
+    tabs.addTab(log, "Log")
+    tabs.addTab(QLabel("changes"), "Changes")
+    tabs.resize(400, 150)
+    tabs.show()
+    bar = log.verticalScrollBar()
+
+    def say(lines, tab=0):
+        tabs.setCurrentIndex(tab)
+        for i in range(lines):
+            log.log("info", f"line {i} " * 5)
+        log.flush()
+        tabs.setCurrentIndex(0)
+        qtbot.wait(1)
+
+    say(30)
+    assert bar.maximum() > 0 and bar.value() == bar.maximum()      # followed to the end
+    say(80, tab=1)                                                  # while another tab is shown
+    assert bar.value() == bar.maximum()
+    bar.setValue(0)                                                 # scrolled up to read
+    say(5)
+    assert bar.value() == 0
+    log.detach()
