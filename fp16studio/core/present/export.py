@@ -23,6 +23,7 @@ from ... import __version__
 from ..common.errors import InputError
 from ..common.files import write_text_atomic
 from ..common.island_code import ISLAND_HELPERS
+from ..common.library_logs import CHATTY
 from ..data import columns, sources, user_code
 from ..data.columns import LABEL_NAMES
 from ..hf.loading import islands_load_float32
@@ -263,7 +264,12 @@ def _imports(plan: _Plan) -> str:
             third[module] = None
         else:
             names.setdefault(module, set()).add(name)
-    lines = [f"import {module}" for module in sorted(stdlib)] + [""]
+    lines = [f"import {module}" for module in sorted(stdlib | {"logging"})] + [""]
+    # Before torch is imported: its logging set-up keeps a level set by then.
+    lines += ["# The libraries' own chatter (torchao's kernels that do not load here, torch's pytree",
+              "# deprecations): only their errors reach stderr, so what prints is this script's.",
+              f"for chatty in {_q(list(CHATTY))}:",
+              "    logging.getLogger(chatty).setLevel(logging.ERROR)", ""]
     lines += [f"import {module} as np" if module == "numpy" else f"import {module}"
               for module in sorted(third)]
     lines += [f"from {module} import {', '.join(sorted(names[module]))}" for module in sorted(names)]
