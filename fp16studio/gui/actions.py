@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QApplication, QLabel, QProgressBar, QSizePolicy, QToolBar, QWidget
+from PySide6.QtWidgets import QApplication, QProgressBar, QToolBar
 
 from .file_actions import settings
+from .fit import ElidedLabel
 from .theme import CHOICES, app_theme, set_icon
 
 
@@ -126,21 +127,22 @@ class WindowActions:
         tools = QToolBar("Main", objectName="mainToolbar", movable=False)
         tools.setIconSize(QSize(20, 20))
         tools.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        for group in ([self.act_run, self.act_cancel], [self.act_bench, self.act_drift],
-                      [self.act_undo, self.act_redo]):
-            tools.addActions(group)
-            tools.addSeparator()
+        tools.addActions([self.act_run, self.act_cancel])
         tools.widgetForAction(self.act_run).setObjectName("runButton")
-        tools.addAction(self.act_export)
-        spacer = QWidget()
-        spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
-        tools.addWidget(spacer)
-        self.stage_label = QLabel("", objectName="stageLabel")
+        # What runs, and how far: right after Run and Cancel, since a toolbar narrower than its
+        # buttons hides them from its end (into its » menu), and this must stay in view.
+        self.stage_label = ElidedLabel("", objectName="stageLabel")
         self.stage_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.progress = QProgressBar(fixedWidth=180, textVisible=False)
+        self.stage_label.setMaximumWidth(200)
+        self.progress = QProgressBar(fixedWidth=140, textVisible=False)
         tools.addWidget(self.stage_label)
         # A widget in a toolbar is shown and hidden through its action.
         self._progress_action = tools.addWidget(self.progress)
+        tools.addSeparator()
+        for group in ([self.act_bench, self.act_drift], [self.act_undo, self.act_redo]):
+            tools.addActions(group)
+            tools.addSeparator()
+        tools.addAction(self.act_export)
         self.addToolBar(tools)
         self.toolbar = tools
 

@@ -124,3 +124,18 @@ def test_the_log_follows_new_lines_unless_scrolled_up(qtbot):
     say(5)
     assert bar.value() == 0
     log.detach()
+
+
+def test_the_toolbars_progress_stays_in_view_in_the_smallest_window(qtbot):
+    from PySide6.QtCore import QPoint
+
+    window = open_window(qtbot)
+    window.resize(1024, 660)
+    window._on_busy(True)                 # as while a benchmark runs
+    window._on_progress(0, 0, "Benchmarking…")
+    qtbot.waitUntil(lambda: window.width() == 1024)
+    qtbot.wait(50)
+    bar = window.progress
+    assert bar.isVisible() and not bar.visibleRegion().isEmpty()
+    assert bar.mapTo(window, QPoint(bar.width(), 0)).x() <= window.toolbar.width()
+    window._on_busy(False)
