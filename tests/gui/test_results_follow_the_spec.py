@@ -130,10 +130,12 @@ def test_the_toolbars_progress_stays_in_view_in_the_smallest_window(qtbot):
     from PySide6.QtCore import QPoint
 
     window = open_window(qtbot)
-    window.resize(1024, 660)
+    # Narrower than 1024: a real screen's fonts make the buttons wider than offscreen's.
+    window.setMinimumWidth(0)
+    window.resize(760, 660)
     window._on_busy(True)                 # as while a benchmark runs
     window._on_progress(0, 0, "Benchmarking…")
-    qtbot.waitUntil(lambda: window.width() == 1024)
+    qtbot.waitUntil(lambda: window.width() < 1000)
     qtbot.wait(50)
     bar = window.progress
     assert bar.isVisible() and not bar.visibleRegion().isEmpty()
