@@ -155,7 +155,7 @@ class TensorPanel(QWidget):
         self._filter_bar = QGridLayout()
         self._filter_bar.setHorizontalSpacing(8)
         self._filter_bar.setVerticalSpacing(6)
-        self._search_own_row: bool | None = None
+        self._filter_shape = None   # (search on its own row, choosers per row) as laid out
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 6)
         layout.setSpacing(6)
@@ -177,25 +177,38 @@ class TensorPanel(QWidget):
 
     def _arrange_filters(self):
         """The filter box beside the choosers while they all fit at their preferred widths; on a
-        row of its own above them when not, so it is never squeezed to a few letters."""
+        row of its own above them when not, so it is never squeezed to a few letters; and the
+        choosers on as many rows as they need to be read whole ("All dtypes", not "All dtyp")."""
         choosers = (self.dtype_filter, self.device_filter, self.only_problems, self.colour_by)
         bar = self._filter_bar
         margins = self.layout().contentsMargins()
         room = self.width() - margins.left() - margins.right()
-        beside = self.search.sizeHint().width() + sum(
-            bar.horizontalSpacing() + widget.sizeHint().width() for widget in choosers)
+        gap = bar.horizontalSpacing()
+        beside = self.search.sizeHint().width() + sum(gap + w.sizeHint().width() for w in choosers)
+        rows, used = [[]], 0
+        for widget in choosers:
+            need = widget.sizeHint().width() + (gap if rows[-1] else 0)
+            if rows[-1] and used + need > room:
+                rows.append([])
+                used, need = 0, widget.sizeHint().width()
+            rows[-1].append(widget)
+            used += need
         own_row = room < beside
-        if own_row == self._search_own_row:
+        shape = (own_row, tuple(map(len, rows)))
+        if shape == self._filter_shape:
             return
-        self._search_own_row = own_row
+        self._filter_shape = shape
         for widget in (self.search, *choosers):
             bar.removeWidget(widget)
-        bar.addWidget(self.search, 0, 0, 1, len(choosers) + 1 if own_row else 1)
-        for column, widget in enumerate(choosers):
-            bar.addWidget(widget, int(own_row), column if own_row else column + 1)
+        columns = max(map(len, rows))
+        bar.addWidget(self.search, 0, 0, 1, columns + 1 if own_row else 1)
+        for r, row in enumerate(rows):
+            for column, widget in enumerate(row):
+                bar.addWidget(widget, r + int(own_row), column if own_row else column + 1)
         # The room left goes to the filter box beside the choosers, after them below it.
-        bar.setColumnStretch(0, 0 if own_row else 1)
-        bar.setColumnStretch(len(choosers), 1 if own_row else 0)
+        for column in range(len(choosers) + 1):
+            bar.setColumnStretch(column, 0)
+        bar.setColumnStretch(0 if not own_row else columns, 1)
 
     # -- content --------------------------------------------------------------------------------
     def set_tree(self, root, tree_index=None):

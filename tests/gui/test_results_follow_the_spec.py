@@ -141,3 +141,16 @@ def test_the_toolbars_progress_stays_in_view_in_the_smallest_window(qtbot):
     assert bar.isVisible() and not bar.visibleRegion().isEmpty()
     assert bar.mapTo(window, QPoint(bar.width(), 0)).x() <= window.toolbar.width()
     window._on_busy(False)
+
+
+def test_the_tree_filters_read_whole_in_a_narrow_tab(qtbot):
+    panel = TensorPanel()
+    qtbot.addWidget(panel)
+    panel.resize(380, 300)                # the Tensors tab in a 1024-wide window
+    panel.show()
+    qtbot.waitExposed(panel)
+    qtbot.wait(10)                        # its layout's turn
+    for chooser in (panel.dtype_filter, panel.device_filter, panel.colour_by, panel.search):
+        assert chooser.width() >= chooser.sizeHint().width(), chooser.currentText() \
+            if chooser is not panel.search else "filter box"
+    assert panel.only_problems.width() >= panel.only_problems.sizeHint().width()
