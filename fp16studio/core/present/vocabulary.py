@@ -108,6 +108,10 @@ def evidence_value(value) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return number(value)
+    if isinstance(value, dict) and {"dtype", "from"} <= value.keys():   # a dtype's provenance
+        from ..diagnostics.rules.words import origin_phrase
+
+        return f"{value['dtype']}, because {origin_phrase(value)}"
     if isinstance(value, dict):
         return ", ".join(f"{k}: {evidence_value(v)}" for k, v in value.items()) or "—"
     if isinstance(value, (list, tuple)):
