@@ -30,7 +30,7 @@ from .bench_table import BenchTable
 from .fit import ElidedLabel, VerticalScrollArea
 from .later_pages import MadeInParts, all_parts
 from .palette import DTYPE_COLORS, OKABE_ITO
-from .plot_style import SpacedAxis, follow_palette, menus_in_parts, restyle
+from .plot_style import SpacedAxis, follow_palette, menus_in_parts, restyle, show_values
 from .turns import Turns
 
 REDRAW_MS = 66  # ~15 Hz: smooth enough to watch, cheap enough for the GUI thread
@@ -239,6 +239,7 @@ class CompareView(MadeInParts, QWidget):
             self.legend.removeItem(curve)
         self._curves.clear()
         self._series.clear()
+        show_values(self.plot.getPlotItem(), False)
         self._dirty.clear()
         self._doc = None
         self.model.set_doc(None)
@@ -264,6 +265,7 @@ class CompareView(MadeInParts, QWidget):
         if name not in self._series:
             if not self._series:
                 self.charts.setCurrentWidget(self.plot)
+                show_values(self.plot.getPlotItem(), True)
             self._series[name] = _Series()
             # Created once per variant; the timer only feeds it new data.
             # One pixel wide: five noisy curves of 700 calls each repainted in 43 ms of the GUI
@@ -306,6 +308,7 @@ class CompareView(MadeInParts, QWidget):
         for item in self._result_plots:
             item.getAxis("left").setTicks(None)
             item.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
+            show_values(item, False)
         self._show_time_plot(False)
 
     def _draw_bars(self):
@@ -340,6 +343,7 @@ class CompareView(MadeInParts, QWidget):
         for item in self._result_plots:
             item.getAxis("left").setTicks(ticks)
             item.enableAutoRange()
+            show_values(item, True)
 
     def _show_results(self):
         # Shown first: the words over the charts change the page's layout, which with the live
