@@ -22,6 +22,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from fp16studio.core import Fix, InputError, PipelineSpec
+from fp16studio.state_events import Evented
 
 # Where the findings slot's result came from.
 RUN = "run"        # a diagnosis of `of`: its fixes are edits of that spec
@@ -33,7 +34,7 @@ NO_MODEL = ("Choose a model first: type a Hub id or a local folder in the Model 
             "from your Hugging Face cache, or drop a folder on it.")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)   # a result is itself, not its value (state_events)
 class Slot:
     """A result (a bench document, a DriftResult) and the spec it is of."""
 
@@ -41,7 +42,7 @@ class Slot:
     of: PipelineSpec | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Findings:
     """The findings slot: a Diagnosis (or ScriptTrace), where it came from, the spec it is of
     (None for a trace), its --json document, and what the run's tree gives the window."""
@@ -93,44 +94,99 @@ def with_inventory(result):
     return result
 
 
-class SessionState:
+# The result slots, each of the spec it was made from, and how the Log names them.
+RESULTS = {"findings": "findings", "bench": "benchmark", "drift": "drift", "fp8": "FP8 plan"}
+KEPT_SPECS = 8   # the specs whose results Undo and Redo can bring back (each may hold a tree)
+
+
+class SessionState(Evented):
+    """The session, its fields evented (fp16studio.state_events): each announces its change,
+    and so does each value DERIVED from it, once per batch (`events.blocker()`)."""
+
+    FIELDS = ("spec", "path", "findings", "bench", "drift", "fp8", "tracing", "device")
+    DERIVED = {
+        "diagnosis": ("findings",), "trace": ("findings",), "stale": ("spec", "findings"),
+        "bench_doc": ("bench",), "bench_stale": ("spec", "bench"),
+        "drift_result": ("drift",), "drift_stale": ("spec", "drift"),
+        "fp8_doc": ("fp8",), "fp8_stale": ("spec", "fp8"),
+        "why_not_continue": ("findings", "tracing"),
+    }
+    BY_VALUE = (PipelineSpec,)
+
     def __init__(self):
-        self.spec: PipelineSpec | None = None
-        self.path: Path | None = None          # the spec or session file it was read from
-        self.findings: Findings | None = None
-        self.bench: Slot | None = None
-        self.drift: Slot | None = None
-        self.tracing: str | None = None        # the script (its name) whose trace is under way
+        super().__init__(spec=None, path=None, findings=None, bench=None, drift=None, fp8=None,
+                         tracing=None, device=None)
+        # spec: PipelineSpec | None; path: the spec or session file it was read from;
+        # findings: Findings | None; bench, drift, fp8: Slot | None; tracing: the script (its
+        # name) whose trace is under way; device: where the latest result ran.
         self.run_when_ready = False            # Run was asked for before there was a spec
         self._saved_bench: Slot | None = None  # the figures the session's file holds
         self.dropped: str | None = None        # what the session opened last could not read
+        self._kept: dict[PipelineSpec, dict[str, Any]] = {}   # spec -> its results left behind
 
     # -- adopting a spec ------------------------------------------------------------------------
     def start(self, spec: PipelineSpec, diagnosis_doc: dict | None = None,
               bench_doc: dict | None = None, path=None):
-        """A freshly opened spec. A saved session's results are read by `read_saved`: what
-        cannot be read is left out, and `dropped` says what. Its findings are of the spec their
-        document says was run (the session's own spec unless it was edited after that run:
-        then they are stale); its figures were saved with it (`saved_bench`)."""
+        """A freshly opened spec (every field announced). A saved session's results are read
+        by `read_saved`: what cannot be read is left out, and `dropped` says what. Its findings
+        are of the spec their document says was run (the session's own spec unless it was
+        edited after that run: then they are stale); its figures were saved with it
+        (`saved_bench`). Nothing of the previous spec's results stays, nor can come back."""
         diagnosis, bench_doc, self.dropped = read_saved(diagnosis_doc, bench_doc)
-        self.spec, self.path = spec, Path(path) if path else None
-        self.findings = None
-        if diagnosis is not None:
-            of = spec if same_run(diagnosis.spec, spec) else diagnosis.spec
-            self.findings = Findings(diagnosis, of, SAVED, diagnosis_doc)
-        self.bench = self._saved_bench = Slot(bench_doc, spec) if bench_doc else None
-        self.drift = None
-        self.tracing = None
+        with self.events.blocker():
+            self.events.renew()
+            self.spec, self.path = spec, Path(path) if path else None
+            self.findings = None
+            if diagnosis is not None:
+                of = spec if same_run(diagnosis.spec, spec) else diagnosis.spec
+                self.findings = Findings(diagnosis, of, SAVED, diagnosis_doc)
+            self.bench = self._saved_bench = Slot(bench_doc, spec) if bench_doc else None
+            self.drift = self.fp8 = self.tracing = None
+            self.device = diagnosis.device if diagnosis is not None else None
+        self._kept.clear()
 
-    def set_spec(self, spec: PipelineSpec) -> bool:
-        """Make `spec` current (an edit, an undo). True when the benchmark went with the old one:
-        another model's figures are not this one's, so they are dropped, not shown as stale."""
-        old, self.spec = self.spec, spec
-        if self.bench is not None and old is not None and \
-                (old.model, old.revision) != (spec.model, spec.revision):
-            self.bench = None
-            return True
-        return False
+    def set_spec(self, spec: PipelineSpec):
+        """Make `spec` current (an edit, an undo, a redo). The results left behind are kept
+        with the spec they are of (the last KEPT_SPECS specs'), and `spec`'s own come back. A
+        result of another model than `spec`'s with none of `spec` to take its place is
+        dropped (another model's figures or plan are not this one's); findings stay, marked
+        stale, unless a trace is shown (of no spec: it stays)."""
+        with self.events.blocker():
+            self._keep_results()
+            own = self._kept.get(spec, {})
+            self.spec = spec
+            for kind in RESULTS:
+                slot = getattr(self, kind)
+                if kind == "findings" and slot is not None and slot.origin == TRACE:
+                    continue
+                if kind in own:
+                    setattr(self, kind, own[kind])
+                elif slot is not None and kind != "findings" and _model(slot.of) != _model(spec):
+                    setattr(self, kind, None)
+
+    def _keep_results(self):
+        for kind in RESULTS:
+            slot = getattr(self, kind)
+            if slot is not None and slot.of is not None:
+                self._kept.setdefault(slot.of, {})[kind] = slot
+                self._kept[slot.of] = self._kept.pop(slot.of)   # the latest last
+        while len(self._kept) > KEPT_SPECS:
+            del self._kept[next(iter(self._kept))]
+
+    def results_said(self) -> str:
+        """What the window shows of the results, in a phrase (the Log's, after an Undo or a
+        Redo): "showing this spec's findings, and another version's drift (marked stale)"."""
+        current = [word for kind, word in RESULTS.items() if self._current(kind)]
+        stale = [word for kind, word in RESULTS.items()
+                 if getattr(self, kind) is not None and not self._current(kind)]
+        said = [f"this spec's {_listed(current)}" if current else "no result of this spec (Run to make one)"]
+        if stale:
+            said.append(f"another version's {_listed(stale)} (marked stale)")
+        return "showing " + ", and ".join(said)
+
+    def _current(self, kind: str) -> bool:
+        slot = getattr(self, kind)
+        return slot is not None and slot.of == self.spec
 
     # -- what follows from the slots ------------------------------------------------------------
     @property
@@ -195,6 +251,32 @@ class SessionState:
         return self.drift is not None and self.drift.of != self.spec
 
     @property
+    def fp8_doc(self) -> dict | None:
+        return self.fp8.value if self.fp8 else None
+
+    @property
+    def fp8_stale(self) -> bool:
+        return self.fp8 is not None and self.fp8.of != self.spec
+
+    @property
+    def why_not_continue(self) -> str | None:
+        """Why Continue as a Pipeline is off, in the user's words; None while it is on."""
+        if self.tracing is not None:
+            return f"Continue as a Pipeline waits for the trace of {self.tracing} to end."
+        trace = self.trace
+        if trace is None:
+            return ("Continue as a Pipeline turns a traced script into a pipeline you can Run, fix "
+                    "and benchmark here: trace your script first (File → Trace Script…).")
+        if trace.recovered_spec is not None:
+            return None
+        why = next((note.removeprefix("no pipeline spec: ") for note in trace.notes
+                    if note.startswith("no pipeline spec: ")), None)
+        return (f"Continue as a Pipeline is off: fp16studio could not tell from "
+                f"{script_name(trace.script)} which model and data to run without the script"
+                + (f" ({why})." if why else ".") + " Its findings and their code fixes stay "
+                "here; fix the script itself and trace it again.")
+
+    @property
     def fixes_enabled(self) -> bool:
         """The findings shown are of the current spec (a run's, or the drift's): one click fixes
         them, and nothing else can be fixed. (The controller also keeps them off while a job
@@ -249,8 +331,9 @@ class SessionState:
             return None
         notice = (f"The tree and findings are the trace of {script}. This form is still the pipeline "
                   "from before it: Run, Benchmark, Compare and Export act on it.")
-        if self.trace is not None and self.trace.recovered_spec is not None:
-            notice += " Continue as a Pipeline makes the script's pipeline this form's."
+        if self.trace is not None:
+            notice += " " + (self.why_not_continue or
+                             "Continue as a Pipeline makes the script's pipeline this form's.")
         return notice
 
     def tree_notice(self) -> str | None:
@@ -326,38 +409,53 @@ class SessionState:
     def took_diagnosis(self, spec: PipelineSpec | None, diagnosis, tree_index=None, gpu_memory=None):
         """A run of `spec`, or (`spec` None) a trace of a user's script."""
         located = tree_index.locate(diagnosis.findings) if tree_index is not None else {}
-        self.findings = Findings(diagnosis, spec, TRACE if spec is None else RUN, diagnosis.to_json(),
-                                 tree_index, located, gpu_memory)
-        self.tracing = None
+        with self.events.blocker():
+            self.findings = Findings(diagnosis, spec, TRACE if spec is None else RUN,
+                                     diagnosis.to_json(), tree_index, located, gpu_memory)
+            self.tracing = None
+            self.device = diagnosis.device
 
     def diagnosis_failed(self):
         """The last findings and tree are of another attempt: cleared, not shown as current."""
-        self.findings = None
-        self.tracing = None
+        with self.events.blocker():
+            self.findings = self.tracing = None
 
     def continue_trace(self) -> PipelineSpec | None:
-        """Adopt the spec recovered from the trace shown as a fresh start (no file, no figures);
-        the trace's tree and findings stay, as a run of that spec. None: nothing to continue."""
+        """Adopt the spec recovered from the trace shown as a fresh start (no file, no figures,
+        no other result: those were of the pipeline before); the trace's tree and findings
+        stay, as a run of that spec. None: nothing to continue."""
         trace = self.trace
         if trace is None or trace.recovered_spec is None:
             return None
         kept, spec = self.findings, trace.recovered_spec
-        self.start(spec)
-        self.findings = replace(kept, of=spec, origin=RUN, doc=trace.to_json())
+        with self.events.blocker():
+            self.start(spec)
+            self.findings = replace(kept, of=spec, origin=RUN, doc=trace.to_json())
+            self.device = trace.device
         return spec
 
     def took_drift(self, spec: PipelineSpec, result):
-        self.drift = Slot(result, spec)
+        with self.events.blocker():
+            self.drift, self.device = Slot(result, spec), result.device
 
     def drift_failed(self):
         self.drift = None
+
+    def took_fp8(self, spec: PipelineSpec, doc: dict):
+        with self.events.blocker():
+            self.fp8, self.device = Slot(doc, spec), doc.get("device")
+
+    def fp8_failed(self):
+        self.fp8 = None
 
     def bench_started(self):
         """A new benchmark replaces the figures: the old ones are not shown meanwhile."""
         self.bench = None
 
     def took_bench(self, spec: PipelineSpec, doc: dict):
-        self.bench = Slot(doc, spec)
+        with self.events.blocker():
+            self.bench = Slot(doc, spec)
+            self.device = doc.get("device") or self.device
 
     def saved(self, path: Path):
         """The session was saved to `path`, its figures with it."""
@@ -421,6 +519,15 @@ def _split_function(value: str):
     """'file.py:function' -> ('file.py', ':', 'function'); a path alone is kept whole."""
     head, sep, tail = value.rpartition(":")
     return (head, sep, tail) if sep and tail.isidentifier() else (value, "", "")
+
+
+def _model(spec: PipelineSpec | None):
+    return None if spec is None else (spec.model, spec.revision)
+
+
+def _listed(words: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join(filter(None, (", ".join(words[:-1]), words[-1])))
 
 
 def _find_fix(findings, fix_id: str):

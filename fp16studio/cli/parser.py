@@ -24,29 +24,32 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find and fix half-precision problems in Hugging Face pipelines.",
         epilog="With no command the desktop app opens the built-in demo. SPEC is a .json/.toml "
                "spec file or demo:NAME.")
-    parser.add_argument("--version", action="version", version=f"fp16studio {__version__}")
+    parser.add_argument("--version", action="version", version=f"fp16studio {__version__}",
+                        help="print fp16studio's version and exit")
     parser.add_argument("--install-desktop", action="store_true",
                         help="add fp16studio to this user's application menu, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     gui = sub.add_parser("gui", help="open the desktop app (the demo without SPEC)")
-    gui.add_argument("spec", nargs="?", metavar="SPEC")
+    gui.add_argument("spec", nargs="?", metavar="SPEC",
+                     help="a spec file (.json or .toml), a saved session (.fp16studio) or "
+                          "demo:NAME to open (default: the built-in demo)")
 
     diag = sub.add_parser("diagnose", help="load, run one traced forward pass, print findings")
-    diag.add_argument("spec", metavar="SPEC")
+    _spec(diag)
     diag.add_argument("--json", action="store_true", help="print one JSON document")
     _run_options(diag)
 
     fix = sub.add_parser("fix", help="apply first fixes and re-run until no error remains")
-    fix.add_argument("spec", metavar="SPEC")
+    _spec(fix)
     fix.add_argument("-o", "--output", required=True, metavar="FIXED", help="fixed spec to write")
     fix.add_argument("--rounds", type=int, default=5, help="most fixes to apply (default 5)")
-    fix.add_argument("--json", action="store_true")
+    fix.add_argument("--json", action="store_true", help="print one JSON document")
     _run_options(fix)
     _force_option(fix)
 
     bench = sub.add_parser("bench", help="measure each precision variant on the same batch")
-    bench.add_argument("spec", metavar="SPEC")
+    _spec(bench)
     bench.add_argument("--variants", metavar="V,...",
                        help="comma-separated: float32,tf32,float16,bfloat16,autocast-float16,"
                             "autocast-bfloat16 (default: all; tf32 on NVIDIA GPUs of compute "
@@ -58,11 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds per variant, at least (default 1.0)")
     bench.add_argument("--min-rounds", type=int, default=5,
                        help="interleaved rounds of all variants, at least (default 5)")
-    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--json", action="store_true", help="print one JSON document")
     _run_options(bench)
 
     drift = sub.add_parser("drift", help="float32 against a half variant, module by module")
-    drift.add_argument("spec", metavar="SPEC")
+    _spec(drift)
     drift.add_argument("--variant", metavar="V",
                        help="float16, bfloat16, autocast-float16 or autocast-bfloat16 (default: "
                             "the spec's own half precision, else float16)")
@@ -71,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     fp8 = sub.add_parser("fp8", help="which Linear layers can go to FP8, and what each would "
                                      "lose (SQNR against bfloat16) on your batch")
-    fp8.add_argument("spec", metavar="SPEC")
+    _spec(fp8)
     fp8.add_argument("--recipe", default="tensorwise", metavar="R",
                      help="torchao's float8 recipe: tensorwise or rowwise (default: tensorwise)")
     fp8.add_argument("--export", "-o", dest="output", metavar="SCRIPT.py",
@@ -81,13 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     _force_option(fp8)
 
     export = sub.add_parser("export", help="write a runnable script of the pipeline")
-    export.add_argument("spec", metavar="SPEC")
-    export.add_argument("-o", "--output", required=True, metavar="SCRIPT.py")
+    _spec(export)
+    export.add_argument("-o", "--output", required=True, metavar="SCRIPT.py",
+                        help="the Python script to write")
     _force_option(export)
 
     report = sub.add_parser("report", help="diagnose (and optionally bench), write an HTML report")
-    report.add_argument("spec", metavar="SPEC")
-    report.add_argument("-o", "--output", required=True, metavar="REPORT.html")
+    _spec(report)
+    report.add_argument("-o", "--output", required=True, metavar="REPORT.html",
+                        help="the HTML report to write")
     report.add_argument("--bench", action="store_true", help="also measure the precision variants")
     report.add_argument("--variants", metavar="V,...", help="with --bench: the variants to measure")
     _run_options(report)
@@ -96,8 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     insp = sub.add_parser("inspect", help="tensor inventory and memory per dtype from the config")
     insp.add_argument("model", metavar="MODEL", help="local folder, config.json or Hub id")
     insp.add_argument("--dtype", help="dtype to size the model at (float32, float16, bfloat16)")
-    insp.add_argument("--trust-remote-code", action="store_true")
-    insp.add_argument("--json", action="store_true")
+    insp.add_argument("--trust-remote-code", action="store_true",
+                      help="read a config whose model class is the repository's own code")
+    insp.add_argument("--json", action="store_true", help="print one JSON document")
 
     trace = sub.add_parser("trace", help="run your own script with the tracer on and diagnose "
                                          "the models it runs",
@@ -145,8 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
         _host_options(sub.choices[name])
 
     demo = sub.add_parser("demo", help="write the built-in demo model, dataset and specs to DIR")
-    demo.add_argument("dir", nargs="?", default="fp16studio-demo", metavar="DIR")
+    demo.add_argument("dir", nargs="?", default="fp16studio-demo", metavar="DIR",
+                      help="the folder to write them to (default: fp16studio-demo)")
     return parser
+
+
+def _spec(parser):
+    parser.add_argument("spec", metavar="SPEC",
+                        help="a spec file (.json or .toml), a saved session (.fp16studio) or "
+                             "demo:NAME")
 
 
 def _run_options(parser):

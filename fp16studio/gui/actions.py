@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QApplication, QLabel, QProgressBar, QSizePolicy, QToolBar, QWidget
+from PySide6.QtWidgets import QApplication, QProgressBar, QToolBar
 
 from .file_actions import settings
+from .fit import ElidedLabel
 from .theme import CHOICES, app_theme, set_icon
 
 
+CONTINUE_TIP = ("Make the pipeline recovered from the traced script the spec, so Run, fixes, "
+                "Benchmark and Export work on it")
 RUN_TIP = "Load the model and dataset and run one traced forward pass (Ctrl+R)"
 
 
@@ -43,8 +46,7 @@ class WindowActions:
         self.act_trace = a("&Trace Script…", self._trace_dialog, "file", "Ctrl+T",
                            "Run your own Python script as it is and diagnose the models it runs")
         self.act_continue = a("&Continue as a Pipeline", self.continue_as_pipeline, "fix", None,
-                              "Make the pipeline recovered from the traced script the spec, so "
-                              "Run, fixes, Benchmark and Export work on it")
+                              CONTINUE_TIP)
         self.act_continue.setEnabled(False)
         self.act_export = a("&Export Script…", self._export_dialog, "export", "Ctrl+E",
                             "Write a runnable Python script of this pipeline")
@@ -125,21 +127,22 @@ class WindowActions:
         tools = QToolBar("Main", objectName="mainToolbar", movable=False)
         tools.setIconSize(QSize(20, 20))
         tools.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        for group in ([self.act_run, self.act_cancel], [self.act_bench, self.act_drift],
-                      [self.act_undo, self.act_redo]):
-            tools.addActions(group)
-            tools.addSeparator()
+        tools.addActions([self.act_run, self.act_cancel])
         tools.widgetForAction(self.act_run).setObjectName("runButton")
-        tools.addAction(self.act_export)
-        spacer = QWidget()
-        spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
-        tools.addWidget(spacer)
-        self.stage_label = QLabel("", objectName="stageLabel")
+        # What runs, and how far: right after Run and Cancel, since a toolbar narrower than its
+        # buttons hides them from its end (into its » menu), and this must stay in view.
+        self.stage_label = ElidedLabel("", objectName="stageLabel")
         self.stage_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.progress = QProgressBar(fixedWidth=180, textVisible=False)
+        self.stage_label.setMaximumWidth(200)
+        self.progress = QProgressBar(fixedWidth=140, textVisible=False)
         tools.addWidget(self.stage_label)
         # A widget in a toolbar is shown and hidden through its action.
         self._progress_action = tools.addWidget(self.progress)
+        tools.addSeparator()
+        for group in ([self.act_bench, self.act_drift], [self.act_undo, self.act_redo]):
+            tools.addActions(group)
+            tools.addSeparator()
+        tools.addAction(self.act_export)
         self.addToolBar(tools)
         self.toolbar = tools
 
@@ -173,9 +176,13 @@ class WindowActions:
             self._on_progress(0, self.progress.maximum(), "")
 
     def _on_trace(self, trace):
+        """Continue as a Pipeline beside a trace's findings: on, or off saying why."""
         self._enable_continue()
-        self.findings.header_buttons[self.act_continue].setVisible(
-            trace is not None and trace.recovered_spec is not None)
+        self.findings.header_buttons[self.act_continue].setVisible(trace is not None)
+
+    def _say_why_not_continue(self, why: str | None):
+        self.act_continue.setToolTip(why or CONTINUE_TIP)   # its button's too
+        self.act_continue.setStatusTip(why or CONTINUE_TIP)
 
     def _enable_continue(self):
         """Continue as a Pipeline: while a trace whose spec was recovered is shown, and idle."""

@@ -30,7 +30,7 @@ from .bench_table import BenchTable
 from .fit import ElidedLabel, VerticalScrollArea
 from .later_pages import MadeInParts, all_parts
 from .palette import DTYPE_COLORS, OKABE_ITO
-from .plot_style import SpacedAxis, follow_palette, menus_in_parts, restyle
+from .plot_style import SpacedAxis, follow_palette, menus_in_parts, restyle, show_values
 from .turns import Turns
 
 REDRAW_MS = 66  # ~15 Hz: smooth enough to watch, cheap enough for the GUI thread
@@ -239,17 +239,11 @@ class CompareView(MadeInParts, QWidget):
             self.legend.removeItem(curve)
         self._curves.clear()
         self._series.clear()
+        show_values(self.plot.getPlotItem(), False)
         self._dirty.clear()
         self._doc = None
         self.model.set_doc(None)
-        for bars in (self._speed_bars, self._peak_bars, self._weight_bars, self._busy_bars,
-                     self._overhead_bars):
-            bars.setOpts(x0=0, y=[], width=[])
-        # No names nor ranges of the figures gone: empty axes until the next result.
-        for item in self._result_plots:
-            item.getAxis("left").setTicks(None)
-            item.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
-        self._show_time_plot(False)
+        self._empty_bars()
         self.charts.setCurrentWidget(self.plot)
         self.summary.setText("Run a benchmark to compare float32, float16 and bfloat16 on this "
                              "pipeline's own model and batch.")
@@ -271,6 +265,7 @@ class CompareView(MadeInParts, QWidget):
         if name not in self._series:
             if not self._series:
                 self.charts.setCurrentWidget(self.plot)
+                show_values(self.plot.getPlotItem(), True)
             self._series[name] = _Series()
             # Created once per variant; the timer only feeds it new data.
             # One pixel wide: five noisy curves of 700 calls each repainted in 43 ms of the GUI
@@ -305,11 +300,25 @@ class CompareView(MadeInParts, QWidget):
         self.note.setText(note)
         self.note.setVisible(bool(note))
 
+    def _empty_bars(self):
+        """No bars, no names nor ranges of figures gone: empty axes until the next result."""
+        for bars in (self._speed_bars, self._peak_bars, self._weight_bars, self._busy_bars,
+                     self._overhead_bars):
+            bars.setOpts(x0=0, y=[], width=[])
+        for item in self._result_plots:
+            item.getAxis("left").setTicks(None)
+            item.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
+            show_values(item, False)
+        self._show_time_plot(False)
+
     def _draw_bars(self):
         doc = self._doc
         if doc is None:
             return
         ok = [v for v in doc.get("variants", []) if v.get("ok")]
+        if not ok:   # every variant failed: nothing to draw (the table says why)
+            self._empty_bars()
+            return
         # A noisy figure is marked where it is drawn, not only in the table.
         ticks = [[(i, v["name"] + (" (noisy)" if stability(v) == "noisy" else "")) for i, v in enumerate(ok)]]
         y = np.arange(len(ok), dtype=float)
@@ -334,6 +343,7 @@ class CompareView(MadeInParts, QWidget):
         for item in self._result_plots:
             item.getAxis("left").setTicks(ticks)
             item.enableAutoRange()
+            show_values(item, True)
 
     def _show_results(self):
         # Shown first: the words over the charts change the page's layout, which with the live

@@ -54,7 +54,7 @@ class DiagnosisInTurns(QObject):
             self._status.set_environment(diagnosis.environment, diagnosis.device, state.gpu_memory)
         self._turns.start(self._show_result_findings, self._findings.choose_first)
 
-    def findings_changed(self):
+    def findings_changed(self, _tracing=None):
         """A trace started, or ended with no result: what the panels say changes at once."""
         self.show_diagnosis(self._controller.diagnosis)
         self._turns.finish()

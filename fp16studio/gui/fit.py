@@ -11,14 +11,57 @@ longer than the panel is wide (a module path, a line of code), WrappedText break
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QSize, Qt
-from PySide6.QtGui import QPainter, QTextOption
-from PySide6.QtWidgets import (QComboBox, QLabel, QScrollArea, QSizePolicy, QStyle, QStyleOptionComboBox,
-                               QTextEdit)
+from PySide6.QtGui import QPainter, QPalette, QTextOption
+from PySide6.QtWidgets import (QComboBox, QLabel, QLineEdit, QScrollArea, QSizePolicy, QStyle,
+                               QStyleOptionComboBox, QStyleOptionFrame, QTextEdit)
 
 from .palette import OKABE_ITO
 
 # The fewest characters an elided label or a shrunk combo shows before its ellipsis.
 MIN_CHARS = 6
+
+
+class ElidedLineEdit(QLineEdit):
+    """A text field that, while it is not being edited and its text is wider than it, shows
+    the text's start and end around an ellipsis (a path's folder and its last name, not a cut
+    mid-word), the whole text in its tooltip. Editing shows and edits the whole text."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.textChanged.connect(self._tip)
+
+    def _room(self):
+        option = QStyleOptionFrame()
+        self.initStyleOption(option)
+        room = self.style().subElementRect(QStyle.SubElement.SE_LineEditContents, option, self)
+        margins = self.textMargins()
+        room = room.adjusted(margins.left() + 2, margins.top(), -margins.right() - 2, -margins.bottom())
+        if self.isClearButtonEnabled() and self.text():
+            room.setRight(room.right() - room.height())   # the clear button's square
+        return option, room
+
+    def is_elided(self) -> bool:
+        return self.fontMetrics().horizontalAdvance(self.text()) > self._room()[1].width()
+
+    def paintEvent(self, event):
+        if self.hasFocus() or not self.is_elided():
+            return super().paintEvent(event)
+        option, room = self._room()
+        painter = QPainter(self)
+        self.style().drawPrimitive(QStyle.PrimitiveElement.PE_PanelLineEdit, option, painter, self)
+        painter.setPen(self.palette().color(QPalette.ColorRole.Text))
+        painter.drawText(room, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
+                         self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideMiddle,
+                                                       room.width()))
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._tip()
+
+    def _tip(self, *_):
+        tip = self.text() if self.is_elided() else ""
+        if tip != self.toolTip():
+            self.setToolTip(tip)
 
 
 class ElidedLabel(QLabel):

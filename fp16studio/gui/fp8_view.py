@@ -15,10 +15,24 @@ from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QPus
 from fp16studio.core.common.float8 import RECIPES
 from fp16studio.core.present import vocabulary
 from .document_rows import DocumentRows
+from .fit import stale_note
 from .roles import RAW_ROLE
 
 HINT = ("Plan FP8 loads this spec in bfloat16, runs one forward pass on its batch and says, for "
         "each Linear layer, whether FP8 takes it and how much its output loses (SQNR).")
+
+
+STALE = ("This plan is of another version of the spec (an edit, Undo or Redo changed it since): "
+         "Plan FP8 again to see the current one's.")
+
+
+def plan_said(doc: dict) -> str:
+    """The plan's result in a sentence (the tab's first line, and the Log's)."""
+    where = doc["device"] + (" (emulated)" if doc["emulated"] else "")
+    kept = len(doc["keep_bf16"])
+    return (f"FP8 plan ({doc['recipe']} on {where}): {len(doc['converted'])} of "
+            f"{vocabulary.count(len(doc['layers']), 'Linear layer')} to FP8, {kept} kept in "
+            f"bfloat16 (SQNR under {doc['threshold_db']:g} dB).")
 
 
 def _plan(row: dict) -> str:
@@ -85,6 +99,7 @@ class Fp8View(QWidget):
         self.summary = QLabel(HINT)
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.stale = stale_note(STALE)
         self.model = Fp8Model(self)
         self.table = QTableView()
         self.table.setModel(self.model)
@@ -95,6 +110,7 @@ class Fp8View(QWidget):
         header.setStretchLastSection(True)
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
+        layout.addWidget(self.stale)
         layout.addWidget(self.summary)
         layout.addWidget(self.table, 1)
 
@@ -102,16 +118,19 @@ class Fp8View(QWidget):
         """The fp8 --json document, or None (nothing planned)."""
         self.model.set_doc(doc)
         if doc is None:
+            self.stale.hide()
             self.summary.setText(HINT)
             return
-        where = doc["device"] + (" (emulated)" if doc["emulated"] else "")
-        lines = [f"{doc['recipe']} on {where}: {len(doc['converted'])} of {len(doc['layers'])} "
-                 f"Linear layers to FP8, {len(doc['keep_bf16'])} kept in bfloat16 (SQNR under "
-                 f"{doc['threshold_db']:g} dB)."]
+        lines = [plan_said(doc)]
         lines += [f"{'✓' if c['ok'] else '✗'} {c['check']}: {c['message']}"
                   for c in doc["preflight"]]
         self.summary.setText("\n".join(lines))
 
+    def set_stale(self, stale: bool):
+        """Mark the plan as another spec's (the spec changed since it was made)."""
+        self.stale.setVisible(stale and self.model.rowCount() > 0)
+
     def show_failure(self, message: str):
         self.model.set_doc(None)
+        self.stale.hide()
         self.summary.setText(f"The FP8 plan failed: {message}")

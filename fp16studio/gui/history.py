@@ -11,19 +11,23 @@ from fp16studio.core.spec.value import KEYS
 
 
 class SpecChange(QUndoCommand):
-    """Replace the window's spec; undo puts the previous one back. Both are whole specs."""
+    """Replace the window's spec; undo puts the previous one back. Both are whole specs.
+    `apply(spec, step)`: `step` None for the change itself (its push), else "Undo …"/"Redo …"."""
 
     def __init__(self, apply, before, after, text: str):
         super().__init__(text)
         self._apply = apply
         self.before = before
         self.after = after
+        self._pushed = False
 
     def redo(self):
-        self._apply(self.after)
+        step = f"Redo “{self.text()}”" if self._pushed else None
+        self._pushed = True
+        self._apply(self.after, step)
 
     def undo(self):
-        self._apply(self.before)
+        self._apply(self.before, f"Undo “{self.text()}”")
 
 
 def spec_diff(before, after) -> list[tuple[str, str, str]]:

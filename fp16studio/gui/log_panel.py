@@ -67,11 +67,16 @@ class LogPanel(QPlainTextEdit):
             self._flush.start()
 
     def flush(self):
-        """Lay out the entries logged since the last flush."""
+        """Lay out the entries logged since the last flush; the view follows them to the
+        end unless the user scrolled up to read (then it stays where they are)."""
         self._flush.stop()
         entries, self._pending = self._pending, []
+        bar = self.verticalScrollBar()
+        following = bar.value() >= bar.maximum()
         for entry in entries:
             self.appendHtml(entry)
+        if following and entries:
+            bar.setValue(bar.maximum())
 
     def toPlainText(self) -> str:
         self.flush()   # what was logged, the entries not yet laid out included

@@ -217,10 +217,13 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         c.driftStale.connect(lambda stale: self._if_made("drift", "set_stale", stale))
         c.driftFailed.connect(lambda message: self.drift.show_failure(message))
         c.driftFinished.connect(self.driftFinished)
-        c.fp8Finished.connect(self._on_fp8)
+        c.fp8Changed.connect(self._on_fp8)
+        c.fp8Stale.connect(self.fp8.set_stale)
         c.fp8Failed.connect(self.fp8.show_failure)
         self.fp8.runRequested.connect(self.plan_fp8)
         c.traceChanged.connect(self._on_trace)
+        c.continueChanged.connect(self._say_why_not_continue)
+        c.deviceChanged.connect(self.status.set_device)
         self.findings.add_header_button(self.act_continue)
         c.busyChanged.connect(self._on_busy)
         c.titleChanged.connect(self.setWindowTitle)
@@ -275,9 +278,9 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         if result is not None:
             self.diagnosis_shown.show_findings()
 
-    def _on_fp8(self, doc: dict):
+    def _on_fp8(self, doc: dict | None):
         self.fp8.set_result(doc)
-        self.tensors.set_module_values("fp8", rolled_up(fp8_by_layer(doc), min))
+        self.tensors.set_module_values("fp8", rolled_up(fp8_by_layer(doc), min) if doc else None)
 
     def _on_failed(self, message: str):
         self.diagnosis_shown.show_failure(message)

@@ -60,6 +60,25 @@ def scale_color(kind: str, value: float) -> str:
     return OKABE_ITO["orange"] if worse >= warn else OKABE_ITO["bluish_green"]
 
 
+def colour_key(kind: str) -> tuple[str, list[tuple[str, str]]]:
+    """The key of a "colour by" mode: its title and (colour, what it means) for each colour, from
+    the same tables and bounds the tree colours by."""
+    if kind == "dtype":
+        return "Dtype", [(dtype_color(dtype), dtype) for dtype in LEGEND_DTYPES]
+    if kind == "device":
+        return "Device", [(color, device) for device, color in DEVICE_COLORS.items()]
+    warn, bad = SCALE_BOUNDS[kind]
+    if kind == "headroom":
+        return "Range used", [(OKABE_ITO["bluish_green"], f"under {warn:.0%}"),
+                              (OKABE_ITO["orange"], f"{warn:.0%} to {bad:.0%}"),
+                              (OKABE_ITO["vermillion"], f"{bad:.0%} or more: overflows")]
+    title = "SQNR vs float32" if kind == "drift" else "SQNR in FP8 vs bfloat16"
+    last = "kept in bfloat16" if kind == "fp8" else "parts from float32"
+    return title, [(OKABE_ITO["bluish_green"], f"over {-warn:g} dB"),
+                   (OKABE_ITO["orange"], f"{-bad:g} to {-warn:g} dB"),
+                   (OKABE_ITO["vermillion"], f"under {-bad:g} dB: {last}")]
+
+
 def device_color(device: str | None) -> str:
     kind = (device or "").split(":")[0]
     return DEVICE_COLORS.get(kind, OKABE_ITO["grey"])

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QStringListModel, Qt, QTimer, Signal
-from PySide6.QtWidgets import (QCompleter, QFileDialog, QHBoxLayout, QLabel, QLineEdit,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCompleter, QFileDialog, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget)
 
 from fp16studio.core.common.files import expand_user
+from .fit import ElidedLineEdit
 from .theme import set_icon
 
 SEARCH_DELAY_MS = 400
@@ -36,7 +36,7 @@ class SourcePicker(QWidget):
         self._fixed = list(fixed)       # always offered, e.g. "synthetic"
         self._cached: list[str] = []
         self._found: list[str] = []
-        self.edit = QLineEdit(placeholderText=placeholder, clearButtonEnabled=True)
+        self.edit = ElidedLineEdit(placeholderText=placeholder, clearButtonEnabled=True)
         self.setFocusProxy(self.edit)
         self._words = QStringListModel(self._fixed, self)
         completer = QCompleter(self._words, self)

@@ -38,6 +38,13 @@ class _PaletteFollower(QObject):
         restyle(self.parent())
 
 
+def show_values(plot: pg.PlotItem, shown: bool):
+    """Tick values only on a chart that has figures: an empty one is drawn empty (no 0.2 ... 0.8
+    of nothing), the line over it saying what fills it."""
+    for side in ("left", "bottom"):
+        plot.getAxis(side).setStyle(showValues=shown)
+
+
 def follow_palette(view: pg.GraphicsView):
     """Draw `view` (a PlotWidget, a GraphicsLayoutWidget) in the palette, now and after every
     theme switch."""

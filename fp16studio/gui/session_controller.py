@@ -21,6 +21,7 @@ from fp16studio.core.present import vocabulary
 from fp16studio.core.present.vocabulary import STAGES
 from fp16studio.session_state import NO_MODEL, SAVED, SessionState, with_inventory
 from .history import SpecChange
+from .fp8_view import plan_said
 from .log_panel import script_output_entries
 from .long_lived import keep_out_of_collections
 from .session_files import SessionFiles
@@ -31,6 +32,7 @@ __all__ = ["NO_MODEL", "RUNS", "SCRIPT_LINES_SHOWN", "SessionController"]
 # A script's output lines per batch (one every 50 ms at most) that reach the Log.
 SCRIPT_LINES_SHOWN = 200
 RUNS = ("diagnose", "bench", "trace", "drift", "fp8")   # the jobs Run/Cancel and the progress bar are about
+STALE = "The spec changed since the last run: Run to refresh."
 PROGRESS = {"bench": "Benchmarking…", "trace": "Tracing the script…", "drift": "Comparing with float32…",
             "fp8": "Planning FP8…"}
 # What a run waits for when it is queued behind another job of the engine's.
@@ -58,21 +60,27 @@ def _arrived(result):
 
 
 class SessionController(SessionFiles, QObject):
+    # What the session state announces (STATE_SIGNALS), each with its value now.
     specChanged = Signal(object)          # the spec now current
     diagnosisChanged = Signal(object)     # Diagnosis, or None when what was shown is gone
     # What the findings panel lists and says changed with no new result: a trace started (the
     # slot's findings are not the script's) or ended without one (they are back).
-    findingsChanged = Signal()
+    findingsChanged = Signal(object)      # the script being traced, or None
     benchChanged = Signal(object)         # bench document or None
     benchStale = Signal(bool)             # the figures are of another spec than the current one
-    benchSample = Signal(object)          # a live sample of the running benchmark
     driftChanged = Signal(object)         # DriftResult or None
     driftStale = Signal(bool)             # the drift is of another spec than the current one
+    fp8Changed = Signal(object)           # the fp8 --json document or None
+    fp8Stale = Signal(bool)               # the plan is of another spec than the current one
+    traceChanged = Signal(object)         # the ScriptTrace shown (not yet a pipeline), or None
+    deviceChanged = Signal(object)        # where the latest result ran ("cpu", "cuda:0") or None
+    continueChanged = Signal(object)      # why Continue as a Pipeline is off (None: it is on)
+    # What happened.
+    benchSample = Signal(object)          # a live sample of the running benchmark
     driftFinished = Signal(object)        # the drift --json document
     driftFailed = Signal(str)
     fp8Finished = Signal(object)          # the fp8 --json document
     fp8Failed = Signal(str)
-    traceChanged = Signal(object)         # the ScriptTrace shown (not yet a pipeline), or None
     busyChanged = Signal(bool)
     titleChanged = Signal(str)
     progressChanged = Signal(int, int, str)   # value, maximum (0: no steps), label
@@ -92,7 +100,7 @@ class SessionController(SessionFiles, QObject):
         super().__init__(parent)
         self.state = SessionState()
         self._closing = self._busy = False
-        self._progress_message = self.status = ""
+        self._progress_message = self.status = self._title = ""
         self.environment: dict | None = None
         # Asked before a spec read from a file runs its preprocess (CONTRACT §6), with what
         # would run; the window makes it a question. Unset, nothing untrusted runs.
@@ -109,6 +117,24 @@ class SessionController(SessionFiles, QObject):
         self.worker.jobStarted.connect(self._on_job_started)
         self.worker.jobProgress.connect(self._on_progress)
         self.worker.jobDone.connect(self._on_job_done)
+        for event, receiver in self._state_receivers():
+            self.state.events.connect(event, receiver)
+
+    def _state_receivers(self):
+        """What each of the session state's events reaches: the one table of what follows
+        from a change (views connect to these signals; nothing else announces the state)."""
+        return (
+            ("spec", self.specChanged.emit), ("spec", self._spec_set),
+            ("trace", self.traceChanged.emit),
+            ("diagnosis", self.diagnosisChanged.emit), ("tracing", self.findingsChanged.emit),
+            ("stale", self._say_stale),
+            ("bench_doc", self.benchChanged.emit), ("bench_stale", self.benchStale.emit),
+            ("drift_result", self.driftChanged.emit), ("drift_stale", self.driftStale.emit),
+            ("fp8_doc", self.fp8Changed.emit), ("fp8_stale", self.fp8Stale.emit),
+            ("device", self.deviceChanged.emit),
+            ("why_not_continue", self.continueChanged.emit),
+            *((name, self._emit_title) for name in ("path", "tracing", "trace", "bench")),
+        )
 
     # -- the state (a SessionState), read through ----------------------------------------------
     spec = _state("spec")
@@ -141,23 +167,23 @@ class SessionController(SessionFiles, QObject):
         self.statusChanged.emit(text)
 
     def _emit_title(self, *_):
-        self.titleChanged.emit(self.title())
+        title = self.title()
+        if title != self._title:
+            self._title = title
+            self.titleChanged.emit(title)
 
     # -- the spec -------------------------------------------------------------------------------
     def start_with(self, spec, diagnosis_doc=None, bench_doc=None, path=None):
         """Adopt a freshly opened spec: a new history starts here, nothing of the old one stays."""
-        self.state.start(spec, diagnosis_doc, bench_doc, path)
+        with self.state.events.blocker():
+            self.state.start(spec, diagnosis_doc, bench_doc, path)
+            self.undo_stack.clear()
         self._started()
 
     def _started(self):
         state = self.state
         self.undo_stack.clear()
-        self._spec_set()
         self.undo_stack.setClean()
-        self.diagnosisChanged.emit(state.diagnosis)
-        self.benchChanged.emit(state.bench_doc)
-        self.driftChanged.emit(None)
-        self.traceChanged.emit(state.trace)
         self.opened.emit()
         if state.findings is not None and state.findings.origin == SAVED:
             self._say("Findings from the saved session; Run to refresh them.")
@@ -175,19 +201,23 @@ class SessionController(SessionFiles, QObject):
         if self.spec is not None and new != self.spec:
             self.undo_stack.push(SpecChange(self._set_spec, self.spec, new, text))
 
-    def _set_spec(self, spec):
-        if self.state.set_spec(spec):
-            self.benchChanged.emit(None)
-        self._spec_set()
+    def _set_spec(self, spec, step: str | None):
+        """Make `spec` current: an edit (`step` None), or an Undo or Redo, which the Log tells:
+        what changed and which results (kept with the spec they were made from) are shown."""
+        self.state.set_spec(spec)
+        if step is not None:
+            self.logged.emit("info", f"{step}: {self.state.results_said()}.")
 
-    def _spec_set(self):
-        self.specChanged.emit(self.spec)
-        self.benchStale.emit(self.state.bench_stale)
-        self.driftStale.emit(self.state.drift_stale)
-        if self.state.stale:
-            self._say("The spec changed since the last run: Run to refresh.")
+    def _spec_set(self, _spec):
         self._emit_title()
         self.autosave()
+
+    def _say_stale(self, stale: bool):
+        """The status bar says the results are of another spec only while they are."""
+        if stale:
+            self._say(STALE)
+        elif self.status == STALE:
+            self._say("")
 
     # -- runs -----------------------------------------------------------------------------------
     def run_diagnosis(self) -> bool:
@@ -213,12 +243,10 @@ class SessionController(SessionFiles, QObject):
             return False
         self.logged.emit("info", f"Trace: {' '.join([str(path), *map(str, args)])}")
         self.state.trace_started(path)
-        self._emit_title()
         self._submit("trace", (str(path), tuple(map(str, args))),
                      lambda result: self._on_diagnosis(None, *result), self._on_diagnosis_error,
                      "Trace cancelled.", on_samples=self._on_script_output, on_arrival=_arrived,
                      lasting=True)
-        self.findingsChanged.emit()
         return True
 
     def run_drift(self, variant: str | None = None) -> bool:
@@ -236,12 +264,19 @@ class SessionController(SessionFiles, QObject):
         """The FP8 plan of the spec (core.precision.fp8); `fp8Finished(doc)` when done."""
         if not self._can_start():
             return False
-        self.logged.emit("info", f"FP8 plan ({recipe}): {self.spec.model}")
-        self._submit("fp8", (self.spec, recipe), self.fp8Finished.emit, self._on_fp8_error,
-                     "FP8 plan cancelled.")
+        spec = self.spec
+        self.logged.emit("info", f"FP8 plan ({recipe}): {spec.model}")
+        self._submit("fp8", (spec, recipe), lambda doc: self._on_fp8(spec, doc),
+                     self._on_fp8_error, "FP8 plan cancelled.")
         return True
 
+    def _on_fp8(self, spec, doc: dict):
+        self.state.took_fp8(spec, doc)
+        self.logged.emit("info", plan_said(doc))
+        self.fp8Finished.emit(doc)
+
     def _on_fp8_error(self, message, detail):
+        self.state.fp8_failed()
         self.fp8Failed.emit(message)
         self.logged.emit("error", f"FP8 plan failed: {message}\n{detail}".strip())
 
@@ -252,7 +287,6 @@ class SessionController(SessionFiles, QObject):
             return False
         spec = self.spec
         self.state.bench_started()
-        self.benchChanged.emit(None)
         self.logged.emit("info", "Benchmark started.")
         self._submit("bench", (spec, variants), lambda doc: self._on_benchmark(spec, doc),
                      lambda message, detail: self.logged.emit(
@@ -299,8 +333,12 @@ class SessionController(SessionFiles, QObject):
         from the one this window held: its own history and no session file to overwrite); the
         trace's tree and findings stay, and its fixes become one-click edits of that spec."""
         trace = self.script_trace
-        if self.busy or self.state.continue_trace() is None:
+        if self.busy:
             return False
+        with self.state.events.blocker():
+            if self.state.continue_trace() is None:
+                return False
+            self.undo_stack.clear()
         self._started()
         self.logged.emit("info", f"Continuing {Path(trace.script).name} as a pipeline: {self.spec.model}")
         self._say("The script's pipeline is now the spec: Run, fix, benchmark or export it.")
@@ -321,9 +359,6 @@ class SessionController(SessionFiles, QObject):
     def _on_diagnosis(self, spec, diagnosis, tree_index, gpu_memory):
         """A run's result, or a script's trace (`spec` None: its fixes are code, not edits)."""
         self.state.took_diagnosis(spec, diagnosis, tree_index, gpu_memory)
-        self._emit_title()
-        self.traceChanged.emit(self.script_trace)
-        self.diagnosisChanged.emit(diagnosis)
         verdict = "clean" if diagnosis.ok else f"{len(diagnosis.errors)} error finding(s)"
         total = sum(diagnosis.timings.values()) if diagnosis.timings else 0
         self.logged.emit("info" if diagnosis.ok else "warning",
@@ -336,9 +371,6 @@ class SessionController(SessionFiles, QObject):
 
     def _on_diagnosis_error(self, message, detail):
         self.state.diagnosis_failed()
-        self._emit_title()
-        self.traceChanged.emit(None)
-        self.diagnosisChanged.emit(None)
         self.logged.emit("error", message + (f"\n{detail}" if detail else ""))
         self._say("The run failed: see the Findings panel and the Log.")
         self.diagnosisFailed.emit(message)
@@ -350,8 +382,6 @@ class SessionController(SessionFiles, QObject):
 
     def _on_drift(self, spec, result):
         self.state.took_drift(spec, result)
-        self.driftChanged.emit(result)
-        self.driftStale.emit(self.state.drift_stale)
         if result.error:
             self.logged.emit("error", f"Compare with float32 failed: {result.error['message']}")
         elif result.ok:
@@ -361,15 +391,11 @@ class SessionController(SessionFiles, QObject):
 
     def _on_drift_error(self, message, detail):
         self.state.drift_failed()
-        self.driftChanged.emit(None)
         self.logged.emit("error", f"Compare with float32 failed: {message}\n{detail}".strip())
         self.driftFailed.emit(message)
 
     def _on_benchmark(self, spec, doc):
         self.state.took_bench(spec, doc)
-        self._emit_title()
-        self.benchChanged.emit(doc)
-        self.benchStale.emit(self.state.bench_stale)
         for variant in doc.get("variants", []):
             if variant.get("ok"):
                 self.logged.emit("info", f"{variant['name']}: {variant['samples_per_s']:.1f} samples/s, "
@@ -431,9 +457,8 @@ class SessionController(SessionFiles, QObject):
             # "building a batch of 4" belongs to the job that said it, not to what follows.
             self._say("")
         self._progress_message = ""
-        if job.kind == "trace" and self.state.trace_ended():   # cancelled: no result came
-            self._emit_title()
-            self.findingsChanged.emit()
+        if job.kind == "trace":   # cancelled, if it is still under way: no result came
+            self.state.trace_ended()
         if (outcome == "finished" and job.kind in LOAD_TORCH and self.environment is None
                 and not self.worker.pending("environment")):
             self.worker.submit(Job("environment", ENVIRONMENT_TASK, on_result=self._took_environment))

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QLabel, QLineEdit,
-                               QSizePolicy, QSpinBox, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QLabel, QSizePolicy,
+                               QSpinBox, QVBoxLayout, QWidget)
 
 from fp16studio.core import InputError
 from fp16studio.core.spec.value import COLUMN_ROLES, DEVICE_TYPES, LABEL_DTYPES, TASKS
-from .fit import VerticalScrollArea
+from .fit import ElidedLineEdit, VerticalScrollArea
 from .pickers import SourcePicker
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -249,7 +249,7 @@ class SpecForm(VerticalScrollArea):
         picker.committed.connect(commit)
 
     def _text(self, form, key, label, placeholder, parse=None, show=None):
-        edit = QLineEdit(placeholderText=placeholder)
+        edit = ElidedLineEdit(placeholderText=placeholder)
         parse = parse or (lambda text: text.strip() or None)
         show = show or (lambda value: value or "")
         self._add(form, key, label, edit, lambda: parse(edit.text()), lambda v: edit.setText(show(v)))

@@ -32,6 +32,8 @@ class StatusInfo:
         for label in (self.device, self.versions, self.memory):
             bar.addPermanentWidget(label)
         self._gpu = ""
+        self._env: dict = {}
+        self._device: str | None = None
         self._engine_pid = lambda: None
         self._psutil = self._process = None
         self._loading: threading.Thread | None = None   # psutil's import (start_sampling)
@@ -43,11 +45,17 @@ class StatusInfo:
         self._loading = loading
         self._timer.start()
 
+    def set_device(self, device: str | None):
+        """Where the latest result ran (any run: a diagnosis, a benchmark, a comparison, a
+        plan), with the GPU's name once the engine has said it."""
+        self._device = device
+        name = self._env.get("gpu") if device and device.startswith("cuda") else None
+        self.device.setText(f"device: {device or '—'}" + (f" ({name})" if name else ""))
+
     def set_environment(self, env: dict, device: str | None = None, gpu_memory: int | None = None):
         """Show the engine's environment report (Diagnosis.environment) and the GPU's memory."""
-        if device:
-            name = env.get("gpu") if device.startswith("cuda") else None
-            self.device.setText(f"device: {device}" + (f" ({name})" if name else ""))
+        self._env = env or {}
+        self.set_device(device or self._device)
         parts = [f"torch {env['torch']}" if env.get("torch") else None,
                  f"transformers {env['transformers']}" if env.get("transformers") else None,
                  f"CUDA {env['cuda']}" if env.get("cuda") else "no CUDA"]

@@ -358,7 +358,7 @@ class TensorTreeModel(QAbstractItemModel):
             lines.append(f"in FP8, SQNR against bfloat16: {value:.1f} dB (worst layer below)")
         if not node.is_tensor:
             agg = self._agg(node)
-            lines.append(f"{agg.tensors} tensors, {vocabulary.size(agg.bytes)}")
+            lines.append(f"{vocabulary.count(agg.tensors, 'tensor')}, {vocabulary.size(agg.bytes)}")
         if node.note:
             lines.append(node.note)
         return "\n".join(lines)

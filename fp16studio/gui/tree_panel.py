@@ -1,5 +1,5 @@
-"""The Tensors tab: filter bar (with "colour by"), the lazy tensor tree, and the dtype colour
-legend.
+"""The Tensors tab: filter bar (with "colour by"), the lazy tensor tree, and the key of the
+colours the tree is drawn in.
 
 Nothing here sets the window's narrowest width: the filter box takes a row of its own when the
 tab is narrow, the filter choosers shrink (their text elided), the legend and the inventory line
@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QGridLayout, QHBoxL
 from fp16studio.core.present import vocabulary
 from .delegates import TensorCellDelegate
 from .fit import ShrinkingComboBox, stale_note
-from .palette import LEGEND_DTYPES, dtype_color
+from .palette import colour_key
 from .roles import NODE_ROLE
 from .tree_model import (ABSMAX, COLOUR_BY, DEVICE, DTYPE, KIND, NAME, SHAPE, SIZE, STATUS,
                          TensorFilterProxy, TensorTreeModel)
@@ -37,9 +37,9 @@ def inventory_text(inventory: dict) -> str:
     """Core's inventory in one line: parameters, tensors per dtype, bytes."""
     dtypes = ", ".join(f"{dtype} {count:,}" for dtype, count in sorted(
         (inventory.get("dtypes") or {}).items(), key=lambda item: -item[1]))
-    tensors = inventory.get("tensors", 0)
-    return (f"{inventory.get('parameters', 0):,} parameters · {tensors:,} tensor"
-            f"{'s' if tensors != 1 else ''}" + (f" ({dtypes})" if dtypes else "")
+    return (f"{vocabulary.count(inventory.get('parameters', 0), 'parameter')} · "
+            f"{vocabulary.count(inventory.get('tensors', 0), 'tensor')}"
+            + (f" ({dtypes})" if dtypes else "")
             + f" · {vocabulary.size(inventory.get('bytes', 0))}")
 
 
@@ -155,7 +155,7 @@ class TensorPanel(QWidget):
         self._filter_bar = QGridLayout()
         self._filter_bar.setHorizontalSpacing(8)
         self._filter_bar.setVerticalSpacing(6)
-        self._search_own_row: bool | None = None
+        self._filter_shape = None   # (search on its own row, choosers per row) as laid out
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 6)
         layout.setSpacing(6)
@@ -164,7 +164,7 @@ class TensorPanel(QWidget):
         layout.addWidget(self.tree, 1)
         # The legend and the inventory each wrap to the width there is.
         footer = QHBoxLayout()
-        self.legend = DtypeLegend(self)
+        self.legend = ColourKey(self)
         footer.addWidget(self.legend, 3)
         footer.addWidget(self.summary, 2)
         self.summary.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -177,25 +177,38 @@ class TensorPanel(QWidget):
 
     def _arrange_filters(self):
         """The filter box beside the choosers while they all fit at their preferred widths; on a
-        row of its own above them when not, so it is never squeezed to a few letters."""
+        row of its own above them when not, so it is never squeezed to a few letters; and the
+        choosers on as many rows as they need to be read whole ("All dtypes", not "All dtyp")."""
         choosers = (self.dtype_filter, self.device_filter, self.only_problems, self.colour_by)
         bar = self._filter_bar
         margins = self.layout().contentsMargins()
         room = self.width() - margins.left() - margins.right()
-        beside = self.search.sizeHint().width() + sum(
-            bar.horizontalSpacing() + widget.sizeHint().width() for widget in choosers)
+        gap = bar.horizontalSpacing()
+        beside = self.search.sizeHint().width() + sum(gap + w.sizeHint().width() for w in choosers)
+        rows, used = [[]], 0
+        for widget in choosers:
+            need = widget.sizeHint().width() + (gap if rows[-1] else 0)
+            if rows[-1] and used + need > room:
+                rows.append([])
+                used, need = 0, widget.sizeHint().width()
+            rows[-1].append(widget)
+            used += need
         own_row = room < beside
-        if own_row == self._search_own_row:
+        shape = (own_row, tuple(map(len, rows)))
+        if shape == self._filter_shape:
             return
-        self._search_own_row = own_row
+        self._filter_shape = shape
         for widget in (self.search, *choosers):
             bar.removeWidget(widget)
-        bar.addWidget(self.search, 0, 0, 1, len(choosers) + 1 if own_row else 1)
-        for column, widget in enumerate(choosers):
-            bar.addWidget(widget, int(own_row), column if own_row else column + 1)
+        columns = max(map(len, rows))
+        bar.addWidget(self.search, 0, 0, 1, columns + 1 if own_row else 1)
+        for r, row in enumerate(rows):
+            for column, widget in enumerate(row):
+                bar.addWidget(widget, r + int(own_row), column if own_row else column + 1)
         # The room left goes to the filter box beside the choosers, after them below it.
-        bar.setColumnStretch(0, 0 if own_row else 1)
-        bar.setColumnStretch(len(choosers), 1 if own_row else 0)
+        for column in range(len(choosers) + 1):
+            bar.setColumnStretch(column, 0)
+        bar.setColumnStretch(0 if not own_row else columns, 1)
 
     # -- content --------------------------------------------------------------------------------
     def set_tree(self, root, tree_index=None):
@@ -227,7 +240,9 @@ class TensorPanel(QWidget):
 
     def _apply_colour(self):
         kind = self.colour_by.currentData()
-        self.model.set_colour_by(kind, self._module_values.get(kind))
+        values = self._module_values.get(kind)
+        self.model.set_colour_by(kind, values)
+        self.legend.show_key(kind, bool(values) or kind not in NOTHING_YET)
         self.tree.viewport().update()
 
     def reveal(self, node) -> bool:
@@ -310,12 +325,31 @@ class TensorPanel(QWidget):
         self.nodeSelected.emit(current.data(NODE_ROLE) if current.isValid() else None)
 
 
-class DtypeLegend(QLabel):
-    """The colour key: a chip and the name of each dtype, in the Dtype column's colours; it
-    wraps between entries (never between a chip and its name) when the tab is narrow."""
+# What a "colour by" mode that has no values yet says instead of its key.
+NOTHING_YET = {
+    "headroom": "Colour: headroom colours each module by how much of its dtype's range it uses: "
+                "Run to measure it.",
+    "drift": "Colour: drift colours each module by how far it parts from float32: nothing is "
+             "compared yet (Compare with float32).",
+    "fp8": "Colour: fp8 colours each Linear layer by what FP8 loses on it: no plan yet (Plan FP8 "
+           "in the FP8 tab).",
+}
+
+
+class ColourKey(QLabel):
+    """The key of the colour mode shown: a chip and what it means for each colour (wrapping
+    between entries, never between a chip and its words when the tab is narrow), or, for a
+    mode with nothing to show yet, what fills it."""
 
     def __init__(self, parent=None):
-        entries = "&nbsp;&nbsp; ".join(
-            f"<span style='color:{dtype_color(dtype)}'>\u25a0</span>&nbsp;{dtype}" for dtype in LEGEND_DTYPES)
-        super().__init__(f"<span style='color:#6b717b'>Dtype:</span>&nbsp;&nbsp; {entries}", parent,
-                         wordWrap=True, textFormat=Qt.TextFormat.RichText)
+        super().__init__(parent, wordWrap=True, textFormat=Qt.TextFormat.RichText)
+        self.show_key("dtype", True)
+
+    def show_key(self, kind: str, has_values: bool):
+        if not has_values:
+            self.setText(f"<span style='color:#6b717b'>{NOTHING_YET[kind]}</span>")
+            return
+        title, entries = colour_key(kind)
+        chips = "&nbsp;&nbsp; ".join(f"<span style='color:{colour}'>\u25a0</span>&nbsp;"
+                                     f"{label.replace(' ', '&nbsp;')}" for colour, label in entries)
+        self.setText(f"<span style='color:#6b717b'>{title}:</span>&nbsp;&nbsp; {chips}")

@@ -203,3 +203,18 @@ def test_inspect_given_a_spec_says_it_takes_a_model(tmp_path, capsys):
         assert main(["inspect", given]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "not a spec" in err and "hf download" not in err
+
+
+def test_every_argument_of_every_command_says_what_it_is_in_help():
+    import argparse
+
+    from fp16studio.cli.parser import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    unsaid = [f"{name}: {'/'.join(action.option_strings) or action.metavar or action.dest}"
+              for name, command in [("fp16studio", parser), *commands.choices.items()]
+              for action in command._actions
+              if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
+              and not (action.help or "").strip()]
+    assert not unsaid, unsaid

@@ -86,6 +86,8 @@ def test_overflow_first_fix_keeps_most_of_the_model_half(demo_dir, numerics_mode
     fix = finding.fixes[0]
     assert fix.id == "float32-islands" and fix.edits == {"run_in_float32":
                                                          ["bert.encoder.layer.1"]}
+    # Printed as code that runs where it is pasted (test_a_printed_islands_fix_runs_pasted).
+    assert fix.code_text().endswith("run_in_float32(model, torch.float16, ['bert.encoder.layer.1'])")
     evidence = finding.evidence
     assert evidence["parameters kept half"] >= 0.75
     assert evidence["search forward passes"] <= max_passes(evidence["island candidates"])
@@ -167,6 +169,35 @@ def test_islands_in_a_model_cast_to_half(demo_dir, numerics_models, tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     torch.testing.assert_close(torch.load(saved), output)
+
+
+def test_a_printed_islands_fix_runs_pasted_after_the_model_is_loaded():
+    from fp16studio.core.diagnostics.islands import IslandSearch, islands_fix
+    from fp16studio.core import Finding
+    from fp16studio.core.diagnostics.report import Diagnosis
+    from fp16studio.core.present.terminal import format_diagnosis
+
+    torch.manual_seed(0)
+    # block 0 makes values float16 cannot hold on the way (4e5) and brings them back down.
+    block = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    with torch.no_grad():
+        block[0].weight.fill_(1e3)
+        block[1].weight.fill_(1e-3)
+    model = torch.nn.Sequential(block, torch.nn.Linear(4, 2)).half()
+    x = torch.full((1, 4), 100.0, dtype=torch.float16)
+    assert not torch.isfinite(model(x)).all()
+    spec = PipelineSpec(model="m", dataset="synthetic", model_dtype="float16")
+    fix = islands_fix(spec, IslandSearch(["0"], 0.4, 3, 1, {}, "float16"))
+    pasted = {"model": model}
+    exec(fix.code_text(), pasted)                      # as the user pastes it
+    assert block[0].weight.dtype == torch.float32 and model[1].weight.dtype == torch.float16
+    out = model(x)
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+    # The command line prints that code, within 120 columns.
+    finding = Finding("overflow", "error", "0", "inf in float16", {}, (fix,))
+    printed = format_diagnosis(Diagnosis(spec, "cpu", findings=[finding]).to_json())
+    assert "def run_in_float32(model, dtype, patterns" in printed
+    assert max(map(len, printed.splitlines())) <= 120
 
 
 def test_island_names_become_patterns_that_match_exactly_themselves():

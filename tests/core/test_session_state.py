@@ -3,6 +3,7 @@
 Each result slot knows the spec it is of; stale, fixes enabled, the findings shown and the spec
 a fix applies to follow from the slots; the consent decision asks through a plain callable."""
 
+import dataclasses
 import json
 
 import pytest
@@ -71,7 +72,7 @@ def test_a_fresh_run_is_current_its_fixes_apply_to_the_spec_run():
 def test_an_edit_makes_the_run_stale_said_so_and_its_fixes_wait_for_the_spec_it_was_found_for():
     state = state_with_run(tree=True)
     edited = SPEC.replace(samples=3)
-    assert state.set_spec(edited) is False          # same model: the figures stay
+    state.set_spec(edited)
     assert state.stale and not state.run_current and not state.fixes_enabled
     # Still listed (what was found), but said to be of another spec; nothing of it is fixed:
     # not the edited spec (it was not found there), not the spec run (that drops the edit).
@@ -228,13 +229,94 @@ def test_the_benchmark_is_of_its_spec_and_goes_with_its_model():
     state.start(SPEC)
     state.took_bench(SPEC, {"variants": [{"name": "float32"}]})
     assert state.bench_doc and not state.bench_stale
-    assert state.set_spec(SPEC.replace(batch_size=8)) is False
+    state.set_spec(SPEC.replace(batch_size=8))   # same model: the figures stay, stale
     assert state.bench_stale and state.bench_doc
-    assert state.set_spec(SPEC.replace(model="models/other")) is True   # another model: dropped
+    state.set_spec(SPEC.replace(model="models/other"))   # another model: dropped
     assert state.bench is None and not state.bench_stale
     state.took_bench(state.spec, {"variants": []})
     state.bench_started()
     assert state.bench_doc is None
+
+
+FP8 = {"recipe": "tensorwise", "device": "cpu", "emulated": True, "layers": [], "converted": [],
+       "keep_bf16": [], "threshold_db": 20.0, "preflight": []}
+
+
+def test_undo_and_redo_bring_back_the_results_each_spec_had_and_say_what_is_shown():
+    state = state_with_run()
+    first = state.findings
+    state.took_fp8(SPEC, FP8)
+    state.took_bench(SPEC, {"device": "cpu", "variants": []})
+    edited = SPEC.replace(samples=3)
+    state.set_spec(edited)                             # an edit: nothing of its own yet
+    assert state.stale and state.fp8_stale and state.bench_stale
+    assert state.results_said() == ("showing no result of this spec (Run to make one), and another "
+                                    "version's findings, benchmark and FP8 plan (marked stale)")
+    state.took_diagnosis(edited, diagnosis(edited))
+    second = state.findings
+    state.set_spec(SPEC.replace())                     # Undo: SPEC's own results, current
+    assert state.findings is first and not state.stale and state.fixes_enabled
+    assert not state.fp8_stale and not state.bench_stale
+    assert state.results_said() == "showing this spec's findings, benchmark and FP8 plan"
+    state.set_spec(edited)                             # Redo: the edited spec's findings
+    assert state.findings is second and not state.stale
+    assert state.results_said() == ("showing this spec's findings, and another version's "
+                                    "benchmark and FP8 plan (marked stale)")
+    state.start(SPEC)                                  # a new start: nothing comes back
+    state.set_spec(edited)
+    state.set_spec(SPEC)
+    assert state.findings is None and state.fp8 is None
+
+
+def test_results_of_another_model_go_and_come_back_with_it_and_a_new_pipeline_starts_bare():
+    state = state_with_run()
+    state.took_fp8(SPEC, FP8)
+    other = SPEC.replace(model="models/other")
+    state.set_spec(other)
+    assert state.fp8 is None and state.findings.of == SPEC   # the findings stay, marked stale
+    state.set_spec(SPEC)
+    assert state.fp8_doc is FP8
+    trace = ScriptTrace(other, "cuda:0", findings=[], tree=None, script="/work/train.py",
+                        recovered=True)
+    state.took_diagnosis(None, trace)
+    assert state.fp8_doc is FP8                         # the pipeline's, while the trace is shown
+    state.continue_trace()
+    assert state.fp8 is None and state.bench is None and state.device == "cuda:0"
+
+
+def test_each_change_is_announced_once_and_where_results_ran_follows_the_latest():
+    state = SessionState()
+    said = []
+    for name in ("spec", "findings", "stale", "fp8_doc", "fp8_stale", "device", "why_not_continue"):
+        state.events.connect(name, lambda value, name=name: said.append(name))
+    state.start(SPEC)                                  # a fresh start announces everything
+    assert sorted(said) == sorted(["spec", "findings", "stale", "fp8_doc", "fp8_stale", "device",
+                                   "why_not_continue"])
+    said.clear()
+    state.took_bench(SPEC, {"device": "cpu", "variants": []})
+    assert said == ["device"] and state.device == "cpu"
+    said.clear()
+    state.took_fp8(SPEC, FP8)
+    assert said == ["fp8_doc"]                         # still the CPU: no new device
+    said.clear()
+    state.set_spec(SPEC.replace(samples=2))
+    assert said == ["spec", "fp8_stale"]               # no findings: nothing of them is stale
+
+
+def test_why_continue_is_off_is_said_in_the_users_words():
+    state = SessionState()
+    state.start(SPEC)
+    assert "trace your script first" in state.why_not_continue
+    state.trace_started("/work/train.py")
+    assert state.why_not_continue == "Continue as a Pipeline waits for the trace of train.py to end."
+    trace = ScriptTrace(SPEC, "cpu", findings=[], script="/work/train.py", recovered=False,
+                        notes=["no pipeline spec: the batch did not come from load_dataset"])
+    state.took_diagnosis(None, trace)
+    why = state.why_not_continue
+    assert "could not tell from train.py which model and data" in why
+    assert "(the batch did not come from load_dataset)" in why and why in state.form_notice()
+    state.took_diagnosis(None, dataclasses.replace(trace, recovered=True))
+    assert state.why_not_continue is None
 
 
 def test_a_failed_run_leaves_nothing_of_the_last_one():

@@ -143,3 +143,14 @@ def test_a_cast_lost_in_map_is_said_even_when_autocast_saved_the_run():
     assert finding.severity == "warning"
     assert "autocast(float16)" in finding.message and "did nothing" in finding.message
     assert [f.id for f in finding.fixes] == ["drop-map-cast"]
+
+
+def test_a_dtypes_provenance_in_the_evidence_reads_as_a_sentence():
+    from fp16studio.core.present.vocabulary import evidence_value
+
+    said = evidence_value({"dtype": "float16", "from": "dtype-argument",
+                           "source": {"file": "s.py", "line": 13}, "training": False})
+    assert said == "float16, because it was loaded with dtype=torch.float16 at line 13"
+    assert evidence_value({"dtype": "bfloat16", "from": "checkpoint", "source": None}) == (
+        "bfloat16, because from_pretrained got no dtype=, and transformers 5 loads the "
+        "checkpoint's own dtype, bfloat16")

@@ -283,3 +283,21 @@ def test_the_log_says_a_variant_this_device_cannot_run_is_unsupported_not_failed
         assert ("warning", "float16: failed (boom)") in logged
     finally:
         controller.shutdown()
+
+
+def test_an_empty_chart_is_drawn_empty_and_fills_with_figures(view):
+    def values(plot):
+        return [plot.getAxis(side).style["showValues"] for side in ("left", "bottom")]
+
+    live = view.plot.getPlotItem()
+    assert values(live) == [False, False]            # no 0.2 ... 0.8 of nothing
+    view.add_sample({"variant": "float32", "iteration": 1, "latency_ms": 5.0, "samples_per_s": 800.0})
+    assert values(live) == [True, True]
+    view.set_result(DOC)
+    view.finish_drawing()
+    assert all(values(plot) == [True, True] for plot in view._result_plots)
+    view.set_result(dict(DOC, variants=[dict(v, ok=False) for v in DOC["variants"]]))
+    view.finish_drawing()                             # every variant failed: nothing to draw
+    assert all(values(plot) == [False, False] for plot in view._result_plots)
+    view.clear()
+    assert values(live) == [False, False]

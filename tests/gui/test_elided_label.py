@@ -42,3 +42,21 @@ def test_the_same_text_again_changes_nothing(qtbot):
     assert events.seen == []
     label.setText("RAM 513 MB")
     assert QEvent.Type.ToolTipChange in events.seen
+
+
+def test_a_form_field_too_narrow_for_its_path_shows_both_ends_and_the_whole_in_its_tooltip(qtbot):
+    from fp16studio.gui.pickers import SourcePicker
+
+    picker = SourcePicker("model")
+    qtbot.addWidget(picker)
+    path = "/home/someone/models/google-bert/bert-base-uncased-finetuned-sst2"
+    picker.edit.setText(path)
+    picker.resize(160, 30)
+    picker.show()
+    qtbot.waitExposed(picker)
+    edit = picker.edit
+    assert edit.is_elided() and edit.toolTip() == path and edit.text() == path
+    assert not edit.grab().isNull()                    # drawn elided, the text itself whole
+    picker.resize(900, 30)
+    qtbot.waitUntil(lambda: edit.width() > 600)
+    assert not edit.is_elided() and edit.toolTip() == ""

@@ -27,6 +27,7 @@ def test_plan_fp8_fills_the_table(qtbot):
     classifier = rows[[row[0] for row in rows].index("classifier")]
     assert classifier[2] == "no" and classifier[5].startswith("bfloat16: out_features 3")
     assert "tensorwise on cpu (emulated)" in window.fp8.summary.text()
+    assert "FP8 plan (tensorwise on cpu (emulated)): " in window.log.toPlainText()   # its result
     # The tab's own button, with the recipe chosen there.
     window.fp8.recipe.setCurrentText("rowwise")
     qtbot.waitUntil(lambda: window.fp8.run_button.isEnabled(), timeout=RUN_TIMEOUT_MS)
@@ -81,7 +82,7 @@ def test_the_plan_colours_the_tensor_tree_by_each_layers_sqnr(qtbot, make_tree):
                       dict(layer, name="layer3", sqnr_db=22.0)],
            "keep_bf16": ["layer1"], "converted": ["layer0"], "threshold_db": 20.0,
            "findings": []}
-    window.controller.fp8Finished.emit(doc)
+    window.controller.state.took_fp8(window.spec, doc)   # as a plan of the spec shown arrives
     assert window.fp8.table.model().rowCount() == 4
     panel.colour_by.setCurrentIndex(panel.colour_by.findData("fp8"))
     model = panel.model

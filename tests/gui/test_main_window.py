@@ -58,7 +58,8 @@ def test_demo_loop_run_fix_run_clean_undo(qtbot, window):
     window.undo_stack.undo()
     shown(qtbot)
     assert window.spec == before
-    assert not window.findings.detail.fix_buttons[0].isEnabled()  # findings are for another spec
+    # The findings of the spec run first are back, current: their fixes one click again.
+    assert listed(window)[0] is first and window.findings.detail.fix_buttons[0].isEnabled()
     window.undo_stack.redo()
     assert window.spec.applied_fixes[-1]["id"] == first.fixes[0].id
 

@@ -37,7 +37,7 @@ def assert_stale(window):
     assert fix_cards(window) and not any(enabled or primary for enabled, primary in fix_cards(window))
 
 
-def test_after_undo_and_edits_the_findings_are_marked_and_their_fixes_are_not_applied(qtbot):
+def test_undo_and_redo_bring_back_each_specs_findings_and_an_edit_marks_them(qtbot):
     window = open_window(qtbot)
     run(qtbot, window)
     assert_current(window)
@@ -47,27 +47,30 @@ def test_after_undo_and_edits_the_findings_are_marked_and_their_fixes_are_not_ap
     fixed = window.spec
     assert_current(window)                     # the fixed spec's run (its own warnings' fixes)
     after_fix = listed(window)[0]
+    fix = window.undo_stack.text(window.undo_stack.index() - 1)
 
-    window.undo_stack.undo()                   # the findings are the fixed spec's, not this one's
+    window.undo_stack.undo()                   # the spec run first: its findings are back
     shown(qtbot)
-    assert window.spec != fixed
-    assert listed(window)[0] is after_fix      # still listed (what was found), marked stale
-    assert_stale(window)
-    assert "another version" in window.status.message.text() or "changed" in window.status.message.text()
-    # A fix of findings of another spec is refused, by the window's surface too, and says why.
-    before = window.spec
-    assert not window.apply_fix(after_fix.fixes[0].id)
-    assert window.spec == before and "another version of the spec" in window.log.toPlainText()
-
-    window.undo_stack.redo()                   # back to the spec they are of: current again
-    shown(qtbot)
-    assert window.spec == fixed
+    assert window.spec != fixed and listed(window)[0] is first
     assert_current(window)
+    assert "changed" not in window.status.message.text()
+    assert f"Undo “{fix}”: showing this spec's findings." in window.log.toPlainText()
+
+    window.undo_stack.redo()                   # the fixed spec: its own findings, current
+    shown(qtbot)
+    assert window.spec == fixed and listed(window)[0] is after_fix
+    assert_current(window)
+    assert "changed" not in window.status.message.text()
+    assert f"Redo “{fix}”: showing this spec's findings." in window.log.toPlainText()
 
     window.controller.edit(window.spec.replace(samples=3), "Edit samples")
-    shown(qtbot)
+    shown(qtbot)                               # no findings of this spec: the last, marked
+    assert listed(window)[0] is after_fix
     assert_stale(window)
+    assert "changed" in window.status.message.text()
+    # A fix of findings of another spec is refused, by the window's surface too, and says why.
     assert not window.apply_fix(after_fix.fixes[0].id) and window.spec.samples == 3
+    assert "another version of the spec" in window.log.toPlainText()
     assert first.fixes[0].id not in [f["id"] for f in window.spec.applied_fixes[1:]]
 
 

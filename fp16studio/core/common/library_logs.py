@@ -9,12 +9,12 @@ from __future__ import annotations
 import contextlib
 import logging
 
-_CHATTY = ("torchao", "torch.utils._pytree")
+CHATTY = ("torchao", "torch.utils._pytree")   # the exported scripts quiet them too
 
 
 def quiet_library_logs():
     """Only errors from the chatty libraries' loggers (set before they are imported)."""
-    for name in _CHATTY:
+    for name in CHATTY:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
@@ -22,7 +22,7 @@ def quiet_library_logs():
 def library_logs_quieted():
     """Only errors from the chatty libraries' loggers for a while (torchao loaded where no
     entry point quieted them: a test, a benchmark, the window's engine), as they were after."""
-    quiet = [logging.getLogger(name) for name in _CHATTY]
+    quiet = [logging.getLogger(name) for name in CHATTY]
     levels = [logger.level for logger in quiet]
     for logger in quiet:
         logger.setLevel(logging.ERROR)

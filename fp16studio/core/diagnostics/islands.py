@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from ..run.compare import OutputRecorder, cast_batch, output_drift, within_tolerance
 from ..spec.value import PipelineSpec
-from .findings import Fix
+from .findings import CodeEdit, Fix
+from ..common.island_code import islands_code
 from ..common.precision import FP16_MAX, FP16_TINY
 
 # An island's boundary, its inputs and outputs in float32, must stay under this (half of
@@ -63,12 +64,13 @@ def _names(modules) -> str:
 
 def islands_fix(spec: PipelineSpec, search: IslandSearch) -> Fix:
     names = list(search.modules)
+    patterns = with_islands(spec, names)
     return Fix("float32-islands",
                f"Run {len(names)} module{'s' if len(names) > 1 else ''} in float32, "
                f"keep {search.half_share:.0%} of the model {search.dtype}",
-               {"run_in_float32": with_islands(spec, names)},
+               {"run_in_float32": patterns},
                f"{_names(names)} run in float32 (inputs cast up, outputs cast back); the rest "
-               f"stays {search.dtype}")
+               f"stays {search.dtype}", CodeEdit(islands_code(patterns, search.dtype)))
 
 
 # -- candidates ---------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from pathlib import Path
 from ... import __version__
 from ..common.errors import InputError
 from ..common.files import write_text_atomic
+from ..common.island_code import ISLAND_HELPERS
+from ..common.library_logs import CHATTY
 from ..data import columns, sources, user_code
 from ..data.columns import LABEL_NAMES
 from ..hf.loading import islands_load_float32
@@ -262,7 +264,12 @@ def _imports(plan: _Plan) -> str:
             third[module] = None
         else:
             names.setdefault(module, set()).add(name)
-    lines = [f"import {module}" for module in sorted(stdlib)] + [""]
+    lines = [f"import {module}" for module in sorted(stdlib | {"logging"})] + [""]
+    # Before torch is imported: its logging set-up keeps a level set by then.
+    lines += ["# The libraries' own chatter (torchao's kernels that do not load here, torch's pytree",
+              "# deprecations): only their errors reach stderr, so what prints is this script's.",
+              f"for chatty in {_q(list(CHATTY))}:",
+              "    logging.getLogger(chatty).setLevel(logging.ERROR)", ""]
     lines += [f"import {module} as np" if module == "numpy" else f"import {module}"
               for module in sorted(third)]
     lines += [f"from {module} import {', '.join(sorted(names[module]))}" for module in sorted(names)]
@@ -342,55 +349,7 @@ def _islands_rendered(s: PipelineSpec) -> bool:
 
 
 def _run_in_float32(s: PipelineSpec) -> str:
-    if not _islands_rendered(s):
-        return ""
-    return '''
-def to_dtype(value, dtype):
-    """`value` with its floating tensors cast to `dtype`, through tuples, lists and dicts."""
-    if torch.is_tensor(value):
-        return value.to(dtype) if value.is_floating_point() else value
-    if isinstance(value, dict):
-        cast = {k: to_dtype(v, dtype) for k, v in value.items()}
-        return cast if type(value) is dict else type(value)(**cast)
-    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
-        return type(value)(to_dtype(v, dtype) for v in value)
-    return value
-
-
-def run_in_float32(model, dtype, patterns, library_float32=True):
-    """Float32 islands in a `dtype` model: the modules matching `patterns` keep float32 weights,
-    cast their floating inputs up to float32 and their outputs back to `dtype`. The rest is cast
-    to `dtype`, except (library_float32) what transformers itself keeps in float32 there."""
-    islands = []
-    for name, _ in model.named_modules():
-        inside = any(name.startswith(island + ".") for island in islands)
-        if name and not inside and any(fnmatch.fnmatchcase(name, p) for p in patterns):
-            islands.append(name)
-    for name in islands:  # its own copy of a weight it shares outside (tied word embeddings)
-        outside = {id(p) for n, m in model.named_modules() if n != name and not n.startswith(name + ".")
-                   for p in m._parameters.values() if p is not None}
-        for module in model.get_submodule(name).modules():
-            for key, p in module._parameters.items():
-                if p is not None and id(p) in outside:
-                    module._parameters[key] = torch.nn.Parameter(p.detach().clone(),
-                                                                 requires_grad=p.requires_grad)
-    kept = set()
-    if library_float32:
-        kept |= set(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
-    if library_float32 and dtype == torch.float16:
-        kept |= set(getattr(model, "_keep_in_fp32_modules", None) or ())
-    kept = re.compile("|".join(p.replace("*", ".*") for p in sorted(kept))) if kept else None
-    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
-        inside = any(name.startswith(island + ".") for island in islands)
-        if tensor.is_floating_point() and not inside and not (kept and kept.search(name)):
-            tensor.data = tensor.data.to(dtype)
-    for name in islands:
-        module = model.get_submodule(name).float()
-        module.register_forward_pre_hook(
-            lambda module, args, kwargs: (to_dtype(args, torch.float32),
-                                          to_dtype(kwargs, torch.float32)),
-            with_kwargs=True)
-        module.register_forward_hook(lambda module, args, output: to_dtype(output, dtype))'''
+    return "\n" + ISLAND_HELPERS if _islands_rendered(s) else ""
 
 
 def _load_model(plan: _Plan) -> str:

@@ -38,7 +38,7 @@ def format_diagnosis(doc: dict) -> str:
     lines.append(f"{doc['spec']['model']} on {doc['device']}: {verdict}")
     if error:
         where = f" in {error['module']}" if error.get("module") else ""
-        lines.append(f"  the pipeline failed at {error['stage']}{where}: {error['message']}")
+        lines += _wrapped(f"the pipeline failed at {error['stage']}{where}: {error['message']}", "  ")
     if doc["output"]:
         out = doc["output"]
         finite = "" if out.get("finite", True) else ", NOT finite"
@@ -68,7 +68,7 @@ def format_trace(doc: dict) -> str:
     error = doc["error"]
     if error:
         where = f" in {error['module']}" if error.get("module") else ""
-        lines.append(f"  failed{where}{at_line(error.get('source'))}: {error['message']}")
+        lines += _wrapped(f"failed{where}{at_line(error.get('source'))}: {error['message']}", "  ")
     if doc["output"]:
         out = doc["output"]
         lines.append(f"  output {out['name']}: {out['dtype']} {out['shape']}"
@@ -261,8 +261,9 @@ def format_fp8(doc: dict) -> str:
                   f"{'x amax':>8}  {'under':>6}  {'SQNR dB':>7}  plan"]
     for layer in layers:
         name = layer["name"]
-        if len(name) > name_width:
-            name = "…" + name[-name_width + 1:]
+        if len(name) > name_width:   # whole, on a line of its own, its figures under it
+            lines.append(f"  {name}")
+            name = ""
         # Short: the shape is in its own column, the whole reason in the findings and --json.
         reason = ("shape" if "not divisible" in layer["reason"] else "too small"
                   if layer["reason"].startswith("too small") else "did not run")

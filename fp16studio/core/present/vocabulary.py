@@ -42,7 +42,12 @@ def severity_counts(findings) -> str:
     counts = {s: 0 for s in SEVERITIES}
     for f in findings:
         counts[f["severity"] if isinstance(f, dict) else f.severity] += 1
-    return " · ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n)
+    return " · ".join(count(n, s) for s, n in counts.items() if n)
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 tensor', '2 tensors', '1,024 tensors' (`plural` where adding an s is wrong)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 # -- None-aware formatters -----------------------------------------------------------------------
@@ -103,6 +108,10 @@ def evidence_value(value) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return number(value)
+    if isinstance(value, dict) and {"dtype", "from"} <= value.keys():   # a dtype's provenance
+        from ..diagnostics.rules.words import origin_phrase
+
+        return f"{value['dtype']}, because {origin_phrase(value)}"
     if isinstance(value, dict):
         return ", ".join(f"{k}: {evidence_value(v)}" for k, v in value.items()) or "—"
     if isinstance(value, (list, tuple)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 
 from ...common.dtypes import BYTES_PER_ELEMENT, HALF_NAMES
+from ...common.island_code import islands_code
 from ...common.precision import DTYPE_ERRORS, HALF_KERNEL_ERRORS
 from ...run.trace import ModuleCall
 from ...spec.value import PipelineSpec
@@ -91,8 +92,7 @@ def _kept_fp32_finding(ev: Evidence, producer: ModuleCall, consumer: ModuleCall,
         Fix("run-in-float32", f"Run {names} in float32, outputs cast back to {param}",
             {"keep_fp32": rest, "run_in_float32": list(s.run_in_float32) + patterns},
             f"the modules stay float32 inside, their outputs go back to {param} for the next one",
-            edits.CodeEdit(f"# run {names} in float32 with its output cast back to torch.{param}: "
-                           "fp16studio's export writes the wrapper")),
+            edits.CodeEdit(islands_code(list(s.run_in_float32) + patterns, param))),
         Fix("drop-keep-fp32", f"Stop keeping {names} in float32",
             {"keep_fp32": rest}, f"the modules run in {param} like the rest of the model",
             edits.CodeEdit(f"# remove the .float() of {names}: it runs in torch.{param} with the "
