@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QCommandLinkButton, QFrame, QH
 
 from fp16studio.core.diagnostics.findings import by_severity, severity_rank
 from fp16studio.core.present.vocabulary import evidence_value, severity_counts, steps_summary
+from .shadow_sketch import ShadowSketch
 from .fit import ElidedLabel, VerticalScrollArea, WrappedText, stale_note
 from .roles import NODE_ROLE, RAW_ROLE
 from .theme import icon, set_icon
@@ -91,6 +92,7 @@ class FindingDetail(QFrame):
         self.evidence = QLabel(wordWrap=True, textFormat=Qt.TextFormat.RichText,
                                textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
         self.source = WrappedText("", Qt.TextFormat.RichText, objectName="sourceExcerpt")
+        self.sketch = ShadowSketch()    # a quiet value against its float32 shadow
         self.reveal = QPushButton("Show in tensor tree")
         self.reveal.clicked.connect(lambda: self.revealRequested.emit(self._location))
         self.fixes_box = QVBoxLayout()
@@ -101,6 +103,7 @@ class FindingDetail(QFrame):
         # What happened, then what to do about it, then the evidence: the fixes stay in view.
         layout.addWidget(self.title)
         layout.addWidget(self.message)
+        layout.addWidget(self.sketch)
         layout.addWidget(self.source)
         self.fixes_label = QLabel("Fixes", objectName="muted", wordWrap=True)
         layout.addWidget(self.fixes_label)
@@ -125,6 +128,7 @@ class FindingDetail(QFrame):
         self.message.setText(text)
         self.evidence.hide()
         self.source.hide()
+        self.sketch.hide()
         self.reveal.hide()
         self._set_fixes(())
 
@@ -133,8 +137,10 @@ class FindingDetail(QFrame):
         self.title.setText(f"{finding.severity.capitalize()}: {finding.code}")
         self.title.show()
         self.message.setText(finding.message)
-        self.evidence.setText(_evidence_html(finding.location, finding.evidence))
+        self.evidence.setText(_evidence_html(finding.location, {
+            k: v for k, v in finding.evidence.items() if k != "series"}))
         self.evidence.show()
+        self.sketch.set_series(finding.evidence.get("series"), finding.evidence.get("dtype", ""))
         excerpt = source_excerpt(finding.source) if finding.source else ""
         self.source.setText(excerpt)
         self.source.setVisible(bool(excerpt))
@@ -155,6 +161,17 @@ class FindingDetail(QFrame):
                                    Qt.TextFormat.RichText, objectName="fixCode")
                 self.fixes_box.addWidget(code)
                 self.fix_codes.append(code)
+                source = fix.code.source if fix.code is not None else None
+                if source and source.get("line"):
+                    # The script is never written: a fixed copy beside it is, then traced.
+                    button = QPushButton("Trace a fixed copy", objectName="fixButton")
+                    button.setToolTip(f"Write a copy of the script with this fix at line "
+                                      f"{source['line']} and trace it: {fix.explain or fix.title}")
+                    button.setEnabled(enabled)
+                    ask = f"{fix.id}:{source['line']}"
+                    button.clicked.connect(lambda _=False, ask=ask: self.fixRequested.emit(ask))
+                    self.fixes_box.addWidget(button)
+                    self.fix_buttons.append(button)
             return
         for i, fix in enumerate(fixes):
             # The title goes in the command link's description, which wraps, so a long title

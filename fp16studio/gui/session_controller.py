@@ -156,8 +156,10 @@ class SessionController(SessionFiles, QObject):
 
     @property
     def fixes_enabled(self) -> bool:
-        """The findings shown are of the current spec, and no job runs: one click fixes."""
-        return self.state.fixes_enabled and not self.busy
+        """The findings shown are of the current spec (or a traced script's, whose fixes go into
+        a copy of it), and no job runs: one click fixes."""
+        shown_trace = self.state.trace is not None and self.state.tracing is None
+        return (self.state.fixes_enabled or shown_trace) and not self.busy
 
     def title(self) -> str:
         return self.state.title(self.dirty)
@@ -314,6 +316,8 @@ class SessionController(SessionFiles, QObject):
         findings that are stale is refused (False, and the Log says why)."""
         if self.busy:
             return False
+        if self.state.trace is not None and self.state.tracing is None:
+            return self._trace_fixed_copy(fix_id)
         plan = self.state.plan_fix(fix_id)
         if plan is None:
             self.logged.emit("error", self.state.why_no_fix(fix_id))
@@ -327,6 +331,25 @@ class SessionController(SessionFiles, QObject):
         self.edit(new, f"Fix: {plan.fix.title}")
         (self.run_drift if plan.rerun == "drift" else self.run_diagnosis)()
         return True
+
+    def _trace_fixed_copy(self, ask: str) -> bool:
+        """A traced script's fix (`ID:LINE`): a copy of the script with it, written beside the
+        script under a name no file has (the script itself is never written), then traced as the
+        script was."""
+        from fp16studio.core.script.proof import fixed_script
+
+        trace = self.state.trace
+        try:
+            text, applied = fixed_script(trace, [ask])
+            path = free_name(Path(trace.script))
+            path.write_text(text)
+        except (InputError, OSError) as exc:
+            self.logged.emit("error", f"The fix could not be written to a copy of the script: {exc}")
+            return False
+        fixes = ", ".join(f"{a['id']} at line {a['line']}" for a in applied)
+        self.logged.emit("info", f"Wrote {path.name} beside {Path(trace.script).name} with {fixes}; "
+                                 "tracing it.")
+        return self.run_trace(str(path), trace.args)
 
     def continue_as_pipeline(self) -> bool:
         """Adopt the spec recovered from the shown trace as a new start (a different pipeline
@@ -473,3 +496,13 @@ class SessionController(SessionFiles, QObject):
         if busy != self._busy:
             self._busy = busy
             self.busyChanged.emit(busy)
+
+
+def free_name(script: Path) -> Path:
+    """`train.fixed.py` beside `train.py`, else `train.fixed-2.py`...: a name no file has."""
+    stem = script.stem.split(".fixed")[0]
+    for index in range(1, 1000):
+        path = script.with_name(f"{stem}.fixed{'' if index == 1 else f'-{index}'}.py")
+        if not path.exists():
+            return path
+    raise InputError(f"no free name for a fixed copy beside {script}")
