@@ -41,6 +41,7 @@ from ..diagnostics.tree import TensorNode
 from ..spec.value import PipelineSpec
 from .recover import Observed, Recorder, observed_spec, reproduction, with_train
 from .entry import DEFAULT_STEPS
+from .distributed import DistributedWatch
 from .flags import FlagWatch
 from .steps import StepWatch
 from .trace import ScriptTrace
@@ -95,6 +96,7 @@ class ScriptWatch:
         self.on_snapshot = None            # called after each model's first pass is described
         self.watchers.append(UserOps(user))   # the user's own tensor operations
         self.watchers.append(FlagWatch(user, self))   # precision settings, against what ran
+        self.watchers.append(DistributedWatch(user, self))   # DDP, FSDP, DeepSpeed settings
 
     def install(self):
         self.recorder.install()

@@ -24,6 +24,7 @@ from pathlib import Path
 from ..common.errors import first_line
 from ..common.library_logs import quiet_library_logs
 from ..common.precision import is_ours
+from .rank_files import RankFiles
 from .entry import CHECK_ARG, DEFAULT_STEPS, NEEDS, STEPS_ENV, frozen, restore_library_path
 
 
@@ -32,6 +33,9 @@ def main(argv: list[str]) -> int:
         return check()
     result_path, script, *args = argv
     script_path = Path(script).resolve()
+    rank = RankFiles.from_env()   # one rank of a launcher's run (trace --launch): its own files
+    if rank is not None:
+        result_path = str(rank.result)
     # Our own start (torch loads here) is not the script's: a timeout that comes this early
     # ends the process without a traceback of ours, and the script's folder goes on the path
     # only afterwards, so a cuda.py or typing.py beside the script cannot shadow torch's imports.
@@ -47,6 +51,8 @@ def main(argv: list[str]) -> int:
     watch.on_snapshot = lambda: _write(result_path, assemble(
         watch, str(script_path), args, {}, time.perf_counter() - start, complete=False))
     watch.install()
+    if rank is not None:
+        rank.start_beat(watch)
     _as_python_runs_a_script()
     sys.argv = [str(script_path), *args]
     # As `python SCRIPT` does: its folder imports first, in place of the folder `-m` or `-c`
@@ -82,6 +88,10 @@ def main(argv: list[str]) -> int:
 
 
 def _write(result_path: str, result):
+    rank = RankFiles.from_env()
+    if rank is not None:   # a launcher's rank: JSON, in the rank's own file
+        rank.write(result)
+        return
     tmp = Path(result_path).with_suffix(".tmp")
     with open(tmp, "wb") as handle:
         pickle.dump(result, handle)
