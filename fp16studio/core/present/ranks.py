@@ -8,6 +8,11 @@ import os
 from .terminal import format_trace
 
 
+ENDED = {"completed": "every rank ran to its end", "failed": "a rank failed",
+         "hung": "stopped: a rank was still running a bound (--rank-wait) after another was over",
+         "timeout": "stopped at --timeout"}
+
+
 def rank_scope(ranks: list, world_size: int) -> str:
     """ "on all 4 ranks", "rank 3 only", "ranks 0, 2"."""
     if world_size > 1 and len(ranks) == world_size:
@@ -23,8 +28,11 @@ def format_ranked_trace(doc: dict) -> str:
     scoped = dict(doc, findings=[
         dict(f, location=f"{f['location']} ({rank_scope(f.get('ranks', []), world)})")
         for f in doc["findings"]])
-    lines = [format_trace(scoped), "", f"{world} rank(s), launched by: {ranks['launch']} "
-             f"(the run {ranks['ended']})"]
+    if doc["error"] and "rank" in doc["error"]:
+        scoped["error"] = dict(doc["error"], message=f"rank {doc['error']['rank']}: "
+                               f"{doc['error']['message']}")
+    lines = [format_trace(scoped), "", f"{world} rank(s), launched by: {ranks['launch']}; "
+             + ENDED[ranks["ended"]]]
     for row in ranks["per_rank"]:
         lines.append(f"  rank {row['rank']}: {rank_line(row)}")
     first = ranks["first_nonfinite"]
@@ -36,7 +44,7 @@ def format_ranked_trace(doc: dict) -> str:
 def rank_line(row: dict) -> str:
     """One rank's status, last step, first non-finite value and findings, in words."""
     parts = [row["status"]]
-    if row["last_step"] is not None:
+    if row["last_step"] is not None and row["status"] == "ok":
         parts.append(f"last step {row['last_step']}")
     if row["error"] and row["status"] != "ok":
         parts.append(row["error"]["message"])

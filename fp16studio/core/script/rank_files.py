@@ -37,6 +37,7 @@ class RankFiles:
     def __init__(self, folder: Path, rank: int):
         self.folder, self.rank = folder, rank
         self._last = lambda: None
+        self._at = None   # the last line of the user's seen while the script ran
         self.result = folder / f"rank-{rank}.json"
         self.beat = folder / f"rank-{rank}.beat.json"
         self.done = folder / f"rank-{rank}.done"
@@ -54,15 +55,22 @@ class RankFiles:
             self._last()   # the steps and settings as the script left them
             self.done.touch()
 
+    @staticmethod
+    def exit_status(outcome: dict) -> int:
+        """The rank's exit status: its script's (1 when it raised or exited with an error)."""
+        return 1 if outcome.get("error") else 0
+
     def _beat(self, watch, identity: dict, thread_id):
         try:
             steps = watch.steps.documents()
+            open_step = bool(watch.steps.steps) and not watch.steps.steps[-1].done
             precision = {name: setting for w in watch.watchers if hasattr(w, "facts")
                          for name, setting in w.facts().items()}
         except Exception:  # noqa: BLE001 - a list grew while read: the next beat has it
             return
-        _write_json(self.beat, dict(identity, steps=steps, precision=precision,
-                                    at=_user_line(watch.user, thread_id), time=time.time()))
+        self._at = _user_line(watch.user, thread_id) or self._at
+        _write_json(self.beat, dict(identity, steps=steps, in_step=open_step,
+                                    precision=precision, at=self._at, time=time.time()))
 
     def start_beat(self, watch) -> threading.Thread:
         """The heartbeat: a daemon thread that ends with the process."""

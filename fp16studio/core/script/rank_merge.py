@@ -71,16 +71,16 @@ def merged_trace(records: list[RankRecord], script: str, args, launch: str,
                 None) or next((r for r in records if r.document), None)
     findings, finding_ranks = _merged_findings(records, rows)
     disagreements = _disagreements(records)
-    for what, values, sources in disagreements:
-        findings.append(rank_mismatch(what, values, sources))
+    for what, values, sources, argument in disagreements:
+        findings.append(rank_mismatch(what, values, sources, argument))
         finding_ranks.append(sorted(values))
     ranks = {
         "launch": launch, "world_size": len(records),
-        "ended": stopped or ("failed" if launcher_code else "completed"),
+        "ended": stopped or ("failed" if launcher_code or failed else "completed"),
         "launcher_exit": launcher_code,
         "first_nonfinite": first, "first_failed": _first_failed(rows),
         "disagreements": [{"what": what, "values": {str(k): v for k, v in values.items()}}
-                          for what, values, _ in disagreements],
+                          for what, values, _, _ in disagreements],
         "per_rank": rows,
     }
     doc = base.document if base else None
@@ -129,35 +129,39 @@ def _row(record: RankRecord, stopped, over_before, timeout, rank_wait) -> dict:
                   for s in steps if s.get("first_nonfinite")), None)
     at = (record.beat or {}).get("at")
     last = steps[-1]["index"] if steps else None
+    inside = bool((record.beat or {}).get("in_step", True))
     ended_by_us = stopped is not None and record.rank not in over_before
     if not record.started:
         status, error = "missing", {"type": "NotStarted", "message": "the rank never started "
                                     "fp16studio's runner (the launcher's output says why)"}
     elif ended_by_us and stopped == "hung":
         status, error = "hung", {"type": "Hung", "message": (
-            f"still running {rank_wait:g} s after another rank was over" + _where(last, at)
-            + ": waiting in a collective for a rank that will not join it?")}
+            f"still running {rank_wait:g} s after another rank was over"
+            + _where(last, inside, at))}
     elif ended_by_us:
         status, error = "timeout", {"type": "Timeout", "message": (
-            f"still running after {timeout:g} s (--timeout)" + _where(last, at))}
+            f"still running after {timeout:g} s (--timeout)" + _where(last, inside, at))}
     elif not record.done:
         status, error = "stopped", {"type": "Stopped", "message": (
             "ended before its script was over (by the launcher, after another rank failed, "
-            "or killed)" + _where(last, at))}
+            "or killed)" + _where(last, inside, at))}
     elif doc.get("error"):
         status, error = "failed", doc["error"]
     else:
         status, error = "ok", None
     if error is not None and "source" not in error:
         error = dict(error, stage="script", module=None, source=at)
-    return {"rank": record.rank, "status": status, "last_step": last, "at": at,
+    return {"rank": record.rank, "status": status, "last_step": last, "in_step": inside,
+            "at": at,
             "first_nonfinite": first, "error": error,
             "findings": [f["code"] for f in doc.get("findings", ())],
             "pid": (record.beat or {}).get("pid")}
 
 
-def _where(step, at) -> str:
-    said = f", at step {step}" if step is not None else ""
+def _where(step, inside: bool, at) -> str:
+    """Where a rank was: in the step it opened (its backward pass began), or after the last
+    one it closed; at the user's line."""
+    said = f", {'in' if inside else 'after'} step {step}" if step is not None else ""
     if at:
         said += f", line {at['line']} of {at['file'].rsplit('/', 1)[-1]}"
     return said
@@ -202,30 +206,36 @@ def _merged_findings(records: list[RankRecord], rows: list[dict]):
     return [f for f, _ in merged.values()], [ranks for _, ranks in merged.values()]
 
 
-def _facts(record: RankRecord) -> dict:
-    """What ranks must agree on: each a value, or absent where this rank did not show it."""
+def _facts(record: RankRecord) -> tuple[dict, dict]:
+    """What ranks must agree on, each (value, source, argument): the precision settings the
+    rank made, and what its traced tensors showed."""
     doc, beat = record.document or {}, record.beat or {}
-    facts = {}
-    dtypes = sorted((doc.get("inventory") or {}).get("dtypes") or ())
-    if dtypes:
-        facts["parameter dtypes"] = (", ".join(dtypes), None)
+    settings = {name: (s["value"], s.get("source"), tuple(s.get("argument") or ()) or None)
+                for name, s in (beat.get("precision") or {}).items()}
+    shown = {}
+    tensors = sorted((doc.get("inventory") or {}).get("dtypes") or ())
+    if tensors:
+        shown["dtypes of the traced tensors"] = (", ".join(tensors), None, None)
     if doc.get("output"):
-        facts["output dtype"] = (doc["output"]["dtype"], None)
+        shown["output dtype"] = (doc["output"]["dtype"], None, None)
     if doc.get("device") and doc["device"] != "unknown":
-        facts["device type"] = (doc["device"].split(":")[0], None)
-    for name, setting in (beat.get("precision") or {}).items():
-        facts[name] = (setting["value"], setting.get("source"))
-    return facts
+        shown["device type"] = (doc["device"].split(":")[0], None, None)
+    return settings, shown
 
 
 def _disagreements(records: list[RankRecord]) -> list[tuple]:
-    """(what, {rank: value}, {rank: source}) for each fact the ranks do not agree on."""
+    """(what, {rank: value}, {rank: source}, argument) for each fact the ranks do not agree
+    on: the settings first; what the tensors showed only where no setting explains it."""
     facts = {r.rank: _facts(r) for r in records}
-    names = list(dict.fromkeys(name for f in facts.values() for name in f))
     out = []
-    for name in names:
-        seen = {rank: f[name] for rank, f in facts.items() if name in f}
-        if len({value for value, _ in seen.values()}) > 1:
-            out.append((name, {rank: v for rank, (v, _) in seen.items()},
-                        {rank: s for rank, (_, s) in seen.items()}))
+    for kind in (0, 1):
+        if out:
+            break
+        names = list(dict.fromkeys(name for f in facts.values() for name in f[kind]))
+        for name in names:
+            seen = {rank: f[kind][name] for rank, f in facts.items() if name in f[kind]}
+            if len({value for value, _, _ in seen.values()}) > 1:
+                out.append((name, {rank: v for rank, (v, _, _) in seen.items()},
+                            {rank: s for rank, (_, s, _) in seen.items()},
+                            next((a for _, _, a in seen.values() if a), None)))
     return out

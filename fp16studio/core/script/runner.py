@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
     # Each model's first pass is on disk as it ends: a script that ends its process itself
     # (os._exit), crashes or is killed after it still has its result.
     watch.on_snapshot = lambda: _write(result_path, assemble(
-        watch, str(script_path), args, {}, time.perf_counter() - start, complete=False))
+        watch, str(script_path), args, {}, time.perf_counter() - start, complete=False), rank)
     watch.install()
     if rank is not None:
         rank.start_beat(watch)
@@ -83,12 +83,12 @@ def main(argv: list[str]) -> int:
                 sys.path[0] = our_path
     seconds = time.perf_counter() - start
     sys.stdout.flush()
-    _write(result_path, assemble(watch, str(script_path), args, outcome, seconds))
-    return 0
+    _write(result_path, assemble(watch, str(script_path), args, outcome, seconds), rank)
+    # A rank's status is its script's, so that the launcher ends the others on a failure.
+    return rank.exit_status(outcome) if rank is not None else 0
 
 
-def _write(result_path: str, result):
-    rank = RankFiles.from_env()
+def _write(result_path: str, result, rank: RankFiles | None = None):
     if rank is not None:   # a launcher's rank: JSON, in the rank's own file
         rank.write(result)
         return
