@@ -38,6 +38,10 @@ class RankFiles:
         self.folder, self.rank = folder, rank
         self._last = lambda: None
         self._at = None   # the last line of the user's seen while the script ran
+        # One beat at a time, none after the last: a beat read before the script's end and
+        # written after it would put back what the last one said.
+        self._lock = threading.Lock()
+        self._over = False
         self.result = folder / f"rank-{rank}.json"
         self.beat = folder / f"rank-{rank}.beat.json"
         self.done = folder / f"rank-{rank}.done"
@@ -53,6 +57,7 @@ class RankFiles:
         _write_json(self.result, result.to_json())
         if result.complete:
             self._last()   # the steps and settings as the script left them
+            self._over = True
             self.done.touch()
 
     @staticmethod
@@ -61,6 +66,11 @@ class RankFiles:
         return 1 if outcome.get("error") else 0
 
     def _beat(self, watch, identity: dict, thread_id):
+        with self._lock:
+            if not self._over:
+                self._write_beat(watch, identity, thread_id)
+
+    def _write_beat(self, watch, identity: dict, thread_id):
         try:
             steps = watch.steps.documents()
             open_step = bool(watch.steps.steps) and not watch.steps.steps[-1].done

@@ -33,6 +33,8 @@ class RankRecord:
     beat: dict | None          # its last heartbeat: pid, steps so far, the line it was at
     started: bool
     done: bool
+    ended: float | None = None   # when its script was over (a clock shared by the ranks of a
+    #                              machine: the files' own times)
 
 
 @dataclass
@@ -65,11 +67,11 @@ def merged_trace(records: list[RankRecord], script: str, args, launch: str,
     _collective_phase(rows)
     first = min((row["first_nonfinite"] | {"rank": row["rank"]} for row in rows
                  if row["first_nonfinite"]), key=_order, default=None)
-    failed = next((row for row in rows if row["status"] != "ok"), None)
+    failed = _first_failed(rows, records)
     base = next((r for r in records if first and r.rank == first["rank"] and r.document), None) \
         or next((r for r in records if failed and r.rank == failed["rank"] and r.document),
                 None) or next((r for r in records if r.document), None)
-    findings, finding_ranks = _merged_findings(records, rows)
+    findings, finding_ranks = _merged_findings(records)
     disagreements = _disagreements(records)
     for what, values, sources, argument in disagreements:
         findings.append(rank_mismatch(what, values, sources, argument))
@@ -78,7 +80,7 @@ def merged_trace(records: list[RankRecord], script: str, args, launch: str,
         "launch": launch, "world_size": len(records),
         "ended": stopped or ("failed" if launcher_code or failed else "completed"),
         "launcher_exit": launcher_code,
-        "first_nonfinite": first, "first_failed": _first_failed(rows),
+        "first_nonfinite": first, "first_failed": _failure(failed),
         "disagreements": [{"what": what, "values": {str(k): v for k, v in values.items()}}
                           for what, values, _, _ in disagreements],
         "per_rank": rows,
@@ -185,17 +187,22 @@ def _collective_phase(rows: list[dict]):
             row["first_nonfinite"] = dict(first, phase="collective", from_rank=source["rank"])
 
 
-def _first_failed(rows: list[dict]) -> dict | None:
-    """The rank that failed (its script raised) before the others were stopped or waited."""
-    row = next((r for r in rows if r["status"] == "failed"), None) or \
-        next((r for r in rows if r["status"] not in ("ok", "hung", "timeout", "stopped")), None)
+def _first_failed(rows: list[dict], records: list[RankRecord]) -> dict | None:
+    """The rank whose script failed first (the others then fail in the collective it left),
+    else the first that did not run to its end."""
+    ended = {r.rank: r.ended if r.ended is not None else float("inf") for r in records}
+    failed = sorted((r for r in rows if r["status"] == "failed"), key=lambda r: ended[r["rank"]])
+    return next(iter(failed), None) or next((r for r in rows if r["status"] != "ok"), None)
+
+
+def _failure(row: dict | None) -> dict | None:
     if row is None:
         return None
     return {"rank": row["rank"], "step": row["last_step"], "type": row["error"]["type"],
             "message": row["error"]["message"], "source": row["error"].get("source")}
 
 
-def _merged_findings(records: list[RankRecord], rows: list[dict]):
+def _merged_findings(records: list[RankRecord]):
     merged: dict = {}
     for record in records:
         for doc in (record.document or {}).get("findings", ()):

@@ -189,8 +189,16 @@ def _records(folder: Path) -> list[RankRecord]:
     return [RankRecord(rank=rank, document=_read_json(folder / f"rank-{rank}.json"),
                        beat=beats.get(rank),
                        started=(folder / f"rank-{rank}.started").exists(),
-                       done=(folder / f"rank-{rank}.done").exists())
+                       done=(folder / f"rank-{rank}.done").exists(),
+                       ended=_mtime(folder / f"rank-{rank}.done"))
             for rank in sorted(ranks)]
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def _read_json(path: Path):
