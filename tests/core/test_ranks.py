@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -143,7 +144,7 @@ def test_ranks_whose_autocast_dtype_differs_are_named_with_a_fix_at_the_line():
     assert mismatch["evidence"]["values"] == {"0": "bfloat16", "1": "float16"}
     assert mismatch["source"]["line"] == line_of(name, "torch.autocast(")
     code = mismatch["fixes"][0]["code"]
-    ast.parse(code + "\n    pass")
+    ast.parse(textwrap.dedent(code) + "\n    pass")   # indented as the user's line
     assert "dtype=torch.bfloat16" in code
     # The settings explain the dtypes the tensors showed: said once.
     assert [d["what"] for d in doc["ranks"]["disagreements"]] == ["autocast dtype"]

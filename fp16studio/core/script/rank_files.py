@@ -29,6 +29,8 @@ from pathlib import Path
 
 RANKS_ENV = "FP16STUDIO_TRACE_RANKS"
 BEAT_S = 0.5
+# What the script made, kept to the interpreter's exit (see keep_until_exit).
+_KEPT: list = []
 
 
 class RankFiles:
@@ -59,6 +61,14 @@ class RankFiles:
             self._last()   # the steps and settings as the script left them
             self._over = True
             self.done.touch()
+
+    @staticmethod
+    def keep_until_exit(*made) -> None:
+        """The script's objects (its globals, its exception's frames) live until the process
+        ends, as under `python SCRIPT`. Freed earlier, a DDP model with a Python communication
+        hook deadlocks: its process group's destructor joins gloo's thread while holding the
+        GIL, and that thread needs the GIL to release the hook (torch 2.13)."""
+        _KEPT.extend(made)
 
     @staticmethod
     def exit_status(outcome: dict) -> int:

@@ -63,10 +63,11 @@ def main(argv: list[str]) -> int:
     else:
         sys.path[0] = str(script_path.parent)
     start = time.perf_counter()
+    script_globals = None
     Path(result_path).with_suffix(".started").touch()   # from here on, what happens is the script's
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        runpy.run_path(str(script_path), run_name="__main__")
+        script_globals = runpy.run_path(str(script_path), run_name="__main__")
         outcome = {}
     except SystemExit as exc:
         outcome = _exit_outcome(exc, user)
@@ -84,8 +85,11 @@ def main(argv: list[str]) -> int:
     seconds = time.perf_counter() - start
     sys.stdout.flush()
     _write(result_path, assemble(watch, str(script_path), args, outcome, seconds), rank)
+    if rank is None:
+        return 0
+    rank.keep_until_exit(script_globals, outcome)
     # A rank's status is its script's, so that the launcher ends the others on a failure.
-    return rank.exit_status(outcome) if rank is not None else 0
+    return rank.exit_status(outcome)
 
 
 def _write(result_path: str, result, rank: RankFiles | None = None):
