@@ -313,3 +313,14 @@ def test_deepspeed_bf16_under_the_scripts_own_float16_autocast():
     found = rules.deepspeed_config({"bf16": {"enabled": True}}, "/tmp/ds.json", "float16")
     assert [f.location for f in found] == ["deepspeed.autocast"]
     assert found[0].evidence["autocast"] == "float16"
+
+
+@needs_torchrun
+def test_accelerate_launch_is_a_launcher_too():
+    launch = ("accelerate launch --multi_gpu --num_processes 2 --num_machines 1 "
+              "--mixed_precision no --dynamo_backend no")   # on a CPU: gloo, through torchrun
+    doc = trace_launch(launch, SCRIPTS / "ranks_ddp_fp16_hook.py", steps=2).to_json()
+    assert finding(doc, "half-reduction")["ranks"] == [0, 1]
+    assert [r["status"] for r in doc["ranks"]["per_rank"]] == ["ok", "ok"]
+    assert doc["ranks"]["launch"] == launch
+    nothing_left_running(doc)
