@@ -9,6 +9,7 @@ from ..core.common.errors import InputError
 from ..core.demo.pipelines import DEMO_PREFIX
 from ..core.present.terminal import (format_bench, format_diagnosis, format_drift, format_fix,
                                      format_fp8, format_inspect, format_trace)
+from ..core.present.ranks import format_ranked_trace
 
 
 def _load_spec(text: str, trust: bool | None = None):
@@ -213,13 +214,20 @@ def cmd_trace(args) -> int:
     # What is piped in reaches the script, as with `python SCRIPT`; a terminal does not (the
     # script runs in a session of its own, where reading the terminal would stop it).
     piped = sys.stdin if sys.stdin is not None and not sys.stdin.isatty() else None
-    result = trace_script(args.script, args.script_args, timeout=args.script_timeout,
-                          output=output, stdin=piped, python=args.python, steps=args.steps)
+    if args.launch is not None:
+        if args.apply:
+            raise InputError("--apply and --launch: apply a fix to the script traced alone")
+        result = _trace_launch(args, output)
+    else:
+        if args.rank_wait is not None:
+            raise InputError("--rank-wait goes with --launch")
+        result = trace_script(args.script, args.script_args, timeout=args.script_timeout,
+                              output=output, stdin=piped, python=args.python, steps=args.steps)
     if closed:
         raise BrokenPipeError
     if args.apply:
         result.applied, result.fixed_script = _fixed_copy(result, args)
-    _emit(result.to_json(), args, format_trace)
+    _emit(result.to_json(), args, format_ranked_trace if args.launch is not None else format_trace)
     if args.apply and not args.json:
         print(f"wrote {result.fixed_script} with "
               f"{', '.join(a['id'] for a in result.applied)}; "
@@ -250,6 +258,18 @@ def cmd_schema(args) -> int:
 
     print(json.dumps(document_schema(args.name), indent=2))
     return 0
+
+
+def _trace_launch(args, output):
+    """`trace --launch LAUNCHER`: every rank of the user's launcher traced, merged."""
+    from ..core.script.ranks import RANK_WAIT_S, trace_launch
+
+    if args.python is not None:
+        raise InputError("--python and --launch: the launcher runs the Python it was installed "
+                         "with; name that launcher (--launch \"/path/to/venv/bin/torchrun ...\")")
+    return trace_launch(args.launch, args.script, args.script_args, timeout=args.script_timeout,
+                        rank_wait=RANK_WAIT_S if args.rank_wait is None else args.rank_wait,
+                        output=output, steps=args.steps)
 
 
 COMMANDS = {"diagnose": cmd_diagnose, "fix": cmd_fix, "bench": cmd_bench, "drift": cmd_drift,

@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     trace = sub.add_parser("trace", help="run your own script with the tracer on and diagnose "
                                          "the models it runs",
                            usage="fp16studio trace SCRIPT [--json] [--timeout S] [--steps N] "
-                                 "[--python PATH] [--apply FIX_ID -o FIXED.py] [-- ARGS...]",
+                                 "[--python PATH] [--apply FIX_ID -o FIXED.py] "
+                                 "[--launch LAUNCHER [--rank-wait S]] [-- ARGS...]",
                            epilog="Everything after -- is passed to the script as its arguments; "
                                   "options go before --.")
     trace.add_argument("script", metavar="SCRIPT", help="a Python script, or demo:NAME")
@@ -132,6 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run the script under this Python interpreter, with its own packages "
                             "(it needs torch, transformers and datasets); default: the Python "
                             "fp16studio runs in, which in the standalone app is the bundled one")
+    trace.add_argument("--launch", metavar="LAUNCHER",
+                       help='trace every rank of a distributed run, started by your own launcher '
+                            'and its options, as in --launch "torchrun --nproc-per-node 4" or '
+                            '--launch "accelerate launch --num_processes 2"')
+    trace.add_argument("--rank-wait", type=float, metavar="S", default=None,
+                       help="with --launch: once a rank is over, how long the others may take "
+                            "before they are named as hung and stopped (default 60)")
 
     schema = sub.add_parser("schema", help="print the JSON Schema of a --json document or file")
     schema.add_argument("name", metavar="NAME",

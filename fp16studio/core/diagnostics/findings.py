@@ -22,6 +22,8 @@ CODES = (
     "fp8-unsupported", "fp8-shape", "fp8-sensitive",
     # values lost without an error (fp16studio trace)
     "precision-loss", "training-stalled",
+    # the distributed engines' settings, and ranks that disagree (fp16studio trace --launch)
+    "half-reduction", "distributed-precision", "rank-mismatch",
 )
 # Most severe first: the order findings are listed in, everywhere.
 SEVERITIES = ("error", "warning", "info")

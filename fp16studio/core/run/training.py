@@ -212,9 +212,12 @@ def _graph(root):
 
 def stored_values(grad):
     """The elements a gradient holds: a sparse one's stored values (an Embedding with
-    sparse=True), which the elementwise statistics can read; a dense one as it is."""
+    sparse=True), which the elementwise statistics can read; a sharded one's (FSDP2's DTensor)
+    shard on this rank, read without a collective; a dense one as it is."""
     import torch
 
+    if hasattr(grad, "to_local"):
+        grad = grad.to_local()
     if grad.layout == torch.strided:
         return grad
     return grad.coalesce().values() if grad.is_sparse else grad.values()

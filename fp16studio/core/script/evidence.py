@@ -42,6 +42,7 @@ from ..diagnostics.tree import TensorNode
 from ..spec.value import PipelineSpec
 from .recover import Observed, Recorder, observed_spec, reproduction, with_train
 from .entry import DEFAULT_STEPS
+from .distributed import DistributedWatch
 from .flags import FlagWatch
 from .steps import StepWatch
 from .trace import ScriptTrace
@@ -97,6 +98,7 @@ class ScriptWatch:
         # the user's own tensor operations, with the float32 shadow unless told not to
         self.watchers.append(UserOps(user, shadow=os.environ.get(SHADOW_ENV) != "0"))
         self.watchers.append(FlagWatch(user, self))   # precision settings, against what ran
+        self.watchers.append(DistributedWatch(user, self))   # DDP, FSDP, DeepSpeed settings
 
     def install(self):
         self.recorder.install()

@@ -27,14 +27,17 @@ from ..common.precision import is_ours
 from .entry import (CHECK_ARG, DEFAULT_STEPS, NEEDS, RESULT_TYPES, STEPS_ENV, frozen,
                     restore_library_path)
 from .proof import SCRIPT_HOME_ENV
+from .rank_files import RankFiles
 
 
 def main(argv: list[str]) -> int:
     if argv == [CHECK_ARG]:
         return check()
     pipe, script, *args = argv
-    parent = FrameWriter(child_end(pipe))
     script_path = Path(script).resolve()
+    # One rank of a launcher's run (trace --launch): its own files, no parent's pipe.
+    rank = RankFiles.from_env()
+    parent = FrameWriter(child_end(pipe)) if rank is None else None
     # Our own start (torch loads here) is not the script's: a timeout that comes this early
     # ends the process without a traceback of ours, and the script's folder goes on the path
     # only afterwards, so a cuda.py or typing.py beside the script cannot shadow torch's imports.
@@ -45,11 +48,13 @@ def main(argv: list[str]) -> int:
 
     user = UserCode(script_path)
     watch = ScriptWatch(user, _steps(os.environ.pop(STEPS_ENV, "")))
-    # Each model's first pass is with the parent as it ends: a script that ends its process
-    # itself (os._exit), crashes or is killed after it still has its result.
-    watch.on_snapshot = lambda: _send(parent, assemble(
+    # Each model's first pass is with the parent (a rank's: in its file) as it ends: a script
+    # that ends its process itself (os._exit), crashes or is killed after it still has its result.
+    watch.on_snapshot = lambda: _send(parent, rank, assemble(
         watch, str(script_path), args, {}, time.perf_counter() - start, complete=False))
     watch.install()
+    if rank is not None:
+        rank.start_beat(watch)
     _as_python_runs_a_script()
     sys.argv = [str(script_path), *args]
     # As `python SCRIPT` does: its folder imports first, in place of the folder `-m` or `-c`
@@ -63,10 +68,14 @@ def main(argv: list[str]) -> int:
     if home:
         sys.path.insert(1, home)
     start = time.perf_counter()
-    parent.write({"started": True})   # from here on, what happens is the script's
+    script_globals = None
+    if rank is not None:
+        rank.result.with_suffix(".started").touch()   # from here on, what happens is the script's
+    else:
+        parent.write({"started": True})
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        runpy.run_path(str(script_path), run_name="__main__")
+        script_globals = runpy.run_path(str(script_path), run_name="__main__")
         outcome = {}
     except SystemExit as exc:
         outcome = _exit_outcome(exc, user)
@@ -83,12 +92,19 @@ def main(argv: list[str]) -> int:
                 sys.path[0] = our_path
     seconds = time.perf_counter() - start
     sys.stdout.flush()
-    _send(parent, assemble(watch, str(script_path), args, outcome, seconds), final=True)
-    parent.close()
-    return 0
+    _send(parent, rank, assemble(watch, str(script_path), args, outcome, seconds), final=True)
+    if rank is None:
+        parent.close()
+        return 0
+    rank.keep_until_exit(script_globals, outcome)
+    # A rank's status is its script's, so that the launcher ends the others on a failure.
+    return rank.exit_status(outcome)
 
 
-def _send(parent: FrameWriter, result, final: bool = False):
+def _send(parent: FrameWriter | None, rank: RankFiles | None, result, final: bool = False):
+    if rank is not None:   # a launcher's rank: JSON, in the rank's own file
+        rank.write(result)
+        return
     parent.write({"result": RESULT_TYPES.encode(result), "final": final})
 
 

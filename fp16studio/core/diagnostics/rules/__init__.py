@@ -16,6 +16,7 @@ outside this package constructs a Finding).
                 training-stalled
     flags       precision-flag
     fp8         fp8-unsupported, fp8-shape, fp8-sensitive
+    distributed half-reduction, distributed-precision, rank-mismatch (trace --launch)
 
 Beside them: `evidence` (what a forward pass shows the rules), `words` (where a dtype came
 from, said from its provenance), `edits` (fixes as structured spec and code edits).
@@ -27,11 +28,11 @@ other observers are plain functions of their records, called where the evidence 
 from __future__ import annotations
 
 from ..findings import Finding, by_severity
-from . import batch, dtypes, flags, fp8, placement, ranges, training, values
+from . import batch, distributed, dtypes, flags, fp8, placement, ranges, training, values
 from .evidence import Evidence
 from .words import spec_provenance
 
-FAMILIES = (batch, placement, dtypes, ranges, values, training, flags, fp8)
+FAMILIES = (batch, placement, dtypes, ranges, values, training, flags, fp8, distributed)
 
 RULES = (placement.rule_out_of_memory, placement.rule_input_device_unavailable,
          batch.rule_label_dtype, placement.rule_device_mismatch, batch.rule_list_batch,
