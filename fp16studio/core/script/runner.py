@@ -1,7 +1,7 @@
 """The child process of `fp16studio trace`: run the user's script as `python SCRIPT ARGS` would,
 with the tracer and the spec recorder installed, then write the result for the parent.
 
-    python -m fp16studio --fp16studio-trace-runner RESULT.pickle SCRIPT [ARGS...]
+    python -c BOOT PACKAGE --fp16studio-trace-runner RESULT.pickle SCRIPT [ARGS...]
 
 (the frozen program takes the same arguments; core/script/entry.py). Once the tracer is in
 place, just before the script runs, RESULT.started appears: a child that ends without it never
@@ -24,7 +24,7 @@ from pathlib import Path
 from ..common.errors import first_line
 from ..common.library_logs import quiet_library_logs
 from ..common.precision import is_ours
-from .entry import CHECK_ARG, DEFAULT_STEPS, NEEDS, STEPS_ENV, frozen, restore_library_path
+from .entry import CHECK_ARG, DEFAULT_STEPS, NEEDS, STEPS_ENV, restore_library_path
 
 
 def main(argv: list[str]) -> int:
@@ -49,13 +49,9 @@ def main(argv: list[str]) -> int:
     watch.install()
     _as_python_runs_a_script()
     sys.argv = [str(script_path), *args]
-    # As `python SCRIPT` does: its folder imports first, in place of the folder `-m` or `-c`
-    # put there; the frozen program's first entry is its own standard library (kept).
-    our_path = None if frozen() else sys.path[0]
-    if our_path is None:
-        sys.path.insert(0, str(script_path.parent))
-    else:
-        sys.path[0] = str(script_path.parent)
+    # As `python SCRIPT` does: its folder imports first (the boot took the working folder off,
+    # entry.BOOT; the frozen program's first entry is its own standard library, kept).
+    sys.path.insert(0, str(script_path.parent))
     start = time.perf_counter()
     Path(result_path).with_suffix(".started").touch()   # from here on, what happens is the script's
     try:
@@ -71,10 +67,7 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late interrupt must not lose the result
         watch.uninstall()
         if sys.path and sys.path[0] == str(script_path.parent):
-            if our_path is None:     # what we import from here on is ours, not the folder's
-                del sys.path[0]
-            else:
-                sys.path[0] = our_path
+            del sys.path[0]   # what we import from here on is ours, not the folder's
     seconds = time.perf_counter() - start
     sys.stdout.flush()
     _write(result_path, assemble(watch, str(script_path), args, outcome, seconds))
