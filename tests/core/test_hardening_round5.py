@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,99 @@ def test_a_hub_repository_not_in_the_cache_is_refused_before_anything_runs(hub_c
     err = capsys.readouterr().err
     assert "'someone/remote'" in err and "hf download someone/remote" in err and err.count("\n") == 1
     assert not (tmp_path / "first.txt").exists()
+
+
+def test_trace_imports_nothing_from_the_working_folder(tmp_path):
+    """`cd work; fp16studio trace sub/train.py`: a module in work/ is not the script's (`python
+    sub/train.py` never imports it), so the trace child never imports it."""
+    mark = tmp_path / "imported.txt"
+    for module in ("fp16studio", "typing_extensions", "runpy"):
+        (tmp_path / f"{module}.py").write_text(
+            f"import pathlib\npathlib.Path({str(mark)!r}).write_text({module!r})\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "train.py").write_text("import sys\nprint('ran', sys.path[0])\n")
+    # As the `fp16studio` command starts: no working folder on its own path (-P).
+    import fp16studio
+
+    env = {**os.environ, "PYTHONPATH": str(Path(fp16studio.__file__).parents[1])}
+    done = subprocess.run([sys.executable, "-P", "-m", "fp16studio", "trace", "sub/train.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"ran {tmp_path / 'sub'}" in done.stdout
+    assert not mark.exists()
+
+
+# -- class 7: a broken variant gets a finding, never a verdict --------------------------------------
+def test_bench_of_a_variant_whose_output_overflows_makes_a_finding_not_a_verdict(demo_dir, numerics_models):
+    from fp16studio.core.precision.bench import benchmark
+    from fp16studio.core.present.html import render_report
+    from fp16studio.core.present.terminal import format_bench
+
+    from numerics_zoo import text_spec
+
+    spec = text_spec(demo_dir, numerics_models["overflow-bert4"], samples=4, batch_size=4)
+    result = benchmark(spec, ["float32", "float16"], warmup=1, min_iterations=2, min_seconds=0.0,
+                       min_rounds=2)
+    half = result.variants[1]
+    assert half.ok and half.nonfinite_outputs
+    assert [(f.code, f.evidence["variant"]) for f in result.findings] == [("overflow", "float16")]
+    assert "float16 is not ranked" in result.verdict and "x float32" not in result.verdict
+    assert "float32's speed" not in half.verdict
+    doc = result.to_json()
+    assert doc["findings"][0]["code"] == "overflow"
+    text = format_bench(doc)
+    assert "overflow" in text and "inf/NaN" in text
+    diagnosis = {"ok": True, "spec": {"model": "m", "dataset": "d"}, "device": "cpu",
+                 "findings": [], "error": None, "inventory": None, "output": None}
+    page = render_report(diagnosis, doc)
+    assert "The float16 variant&#x27;s output" in page or "The float16 variant's output" in page
+
+
+# -- class 5: the FP8 plan measures what it plans ----------------------------------------------------
+def test_the_fp8_plan_skips_zero_width_layers_hooks_keyword_calls_and_refuses_non_finite_ones():
+    import torch
+
+    from fp16studio.core.diagnostics.rules import fp8 as fp8_rules
+    from fp16studio.core.precision.fp8 import LinearProbe, probed_layers
+    from fp16studio.core.precision.fp8_plan import decide
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(32, 32)
+            self.empty = torch.nn.Linear(0, 32)
+            self.broken = torch.nn.Linear(32, 32)
+
+        def forward(self, x):
+            h = self.a(input=x)                  # called with a keyword
+            h = h + self.empty(x[..., :0])        # nn.Linear(0, 32): its bias alone
+            return self.broken(h)
+
+    torch.manual_seed(0)
+    net = Net().to(torch.bfloat16)
+    with torch.no_grad():
+        net.broken.weight[0, 0] = float("nan")
+    probes = [LinearProbe(name, module, "tensorwise", None) for name, module in net.named_modules()
+              if type(module) is torch.nn.Linear]
+    with torch.no_grad():
+        net(torch.randn(4, 8, 32, dtype=torch.bfloat16))
+    layers = {layer.name: layer for layer in probed_layers(list(probes))}
+    decide(list(layers.values()))
+    assert layers["a"].flops and layers["a"].eligible
+    assert not layers["empty"].eligible and "zero-width" in layers["empty"].reason
+    assert not layers["broken"].eligible and "inf/NaN" in layers["broken"].reason
+    findings = fp8_rules.plan_findings(list(layers.values()), 20.0, "tensorwise", "cpu",
+                                       (True, True, ""), None)
+    assert [(f.code, f.location) for f in findings] == [("overflow", "broken")]
+
+
+def test_the_fp8_plan_runs_a_keep_fp32_spec_as_diagnose_runs_it(demo_dir, tmp_path, capsys):
+    spec = tmp_path / "keep.json"
+    spec.write_text(json.dumps({"model": str(demo_dir / "models/tiny-bert"), "samples": 4,
+                                "dataset": str(demo_dir / "data/texts.jsonl"), "autocast": "bfloat16",
+                                "model_dtype": "float32", "keep_fp32": ["classifier"]}))
+    assert main(["diagnose", str(spec)]) == 0
+    capsys.readouterr()
+    assert main(["fp8", str(spec), "--json"]) == 0, capsys.readouterr().err
+    layers = {layer["name"]: layer for layer in json.loads(capsys.readouterr().out)["layers"]}
+    assert layers["classifier"]["in_features"] and "bert.pooler.dense" in layers

@@ -72,9 +72,9 @@ def _checked(text: str, path: str | Path | None) -> str:
 def export_fp8_script(spec: PipelineSpec, plan, path: str | Path | None = None) -> str:
     """The script of the pipeline in bfloat16 (as its FP8 plan ran it) with exactly the plan's
     layers converted by torchao's `convert_to_float8_training` (`plan`: an fp8 Fp8Plan)."""
-    from ..precision.bench import variant_spec
+    from ..precision.fp8 import plan_spec
 
-    resolved = _plan(variant_spec(spec, "bfloat16"))
+    resolved = _plan(plan_spec(spec))
     resolved.fp8 = {"recipe": plan.recipe, "converted": plan.converted,
                     "keep_bf16": plan.keep_bf16, "training": False}
     return _checked(render(resolved), path)
