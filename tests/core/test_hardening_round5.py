@@ -185,3 +185,109 @@ def test_the_fp8_plan_runs_a_keep_fp32_spec_as_diagnose_runs_it(demo_dir, tmp_pa
     assert main(["fp8", str(spec), "--json"]) == 0, capsys.readouterr().err
     layers = {layer["name"]: layer for layer in json.loads(capsys.readouterr().out)["layers"]}
     assert layers["classifier"]["in_features"] and "bert.pooler.dense" in layers
+
+
+# -- class 6: exit codes ------------------------------------------------------------------------------
+def _cache_write_fails(*args, **kwargs):
+    import errno
+
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/cache/datasets/cache-1.arrow")
+
+
+@pytest.mark.parametrize("command", [["diagnose"], ["drift"], ["fp8"], ["bench", "--variants", "float32"],
+                                     ["report", "-o", "{out}"]])
+def test_a_full_disk_while_datasets_writes_its_cache_is_disk_full_for_every_command(
+        demo_dir, tmp_path, monkeypatch, capsys, command):
+    import datasets
+
+    monkeypatch.setattr(datasets.Dataset, "map", _cache_write_fails)
+    args = [a.format(out=tmp_path / "r.html") for a in command]
+    assert main([args[0], str(demo_dir / "overflow.json"), *args[1:]]) == 2
+    err = capsys.readouterr().err
+    assert "disk full" in err and err.count("\n") == 1, err
+
+
+def test_a_file_size_limit_is_disk_full_too(tmp_path, monkeypatch, capsys):
+    import transformers.modeling_utils
+    from safetensors import SafetensorError
+
+    def too_large(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: File too large (os error 27)")
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", too_large)
+    assert main(["demo", str(tmp_path / "demo")]) == 2
+    err = capsys.readouterr().err
+    assert "disk full" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("keys", [{"preprocess": "pre.py:fn"}, {"batch_size": 10**30}],
+                         ids=["preprocess-raises", "huge-batch"])
+def test_fp8_says_a_failed_pipeline_in_one_line_with_exit_1(demo_dir, tmp_path, capsys, keys):
+    (tmp_path / "pre.py").write_text("def fn(example):\n    raise ValueError('my preprocess broke')\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"model": str(demo_dir / "models/tiny-bert"), "samples": 4,
+                                "dataset": str(demo_dir / "data/texts.jsonl"), **keys}))
+    assert main(["fp8", str(spec), "--trust"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fp16studio: the pipeline failed at batch: ") and err.count("\n") == 1, err
+
+
+def test_an_interrupted_force_leaves_no_backup_that_blocks_the_next(demo_dir, tmp_path, monkeypatch, capsys):
+    from fp16studio.core.precision import fp8
+
+    old = tmp_path / "old.py"
+    old.write_text("print('mine')\n")
+    spec = str(demo_dir / "overflow.json")
+    real = fp8.fp8_plan
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fp8, "fp8_plan", interrupted)
+    assert main(["fp8", spec, "--export", str(old), "--force"]) == 130
+    assert old.read_text() == "print('mine')\n" and not (tmp_path / "old.py.bak").exists()
+    monkeypatch.setattr(fp8, "fp8_plan", real)
+    assert main(["fp8", spec, "--export", str(old), "--force"]) in (0, 1), capsys.readouterr().err
+    assert (tmp_path / "old.py.bak").read_text() == "print('mine')\n"
+    assert "convert_to_float8_training" in old.read_text()
+
+
+def test_export_takes_a_label_column_the_specs_own_preprocess_makes(demo_dir, tmp_path, capsys):
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"text": f"row {i}"}) + "\n" for i in range(4)))
+    (tmp_path / "pre.py").write_text("def fn(example):\n    return {**example, 'labels': len(example['text']) % 3}\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"model": str(demo_dir / "models/tiny-bert"), "dataset": "rows.jsonl",
+                                "preprocess": "pre.py:fn", "columns": {"label": "labels"},
+                                "with_labels": True, "samples": 4}))
+    assert main(["diagnose", str(spec), "--trust"]) == 0, capsys.readouterr().err
+    assert main(["export", str(spec), "-o", str(tmp_path / "run.py")]) == 0, capsys.readouterr().err
+
+
+# -- class 2 (parts): trace changes nothing the script sees ------------------------------------------
+@pytest.mark.parametrize("library", ["peft", "lightning"])
+def test_a_module_of_the_scripts_own_named_like_a_library_is_not_that_library(tmp_path, library):
+    from fp16studio.core.script.trace import trace_script
+
+    (tmp_path / f"{library}.py").write_text("HELPER = 1\n")
+    script = tmp_path / "train.py"
+    script.write_text(f"import torch\nimport {library}\n\n"
+                      "net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))\n"
+                      f"print(net(torch.randn(2, 8)).shape, {library}.HELPER)\n")
+    result = trace_script(script)
+    assert [m["class"] for m in result.models] == ["Sequential"], result.notes
+    assert not any("fp16studio" in note and "bug" in note for note in result.notes), result.notes
+
+
+def test_a_wrapped_library_function_keeps_its_identity(tmp_path):
+    pytest.importorskip("peft")
+    from fp16studio.core.script.trace import trace_script
+
+    script = tmp_path / "names.py"
+    script.write_text("import peft\nfrom peft import prepare_model_for_kbit_training as p\n"
+                      "from peft.peft_model import PeftModel\n"
+                      "print('names', p.__name__, p.__module__, PeftModel.__init__.__qualname__)\n")
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    said = next(line for line in plain.stdout.splitlines() if line.startswith("names"))
+    lines = []
+    trace_script(script, output=lambda stream, line: lines.append(line))
+    assert said in lines
