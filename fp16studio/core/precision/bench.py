@@ -18,7 +18,8 @@ import gc
 from dataclasses import dataclass, field
 
 from ..common import dtypes
-from ..common.errors import Cancelled, InputError, check_cancel, first_line, report_progress
+from ..common.errors import (Cancelled, InputError, check_cancel, first_line, raise_if_disk_full,
+                             report_progress)
 from ..diagnostics.rules.ranges import variant_not_finite
 from ..run.distance import nonfinite_count, reference_copy
 from ..spec.value import PipelineSpec
@@ -375,9 +376,11 @@ def batch_info(batch: dict) -> dict:
 
 
 def describe(exc: BaseException) -> str:
-    """One line for the report: the type and the first line of the message."""
+    """One line for the report: the type and the first line of the message (a full disk is
+    not the variant's failure: DiskFull)."""
     import torch
 
+    raise_if_disk_full(exc)
     if isinstance(exc, torch.cuda.OutOfMemoryError):
         return "out of memory: " + first_line(exc)
     message = first_line(exc)

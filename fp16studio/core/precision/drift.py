@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..common.errors import Cancelled, InputError, check_cancel, first_line, report_progress
+from ..common.errors import (Cancelled, InputError, check_cancel, first_line, raise_if_disk_full,
+                             report_progress)
 from ..diagnostics.rules.ranges import drift_finding, drift_reference_broken
 from ..run.compare import (DRIFT_SQNR_DB, OutputRecorder, cast_batch, output_drift,
                            within_tolerance)
@@ -126,7 +127,7 @@ def drift(spec: PipelineSpec, variant: str | None = None, progress=None, cancel=
     """
     import time
 
-    from ..data.batch import PipelineFailure
+    from ..common.errors import PipelineFailure
     from ..run.pipeline import DeviceUnavailable, prepare_batch, prepare_model, primary_output
 
     variant = parse_variant(variant) if variant else default_variant(spec)
@@ -214,4 +215,5 @@ def _traced_forward(spec, loaded, batch, recorder, stage):
 
 
 def _error(exc, stage) -> dict:
+    raise_if_disk_full(exc)   # not the run's failure: the user's disk
     return {"type": type(exc).__name__, "message": first_line(exc, 500), "stage": stage}

@@ -21,7 +21,7 @@ import itertools
 import math
 from typing import NamedTuple
 
-from ..common.errors import InputError, check_cancel, first_line, report_progress
+from ..common.errors import InputError, check_cancel, first_line, raise_if_disk_full, report_progress
 from ..common.float8 import parse_recipe
 from ..common.precision import float8_scale
 from ..common.library_logs import library_logs_quieted
@@ -315,6 +315,7 @@ def fp8_plan(spec: PipelineSpec, recipe: str = "tensorwise",
     try:
         layers = measured_layers(prepared, recipe, float8, config)
     except Exception as exc:  # noqa: BLE001 - the user's pipeline fails in bfloat16: say why
+        raise_if_disk_full(exc)
         raise InputError(f"fp8: the bfloat16 forward pass failed ({type(exc).__name__}: "
                          f"{first_line(exc, 300)}); diagnose the spec first") from None
     decide(layers, threshold_db)

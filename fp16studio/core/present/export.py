@@ -113,7 +113,7 @@ def _plan(spec: PipelineSpec) -> _Plan:
         processor = loading.load_processor(folder, skeleton, spec)
         rows = sources.load_rows(spec, config, processor)
         audio_columns = [c for c in rows.column_names if _is_audio(rows, c)]
-        roles = columns.detect_columns(rows, spec)
+        roles = columns.detect_columns(rows, spec, preprocessed=False)
     main_input = getattr(skeleton, "main_input_name", "input_ids")
     preprocess = None
     if spec.preprocess:

@@ -82,7 +82,6 @@ def output_distance(reference, variant) -> dict:
     "cosine", "sqnr_db", "top1_agreement", "nonfinite"}. Top-1 agreement only for logits: the
     share of rows whose argmax is unchanged. Where the variant holds inf/NaN they are counted
     and the rest is None; all but the name is None where the outputs are not the same one."""
-    import torch
 
     out = {"name": variant[0] if variant else None, **dict.fromkeys(DISTANCES),
            "top1_agreement": None, "nonfinite": None}
