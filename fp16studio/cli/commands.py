@@ -26,11 +26,12 @@ def _load_spec(text: str, trust: bool | None = None):
 
 def _output(args, spec_text: str, spec, is_own_kind):
     """args.output once it is safe to write: never one of the command's inputs, a file of
-    another kind only with --force; a file that is there is kept as NAME.bak."""
+    another kind only with --force; a file that is there is kept as NAME.bak once the new
+    one is written whole."""
     from pathlib import Path
 
     from ..core.common.config_folder import config_dir
-    from ..core.common.files import check_output, keep_backup
+    from ..core.common.files import check_output, keep_backup_when_replaced
 
     inputs = [] if str(spec_text).startswith(DEMO_PREFIX) else [Path(spec_text)]
     if spec.preprocess:
@@ -42,7 +43,7 @@ def _output(args, spec_text: str, spec, is_own_kind):
     if folder == path.resolve() or folder in path.resolve().parents:
         raise InputError(f"output {args.output}: in fp16studio's own config folder ({folder}), where "
                          "it keeps the trust store and the recent files; write somewhere else")
-    keep_backup(path)
+    keep_backup_when_replaced(path)
     return path
 
 

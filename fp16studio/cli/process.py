@@ -13,7 +13,8 @@ import sys
 import threading
 import warnings
 
-from ..core.common.errors import InputError
+from ..core.common.errors import (DiskFull, InputError, PipelineFailure, disk_full, first_line,
+                                  raise_if_disk_full)
 from ..core.common.library_logs import quiet_library_logs
 
 BAD_INPUT = 2
@@ -49,17 +50,31 @@ def run(command, args) -> int:
         print(f"fp16studio: code run by the pipeline called sys.exit({exc.code!r})",
               file=sys.stderr)
         return BAD_INPUT
-    except Exception as exc:  # a bug of ours: one line, the traceback on request
-        if disk_full(exc):   # the user's disk: what could not be written, in one line
-            drop_stdout()    # perhaps the full one: what is left in its buffer is given up
-            print(f"fp16studio: cannot write {destination(args, exc)}: the disk is full "
-                  f"({os.strerror(errno.ENOSPC)})", file=sys.stderr)
+    except PipelineFailure as exc:   # the user's pipeline failed where no diagnosis reports it
+        try:
+            raise_if_disk_full(exc)
+        except DiskFull as full:
+            print(f"fp16studio: {one_line(str(full))}", file=sys.stderr)
             return BAD_INPUT
+        print(f"fp16studio: the pipeline failed at {exc.stage}: {one_line(first_line(exc.exc))}",
+              file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug of ours: one line, the traceback on request
+        if disk_full(exc):
+            return _disk_full(args, exc)
         if os.environ.get("FP16STUDIO_DEBUG"):
             raise
         print(f"fp16studio: internal error: {type(exc).__name__}: {one_line(str(exc))} "
               "(set FP16STUDIO_DEBUG=1 for the traceback)", file=sys.stderr)
         return 3
+
+
+def _disk_full(args, exc) -> int:
+    """The user's disk: what could not be written, in one line."""
+    drop_stdout()    # perhaps the full one: what is left in its buffer is given up
+    print(f"fp16studio: cannot write {destination(args, exc)}: disk full "
+          f"({os.strerror(errno.ENOSPC)})", file=sys.stderr)
+    return BAD_INPUT
 
 
 def write_stdout(json_doc) -> None:
@@ -85,17 +100,6 @@ def drop_stdout() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError):   # a stdout with no file under it (a test's capture)
         pass
-
-
-# A full disk or quota: the user's to free, not a bug (errno, or in a library's own words:
-# safetensors reports it from Rust as text).
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-def disk_full(exc: BaseException) -> bool:
-    if isinstance(exc, OSError) and exc.errno is not None:
-        return exc.errno in _DISK_FULL
-    return any(os.strerror(code) in str(exc) for code in _DISK_FULL)
 
 
 def destination(args, exc: BaseException) -> str:

@@ -203,8 +203,11 @@ def test_lightnings_swap_of_float16_for_bfloat16_on_a_cpu_is_named_at_the_traine
 
 def test_a_library_is_watched_when_imported_and_our_failure_never_breaks_its_import(
         tmp_path, monkeypatch):
+    from fp16studio.core.script import library_calls
     from fp16studio.core.script.library_calls import after_import, unwatch
 
+    # Taken for an installed library (a package of the script's own is not watched at all).
+    monkeypatch.setattr(library_calls, "installed_library", lambda module, name: True)
     (tmp_path / "fp16studio_watched_pkg").mkdir()
     (tmp_path / "fp16studio_watched_pkg" / "__init__.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))

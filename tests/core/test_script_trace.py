@@ -314,7 +314,8 @@ def test_the_runner_entry_is_fp16studios_own_with_a_reserved_first_argument(tmp_
     assert reports[0] == {"started": True}
     assert reports[-1]["final"] and reports[-1]["result"].ok
     # What trace starts: the same entry from source, the program itself when frozen.
-    assert entry.runner_command() == [sys.executable, "-m", "fp16studio", entry.RUNNER_ARG]
+    assert entry.runner_command() == [sys.executable, "-c", entry.BOOT, str(entry.package_folder()),
+                                      entry.RUNNER_ARG]
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     assert entry.runner_command() == [sys.executable, entry.RUNNER_ARG]
     # Nothing the command line takes: a user who types it gets a plain refusal.

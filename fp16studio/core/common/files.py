@@ -158,6 +158,17 @@ def keep_backup(path: Path, backup: Path | None = None) -> None:
         raise InputError(f"cannot keep a backup of {path}: {exc.strerror or exc}") from None
 
 
+def keep_backup_when_replaced(path: Path) -> None:
+    """Keep the file at `path` as NAME.bak (`keep_backup`) when its replacement is written
+    whole, right before it moves into place: a command interrupted or failing before that
+    leaves the old file as it was and no NAME.bak that would block the next --force."""
+    _BACKUP_ON_REPLACE.add(path.resolve())
+
+
+# The outputs whose old file is kept as NAME.bak when the new one moves into place.
+_BACKUP_ON_REPLACE: set[Path] = set()
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace `path` with `text` in one step: a crash leaves the old file or the new one."""
     try:
@@ -179,6 +190,9 @@ def _temporary_beside(target: Path):
         os.chmod(handle, stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o644)
         os.close(handle)
         yield tmp
+        if target.resolve() in _BACKUP_ON_REPLACE:   # the new file is whole: now the backup
+            keep_backup(target)
+            _BACKUP_ON_REPLACE.discard(target.resolve())
         tmp.replace(target)
     except BaseException:
         remove_quietly(tmp)

@@ -32,6 +32,8 @@ def parse_recipe(name, key: str = "fp8") -> str:
 
 def shape_reason(in_features: int, out_features: int) -> str | None:
     """Why the recipes refuse a Linear of this shape, or None when they take it."""
+    if not in_features or not out_features:   # 0 divides by 16, but there is nothing to convert
+        return f"zero-width ({in_features}x{out_features}): no weights to convert"
     bad = [f"{name} {size} is not divisible by {SHAPE_MULTIPLE}"
            for name, size in (("in_features", in_features), ("out_features", out_features))
            if size % SHAPE_MULTIPLE]

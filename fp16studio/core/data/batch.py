@@ -9,22 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..common import dtypes
-from ..common.errors import InputError, check_cancel, first_line
+from ..common.errors import InputError, PipelineFailure, check_cancel, first_line
 from ..spec.value import PipelineSpec
 from . import audio
 from .columns import ColumnFacts, check_roles, detect_columns, feature_dtype, processor_input, processor_roles
 from .user_code import load_user_function
-
-
-class PipelineFailure(Exception):
-    """The user's pipeline itself failed at a stage (their code, their casts): a diagnosis result,
-    not bad input. Carries the original exception."""
-
-    def __init__(self, stage: str, exc: BaseException, facts: dict | None = None):
-        super().__init__(f"{stage}: {exc}")
-        self.stage = stage
-        self.exc = exc
-        self.facts = facts or {}
 
 
 @dataclass

@@ -27,14 +27,17 @@ class ColumnFacts:
     shape: tuple | None = None
 
 
-def detect_columns(ds, spec: PipelineSpec) -> dict:
-    """role -> column name: the spec's own choices first, then by feature type and name."""
+def detect_columns(ds, spec: PipelineSpec, preprocessed: bool = True) -> dict:
+    """role -> column name: the spec's own choices first, then by feature type and name.
+    `preprocessed`: `ds` is what the model's inputs are made from, after the spec's preprocess
+    (when it has one), so a column the spec names must be there; export, which never runs the
+    preprocess, reads the rows before it and leaves that check to the script it writes."""
     import datasets
 
     features = ds.features
     names = list(features)
     for role, column in spec.columns.items():
-        if column not in features:
+        if column not in features and (preprocessed or not spec.preprocess):
             raise InputError(f"columns.{role}: dataset has no column {column!r} "
                              f"(columns: {', '.join(names)})")
     roles = dict(spec.columns)

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..common.errors import InputError, first_line
+from ..common.errors import InputError, first_line, raise_if_disk_full
 from ..common.files import regular_file
 from ..hf.hub import hub_went_silent, resolve_dataset_source, silent_message
 from ..spec.value import PipelineSpec
@@ -119,6 +119,7 @@ def _read_source(spec: PipelineSpec):
     except InputError:
         raise
     except Exception as exc:
+        raise_if_disk_full(exc)   # datasets writing its cache
         if hub_went_silent():
             raise InputError(f"dataset {spec.dataset!r} could not be read: "
                              f"{silent_message()}") from None

@@ -7,9 +7,8 @@ import gc
 import time
 
 from ..common import dtypes
-from ..common.errors import check_cancel, first_line, report_progress
+from ..common.errors import PipelineFailure, check_cancel, first_line, raise_if_disk_full, report_progress
 from ..common.gc_pause import gc_paused
-from ..data.batch import PipelineFailure
 from ..hf.loading import is_oom, resolve_device
 from ..run.pipeline import (DeviceUnavailable, no_tensor, prepare_batch, prepare_model, primary_output,
                             run_forward)
@@ -52,7 +51,7 @@ def diagnose(spec: PipelineSpec, progress=None, cancel=None, warm=None) -> Diagn
         if not is_oom(exc):
             raise
         device = resolve_device(spec)
-        error = error_doc(exc, "model", None)
+        error = _failed(exc, "model", None)
         evidence = Evidence(spec=spec, device_type=device.type, param_dtypes={},
                             module_param_dtypes={}, error=error, exception=exc)
         findings = run_rules(evidence)
@@ -85,14 +84,14 @@ def _run(spec, loaded, processor, timings, progress, cancel):
         batch, facts = build.batch, build.facts
     except PipelineFailure as failure:  # the user's data steps failed: part of the diagnosis
         exception, facts = failure.exc, failure.facts
-        error = error_doc(failure.exc, "batch", None)
+        error = _failed(failure.exc, "batch", None)
     if error is None:
         check_cancel(cancel)
         report_progress(progress, "forward", f"forward pass on {device}")
         with _timed(timings, "forward"):
             calls, result, exception, failed_in = _traced_forward(spec, model, batch, device)
         if exception is not None:  # the forward pass failed: that is what we diagnose
-            error = error_doc(exception, "forward", failed_in)
+            error = _failed(exception, "forward", failed_in)
         else:
             output = describe_output(result)
             if output is None:  # nothing a pipeline could use: a failure, said as such
@@ -140,7 +139,7 @@ def _train(spec, model, batch, device, calls, timings, progress):
         run = run_train_steps(spec, model, batch, device, order)
     error = None
     if run.exception is not None:
-        error = error_doc(run.exception, "train", None)
+        error = _failed(run.exception, "train", None)
         run.exception.__traceback__ = None  # its frames hold the model's activations
     found = (fp8_rules.training_unsupported(run.fp8_support, spec.train, str(device))
              + training_findings(run.steps, run.compute_dtype, spec.train, error))
@@ -175,6 +174,12 @@ def _timed(timings: dict, stage: str):
         yield
     finally:
         timings[stage] = round(time.perf_counter() - start, 4)
+
+
+def _failed(exc: BaseException, stage: str, module: str | None) -> dict:
+    """The pipeline's failure as the diagnosis's error; a full disk is not one (DiskFull)."""
+    raise_if_disk_full(exc)
+    return error_doc(exc, stage, module)
 
 
 def error_doc(exc: BaseException, stage: str, module: str | None) -> dict:

@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from ..common.errors import InputError, first_line
+from ..common.hub_cache import cached_snapshot, looks_like_repo_id
 
 # Bounded times for every Hub call (CONTRACT §6): the probe below, then each request's connect
 # and read. huggingface_hub 1.x/2.x reads the two variables when it is imported; its shared
@@ -142,22 +143,6 @@ def bounded_http() -> None:
 
 
 _bounded = False
-
-
-def looks_like_repo_id(value: str) -> bool:
-    parts = value.split("/")
-    return 1 <= len(parts) <= 2 and all(parts) and not value.startswith((".", "~"))
-
-
-def cached_snapshot(repo_id: str, repo_type: str, revision: str | None) -> str | None:
-    """The local snapshot folder of a cached repo, or None when it is not in the cache."""
-    from huggingface_hub import snapshot_download
-
-    try:
-        return snapshot_download(repo_id, repo_type=repo_type, revision=revision,
-                                 local_files_only=True)
-    except Exception:  # noqa: BLE001 - any miss or malformed cache entry: treat as not cached
-        return None
 
 
 def resolve_model_source(value: str, revision: str | None, trust_remote_code: bool,

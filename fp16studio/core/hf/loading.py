@@ -82,10 +82,17 @@ def load_config(folder: str, spec: PipelineSpec):
     trust.check_agreed_model_code(spec)   # the config class may be the model's own code
     with quiet_hf():
         try:
-            return AutoConfig.from_pretrained(folder, trust_remote_code=spec.trust_remote_code)
+            return AutoConfig.from_pretrained(folder, **code_kwargs(spec))
         except Exception as exc:  # noqa: BLE001 - the user's settings (or their config class)
             raise InputError(f"model {spec.model!r}: unreadable config "
                              f"({type(exc).__name__}: {first_line(exc)})") from None
+
+
+def code_kwargs(spec: PipelineSpec) -> dict:
+    """from_pretrained's arguments for the model's own code: code consented to is read from the
+    cache that was digested (`trust.model_code_sources`), never a newer revision from the Hub."""
+    return {"trust_remote_code": spec.trust_remote_code,
+            **({"local_files_only": True} if trust.model_code_pinned(spec) else {})}
 
 
 def _refuse_remote_code(config: dict, spec: PipelineSpec):
@@ -149,7 +156,7 @@ def load_model(spec: PipelineSpec, device) -> LoadedModel:
     task, arch = resolve_task(config, spec)
     cls = getattr(transformers, model_class_name(spec, task, arch))
     kwargs = {"dtype": "auto" if spec.model_dtype == "auto" else dtypes.to_torch(spec.model_dtype),
-              "trust_remote_code": spec.trust_remote_code}
+              **code_kwargs(spec)}
     if islands_load_float32(spec):
         kwargs["dtype"] = dtypes.to_torch("float32")
     if spec.device_map:
@@ -435,10 +442,10 @@ def load_processor(folder: str, model, spec: PipelineSpec):
     import transformers
 
     family = processor_class(model)
+    trust.check_agreed_model_code(spec)   # a tokenizer's auto_map may name code too
     with quiet_hf():
         try:
-            processor = getattr(transformers, family).from_pretrained(
-                folder, trust_remote_code=spec.trust_remote_code)
+            processor = getattr(transformers, family).from_pretrained(folder, **code_kwargs(spec))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise InputError(f"model {spec.model!r} has no usable {family[4:]} "
                              f"({first_line(exc)})") from None

@@ -20,8 +20,11 @@ from typing import TypedDict
 
 from ..common import dtypes
 from ..common.codec import Document
-from ..common.errors import Cancelled, InputError, check_cancel, first_line, report_progress
-from ..run.distance import reference_copy
+from ..common.errors import (Cancelled, InputError, check_cancel, first_line, raise_if_disk_full,
+                             report_progress)
+from ..diagnostics.findings import Finding
+from ..diagnostics.rules.ranges import variant_not_finite
+from ..run.distance import nonfinite_count, reference_copy
 from ..spec.value import PipelineSpec
 from .device import peak_gb_per_s, peak_tflops, variant_support
 from .measure import (Limits, MemoryProbe, count_flops, device_busy_ms, drift, gemm_dims,
@@ -153,6 +156,8 @@ class BenchResult(Document):
     reference_error: str | None = None
     # One sentence: does half precision pay here, and if not, why (core.precision.verdict).
     verdict: str | None = None
+    # A variant whose output is not finite: `overflow`, judged on that before any speed.
+    findings: list[Finding] = field(default_factory=list)
 
 
 def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_sample=None,
@@ -207,6 +212,8 @@ def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_
         steps = _measure(runs, out, reference, device, result.device_name, limits, progress,
                          cancel, on_sample)
         result.verdict = _judge(steps, out, device, runs)
+        result.findings = [variant_not_finite(v.name, v.nonfinite_outputs, v.output)
+                           for v in out.values() if v.ok and v.nonfinite_outputs]
     finally:  # nothing may hold a model when the memory is given back
         runs.clear()
         loader.clear()
@@ -310,9 +317,11 @@ def _measure(runs, out, reference, device, device_name, limits, progress, cancel
         variant.weights_bytes = weights_bytes(run.model)
         probes[name].measure(fns[name])  # the CPU's peak: one more call, untimed
         variant.output = output_summary(timing.output)
+        copy = reference_copy(timing.output)
         for key, value in {**probes[name].result(variant.weights_bytes),
-                           **drift(reference, reference_copy(timing.output))}.items():
+                           **drift(reference, copy)}.items():
             setattr(variant, key, value)
+        variant.nonfinite_outputs = nonfinite_count(copy)   # with or without a reference
         peak = peak_tflops(device, device_name, name)
         if flops and per_s:
             variant.flops_per_sample = flops // size
@@ -325,7 +334,8 @@ def _measure(runs, out, reference, device, device_name, limits, progress, cancel
                           busy_ms=device_busy_ms(fns[name], device), flops=flops,
                           bytes=variant.peak_memory_bytes, peak_tflops=peak,
                           peak_gb_per_s=peak_gb_per_s(device, device_name),
-                          support=variant.support, spread=variant.spread))
+                          support=variant.support, spread=variant.spread,
+                          nonfinite=variant.nonfinite_outputs))
     return steps
 
 
@@ -370,9 +380,11 @@ def batch_info(batch: dict) -> dict:
 
 
 def describe(exc: BaseException) -> str:
-    """One line for the report: the type and the first line of the message."""
+    """One line for the report: the type and the first line of the message (a full disk is
+    not the variant's failure: DiskFull)."""
     import torch
 
+    raise_if_disk_full(exc)
     if isinstance(exc, torch.cuda.OutOfMemoryError):
         return "out of memory: " + first_line(exc)
     message = first_line(exc)

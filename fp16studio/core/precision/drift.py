@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..common.codec import Document, meta
-from ..common.errors import Cancelled, InputError, check_cancel, first_line, report_progress
+from ..common.errors import (Cancelled, InputError, check_cancel, first_line, raise_if_disk_full,
+                             report_progress)
 from ..diagnostics.findings import Finding
 from ..diagnostics.report import RunError
 from ..diagnostics.rules.ranges import drift_finding, drift_reference_broken
@@ -125,7 +126,7 @@ def drift(spec: PipelineSpec, variant: str | None = None, progress=None, cancel=
     """
     import time
 
-    from ..data.batch import PipelineFailure
+    from ..common.errors import PipelineFailure
     from ..run.pipeline import DeviceUnavailable, prepare_batch, prepare_model, primary_output
 
     variant = parse_variant(variant) if variant else default_variant(spec)
@@ -213,4 +214,5 @@ def _traced_forward(spec, loaded, batch, recorder, stage):
 
 
 def _error(exc, stage) -> dict:
+    raise_if_disk_full(exc)   # not the run's failure: the user's disk
     return {"type": type(exc).__name__, "message": first_line(exc, 500), "stage": stage}

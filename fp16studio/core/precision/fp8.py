@@ -21,7 +21,7 @@ import itertools
 import math
 from typing import NamedTuple
 
-from ..common.errors import InputError, check_cancel, first_line, report_progress
+from ..common.errors import InputError, check_cancel, first_line, raise_if_disk_full, report_progress
 from ..common.float8 import parse_recipe
 from ..common.precision import float8_scale
 from ..common.library_logs import library_logs_quieted
@@ -120,14 +120,17 @@ class LinearProbe:
         self.calls: list[SampledCall] = []
         self.weight_range = None             # aminmax of the whole weight, at its first call
         self.values = [0, 0]                 # [output values sampled, output values]
-        self.handle = module.register_forward_hook(self.measure)
+        # With the call's keywords: a layer called as `self.a(input=h)` is measured too.
+        self.handle = module.register_forward_hook(self.measure, with_kwargs=True)
 
-    def measure(self, module, args, output):
+    def measure(self, module, args, kwargs, output):
         import torch
 
-        if not args or not torch.is_tensor(args[0]) or not torch.is_tensor(output):
+        x = args[0] if args else kwargs.get("input")
+        if not torch.is_tensor(x) or not torch.is_tensor(output) or not x.numel() \
+                or not output.numel():   # a zero-width layer: nothing to measure or convert
             return
-        x = args[0].detach().reshape(-1, self.layer.in_features)
+        x = x.detach().reshape(-1, self.layer.in_features)
         out = output.detach().reshape(-1, self.layer.out_features)
         self.layer.flops += 2 * x.shape[0] * self.layer.in_features * self.layer.out_features
         self.layer.rows = max(self.layer.rows, x.shape[0])
@@ -297,11 +300,10 @@ def fp8_plan(spec: PipelineSpec, recipe: str = "tensorwise",
     """The FP8 plan of the spec's pipeline with `recipe`. Raises InputError for bad input
     (a forward pass that fails in bfloat16 included) and Cancelled."""
     from ..run.pipeline import prepare
-    from .bench import variant_spec
 
     recipe = parse_recipe(recipe)
     float8 = torchao_float8()
-    bf16 = variant_spec(spec, "bfloat16")
+    bf16 = plan_spec(spec)
     with library_logs_quieted():
         prepared = prepare(bf16, progress, cancel)
     device, model = prepared.device, prepared.model
@@ -313,6 +315,7 @@ def fp8_plan(spec: PipelineSpec, recipe: str = "tensorwise",
     try:
         layers = measured_layers(prepared, recipe, float8, config)
     except Exception as exc:  # noqa: BLE001 - the user's pipeline fails in bfloat16: say why
+        raise_if_disk_full(exc)
         raise InputError(f"fp8: the bfloat16 forward pass failed ({type(exc).__name__}: "
                          f"{first_line(exc, 300)}); diagnose the spec first") from None
     decide(layers, threshold_db)
@@ -325,6 +328,16 @@ def fp8_plan(spec: PipelineSpec, recipe: str = "tensorwise",
     plan.findings = fp8_rules.plan_findings(layers, threshold_db, recipe, plan.device, support,
                                             supported, spec.train)
     return plan
+
+
+def plan_spec(spec: PipelineSpec) -> PipelineSpec:
+    """The spec as the FP8 plan runs it: in bfloat16 (bench's variant), and where modules kept
+    in float32 (`keep_fp32`) meet bfloat16 ones under the spec's autocast, as `diagnose` runs
+    them, under bfloat16 autocast (without it their dtypes do not meet)."""
+    from .bench import variant_spec
+
+    bf16 = variant_spec(spec, "bfloat16")
+    return bf16.replace(autocast="bfloat16") if spec.keep_fp32 and spec.autocast else bf16
 
 
 def measured_layers(prepared, recipe: str, float8, config,

@@ -5,6 +5,7 @@ a device runs and the shape rule are FP8 facts of their own (core/common/float8.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TypedDict
 
@@ -64,6 +65,16 @@ class LayerPlan(Document):
     flops: int = field(default=0, repr=False, metadata=meta(internal=True))
     rows: int = field(default=0, repr=False, metadata=meta(internal=True))
 
+    @property
+    def finite(self) -> bool:
+        """False when its weight or an input held inf/NaN: no scale FP8 could take."""
+        return all(value is None or math.isfinite(value)
+                   for value in (self.weight_amax, self.input_amax))
+
+
+# Why a layer whose weight or input holds inf/NaN is not planned to FP8 (and a finding says so).
+NOT_FINITE = "its weight or input holds inf/NaN: FP8 has no scale for it"
+
 
 def decide(layers: list[LayerPlan], threshold_db: float = SENSITIVE_SQNR_DB) -> None:
     """Each layer's share, eligibility (and why) and whether it stays bfloat16, in place."""
@@ -72,10 +83,14 @@ def decide(layers: list[LayerPlan], threshold_db: float = SENSITIVE_SQNR_DB) -> 
     for layer in layers:
         layer.flops_share = layer.flops / total if total else 0.0
         refused = shape_reason(layer.in_features, layer.out_features)
-        if not layer.flops:
+        if not (layer.in_features and layer.out_features):
+            layer.eligible, layer.reason = False, refused
+        elif not layer.flops:
             layer.eligible, layer.reason = False, "did not run on this batch"
         elif refused:
             layer.eligible, layer.reason = False, refused
+        elif not layer.finite:
+            layer.eligible, layer.reason = False, NOT_FINITE
         elif layer.flops < SMALL_SHARE_OF_LARGEST * largest:
             layer.eligible, layer.reason = False, (
                 f"too small to gain: {layer.flops / largest:.2%} of the largest layer's GEMM")

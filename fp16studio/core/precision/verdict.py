@@ -36,6 +36,11 @@ class Step:
     peak_gb_per_s: float | None = None
     support: str | None = "native"
     spread: float | None = None     # how far its rounds' medians lay apart (measure.Timing.spread)
+    nonfinite: int = 0              # inf/NaN values in its output: a broken variant, not a speed
+
+    @property
+    def broken(self) -> bool:
+        return self.nonfinite > 0
 
     @property
     def stable(self) -> bool:
@@ -87,27 +92,63 @@ def judge(steps: list[Step], device_type: str, threads: int | None = None,
     ref = next((s for s in steps if s.name == "float32"), None)
     gpu = device_type == "cuda"
     odd = misaligned(gemm_dims) if gpu else []
+    # A variant whose output is not finite is judged on that first: no speed is said of it, and
+    # nothing is said against a float32 reference that is itself broken.
+    judged = ref if ref is not None and not ref.broken else None
     figures = {}
     for step in steps:
-        speed = ref.wall_ms / step.wall_ms if ref and step.wall_ms else None
-        kernels = (ref.busy_ms / step.busy_ms if ref and ref.busy_ms and step.busy_ms
+        speed = judged.wall_ms / step.wall_ms if judged and step.wall_ms else None
+        kernels = (judged.busy_ms / step.busy_ms if judged and judged.busy_ms and step.busy_ms
                    else None)
-        words = (_gpu_words(step, ref, speed, kernels, odd) if step.busy_ms is not None
-                 else _cpu_words(step, ref, speed, threads))
+        if step.broken:
+            words = broken_words(step)
+        else:
+            words = (_gpu_words(step, ref, speed, kernels, odd) if step.busy_ms is not None
+                     else _cpu_words(step, ref, speed, threads))
         figures[step.name] = {
             "busy_ms": step.busy_ms,
             "overhead_ms": (step.wall_ms - step.busy_ms) if step.busy_ms is not None else None,
-            "bound": bound(step), "kernel_speedup": kernels, "verdict": words}
-    best = _fastest(steps, ref)
-    overall = _overall(steps, ref, best, figures, threads)
-    compared = [s for s in (ref, best) if s is not None]
+            "bound": bound(step), "kernel_speedup": None if step.broken else kernels,
+            "verdict": words}
+    return figures, " ".join(_sentences(steps, ref, threads, figures))
+
+
+def broken_words(step: Step) -> str:
+    return (f"{step.name}'s output holds {step.nonfinite} inf/NaN values: it is broken here, so "
+            "its speed is not judged.")
+
+
+def _sentences(steps, ref, threads, figures) -> list[str]:
+    """The whole bench's verdict: whether the figures are steady enough to rank (float32's
+    and the fastest variant's spread within the bound), which variants are broken, and only
+    then the ranking."""
+    broken = [s for s in steps if s.broken]
+    if ref is not None and ref.broken:
+        return [f"float32's own output holds {ref.nonfinite} inf/NaN values, so no variant is "
+                "ranked against it: look for a NaN or inf in the weights or the inputs."]
+    best = _fastest([s for s in steps if not s.broken], ref)
+    compared = [ref, best] if ref is not None and best is not None else []
     unsteady = [s for s in compared if not s.stable]
-    if unsteady and len(compared) == 2:
+    said = []
+    if unsteady:
         # Said as measured: the cause (other load, clocks, Python's own jitter) is not known.
-        overall += (f" {' and '.join(s.name for s in unsteady)} varied "
-                    f"{' and '.join(f'{s.spread:.0%}' for s in unsteady)} between rounds: "
-                    "measure again, for longer or on a quieter machine, before trusting this.")
-    return figures, overall
+        where = "" if best.busy_ms is not None else \
+            f" on this CPU ({threads} threads)" if threads else " on this CPU"
+        said.append(f"The figures{where} are not stable enough to rank: "
+                    f"{' and '.join(s.name for s in unsteady)} varied "
+                    f"{' and '.join(f'{s.spread:,.0%}' for s in unsteady)} between rounds (more "
+                    f"than {STABLE_SPREAD:.0%}); measure again, for longer or on a quieter machine.")
+    if broken:
+        said.append(f"{_names(broken)} {'is' if len(broken) == 1 else 'are'} not ranked: "
+                    f"{'its' if len(broken) == 1 else 'their'} output holds inf/NaN values.")
+    if not unsteady and not (broken and best is None):
+        said.append(_overall(steps, ref, best, figures, threads))
+    return said
+
+
+def _names(steps) -> str:
+    names = [s.name for s in steps]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _fastest(steps, ref):

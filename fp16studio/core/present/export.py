@@ -74,9 +74,9 @@ def _checked(text: str, path: str | Path | None) -> str:
 def export_fp8_script(spec: PipelineSpec, plan, path: str | Path | None = None) -> str:
     """The script of the pipeline in bfloat16 (as its FP8 plan ran it) with exactly the plan's
     layers converted by torchao's `convert_to_float8_training` (`plan`: an fp8 Fp8Plan)."""
-    from ..precision.bench import variant_spec
+    from ..precision.fp8 import plan_spec
 
-    resolved = _plan(variant_spec(spec, "bfloat16"))
+    resolved = _plan(plan_spec(spec))
     resolved.fp8 = {"recipe": plan.recipe, "converted": plan.converted,
                     "keep_bf16": plan.keep_bf16, "training": False}
     return _checked(render(resolved), path)
@@ -115,7 +115,7 @@ def _plan(spec: PipelineSpec) -> _Plan:
         processor = loading.load_processor(folder, skeleton, spec)
         rows = sources.load_rows(spec, config, processor)
         audio_columns = [c for c in rows.column_names if _is_audio(rows, c)]
-        roles = columns.detect_columns(rows, spec)
+        roles = columns.detect_columns(rows, spec, preprocessed=False)
     main_input = getattr(skeleton, "main_input_name", "input_ids")
     preprocess = None
     if spec.preprocess:

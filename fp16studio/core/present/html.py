@@ -218,6 +218,7 @@ def _bench(bench: dict) -> str:
     parts = [f'<section id="bench">\n<h2>Benchmark</h2>\n{_key_table(_bench_facts(bench))}']
     if bench.get("verdict"):
         parts.append(f"<p><strong>Verdict:</strong> {_e(bench['verdict'])}</p>")
+    parts.extend(_finding(f) for f in by_severity(bench.get("findings") or []))
     for title, value_of, fmt in _BENCH_CHARTS:
         rows = [(str(v.get("name", "?")), value_of(v)) for v in variants if v.get("ok")]
         rows = [(name, value) for name, value in rows if isinstance(value, (int, float))]

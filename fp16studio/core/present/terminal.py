@@ -143,6 +143,8 @@ def format_bench(doc: dict) -> str:
     lines.append("")
     if doc.get("verdict"):
         lines += _wrapped(f"verdict: {doc['verdict']}")
+    for finding in doc.get("findings") or ():
+        lines += finding_lines(finding)
     for v in variants:
         if v["ok"]:
             lines += _wrapped(v.get("verdict") or v["name"], "  ")

@@ -70,12 +70,18 @@ def reference_copy(output):
     return None if tensor is None else (name, tensor.detach().float().cpu())
 
 
+def nonfinite_count(copy) -> int:
+    """inf/NaN values in a `reference_copy`'s tensor (0 for none)."""
+    import torch
+
+    return 0 if copy is None else int((~torch.isfinite(copy[1])).sum())
+
+
 def output_distance(reference, variant) -> dict:
     """Two runs' primary outputs (each a `reference_copy`) compared: {"name", "max_abs_diff",
     "cosine", "sqnr_db", "top1_agreement", "nonfinite"}. Top-1 agreement only for logits: the
     share of rows whose argmax is unchanged. Where the variant holds inf/NaN they are counted
     and the rest is None; all but the name is None where the outputs are not the same one."""
-    import torch
 
     out = {"name": variant[0] if variant else None, **dict.fromkeys(DISTANCES),
            "top1_agreement": None, "nonfinite": None}
@@ -84,7 +90,7 @@ def output_distance(reference, variant) -> dict:
     (ref_name, ref), (name, var) = reference, variant
     if ref_name != name or ref.shape != var.shape:
         return out
-    out["nonfinite"] = int((~torch.isfinite(var)).sum())
+    out["nonfinite"] = nonfinite_count(variant)
     if out["nonfinite"]:
         return out
     out |= distances(distance_sums(ref, var).tolist())

@@ -2,9 +2,12 @@
 reserved first argument, so that one command works from a source tree, an installed package
 and the frozen program (whose `sys.executable` is the app itself, not a Python that takes -m):
 
-    python -m fp16studio  --fp16studio-trace-runner PIPE SCRIPT [ARGS...]
-    <frozen fp16studio>   --fp16studio-trace-runner PIPE SCRIPT [ARGS...]
-    <--python PATH> -c BOOT <package folder> --fp16studio-trace-runner ...
+    python -c BOOT <package folder> --fp16studio-trace-runner PIPE SCRIPT [ARGS...]
+    <frozen fp16studio>             --fp16studio-trace-runner PIPE SCRIPT [ARGS...]
+
+(`python` is this one, or the one given with --python.) Not `python -m`: that puts the working
+folder first on the import path, where a `typing_extensions.py` or `fp16studio.py` of the
+user's would be imported by our own start; `python SCRIPT` never imports from there.
 
 fp16studio/__main__.py hands that argument to core/script/runner.py before the command line
 is parsed. PIPE names the write end of a pipe of the child's own (core/common/frames.py), where
@@ -40,12 +43,16 @@ RESULT_TYPES = TypedJson({
         ("Finding", "diagnostics.findings"), ("Fix", "diagnostics.findings"),
         ("CodeEdit", "diagnostics.findings"), ("TensorNode", "diagnostics.tree"))})
 
-# Under another interpreter (--python): fp16studio from this installation's package folder
-# (in the frozen build: the sources the bundle carries beside its archive), without putting that
-# folder's parent on the path, where site-packages or the bundle's other libraries would shadow
-# the interpreter's own torch. Then the same entry as everywhere: fp16studio/__main__.py.
+# First the working folder `-c` puts on the import path goes (`-P` semantics, on 3.10 too), so
+# nothing is imported from it before the runner puts the script's own folder there. Then
+# fp16studio from this installation's package folder (in the frozen build: the sources the
+# bundle carries beside its archive), without putting that folder's parent on the path, where
+# site-packages or the bundle's other libraries would shadow another interpreter's own torch
+# (--python). Then the same entry as everywhere: fp16studio/__main__.py.
 BOOT = """\
 import sys
+if not getattr(sys.flags, "safe_path", False):
+    del sys.path[0]
 if sys.version_info < {min_python}:
     sys.exit("it is Python %d.%d; fp16studio needs {min_text} or newer" % sys.version_info[:2])
 import importlib.util, runpy
@@ -72,11 +79,9 @@ def package_folder() -> Path:
 
 def runner_command(python: str | None = None) -> list[str]:
     """The command that starts the runner: this program itself, or `python`'s boot."""
-    if python is not None:
-        return [python, "-c", BOOT, str(package_folder()), RUNNER_ARG]
-    if frozen():
+    if python is None and frozen():
         return [sys.executable, RUNNER_ARG]
-    return [sys.executable, "-m", "fp16studio", RUNNER_ARG]
+    return [python or sys.executable, "-c", BOOT, str(package_folder()), RUNNER_ARG]
 
 
 def restore_library_path(env) -> None:

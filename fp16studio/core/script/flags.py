@@ -132,7 +132,6 @@ class FlagWatch:
             if source is not None and _asks_half(args):
                 flags.settings.append(_arguments_setting(args, source))
 
-        __post_init__.__wrapped__ = original
         return __post_init__
 
     def _accelerator(self, original):
@@ -151,7 +150,6 @@ class FlagWatch:
                 raise
             flags._accelerator_made(acc, direct)
 
-        __init__.__wrapped__ = original
         return __init__
 
     def _accelerator_made(self, acc, direct):
@@ -195,7 +193,6 @@ class FlagWatch:
                     device=type(getattr(trainer, "accelerator", None)).__name__
                     .replace("Accelerator", "").lower() or None, ref=weakref.ref(trainer)))
 
-        __init__.__wrapped__ = original
         return __init__
 
     def _autocast_init(self, original):
@@ -217,7 +214,6 @@ class FlagWatch:
                     source, device_type, str(autocast.fast_dtype).replace("torch.", ""),
                     by_user=not enabled))
 
-        __init__.__wrapped__ = original
         return __init__
 
     # -- findings -------------------------------------------------------------------------------

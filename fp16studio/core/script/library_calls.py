@@ -16,9 +16,11 @@ peft is not imported for this: its attributes are wrapped the moment the script 
 from __future__ import annotations
 
 import importlib.abc
+import importlib.metadata
 import importlib.util
 import sys
 import weakref
+from pathlib import Path
 
 from ..common import dtypes
 
@@ -32,9 +34,12 @@ def watch_libraries(rec):
 
 def after_import(name: str, then, errors: list):
     """`then(module)` now if the package `name` is imported, else right after the script
-    imports it (before its importing line goes on). A failure of `then` is ours: it goes to
-    `errors`, and the script's import goes on. Returns what `unwatch` takes."""
+    imports it (before its importing line goes on), when it is the installed library of that
+    name (`installed_library`), not a module of the script's own. A failure of `then` is ours:
+    it goes to `errors`, and the script's import goes on. Returns what `unwatch` takes."""
     def guarded(module):
+        if not installed_library(module, name):
+            return
         try:
             then(module)
         except Exception as bug:  # noqa: BLE001 - ours must not change the script
@@ -46,6 +51,21 @@ def after_import(name: str, then, errors: list):
     finder = _AfterImport(name, guarded)
     sys.meta_path.insert(0, finder)
     return finder
+
+
+def installed_library(module, name: str) -> bool:
+    """Whether `module` is the package its distribution `name` installed (its files are that
+    distribution's), not a `peft.py` or `lightning.py` of the script's own folder."""
+    try:
+        distribution = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    origin = getattr(module, "__file__", None)
+    if origin is None:
+        return False
+    origin = Path(origin).resolve()
+    return any(distribution.locate_file(file).resolve() == origin
+               for file in distribution.files or () if file.name == origin.name)
 
 
 def unwatch(finder):
@@ -114,7 +134,6 @@ def _dtype_decision(rec, original, by: str, advice: str):
                               "source": source, "by": by, "before": before, "advice": advice})
         return result
 
-    decide.__wrapped__ = original
     return decide
 
 
@@ -127,7 +146,6 @@ def _wrapper_made(rec, original):
             rec.wraps[wrapper] = {"model": weakref.ref(model), "source": source,
                                   "by": _entry_called(rec.user, frame)}
 
-    __init__.__wrapped__ = original
     return __init__
 
 

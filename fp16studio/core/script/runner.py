@@ -1,7 +1,7 @@
 """The child process of `fp16studio trace`: run the user's script as `python SCRIPT ARGS` would,
 with the tracer and the spec recorder installed, then write the result for the parent.
 
-    python -m fp16studio --fp16studio-trace-runner PIPE SCRIPT [ARGS...]
+    python -c BOOT PACKAGE --fp16studio-trace-runner PIPE SCRIPT [ARGS...]
 
 (the frozen program takes the same arguments; core/script/entry.py). What it tells the parent
 goes over the pipe PIPE names, as frames (entry.RESULT_TYPES): "started" once the tracer is in
@@ -24,7 +24,7 @@ from ..common.errors import first_line
 from ..common.frames import FrameWriter, child_end
 from ..common.library_logs import quiet_library_logs
 from ..common.precision import is_ours
-from .entry import (CHECK_ARG, DEFAULT_STEPS, NEEDS, RESULT_TYPES, STEPS_ENV, frozen,
+from .entry import (CHECK_ARG, DEFAULT_STEPS, NEEDS, RESULT_TYPES, STEPS_ENV,
                     restore_library_path)
 from .proof import SCRIPT_HOME_ENV
 from .rank_files import RankFiles
@@ -57,13 +57,9 @@ def main(argv: list[str]) -> int:
         rank.start_beat(watch)
     _as_python_runs_a_script()
     sys.argv = [str(script_path), *args]
-    # As `python SCRIPT` does: its folder imports first, in place of the folder `-m` or `-c`
-    # put there; the frozen program's first entry is its own standard library (kept).
-    our_path = None if frozen() else sys.path[0]
-    if our_path is None:
-        sys.path.insert(0, str(script_path.parent))
-    else:
-        sys.path[0] = str(script_path.parent)
+    # As `python SCRIPT` does: its folder imports first (the boot took the working folder off,
+    # entry.BOOT; the frozen program's first entry is its own standard library, kept).
+    sys.path.insert(0, str(script_path.parent))
     home = os.environ.pop(SCRIPT_HOME_ENV, None)   # a proof's copy: the modules beside the script
     if home:
         sys.path.insert(1, home)
@@ -86,10 +82,7 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late interrupt must not lose the result
         watch.uninstall()
         if sys.path and sys.path[0] == str(script_path.parent):
-            if our_path is None:     # what we import from here on is ours, not the folder's
-                del sys.path[0]
-            else:
-                sys.path[0] = our_path
+            del sys.path[0]   # what we import from here on is ours, not the folder's
     seconds = time.perf_counter() - start
     sys.stdout.flush()
     _send(parent, rank, assemble(watch, str(script_path), args, outcome, seconds), final=True)

@@ -158,7 +158,6 @@ class StepWatch:
                 step.grads = gradient_stats(named, watch._forward_order(), fp8.result())
             return result
 
-        backward.__wrapped__ = original
         return backward
 
     def _failed_backward(self, exc: Exception, source: dict | None) -> BackwardFailure:
@@ -219,7 +218,6 @@ class StepWatch:
                 step.done = True   # run, or skipped for inf/NaN gradients: the step is over
             return result
 
-        call.__wrapped__ = original
         return call
 
     def _clip(self, original):
@@ -231,7 +229,6 @@ class StepWatch:
                 step.scaler.append(("clip", watch._source()))
             return original(*args, **kwargs)
 
-        clip_grad_norm_.__wrapped__ = original
         return clip_grad_norm_
 
     def _before_step(self, optimizer, args, kwargs):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import sys
 import sysconfig
+import types
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,7 +91,12 @@ class Patches:
         self._saved: list[tuple] = []
 
     def set(self, owner, name: str, wrapper):
-        self._saved.append((owner, name, owner.__dict__[name]))
+        original = owner.__dict__[name]
+        self._saved.append((owner, name, original))
+        if isinstance(wrapper, types.FunctionType):
+            # The wrapped function's identity (name, module, doc, __wrapped__): a script that
+            # reads `prepare_model_for_kbit_training.__name__` reads what it reads without us.
+            functools.update_wrapper(wrapper, getattr(original, "__func__", original))
         setattr(owner, name, wrapper)
 
     def undo(self):

@@ -2,8 +2,9 @@
 
 A spec runs code of two kinds: its `preprocess` function, and with `trust_remote_code` the
 model's own Python files (`auto_map`). A spec or session read from a file runs either only when
-the file's content, together with that code (the preprocess file; the .py files of a local
-model folder and of each other local folder its `auto_map` names), is in the trust store: a
+the file's content, together with that code (the preprocess file; the .py files of the model
+and of each folder or Hub repository its `auto_map` names, a Hub repository with the commit its
+revision resolves to in the cache), is in the trust store: a
 list of SHA-256 digests in the config folder. A digest gets there when the user says so (the
 CLI's `--trust`, the window's question) or when fp16studio itself writes the file (a spec or
 session saved by the app, the demo): that is how "the user wrote it" is known. Any change to
@@ -16,11 +17,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..common.config_folder import config_list, update_config_list
 from ..common.errors import InputError
 from ..common.files import expand_user, read_bytes
+from ..common.hub_cache import cached_snapshot, looks_like_repo_id
 from .value import PipelineSpec
 
 STORE = "trusted.json"
@@ -100,8 +103,17 @@ def check_agreed_model_code(spec: PipelineSpec) -> None:
 
 
 def _code_key(spec: PipelineSpec) -> str | None:
-    local = spec.local_path(spec.model) if spec.trust_remote_code else None
-    return f"model code {local.resolve()}" if local is not None else None
+    if not spec.trust_remote_code:
+        return None
+    local = spec.local_path(spec.model)
+    return f"model code {local.resolve() if local is not None else spec.model}"
+
+
+def model_code_pinned(spec: PipelineSpec) -> bool:
+    """True when this process agreed to run exactly the spec's model code (see `consent`): the
+    load then reads only what was digested (the cache), never a newer revision from the Hub."""
+    key = _code_key(spec)
+    return bool(key and _AGREED.get(key))
 
 
 def agreed() -> tuple:
@@ -128,10 +140,7 @@ def _question(path: str | Path, spec: PipelineSpec) -> str:
         file, _, function = spec.preprocess.rpartition(":")
         what.append(f"the Python function {function!r} from {spec.resolve_path(file)}")
     if spec.trust_remote_code:
-        local = spec.local_path(spec.model)
-        folders = list(dict.fromkeys(str(code.parent) for code in model_code_files(spec)))
-        where = (" and ".join(folders) if folders else str(local)) if local is not None else \
-            "the Hub repository " + repr(spec.model)
+        where = " and ".join(source.words() for source in model_code_sources(spec))
         what.append(f"the model's own code (trust_remote_code) from {where}")
     return f"{Path(path).name} runs {' and '.join(what)}"
 
@@ -177,27 +186,70 @@ def _read(path: str | Path, spec: PipelineSpec) -> tuple[str, str | None, str]:
 
 
 def model_code_digest(spec: PipelineSpec) -> str:
-    """SHA-256 of every code file loading the spec's local model with trust_remote_code would
-    import (`model_code_files`: names and bytes); "" when there is none."""
+    """SHA-256 of every code file loading the spec's model with trust_remote_code would import
+    (`model_code_sources`: a Hub repository's name and resolved revision, each file's name and
+    bytes); "" without trust_remote_code."""
+    if not spec.trust_remote_code:
+        return ""
     hasher = hashlib.sha256()
-    local = spec.local_path(spec.model) if spec.trust_remote_code else None
-    for code in model_code_files(spec):
-        inside = code.parent == local.resolve()
-        hasher.update(b"\0" + (code.name if inside else str(code.resolve())).encode() + b"\0")
-        hasher.update(read_bytes(code, "model code"))
-    return hasher.hexdigest() if local is not None else ""
+    for source in model_code_sources(spec):
+        hasher.update(b"\0" + source.words().encode() + b"\0")
+        for code in source.files():
+            hasher.update(b"\0" + code.name.encode() + b"\0")
+            hasher.update(read_bytes(code, "model code"))
+    return hasher.hexdigest()
 
 
-def model_code_files(spec: PipelineSpec) -> list[Path]:
-    """The .py files a trust_remote_code load of the spec's local model folder can import: the
-    folder's own, and those of each local folder its `auto_map` names (`folder--module.Class`,
-    which transformers loads from that folder, relative to the working folder). Found by
-    reading the configs, never by running anything."""
-    local = spec.local_path(spec.model) if spec.trust_remote_code else None
-    if local is None or not local.is_dir():
+@dataclass(frozen=True)
+class CodeSource:
+    """Where code a trust_remote_code load imports lives: a local folder, or a Hub repository's
+    snapshot in the Hugging Face cache at the commit its revision resolves to now (a moved
+    revision is another source, so another digest and a new question)."""
+    folder: Path
+    repo: str | None = None
+    revision: str | None = None
+
+    def words(self) -> str:
+        return str(self.folder) if self.repo is None else \
+            f"the Hub repository {self.repo!r} at revision {self.revision}"
+
+    def files(self) -> list[Path]:
+        return sorted(self.folder.glob("*.py"))
+
+
+def model_code_sources(spec: PipelineSpec) -> list[CodeSource]:
+    """Every source of code a trust_remote_code load of the spec's model can import: the model
+    itself (a local folder, or a Hub repository) and each place its configs' `auto_map` names
+    (`repo--module.Class`: a folder relative to the working folder, as transformers reads it,
+    else a Hub repository at its "main", transformers' default for another repository's code).
+    Found by reading the configs, never by running anything. A Hub repository that is not in
+    the cache cannot be read before the question, so it is refused (InputError) until fetched."""
+    if not spec.trust_remote_code:
         return []
-    folders = dict.fromkeys([local.resolve(), *_auto_map_folders(local)])
-    return [code for folder in folders for code in sorted(folder.glob("*.py"))]
+    local = spec.local_path(spec.model)
+    if local is None:
+        model = _hub_source(spec.model, spec.revision)
+    elif local.is_dir():
+        model = CodeSource(local.resolve())
+    else:
+        return []
+    sources = {model: None}
+    for reference in _auto_map_references(model.folder):
+        folder = expand_user(reference)
+        if folder.is_dir():
+            sources[CodeSource(folder.resolve())] = None
+        elif looks_like_repo_id(reference):
+            sources[_hub_source(reference, None)] = None
+    return list(sources)
+
+
+def _hub_source(repo: str, revision: str | None) -> CodeSource:
+    snapshot = cached_snapshot(repo, "model", revision) if looks_like_repo_id(repo) else None
+    if snapshot is None:
+        raise InputError(f"model code (trust_remote_code) from the Hub repository {repo!r} is not in "
+                         "the Hugging Face cache, so it cannot be read before you agree to run it; "
+                         f"fetch it first (hf download {repo}), then run again")
+    return CodeSource(Path(snapshot).resolve(), repo, Path(snapshot).name)
 
 
 # The files whose `auto_map` says where a model's, tokenizer's or processor's code lives.
@@ -205,10 +257,10 @@ _AUTO_MAP_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.
                    "processor_config.json")
 
 
-def _auto_map_folders(local: Path):
-    """Local folders named by `repo--module.Class` references in `local`'s configs."""
+def _auto_map_references(folder: Path):
+    """The `repo` of each `repo--module.Class` reference in `folder`'s configs."""
     for name in _AUTO_MAP_FILES:
-        path = local / name
+        path = folder / name
         if not path.is_file():
             continue
         try:
@@ -223,9 +275,7 @@ def _auto_map_folders(local: Path):
         for reference in references:
             for text in reference if isinstance(reference, list) else [reference]:
                 if isinstance(text, str) and "--" in text:
-                    folder = expand_user(text.split("--")[0])
-                    if folder.is_dir():
-                        yield folder.resolve()
+                    yield text.split("--")[0]
 
 
 def _record(key: str) -> bool:

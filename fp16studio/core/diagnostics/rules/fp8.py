@@ -11,6 +11,7 @@ import re
 
 from ..findings import CodeEdit, Finding, Fix
 from .edits import NAMES, Names, train_edits
+from .ranges import fp8_not_finite
 
 OWNS = ("fp8-unsupported", "fp8-shape", "fp8-sensitive")
 
@@ -135,6 +136,9 @@ def plan_findings(layers: list, threshold_db: float, recipe: str, device: str,
     sensitive = [layer for layer in layers if layer.keep_bf16]
     if sensitive:
         out.append(sensitive_finding(sensitive, threshold_db, recipe, train))
+    broken = [layer for layer in layers if layer.flops and not layer.finite]
+    if broken:
+        out.append(fp8_not_finite(broken))
     return out
 
 

@@ -107,6 +107,35 @@ def drift_reference_broken(result) -> Finding:
         ())
 
 
+def variant_not_finite(variant: str, nonfinite: int, output: dict | None) -> Finding:
+    """`overflow` for a bench variant whose output holds inf/NaN: it is judged on that, never
+    on its speed. `output`: {"name", "dtype", "shape"} of the output compared."""
+    name = (output or {}).get("name") or "output"
+    return Finding(
+        "overflow", "error", name,
+        f"The {variant} variant's output ({name}) holds {nonfinite} inf/NaN values on this "
+        "batch: it is broken here, so its speed is no reason to choose it; `fp16studio drift "
+        f"SPEC --variant {variant}` finds the module where they first appear.",
+        {"variant": variant, "non-finite values": nonfinite}, ())
+
+
+def fp8_not_finite(layers: list) -> Finding:
+    """`overflow` for the Linear layers of an FP8 plan whose weight or input holds inf/NaN:
+    FP8 has no scale for them, so they are not planned (fp8_plan.LayerPlan rows)."""
+    first = layers[0]
+    where = "weight" if first.weight_amax is not None and not math.isfinite(first.weight_amax) \
+        else "input"
+    more = f" ({len(layers)} layers: {', '.join(layer.name for layer in layers[:4])}" \
+        f"{', ...' if len(layers) > 4 else ''})" if len(layers) > 1 else ""
+    return Finding(
+        "overflow", "error", first.name,
+        f"The {where} of {first.name} holds inf/NaN, so FP8 has no scale for it: it is not "
+        f"planned to FP8{more}. Look for a NaN or inf in the checkpoint or the layers before it; "
+        "no precision setting fixes it.",
+        {"layers": [layer.name for layer in layers], "weight abs-max": first.weight_amax,
+         "input abs-max": first.input_amax}, ())
+
+
 def drift_finding(spec, result, dtype: str, search) -> Finding:
     """`overflow` when the variant's output is not finite, else `precision-drift`. `search`: the
     float32 islands found by running (core/diagnostics/islands.py), or None."""
