@@ -42,7 +42,10 @@ def show_values(plot: pg.PlotItem, shown: bool):
     """Tick values only on a chart that has figures: an empty one is drawn empty (no 0.2 ... 0.8
     of nothing), the line over it saying what fills it."""
     for side in ("left", "bottom"):
-        plot.getAxis(side).setStyle(showValues=shown)
+        axis = plot.getAxis(side)
+        if not hasattr(axis, "values_shown"):   # as the chart was made: a shared axis shows none
+            axis.values_shown = axis.style["showValues"]
+        axis.setStyle(showValues=shown and axis.values_shown)
 
 
 def follow_palette(view: pg.GraphicsView):

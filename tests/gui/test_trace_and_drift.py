@@ -60,7 +60,8 @@ def test_trace_a_script_cancel_then_continue_as_a_pipeline_and_fix_it(qtbot, win
     assert "stderr: Traceback (most recent call last):" in window.log.toPlainText()
 
     # Each finding names its script line; the detail shows that line and its neighbours, and
-    # the fixes as code (the trace is not yet a pipeline: nothing to click).
+    # the fixes as code (the trace is not yet a pipeline: its fixes go into a copy of the script,
+    # traced again, never into the script).
     lost = next(f for f, _ in listed(window) if f.code == "map-cast-lost")
     label = f"map_cast.py:{lost.source['line']}"
     assert select(window, label) is lost
@@ -69,7 +70,8 @@ def test_trace_a_script_cancel_then_continue_as_a_pipeline_and_fix_it(qtbot, win
     neighbour = script.read_text().splitlines()[lost.source["line"]]
     assert html.escape(line.strip()) in detail.source.text()
     assert html.escape(neighbour.strip()) in detail.source.text()
-    assert not detail.fix_buttons and len(detail.fix_codes) == len(lost.fixes)
+    assert len(detail.fix_codes) == len(lost.fixes)
+    assert {b.text() for b in detail.fix_buttons} <= {"Trace a fixed copy"}
     # In the script's own names, at its line's indentation (the demo passes `input_tensor`).
     assert "        input_tensor = input_tensor.to(torch.float16)" in detail.fix_codes[0].text()
 
@@ -122,7 +124,8 @@ def test_compare_with_float32_shows_the_drift_and_its_fix_applies(qtbot):
         assert window.open_script("demo:blind-half")
     assert finished.args[0]["spec"] is None   # not recovered: nothing to continue as
     assert sorted(f.code for f, _ in listed(window)) == sorted(f["code"] for f in finished.args[0]["findings"])
-    assert not window.findings.detail.fix_buttons and window.findings.detail.fix_codes
+    assert window.findings.detail.fix_codes and {
+        b.text() for b in window.findings.detail.fix_buttons} <= {"Trace a fixed copy"}
     assert not window.act_continue.isEnabled()
     assert not window.apply_fix(overflow.fixes[0].id)
 
