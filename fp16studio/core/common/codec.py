@@ -342,7 +342,7 @@ def _object_decoder(cls):
             test = f"v.__class__ is not {scalar}"
             if scalar == "int":   # one too large for what reads it as a float: d{i} says so
                 test += " or not -BIG <= v <= BIG"
-            lines.append(f"        if {'v is not None and ' if optional else ''}{test}:")
+            lines.append(f"        if {'v is not None and ' if optional else ''}({test}):")
             lines.append(f"            v = d{i}(v, (where, {f.key!r}))")
         else:
             lines.append(f"        v = d{i}(v, (where, {f.key!r}))")
