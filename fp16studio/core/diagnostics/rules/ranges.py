@@ -136,6 +136,20 @@ def fp8_not_finite(layers: list) -> Finding:
          "input abs-max": first.input_amax}, ())
 
 
+def _first_holding_nonfinite(modules):
+    """The first module, in call order, whose output holds inf/NaN and none of whose own
+    submodules' does (a parent's output holds what its child made: the child is where they
+    appear)."""
+    holding = [m for m in modules if m.nonfinite]
+    names = [m.name or "" for m in holding]
+    for module in holding:
+        name = module.name or ""
+        prefix = f"{name}." if name else ""
+        if not any(other != name and other.startswith(prefix) for other in names):
+            return module
+    return None
+
+
 def drift_finding(spec, result, dtype: str, search) -> Finding:
     """`overflow` when the variant's output is not finite, else `precision-drift`. `search`: the
     float32 islands found by running (core/diagnostics/islands.py), or None."""
@@ -144,8 +158,7 @@ def drift_finding(spec, result, dtype: str, search) -> Finding:
     output = result.output
     # Where inf/NaN first appear, when the output holds some: the first module whose output does
     # (not the first that parts from float32, which may hold none); else where it parts.
-    first_nonfinite = next((m for m in result.modules if m.nonfinite), None) \
-        if not output["finite"] else None
+    first_nonfinite = _first_holding_nonfinite(result.modules) if not output["finite"] else None
     location = (first_nonfinite.name or "model") if first_nonfinite is not None else \
         result.first_divergent or "model"
     module = next((m for m in result.modules if (m.name or "model") == location), None)
