@@ -65,8 +65,8 @@ MAX_ELEMENTS = 1 << 22          # larger tensors get no shadow (bounded copies: 
 MAX_BYTES = 1 << 30             # live shadows at most: beyond, results enter as exact
 # Time spent here at most: following shadows, and measuring what each call lost, each a share
 # of the script's own time plus seconds every script gets however short it is.
-FOLLOW_SHARE, FOLLOW_GRACE = 0.5, 1.5
-CHECK_SHARE, CHECK_GRACE = 0.25, 0.75
+FOLLOW_SHARE, FOLLOW_GRACE = 0.4, 1.0
+CHECK_SHARE, CHECK_GRACE = 0.2, 0.5
 FIRST_CALLS = 8                 # a line's first calls, always followed
 SERIES = 256                    # points kept of a place's value against its shadow
 
