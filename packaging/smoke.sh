@@ -156,11 +156,15 @@ json 'd["parameters"] > 0'
 check report 1 "$APP" report demo:map-cast -o "$T/report.html"
 expect 'wrote'
 check install-desktop 0 "$APP" --install-desktop
+expect 'installed .*\.desktop'
 # The window's engine is this program too: its protocol on stdin/stdout, garbage refused.
 check engine-stdio 0 "$APP" engine --stdio
 check engine-garbage 2 bash -c 'echo garbage | "$0" engine --stdio' "$APP"
 expect "fp16studio engine: not a frame" err
-expect 'installed .*\.desktop'
+# Each document's JSON Schema, shipped with the program; an unknown name is one line.
+check schema 0 "$APP" schema trace
+expect '"\$schema"'
+check schema-unknown 2 "$APP" schema nope
 # A reader that went away (`| head`): exit 141, silently (the frozen program's stdout is
 # block-buffered: it meets the closed pipe late).
 check closed-pipe 141 bash -c 'set -o pipefail; "$0" diagnose demo:healthy --json | head -n 0' "$APP"
