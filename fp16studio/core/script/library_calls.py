@@ -56,8 +56,8 @@ def after_import(name: str, then, errors: list):
 def installed_library(module, name: str) -> bool:
     """Whether `module` is the package its distribution `name` installed (its files are that
     distribution's), not a `peft.py` or `lightning.py` of the script's own folder."""
-    try:
-        distribution = importlib.metadata.distribution(name)
+    try:   # a subpackage (torch.distributed.fsdp) is its top package's distribution's
+        distribution = importlib.metadata.distribution(name.partition(".")[0])
     except importlib.metadata.PackageNotFoundError:
         return False
     origin = getattr(module, "__file__", None)
