@@ -393,8 +393,13 @@ def test_accepted_consent_is_remembered_for_that_content(received, tmp_path):
 
 def test_a_spec_running_the_models_own_code_asks_too(received, tmp_path):
     """trust_remote_code runs the model folder's code: the window asks as for a preprocess."""
+    model = tmp_path / "m"      # a model folder of its own code (a Hub one must be cached first)
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"auto_map": {"AutoModel": "modeling_m.M"}}))
+    (model / "modeling_m.py").write_text("class M:\n    pass\n")
     path = tmp_path / "remote.json"
-    path.write_text(json.dumps({"model": "m", "dataset": "synthetic", "trust_remote_code": True}))
+    path.write_text(json.dumps({"model": str(model), "dataset": "synthetic",
+                                "trust_remote_code": True}))
     from fp16studio.core.spec.documents import load_spec
 
     received.start(load_spec(path), path=path)
