@@ -631,13 +631,7 @@ def _call_on(line: str, name: str):
     first): None when the line does not parse alone or makes no such call."""
     names = _NUMPY_CALLS if name == "__array__" else (
         name, name.split("_", 1)[-1] if name.startswith(_NAMESPACES) else name)
-    tree = None
-    for text in (line, line + " pass"):      # `if preds.numpy().any():` parses with a body
-        try:
-            tree = ast.parse(text)
-            break
-        except SyntaxError:
-            continue
+    tree = _statement_tree(line)
     for node in ast.walk(tree) if tree is not None else ():
         if not isinstance(node, ast.Call):
             continue
@@ -789,6 +783,8 @@ def _half_names_float(line: str, frame) -> tuple[str | None, str | None]:
 
 
 def _statement_tree(line: str):
+    """The line's syntax tree; a line that opens a block (`if preds.numpy().any():`) parses
+    with a body. None when it does not parse alone."""
     for text in (line, line + " pass"):
         try:
             return ast.parse(text)
