@@ -216,6 +216,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         c.specChanged.connect(self._on_spec)
         c.diagnosisChanged.connect(self.diagnosis_shown.show_diagnosis)
         c.diagnosisChanged.connect(lambda _diagnosis: self.ranks.set_doc(self.diagnosis_doc))
+        self.ranks.rankChosen.connect(self._show_rank_tree)
         c.findingsChanged.connect(self.diagnosis_shown.findings_changed)
         c.benchChanged.connect(self._on_bench)
         # A page not made yet has no figures to mark stale.
@@ -264,6 +265,13 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.act_run.setToolTip(
             RUN_TIP if notice is None or not model else
             f"Run the pipeline in the form ({model}), not the traced script (Ctrl+R)")
+
+    def _show_rank_tree(self, rank: int):
+        """A launched run's chosen rank: its own tensor tree (core keeps each rank's)."""
+        tree = getattr(self.diagnosis, "rank_trees", {}).get(rank)
+        shown = self.tensors.model.tree_index
+        if tree is not None and (shown is None or shown.root is not tree):
+            self.tensors.set_tree(tree)
 
     def _if_made(self, page: str, method: str, *args):
         view = self.pages.made(page)

@@ -165,6 +165,7 @@ def _records(folder: Path) -> list[RankRecord]:
     world = max((b.get("world_size", 0) for b in beats.values()), default=0)
     ranks |= set(range(world))
     return [RankRecord(rank=rank, document=_read_json(folder / f"rank-{rank}.json"),
+                       tree=_read_json(folder / f"rank-{rank}.tree.json"),
                        beat=beats.get(rank),
                        started=(folder / f"rank-{rank}.started").exists(),
                        done=(folder / f"rank-{rank}.done").exists(),
