@@ -45,3 +45,26 @@ def test_only_a_map_that_moves_blocks_off_their_device_offloads():
     assert offloaded_blocks(model({"a": 0, "b": "cpu", "c": "disk"})) == {"b": "cpu", "c": "disk"}
     assert block_devices(model({"a": 0, "b": "mps"})) == {"a": "cuda:0", "b": "mps"}
     assert block_devices(SimpleNamespace()) == {}
+
+
+def test_offloaded_blocks_brought_to_a_gpu_for_their_forward_are_not_found():
+    """With an accelerator in the map, accelerate runs the offloaded blocks there: float16 on a
+    GPU is what the user wants; only what was seen computing on a CPU is found."""
+    from fp16studio.core.diagnostics.rules.evidence import Evidence
+    from fp16studio.core.diagnostics.rules.offload import rule_offload_half
+    from fp16studio.core.run.trace import ModuleCall, TensorInfo
+    from fp16studio.core.spec.value import PipelineSpec
+
+    def evidence(compute_device):
+        out = TensorInfo("out", "float16", compute_device, (1, 4))
+        calls = [ModuleCall(0, "model.layers.0", "Block", {"float16": 16}, ("cuda:0",),
+                            outputs=[out], completed=True),
+                 ModuleCall(1, "lm_head", "Linear", {"float16": 16}, ("meta",),
+                            outputs=[out], completed=True)]
+        return Evidence(spec=PipelineSpec(model="m", dataset="d"), device_type="cuda",
+                        param_dtypes={"float16": 32}, module_param_dtypes={}, calls=calls,
+                        offloaded={"lm_head": "disk"})
+
+    assert rule_offload_half(evidence("cuda:0")) == []
+    [found] = rule_offload_half(evidence("cpu"))
+    assert found.location == "lm_head" and found.evidence["offloaded"] == {"lm_head": "disk"}
