@@ -36,9 +36,9 @@ def rule_offload_half(ev: Evidence) -> list[Finding]:
     fixes = [edits.model_dtype(d, ev.spec, load, ev.names) for d in ("bfloat16", "float32")]
     return [Finding(
         "offload-half", "warning", next(iter(blocks)) or "model",
-        f"The device_map offloads {len(blocks)} block(s) ({placed}), and they compute in float16 "
-        "on the CPU: each forward brings their weights from the CPU or disk and runs them there, "
-        "where most CPUs have no fast float16 path and some operators no float16 kernel at all. "
+        f"The device_map offloads {len(blocks)} block(s) ({placed}), and their forward computes "
+        "in float16 on the CPU: most CPUs have no fast float16 path, and some operators no "
+        "float16 kernel at all. "
         "Load the model in bfloat16 (the CPU's half dtype; offloaded weights take the same "
         f"memory and disk), or float32.{why}",
         with_origin({"offloaded": blocks, "compute device": "cpu", "dtype": "float16"}, origin),
