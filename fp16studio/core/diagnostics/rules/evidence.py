@@ -38,6 +38,8 @@ class Evidence:
     # output and its batch, as the model's call writes them (edits.names_at).
     sources: dict = field(default_factory=dict)
     names: Names = NAMES
+    # Blocks a device_map offloads (hf.offload.offloaded_blocks): name -> "cpu" or "disk".
+    offloaded: dict = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
