@@ -227,12 +227,10 @@ class CompareView(MadeInParts, QWidget):
         # changes the page's size hints (issue 31).
         self.bars.setMinimumHeight(BAR_ROW_PX * len(VARIANTS) + 90)
         results.addWidget(self.bars, 1)
-        results.addWidget(QLabel("Throughput: higher is better; the whiskers span how far it "
-                                 "moved between rounds, and a variant marked (noisy) moved too "
-                                 "far to rank. Memory: lower is better; each variant's peak "
-                                 "solid, its weights light. Time per call (on a GPU): the GPU "
-                                 "busy solid, the rest of the step light.",
-                                 objectName="muted", wordWrap=True))
+        # The key to the bars, short: what each chart measures is on its axis.
+        results.addWidget(QLabel("Whiskers: how far a figure moved between rounds; (noisy): too "
+                                 "far to rank. Solid: peak memory, GPU busy; light: weights, the "
+                                 "rest of a step.", objectName="muted", wordWrap=True))
         self.charts.addTab(self.results, "Results")
         yield
         split = QSplitter(Qt.Orientation.Vertical)
