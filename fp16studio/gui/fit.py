@@ -193,12 +193,10 @@ class ShrinkingComboBox(QComboBox):
 
     def __init__(self, parent=None, *, editable: bool = False, toolTip: str = ""):
         super().__init__(parent)
-        self._own_tip = toolTip
+        self.setToolTip(toolTip)
         if editable:
             self.setEditable(True)
             self.setLineEdit(ElidedLineEdit(self))
-        self.currentTextChanged.connect(self._tip)
-        self._tip()
 
     def minimumSizeHint(self) -> QSize:
         hint = super().minimumSizeHint()
@@ -233,19 +231,27 @@ class ShrinkingComboBox(QComboBox):
             option.currentText, Qt.TextElideMode.ElideRight, self._label_room(option))
         painter.drawControl(QStyle.ControlElement.CE_ComboBoxLabel, option)
 
+    # The tooltip is worked out when asked for: the current text may be set with the combo's
+    # signals blocked (a spec shown in the form), and its room changes with styles and fonts.
     def setToolTip(self, tip: str):
         self._own_tip = tip
-        self._tip()
+        super().setToolTip(tip)
 
-    def resizeEvent(self, event):
-        super().resizeEvent(event)
-        self._tip()
-
-    def _tip(self, *_):
+    def toolTip(self) -> str:
+        """The whole current text while it is elided, then the combo's own tooltip."""
         whole = self.currentText() if self.is_elided() else ""
-        tip = "\n\n".join(part for part in (whole, self._own_tip) if part)
-        if tip != self.toolTip():
-            super().setToolTip(tip)
+        return "\n\n".join(part for part in (whole, self._own_tip) if part)
+
+    def event(self, event):
+        if event.type() == QEvent.Type.ToolTip:
+            tip = self.toolTip()
+            if tip:
+                QToolTip.showText(event.globalPos(), tip, self)
+            else:
+                QToolTip.hideText()
+                event.ignore()
+            return True
+        return super().event(event)
 
 
 class VerticalScrollArea(QScrollArea):

@@ -76,3 +76,20 @@ def test_a_tables_name_column_leaves_its_figures_in_view_and_a_cut_name_is_whole
     tips = wide.findChild(WholeCellTips)
     assert [tips.cut_text(wide.model().index(0, column)) for column in range(5)] == [""] * 5
     assert view.findChild(WholeCellTips).cut_text(index) == f"{LONG}.0"
+
+
+def test_a_choice_set_with_the_signals_blocked_still_has_its_whole_text_on_hover(qtbot):
+    """The form shows a spec with its fields' signals blocked: the tooltip is worked out
+    when it is asked for, not kept by signals."""
+    combo = ShrinkingComboBox()
+    qtbot.addWidget(combo)
+    combo.addItems(["auto", "image-classification"])
+    combo.show()
+    combo.resize(combo.minimumSizeHint())
+    combo.blockSignals(True)
+    combo.setCurrentIndex(1)
+    combo.blockSignals(False)
+    assert combo.is_elided() and combo.toolTip() == "image-classification"
+    event = QHelpEvent(QEvent.Type.ToolTip, combo.rect().center(), combo.mapToGlobal(combo.rect().center()))
+    QApplication.sendEvent(combo, event)
+    assert QToolTip.text() == "image-classification"
