@@ -227,10 +227,12 @@ class CompareView(MadeInParts, QWidget):
         # changes the page's size hints (issue 31).
         self.bars.setMinimumHeight(BAR_ROW_PX * len(VARIANTS) + 90)
         results.addWidget(self.bars, 1)
-        # The key to the bars, short: what each chart measures is on its axis.
-        results.addWidget(QLabel("Whiskers: how far a figure moved between rounds; (noisy): too "
-                                 "far to rank. Solid: peak memory, GPU busy; light: weights, the "
-                                 "rest of a step.", objectName="muted", wordWrap=True))
+        # The key to the bars on one line (a wrapped label's least height is one line, and a
+        # short page drew its other lines over the axes), whole on hover: what each chart
+        # measures is on its axis.
+        results.addWidget(ElidedLabel("Whiskers: how far a figure moved between rounds · "
+                                      "(noisy): too far to rank · solid: peak memory, GPU busy · "
+                                      "light: weights, the rest of a step", objectName="muted"))
         self.charts.addTab(self.results, "Results")
         yield
         split = QSplitter(Qt.Orientation.Vertical)

@@ -124,7 +124,7 @@ class DriftView(MadeInParts, QWidget):
         self.table.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
         self.table.setAlternatingRowColors(True)
         self.table.verticalHeader().hide()
-        share_the_width(self.table, elastic=0)   # the module path elided, the figures in view
+        share_the_width(self.table, {0: 0.3, 1: 0.2})   # the path and class elided, figures in view
         yield
 
         self.plot = pg.GraphicsLayoutWidget()

@@ -360,19 +360,20 @@ def whole_cell_tips(view: QAbstractItemView, margin: int = TEXT_MARGIN_PX) -> Wh
     return WholeCellTips(view, margin)
 
 
-def share_the_width(view: QTableView, elastic: int, share: float = 0.45):
-    """A table whose `elastic` column (a module path, a layer name) takes at most `share` of the
-    view's width, its text elided in the middle (the path's start and its last name), and whose
-    other columns are as wide as their contents, the last taking what is left (elided at the
-    end): at 1024 wide the figures stay in view beside the name instead of behind a sideways
-    scroll. Cut texts are whole on hover."""
+def share_the_width(view: QTableView, shares: dict[int, float]):
+    """A table whose name columns (a module path, its class: `shares`, column -> the most of
+    the view's width it takes) are elided in the middle (the path's start and its last name),
+    and whose other columns are as wide as their contents, the last taking what is left
+    (elided at the end): at 1024 wide the figures stay in view beside the names instead of
+    behind a sideways scroll. Cut texts are whole on hover."""
     header = view.horizontalHeader()
     header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-    header.setSectionResizeMode(elastic, QHeaderView.ResizeMode.Interactive)
     header.setStretchLastSection(True)
     view.setTextElideMode(Qt.TextElideMode.ElideMiddle)
     view.setWordWrap(False)
-    _ElasticColumn(view, elastic, share)
+    for column, share in shares.items():
+        header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
+        _ElasticColumn(view, column, share)
     whole_cell_tips(view)
 
 

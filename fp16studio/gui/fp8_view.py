@@ -105,7 +105,7 @@ class Fp8View(QWidget):
         self.table.setModel(self.model)
         self.table.setAlternatingRowColors(True)
         self.table.verticalHeader().hide()
-        share_the_width(self.table, elastic=0)   # the layer's path elided, its figures in view
+        share_the_width(self.table, {0: 0.35})   # the layer's path elided, its figures in view
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
         layout.addWidget(self.stale)

@@ -52,7 +52,7 @@ def table_of(qtbot, width):
     view = QTableView()
     qtbot.addWidget(view)
     view.setModel(model)
-    share_the_width(view, elastic=0)
+    share_the_width(view, {0: 0.45})
     view.resize(width, 300)
     view.show()
     qtbot.waitExposed(view)
