@@ -1,7 +1,7 @@
 """Make the README screenshots: the window on the built-in demo, light and dark, at 1280×800 and
 1600×1000 (`-1600` in the file name).
 
-    python docs/screenshots.py              # writes docs/img/*.png
+    python docs/screenshots.py              # writes docs/img/*.png and resources/help/*.png
     python docs/screenshots.py --offscreen  # no X server: Qt's offscreen platform
 
 Where Xvfb and a window manager (openbox, or another of WINDOW_MANAGERS) are installed, each size
@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "img"
+# Help › Getting Started's pictures (fp16studio/gui/getting_started.py), shipped in the package.
+HELP = Path(__file__).resolve().parent.parent / "resources" / "help"
 TIMEOUT_MS = 300_000
 SIZES = ((1280, 800), (1600, 1000))
 WINDOW_MANAGERS = ("openbox", "xfwm4", "fluxbox", "icewm", "metacity")
@@ -85,11 +87,12 @@ def shoot_all(width: int, height: int, whole_screen: bool) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # Keep the user's recent files and autosave out of it.
     os.environ["FP16STUDIO_CONFIG_DIR"] = tempfile.mkdtemp(prefix="fp16studio-shots-")
-    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtCore import QEventLoop, Qt, QTimer
     from PySide6.QtGui import QFont, QGuiApplication
     from PySide6.QtWidgets import QApplication
 
     from fp16studio.gui import MainWindow
+    from fp16studio.gui.getting_started import PICTURE_WIDTH
     from fp16studio.gui.theme import Theme
 
     app = QApplication(sys.argv[:1])
@@ -118,13 +121,21 @@ def shoot_all(width: int, height: int, whole_screen: bool) -> int:
             app.processEvents()
             time.sleep(0.02)
 
-    def shoot(window, name):
+    def shoot(window, name=None, help_name=None):
+        """The README's picture `name`, and `help_name` Getting Started's picture of this step
+        (the light 1280 pass)."""
         settle()
-        path = OUT / f"{name}.png"
         screen = QGuiApplication.primaryScreen()
         # The whole screen, the window manager's frame included; offscreen, the window alone.
-        (screen.grabWindow(0) if whole_screen else window.grab()).save(str(path))
-        print("wrote", path, flush=True)
+        picture = screen.grabWindow(0) if whole_screen else window.grab()
+        if name:
+            picture.save(str(OUT / f"{name}.png"))
+            print("wrote", OUT / f"{name}.png", flush=True)
+        if help_name and scheme == "light" and not suffix:
+            HELP.mkdir(parents=True, exist_ok=True)
+            small = picture.scaledToWidth(PICTURE_WIDTH, Qt.TransformationMode.SmoothTransformation)
+            small.save(str(HELP / f"{help_name}.png"))
+            print("wrote", HELP / f"{help_name}.png", flush=True)
 
     suffix = "" if width == 1280 else f"-{width}"
     for scheme in ("light", "dark"):
@@ -137,14 +148,17 @@ def shoot_all(width: int, height: int, whole_screen: bool) -> int:
             window.resize(width, height)
             window.show()
         wait_for(condition=lambda: window.spec is not None and not window.worker.pending())
+        if scheme == "light" and not suffix:
+            shoot(window, help_name="start-1-pick")
         window.run_diagnosis()
         wait_for(window.diagnosisFinished)
         window.bottom_tabs.setCurrentWidget(window.log)
-        shoot(window, f"diagnosis-{scheme}{suffix}")
+        shoot(window, f"diagnosis-{scheme}{suffix}", "start-2-run")
         if not suffix:
             window.run_benchmark(["float32", "float16", "bfloat16"])
             wait_for(window.benchmarkFinished)
-            shoot(window, f"compare-{scheme}")
+            window.compare.finish_drawing()
+            shoot(window, f"compare-{scheme}", "start-4-compare")
             window.main_tabs.setCurrentWidget(window.tensors)
         if scheme == "light" and not suffix:
             window.findings.view.setCurrentIndex(window.findings.model.index(0, 0))
@@ -153,9 +167,14 @@ def shoot_all(width: int, height: int, whole_screen: bool) -> int:
             wait_for(window.diagnosisFinished)
             window.bottom_tabs.setCurrentWidget(window.history)
             window.tensors.only_problems.setChecked(False)
-            shoot(window, "fixed-light")
+            shoot(window, "fixed-light", "start-3-fix")
             window.main_tabs.setCurrentWidget(window.preview)
             shoot(window, "dataset-light")
+            window.main_tabs.setCurrentWidget(window.tensors)
+            window.export_script(Path(tempfile.mkdtemp(prefix="fp16studio-shots-")) / "fixed.py")
+            wait_for(window.exportFinished)
+            window.bottom_tabs.setCurrentWidget(window.log)
+            shoot(window, help_name="start-5-export")
         window.close()
         settle()
     return 0

@@ -103,7 +103,7 @@ class SessionState(Evented):
     """The session, its fields evented (fp16studio.state_events): each announces its change,
     and so does each value DERIVED from it, once per batch (`events.blocker()`)."""
 
-    FIELDS = ("spec", "path", "findings", "bench", "drift", "fp8", "tracing", "device")
+    FIELDS = ("spec", "path", "findings", "bench", "drift", "fp8", "tracing", "device", "environment")
     DERIVED = {
         "diagnosis": ("findings",), "trace": ("findings",), "stale": ("spec", "findings"),
         "bench_doc": ("bench",), "bench_stale": ("spec", "bench"),
@@ -115,10 +115,11 @@ class SessionState(Evented):
 
     def __init__(self):
         super().__init__(spec=None, path=None, findings=None, bench=None, drift=None, fp8=None,
-                         tracing=None, device=None)
+                         tracing=None, device=None, environment=None)
         # spec: PipelineSpec | None; path: the spec or session file it was read from;
         # findings: Findings | None; bench, drift, fp8: Slot | None; tracing: the script (its
-        # name) whose trace is under way; device: where the latest result ran.
+        # name) whose trace is under way; device: where the latest result ran; environment:
+        # the engine's versions (Diagnosis.environment) once it has loaded torch.
         self.run_when_ready = False            # Run was asked for before there was a spec
         self._saved_bench: Slot | None = None  # the figures the session's file holds
         self.dropped: str | None = None        # what the session opened last could not read

@@ -76,6 +76,13 @@ class WindowActions:
         self._label_undo("")
         self._label_redo("")
         self.act_about = a("&About fp16studio", self._about, "info")
+        self.act_getting_started = a("&Getting Started", self._getting_started, "info", None,
+                                     "The loop in pictures: pick, Run, fix, compare, export")
+
+    def _getting_started(self):
+        from .getting_started import GettingStarted
+
+        GettingStarted(self).show()
 
     def _label_undo(self, text: str):
         self.act_undo.setText("&Undo")
@@ -110,6 +117,7 @@ class WindowActions:
         bar.addMenu("&Run").addActions([self.act_run, self.act_bench, self.act_drift, self.act_fp8,
                                         self.act_cancel])
         helpm = bar.addMenu("&Help")
+        helpm.addAction(self.act_getting_started)
         demos = helpm.addMenu("&Demo Pipelines")
         set_icon(demos, "demo")
         from fp16studio.core.demo.pipelines import DEMOS

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QBrush, QColor, QPen
+from PySide6.QtGui import QBrush, QColor, QPalette, QPen
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QPushButton, QSplitter, QTabWidget,
-                               QVBoxLayout, QWidget)
+                               QToolButton, QVBoxLayout, QWidget)
 from pyqtgraph.exporters import ImageExporter
 
 from fp16studio.core.precision.bench import VARIANTS
@@ -53,6 +53,9 @@ def _pen(name: str, width: int = 2) -> QPen:
     elif name == "tf32":
         pen.setStyle(Qt.PenStyle.DotLine)
     return pen
+
+
+_NOISY_PEN = pg.mkPen(OKABE_ITO["vermillion"], width=2, style=Qt.PenStyle.DashLine)
 
 
 def _brush(name: str, light: bool = False) -> QBrush:
@@ -139,7 +142,7 @@ class CompareView(MadeInParts, QWidget):
                                       enableMenu=False)
         self._speed_plot.setLabel("bottom", "samples/s")
         self._memory_plot.setLabel("bottom", "MiB")
-        self._time_plot.setLabel("bottom", "ms")
+        self._time_plot.setLabel("bottom", "ms per call")
         # MiB as they are (0.05 MiB), not rescaled with a "(x0.001)" appended to a long label.
         self._memory_plot.getAxis("bottom").enableAutoSIPrefix(False)
         self._speed_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.6)
@@ -147,7 +150,11 @@ class CompareView(MadeInParts, QWidget):
         self._weight_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.38)
         self._busy_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.6)
         self._overhead_bars = pg.BarGraphItem(x0=[], y=[], width=[], height=0.6)
+        # The spread across rounds drawn as whiskers on each throughput bar (the table has it
+        # as a figure): a bar whose whiskers reach far is a figure the machine moved.
+        self._spread = pg.ErrorBarItem(x=np.zeros(0), y=np.zeros(0), height=0, beam=0.25)
         self._speed_plot.addItem(self._speed_bars)
+        self._speed_plot.addItem(self._spread)
         self._memory_plot.addItem(self._peak_bars)
         self._memory_plot.addItem(self._weight_bars)
         self._time_plot.addItem(self._busy_bars)
@@ -164,13 +171,28 @@ class CompareView(MadeInParts, QWidget):
         for widget in (self.plot, self.bars):
             follow_palette(widget)
 
+        # The verdict in one sentence; what the figures mean, the device, the batch and the
+        # caveats a click away (Details), so the charts are what the tab opens on.
         self.summary = QLabel()
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details_button = QToolButton(text="Details", checkable=True,
+                                          toolButtonStyle=Qt.ToolButtonStyle.ToolButtonTextBesideIcon,
+                                          arrowType=Qt.ArrowType.RightArrow, autoRaise=True)
+        self.details_button.toggled.connect(self._show_details)
+        self.details = QLabel(objectName="muted", wordWrap=True)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.note = QLabel()
         self.note.setWordWrap(True)
         self.note.setObjectName("benchNote")
         self.note.setStyleSheet(f"color: {OKABE_ITO['vermillion']}; font-weight: bold;")
+        details = QWidget()
+        self._details_box = details
+        box = QVBoxLayout(details)
+        box.setContentsMargins(16, 0, 0, 0)
+        box.addWidget(self.details)
+        box.addWidget(self.note)
+        details.hide()
 
         self.stale = QLabel("These figures are from an earlier version of the spec: "
                             "Benchmark to measure the current one.", objectName="staleNote",
@@ -205,10 +227,12 @@ class CompareView(MadeInParts, QWidget):
         # changes the page's size hints (issue 31).
         self.bars.setMinimumHeight(BAR_ROW_PX * len(VARIANTS) + 90)
         results.addWidget(self.bars, 1)
-        results.addWidget(QLabel("Throughput: higher is better. Memory: lower is better; each "
-                                 "variant's peak solid, its weights light. Time per call (on a "
-                                 "GPU): the GPU busy solid, the rest of the step light.",
-                                 objectName="muted", wordWrap=True))
+        # The key to the bars on one line (a wrapped label's least height is one line, and a
+        # short page drew its other lines over the axes), whole on hover: what each chart
+        # measures is on its axis.
+        results.addWidget(ElidedLabel("Whiskers: how far a figure moved between rounds · "
+                                      "(noisy): too far to rank · solid: peak memory, GPU busy · "
+                                      "light: weights, the rest of a step", objectName="muted"))
         self.charts.addTab(self.results, "Results")
         yield
         split = QSplitter(Qt.Orientation.Vertical)
@@ -217,8 +241,11 @@ class CompareView(MadeInParts, QWidget):
         split.setChildrenCollapsible(False)
         body = QWidget()
         layout = QVBoxLayout(body)
-        layout.addWidget(self.summary)
-        layout.addWidget(self.note)
+        headline = QHBoxLayout()
+        headline.addWidget(self.summary, 1)
+        headline.addWidget(self.details_button, 0, Qt.AlignmentFlag.AlignTop)
+        layout.addLayout(headline)
+        layout.addWidget(details)
         layout.addWidget(self.stale)
         layout.addWidget(split, 1)
         layout.addLayout(buttons)
@@ -247,7 +274,11 @@ class CompareView(MadeInParts, QWidget):
         self.charts.setCurrentWidget(self.plot)
         self.summary.setText("Run a benchmark to compare float32, float16 and bfloat16 on this "
                              "pipeline's own model and batch.")
-        self.note.hide()
+        self.details.clear()
+        self.note.clear()
+        self.details_button.setChecked(False)
+        self.details_button.hide()
+        self._speed_plot.setLabel("bottom", "samples/s")
         self.stale.hide()
         self.status.clear()
         for button in self._export_buttons:
@@ -295,16 +326,24 @@ class CompareView(MadeInParts, QWidget):
 
     def _say_result(self):
         doc = self._doc
-        self.summary.setText(self._summary_text(doc))
+        self.summary.setText(self._headline(doc))
+        self.details.setText(" · ".join(self._details(doc)))
         note = doc.get("note") or ""  # on a CPU: what its figures say (core's CPU_NOTE)
         self.note.setText(note)
         self.note.setVisible(bool(note))
+        self.details_button.setText("Details and caveats" if note else "Details")
+        self.details_button.show()
+
+    def _show_details(self, shown: bool):
+        self.details_button.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+        self._details_box.setVisible(shown)
 
     def _empty_bars(self):
         """No bars, no names nor ranges of figures gone: empty axes until the next result."""
         for bars in (self._speed_bars, self._peak_bars, self._weight_bars, self._busy_bars,
                      self._overhead_bars):
             bars.setOpts(x0=0, y=[], width=[])
+        self._spread.setData(x=np.zeros(0), y=np.zeros(0), left=np.zeros(0), right=np.zeros(0))
         for item in self._result_plots:
             item.getAxis("left").setTicks(None)
             item.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
@@ -325,8 +364,15 @@ class CompareView(MadeInParts, QWidget):
         names = [v["name"] for v in ok]
         mib = 1024.0 ** 2
         pens = [_pen(n) for n in names]
-        self._speed_bars.setOpts(y=y, width=[v.get("samples_per_s") or 0 for v in ok],
-                                 brushes=[_brush(n) for n in names], pens=pens)
+        speeds = np.array([v.get("samples_per_s") or 0.0 for v in ok])
+        # An unstable figure's bar outlined in the warning colour, as well as named (noisy).
+        speed_pens = [_NOISY_PEN if stability(v) == "noisy" else pen for v, pen in zip(ok, pens)]
+        self._speed_bars.setOpts(y=y, width=speeds, brushes=[_brush(n) for n in names], pens=speed_pens)
+        half = speeds * np.array([v.get("spread") or 0.0 for v in ok]) / 2
+        self._spread.setData(x=speeds, y=y, left=np.minimum(half, speeds), right=half,   # in the text's colour
+                             pen=pg.mkPen(self.bars.palette().color(QPalette.ColorRole.Text), width=1.5))
+        batch = (doc.get("batch") or {}).get("size")
+        self._speed_plot.setLabel("bottom", f"samples/s, batch of {batch}" if batch else "samples/s")
         self._peak_bars.setOpts(y=y - 0.2, width=[(v.get("peak_memory_bytes") or 0) / mib for v in ok],
                                 brushes=[_brush(n) for n in names], pens=pens)
         self._weight_bars.setOpts(y=y + 0.2, width=[(v.get("weights_bytes") or 0) / mib for v in ok],
@@ -424,9 +470,18 @@ class CompareView(MadeInParts, QWidget):
         self._dirty.clear()
 
     @staticmethod
-    def _summary_text(doc: dict) -> str:
-        parts = [f"Verdict: {doc['verdict']}"] if doc.get("verdict") else []
-        parts += [f"Device: {doc.get('device', '?')}"
+    def _headline(doc: dict) -> str:
+        """The verdict, one sentence (core words it; an unstable bench names no winner)."""
+        if doc.get("verdict"):
+            return f"Verdict: {doc['verdict']}"
+        ran = sum(1 for v in doc.get("variants", []) if v.get("ok"))
+        return f"Measured {ran} of {len(doc.get('variants', []))} variants on {doc.get('device', '?')}."
+
+    @staticmethod
+    def _details(doc: dict) -> list[str]:
+        """What the headline leaves a click away: the device and batch, what the figures
+        mean, what could not run."""
+        parts = [f"Device: {doc.get('device', '?')}"
                  + (f" ({doc['device_name']})" if doc.get("device_name") else "")]
         batch = doc.get("batch") or {}
         if batch.get("size"):
@@ -444,4 +499,4 @@ class CompareView(MadeInParts, QWidget):
                 parts.append(f"{label}: {', '.join(names)} (see Error)")
         if doc.get("reference_error"):
             parts.append(f"no float32 reference: {doc['reference_error']}")
-        return " · ".join(parts)
+        return parts

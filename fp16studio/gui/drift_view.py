@@ -15,13 +15,14 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont
-from PySide6.QtWidgets import QHeaderView, QLabel, QSplitter, QTableView, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSplitter, QTableView, QVBoxLayout, QWidget
 
 from fp16studio.core.diagnostics.inventory import range_used
 from fp16studio.core.present import vocabulary
 from fp16studio.core.run.compare import DRIFT_SQNR_DB
 from fp16studio.core.run.distance import SQNR_CEILING_DB
 from .document_rows import DocumentRows
+from .fit import share_the_width
 from .later_pages import MadeInParts, all_parts
 from .palette import OKABE_ITO
 from .plot_style import follow_palette, menus_in_parts
@@ -123,8 +124,7 @@ class DriftView(MadeInParts, QWidget):
         self.table.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
         self.table.setAlternatingRowColors(True)
         self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        share_the_width(self.table, {0: 0.3, 1: 0.2})   # the path and class elided, figures in view
         yield
 
         self.plot = pg.GraphicsLayoutWidget()

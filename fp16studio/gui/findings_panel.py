@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QCommandLinkButton, QFrame, QH
 from fp16studio.core.diagnostics.findings import by_severity, severity_rank
 from fp16studio.core.present.vocabulary import evidence_value, severity_counts, steps_summary
 from .shadow_sketch import ShadowSketch
-from .fit import ElidedLabel, VerticalScrollArea, WrappedText, stale_note
+from .fit import ElidedLabel, VerticalScrollArea, WrappedText, stale_note, whole_cell_tips
 from .roles import NODE_ROLE, RAW_ROLE
 from .theme import icon, set_icon
 
@@ -212,6 +212,8 @@ class FindingsPanel(QWidget):
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(True)
+        self.view.setTextElideMode(Qt.TextElideMode.ElideMiddle)   # a location's file and line
+        whole_cell_tips(self.view)
         self.view.selectionModel().currentRowChanged.connect(self._on_current)
         self.summary = ElidedLabel(objectName="muted")
         self.summary.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)

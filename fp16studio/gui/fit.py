@@ -10,15 +10,17 @@ longer than the panel is wide (a module path, a line of code), WrappedText break
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtCore import QEvent, QObject, QSize, Qt
 from PySide6.QtGui import QPainter, QPalette, QTextOption
-from PySide6.QtWidgets import (QComboBox, QLabel, QLineEdit, QScrollArea, QSizePolicy, QStyle,
-                               QStyleOptionComboBox, QStyleOptionFrame, QTextEdit)
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHeaderView, QLabel, QLineEdit, QScrollArea,
+                               QSizePolicy, QStyle, QStyleOptionComboBox, QStyleOptionFrame, QStylePainter,
+                               QTableView, QTextEdit, QToolTip)
 
 from .palette import OKABE_ITO
 
 # The fewest characters an elided label or a shrunk combo shows before its ellipsis.
 MIN_CHARS = 6
+TEXT_MARGIN_PX = 3   # a cell's text margin each side (the style's focus frame margin + 1)
 
 
 class ElidedLineEdit(QLineEdit):
@@ -186,7 +188,15 @@ class WrappedText(QTextEdit):
 
 class ShrinkingComboBox(QComboBox):
     """A combo box as wide as its longest item while there is room, down to a few characters
-    (its current text elided) when there is not."""
+    when there is not: then its current text ends in an ellipsis (never cut mid-letter) and the
+    whole text leads its tooltip. An editable one edits in an ElidedLineEdit, likewise."""
+
+    def __init__(self, parent=None, *, editable: bool = False, toolTip: str = ""):
+        super().__init__(parent)
+        self.setToolTip(toolTip)
+        if editable:
+            self.setEditable(True)
+            self.setLineEdit(ElidedLineEdit(self))
 
     def minimumSizeHint(self) -> QSize:
         hint = super().minimumSizeHint()
@@ -196,6 +206,52 @@ class ShrinkingComboBox(QComboBox):
         least = self.style().sizeFromContents(QStyle.ContentsType.CT_ComboBox, option,
                                               QSize(text, hint.height()), self).width()
         return QSize(min(hint.width(), least), hint.height())
+
+    def _label_room(self, option) -> int:
+        field = self.style().subControlRect(QStyle.ComplexControl.CC_ComboBox, option,
+                                            QStyle.SubControl.SC_ComboBoxEditField, self)
+        icon = option.iconSize.width() + 4 if not option.currentIcon.isNull() else 0
+        return field.width() - icon - 2
+
+    def is_elided(self) -> bool:
+        if self.isEditable():
+            return self.lineEdit().is_elided()
+        option = QStyleOptionComboBox()
+        self.initStyleOption(option)
+        return self.fontMetrics().horizontalAdvance(self.currentText()) > self._label_room(option)
+
+    def paintEvent(self, event):
+        if self.isEditable():
+            return super().paintEvent(event)
+        painter = QStylePainter(self)
+        option = QStyleOptionComboBox()
+        self.initStyleOption(option)
+        painter.drawComplexControl(QStyle.ComplexControl.CC_ComboBox, option)
+        option.currentText = self.fontMetrics().elidedText(
+            option.currentText, Qt.TextElideMode.ElideRight, self._label_room(option))
+        painter.drawControl(QStyle.ControlElement.CE_ComboBoxLabel, option)
+
+    # The tooltip is worked out when asked for: the current text may be set with the combo's
+    # signals blocked (a spec shown in the form), and its room changes with styles and fonts.
+    def setToolTip(self, tip: str):
+        self._own_tip = tip
+        super().setToolTip(tip)
+
+    def toolTip(self) -> str:
+        """The whole current text while it is elided, then the combo's own tooltip."""
+        whole = self.currentText() if self.is_elided() else ""
+        return "\n\n".join(part for part in (whole, self._own_tip) if part)
+
+    def event(self, event):
+        if event.type() == QEvent.Type.ToolTip:
+            tip = self.toolTip()
+            if tip:
+                QToolTip.showText(event.globalPos(), tip, self)
+            else:
+                QToolTip.hideText()
+                event.ignore()
+            return True
+        return super().event(event)
 
 
 class VerticalScrollArea(QScrollArea):
@@ -266,3 +322,83 @@ def stale_note(text: str) -> QLabel:
                        "padding: 3px 6px; background: rgba(230, 159, 0, 40); }")
     note.hide()
     return note
+
+
+class WholeCellTips(QObject):
+    """Hover texts whole: over a cell of an item view whose text is cut (elided by the view or
+    its delegate), the tooltip is the cell's whole text, then the model's own tooltip if it has
+    one. Installed on the view's viewport (`whole_cell_tips`), so every view gets it alike."""
+
+    def __init__(self, view: QAbstractItemView, margin: int = TEXT_MARGIN_PX):
+        super().__init__(view)
+        self._view, self._margin = view, margin
+        view.viewport().installEventFilter(self)
+
+    def cut_text(self, index) -> str:
+        """The cell's whole text when the view cannot show all of it, else ""."""
+        text = index.data(Qt.ItemDataRole.DisplayRole)
+        if not isinstance(text, str) or not text:
+            return ""
+        rect = self._view.visualRect(index)
+        room = rect.width() - 2 * self._margin
+        return text if self._view.fontMetrics().horizontalAdvance(text) > room else ""
+
+    def eventFilter(self, watched, event):
+        if event.type() == QEvent.Type.ToolTip:
+            index = self._view.indexAt(event.pos())
+            whole = self.cut_text(index) if index.isValid() else ""
+            if whole:
+                own = index.data(Qt.ItemDataRole.ToolTipRole)
+                tip = whole if not own or own == whole else f"{whole}\n\n{own}"
+                QToolTip.showText(event.globalPos(), tip, watched)
+                return True
+        return False
+
+
+def whole_cell_tips(view: QAbstractItemView, margin: int = TEXT_MARGIN_PX) -> WholeCellTips:
+    """`margin`: what a cell keeps clear each side of its text (a delegate's chip: more)."""
+    return WholeCellTips(view, margin)
+
+
+def share_the_width(view: QTableView, shares: dict[int, float]):
+    """A table whose name columns (a module path, its class: `shares`, column -> the most of
+    the view's width it takes) are elided in the middle (the path's start and its last name),
+    and whose other columns are as wide as their contents, the last taking what is left
+    (elided at the end): at 1024 wide the figures stay in view beside the names instead of
+    behind a sideways scroll. Cut texts are whole on hover."""
+    header = view.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setStretchLastSection(True)
+    view.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+    view.setWordWrap(False)
+    for column, share in shares.items():
+        header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
+        _ElasticColumn(view, column, share)
+    whole_cell_tips(view)
+
+
+class _ElasticColumn(QObject):
+    """Keeps a column at its contents' width, capped at a share of the viewport, as rows arrive
+    and the view is resized."""
+
+    def __init__(self, view: QTableView, column: int, share: float):
+        super().__init__(view)
+        self._view, self._column, self._share = view, column, share
+        view.viewport().installEventFilter(self)
+        model = view.model()
+        for signal in (model.modelReset, model.rowsInserted, model.layoutChanged, model.dataChanged):
+            signal.connect(self.fit)
+
+    def eventFilter(self, watched, event):
+        if event.type() == QEvent.Type.Resize:
+            self.fit()
+        return False
+
+    def fit(self, *_):
+        view = self._view
+        wanted = max(view.sizeHintForColumn(self._column) + 2 * TEXT_MARGIN_PX,
+                     view.horizontalHeader().sectionSizeHint(self._column))
+        cap = max(int(view.viewport().width() * self._share), view.fontMetrics().horizontalAdvance("x" * 12))
+        width = min(wanted, cap)
+        if view.columnWidth(self._column) != width:
+            view.setColumnWidth(self._column, width)

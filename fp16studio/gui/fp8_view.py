@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton,
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPushButton,
                                QTableView, QVBoxLayout, QWidget)
 
 from fp16studio.core.common.float8 import RECIPES
 from fp16studio.core.present import vocabulary
 from .document_rows import DocumentRows
-from .fit import stale_note
+from .fit import share_the_width, stale_note
 from .roles import RAW_ROLE
 
 HINT = ("Plan FP8 loads this spec in bfloat16, runs one forward pass on its batch and says, for "
@@ -105,9 +105,7 @@ class Fp8View(QWidget):
         self.table.setModel(self.model)
         self.table.setAlternatingRowColors(True)
         self.table.verticalHeader().hide()
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        share_the_width(self.table, {0: 0.35})   # the layer's path elided, its figures in view
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
         layout.addWidget(self.stale)

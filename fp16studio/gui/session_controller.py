@@ -101,7 +101,6 @@ class SessionController(SessionFiles, QObject):
         self.state = SessionState()
         self._closing = self._busy = False
         self._progress_message = self.status = self._title = ""
-        self.environment: dict | None = None
         # Asked before a spec read from a file runs its preprocess (CONTRACT §6), with what
         # would run; the window makes it a question. Unset, nothing untrusted runs.
         self.ask_consent = lambda question: False
@@ -131,13 +130,14 @@ class SessionController(SessionFiles, QObject):
             ("bench_doc", self.benchChanged.emit), ("bench_stale", self.benchStale.emit),
             ("drift_result", self.driftChanged.emit), ("drift_stale", self.driftStale.emit),
             ("fp8_doc", self.fp8Changed.emit), ("fp8_stale", self.fp8Stale.emit),
-            ("device", self.deviceChanged.emit),
+            ("device", self.deviceChanged.emit), ("environment", self.environmentChanged.emit),
             ("why_not_continue", self.continueChanged.emit),
             *((name, self._emit_title) for name in ("path", "tracing", "trace", "bench")),
         )
 
     # -- the state (a SessionState), read through ----------------------------------------------
     spec = _state("spec")
+    environment = _state("environment")
     diagnosis = _state("diagnosis")
     diagnosis_doc = _state("diagnosis_doc")
     bench_doc = _state("bench_doc")
@@ -482,14 +482,13 @@ class SessionController(SessionFiles, QObject):
         self._progress_message = ""
         if job.kind == "trace":   # cancelled, if it is still under way: no result came
             self.state.trace_ended()
-        if (outcome == "finished" and job.kind in LOAD_TORCH and self.environment is None
+        if (outcome == "finished" and job.kind in LOAD_TORCH and self.state.environment is None
                 and not self.worker.pending("environment")):
             self.worker.submit(Job("environment", ENVIRONMENT_TASK, on_result=self._took_environment))
         self._update_busy()
 
     def _took_environment(self, environment: dict):
-        self.environment = environment
-        self.environmentChanged.emit(environment)
+        self.state.environment = environment   # announced by the state (environmentChanged)
 
     def _update_busy(self):
         busy = self.busy

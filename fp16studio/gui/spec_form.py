@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QLa
 
 from fp16studio.core import InputError
 from fp16studio.core.spec.value import COLUMN_ROLES, DEVICE_TYPES, LABEL_DTYPES, TASKS
-from .fit import ElidedLineEdit, VerticalScrollArea
+from .fit import ElidedLineEdit, ShrinkingComboBox, VerticalScrollArea
 from .pickers import SourcePicker
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -257,7 +257,7 @@ class SpecForm(VerticalScrollArea):
         edit.textEdited.connect(lambda _t: self._check_live(key))
 
     def _combo(self, form, key, label, choices, editable=False):
-        combo = QComboBox(editable=editable)
+        combo = ShrinkingComboBox(editable=editable)
         _narrow(combo)
         # None is stored as "" (a null item data cannot be looked up again with findData).
         for choice in choices:
@@ -309,7 +309,7 @@ class SpecForm(VerticalScrollArea):
         grid.setHorizontalSpacing(6)
         self.role_combos: dict[str, QComboBox] = {}
         for role in COLUMN_ROLES:
-            combo = QComboBox(editable=True)
+            combo = ShrinkingComboBox(editable=True)
             _narrow(combo)
             combo.lineEdit().setPlaceholderText("auto")
             combo.activated.connect(lambda _i: self._commit("columns"))

@@ -54,7 +54,9 @@ class StatusInfo:
 
     def set_environment(self, env: dict, device: str | None = None, gpu_memory: int | None = None):
         """Show the engine's environment report (Diagnosis.environment) and the GPU's memory."""
-        self._env = env or {}
+        if env is None:
+            return   # not reported yet (a new session announces every field of the state)
+        self._env = env
         self.set_device(device or self._device)
         parts = [f"torch {env['torch']}" if env.get("torch") else None,
                  f"transformers {env['transformers']}" if env.get("transformers") else None,

@@ -12,8 +12,8 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QGridLayout, QHBoxL
                                QLabel, QLineEdit, QMenu, QTreeView, QVBoxLayout, QWidget)
 
 from fp16studio.core.present import vocabulary
-from .delegates import TensorCellDelegate
-from .fit import ShrinkingComboBox, stale_note
+from .delegates import CHIP_TEXT_AT, TensorCellDelegate
+from .fit import ShrinkingComboBox, stale_note, whole_cell_tips
 from .palette import colour_key
 from .roles import NODE_ROLE
 from .tree_model import (ABSMAX, COLOUR_BY, DEVICE, DTYPE, KIND, NAME, SHAPE, SIZE, STATUS,
@@ -109,6 +109,7 @@ class TensorPanel(QWidget):
         self.tree.setItemDelegate(TensorCellDelegate(
             lambda index: self.model.cell(self.proxy.mapToSource(index)), self.tree))
         self.tree.sortByColumn(-1, Qt.SortOrder.AscendingOrder)  # model order until a click
+        whole_cell_tips(self.tree, margin=CHIP_TEXT_AT)   # a cut name or shape whole on hover
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setMinimumSectionSize(40)

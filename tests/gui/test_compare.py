@@ -90,8 +90,8 @@ def test_result_fills_bars_table_and_says_cpu_gives_no_speed_up(view, qtbot, qtm
     assert _cell(view, 2, "Status") == "failed" and "no bfloat16 kernel" in _cell(view, 2, "Error")
     # Keys this document predates are not shown as empty columns.
     assert "Stability" not in view.model.headers() and "TFLOP/s" not in view.model.headers()
-    assert view.note.isVisibleTo(view) and "no speed-up" in view.note.text()
-    assert "bfloat16" in view.summary.text() and "Peak memory: the process's resident memory" in view.summary.text()
+    assert "no speed-up" in view.note.text()
+    assert "bfloat16" in view.details.text() and "Peak memory: the process's resident memory" in view.details.text()
     # Only the variants that ran get bars.
     assert list(view._speed_bars.opts["width"]) == [400.0, 200.0]
     assert list(view._weight_bars.opts["width"]) == [90.0, 45.0]
@@ -156,7 +156,7 @@ def test_a_real_benchmark_streams_into_the_view(view, qtbot):
     assert {item.name() for item in view.plot.listDataItems()} == {"float32", "bfloat16"}
     assert all(len(item.getData()[0]) == 3 for item in view.plot.listDataItems())
     assert view.model.rowCount() == 2 and _cell(view, 0, "Status") == "ok"
-    qtbot.waitUntil(lambda: view.note.isVisibleTo(view))   # the words come a turn after the table
+    qtbot.waitUntil(lambda: bool(view.note.text()))   # the words come a turn after the table
     assert "says little about a GPU" in view.note.text()
 
 
@@ -180,8 +180,8 @@ def test_per_variant_stability_support_and_throughput_are_shown(view):
     assert [_cell(view, r, "Stability") for r in range(3)] == ["stable", "noisy", ""]
     assert [_cell(view, r, "Support") for r in range(3)] == ["native", "emulated", "unsupported"]
     assert _cell(view, 2, "Status") == "unsupported"  # not tried, rather than failed
-    assert "not on this device: bfloat16" in view.summary.text()
-    assert "could not run" not in view.summary.text()
+    assert "not on this device: bfloat16" in view.details.text()
+    assert "could not run" not in view.details.text()
     assert _cell(view, 1, "Spread") == "40.0%" and _cell(view, 0, "TFLOP/s") == "1.5"
     assert "% of peak" not in view.model.headers()       # no known peak on this device
     labels = [text for _, text in view._speed_plot.getAxis("left")._tickLevels[0]]
@@ -304,3 +304,41 @@ def test_an_empty_chart_is_drawn_empty_and_fills_with_figures(view):
     assert all(values(plot) == [False, False] for plot in view._result_plots)
     view.clear()
     assert values(live) == [False, False]
+
+
+def test_the_verdict_is_one_sentence_and_the_rest_a_click_away(view, qtbot):
+    """Issue 43 item 5: the tab opens on the verdict and the charts, not a paragraph."""
+    doc = dict(CPU_DOC, note="Measured on a CPU: judge speed on the device you deploy on.",
+               batch={"size": 4})
+    view.show()
+    view.set_result(doc)
+    view.finish_drawing()
+    assert view.summary.text() == "Verdict: Half precision does not pay on this CPU (2 threads)."
+    assert not view.details.isVisibleTo(view) and not view.note.isVisibleTo(view)
+    assert view.details_button.isVisibleTo(view) and "caveats" in view.details_button.text()
+    view.details_button.click()
+    assert view.details.isVisibleTo(view) and view.note.isVisibleTo(view)
+    assert "batch of 4" in view.details.text()
+    view.clear()
+    assert not view.details_button.isVisibleTo(view)
+
+
+def test_the_spread_is_drawn_as_whiskers_and_an_unstable_bar_is_marked(view):
+    """Issue 43 items 2 and 5: the spread a picture (whiskers on the throughput bars), the
+    noisy variant's bar outlined as well as named, the axis in its unit and batch."""
+    doc = json.loads(json.dumps(GPU_DOC))
+    doc["batch"] = {"size": 8}
+    doc["variants"][1].update(stable=False, spread=0.5)
+    view.set_result(doc)
+    view.finish_drawing()
+    opts = view._spread.opts
+    assert list(opts["x"]) == [880.0, 3674.0]
+    assert list(opts["right"]) == [880.0 * 0.01 / 2, 3674.0 * 0.5 / 2]
+    assert list(opts["left"]) == list(opts["right"])
+    pens = view._speed_bars.opts["pens"]
+    assert pens[1].style() == Qt.PenStyle.DashLine and pens[0].style() == Qt.PenStyle.SolidLine
+    assert view._speed_plot.getAxis("bottom").labelText == "samples/s, batch of 8"
+    assert view._time_plot.getAxis("bottom").labelText == "ms per call"
+    view.clear()
+    assert len(view._spread.opts["x"]) == 0
+    assert view._speed_plot.getAxis("bottom").labelText == "samples/s"

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QModelIndex, QPoint
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QApplication, QLineEdit
+from PySide6.QtWidgets import QApplication, QComboBox, QLineEdit
 
 from fp16studio.gui import MainWindow
+from fp16studio.gui.fit import ShrinkingComboBox
 from fp16studio.gui.roles import COLOR_ROLE
 from fp16studio.gui.tree_panel import NOTHING_YET
 
@@ -60,8 +61,9 @@ def chips(panel, parent=QModelIndex(), depth=3) -> list:
 
 
 def assert_fields_readable(window, when):
-    """Each of the form's text fields shows its whole text, or is elided with the whole text in
-    its tooltip; and it lies inside the window."""
+    """Each of the form's text fields and choices shows its whole text, or is elided (an
+    ellipsis, never a word cut short) with the whole text in its tooltip; and it lies inside
+    the window."""
     for key, field in window.form.fields.items():
         edits = [field.widget] if isinstance(field.widget, QLineEdit) else \
             field.widget.findChildren(QLineEdit)
@@ -73,6 +75,11 @@ def assert_fields_readable(window, when):
             assert whole or edit.toolTip() == edit.text(), (when, key, edit.text())
             right = edit.mapTo(window, QPoint(edit.width(), 0)).x()
             assert right <= window.width(), (when, key)
+        if isinstance(field.widget, QComboBox) and not field.widget.isEditable() \
+                and field.widget.isVisibleTo(window):
+            combo = field.widget   # a choice cut mid-word ("image-classificati") reads as another
+            assert isinstance(combo, ShrinkingComboBox), (when, key)
+            assert not combo.is_elided() or combo.toolTip().startswith(combo.currentText()), (when, key)
 
 
 def test_the_loop_as_a_person_sees_it(qtbot):
@@ -135,6 +142,8 @@ def test_the_loop_as_a_person_sees_it(qtbot):
         assert window.compare_with_float32()
     panel.colour_by.setCurrentIndex(panel.colour_by.findData("drift"))
     assert "SQNR vs float32:" in panel.legend.text()
+    table = window.drift.table   # the module paths leave the figures beside them in view
+    assert table.columnViewportPosition(2) + table.columnWidth(2) <= table.viewport().width()
     shot(qtbot, window, "8-drift")
     window.main_tabs.setCurrentWidget(panel)
     assert_fields_readable(window, "at the end")
