@@ -40,6 +40,7 @@ _BOUNDARY = (ZEROED, ONE)
 # How many decisions may differ from float32's by chance (a rounding on a threshold) before
 # they are said without an event that explains them.
 FLIP_SHARE = 0.01
+ONE_SHARE = 0.1         # of a line's values made exactly 1.0, to say a factor of 1 explains it
 MAX_SPAN = 6            # lines between a line and the later line a fix also rewrites
 
 
@@ -101,15 +102,15 @@ def _kind(birth, kinds) -> str | None:
 def _born_at(landing, births) -> tuple[tuple, list]:
     """The kinds that explain the landing and the origins that hold them: those with a telling
     event, else those on a boundary, else the one whose rounding added most. A boundary
-    explains a landing that is itself inf/NaN or zero, or one share in FLIP_SHARE of what its
-    line made (35 values of 131072 that round to 1.0 do not flip 5% of a threshold's
-    decisions: rounding does)."""
+    explains a landing that is itself inf/NaN or zero, or enough of what its line made
+    (`_boundary_share`: 35 values of 131072 that round to 1.0 do not flip 5% of a threshold's
+    decisions; rounding does)."""
     origins = [births[w] for w in landing.origins if w in births]
     found = [b.where for b in origins if _kind(b, _STRONG)]
     if found:
         return _STRONG, found
     found = [b.where for b in origins if _kind(b, _BOUNDARY) and (
-        landing.nonfinite or landing.zeroed or _boundary_share(b) >= FLIP_SHARE)]
+        landing.nonfinite or landing.zeroed or _boundary_share(b))]
     if found:
         return _BOUNDARY, found
     if not origins:
@@ -117,9 +118,13 @@ def _born_at(landing, births) -> tuple[tuple, list]:
     return (), [max(origins, key=lambda b: b.local_abs).where]
 
 
-def _boundary_share(birth) -> float:
-    return max(lost / total if total else 0.0
-               for lost, total, *_ in (birth.events.get(k, (0, 0)) for k in _BOUNDARY))
+def _boundary_share(birth) -> bool:
+    """Enough of what the line made sits on a boundary to explain an error downstream: a value
+    made 0 is lost whatever it was; a 1.0 is telling only where most values are (a decay, a
+    probability near 1): values spread around 1 meet it by chance (`rand() + 0.5`)."""
+    shares = {k: lost / total if total else 0.0
+              for k, (lost, total, *_) in ((k, birth.events.get(k, (0, 0))) for k in _BOUNDARY)}
+    return shares[ZEROED] >= FLIP_SHARE or shares[ONE] >= ONE_SHARE
 
 
 def _record(birth, kinds: tuple, facts: LineFacts, landing, lines: dict) -> QuietValue:
