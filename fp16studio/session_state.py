@@ -82,16 +82,20 @@ class Consent:
     note: str | None = None
 
 
-def with_inventory(result):
-    """(diagnosis, tree_index, gpu_memory) with the diagnosis's inventory summarised by core
-    (`tree.summary`, what `diagnose --json` reports): one walk of the tree, done where the
-    result arrives (the worker thread) rather than on the GUI thread."""
-    diagnosis = result[0]
-    if diagnosis.inventory is None and diagnosis.tree is not None:
+def arrived(diagnosis, gpu_memory: int | None = None) -> tuple:
+    """(diagnosis, its tree's TreeIndex or None, gpu_memory) for `took_diagnosis`, with the
+    diagnosis's inventory summarised by core (`tree.summary`, what `diagnose --json` reports):
+    the walks of the tree, done where the result arrives (the worker thread) rather than on the
+    GUI thread."""
+    if diagnosis.tree is None:
+        return diagnosis, None, gpu_memory
+    from fp16studio.core.diagnostics.tree_index import TreeIndex
+
+    if diagnosis.inventory is None:
         from fp16studio.core.diagnostics.tree import summary
 
         diagnosis.inventory = summary(diagnosis.tree)
-    return result
+    return diagnosis, TreeIndex(diagnosis.tree), gpu_memory
 
 
 # The result slots, each of the spec it was made from, and how the Log names them.

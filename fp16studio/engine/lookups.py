@@ -11,6 +11,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
+from typing import TypedDict
 
 from fp16studio.core import InputError
 
@@ -18,6 +19,28 @@ HUB_SEARCH_TIMEOUT_S = 5.0
 HUB_SEARCH_LIMIT = 20
 PREVIEW_ROWS = 6
 THUMBNAIL_PX = 56
+
+
+class Thumbnail(TypedDict):
+    """An image cell of the preview: a PNG thumbnail, and the image's own size ("W×H")."""
+
+    png: bytes
+    size: str
+
+
+class _PreviewKeys(TypedDict, total=False):
+    note: str                    # why no rows could be read
+    features: dict[str, str]     # column -> its feature type, as datasets writes it
+
+
+class DatasetPreview(_PreviewKeys):
+    """The first rows of a split, for the preview table (see `dataset_preview`)."""
+
+    columns: list[str]
+    roles: dict[str, str]        # role -> column
+    configs: list[str]
+    splits: list[str]
+    rows: list[list[str | Thumbnail]]
 
 
 def scan_cache(cache_dir: str | None = None) -> dict:
@@ -133,11 +156,10 @@ def dataset_configs(spec) -> list[str]:
     return []
 
 
-def dataset_preview(spec) -> dict:
+def dataset_preview(spec) -> DatasetPreview:
     """The first rows of the split for the preview table, images as PNG thumbnails.
 
-    {"columns": [...], "roles": {role: column}, "configs": [...], "splits": [...],
-    "rows": [[cell, ...]]}, where a cell is a short string or {"png": bytes} for an image. When
+    A cell is a short string or a Thumbnail for an image. When
     the rows cannot be read (often: the dataset needs a config), "note" says why and the
     configs are still offered.
     """

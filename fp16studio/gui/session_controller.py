@@ -19,7 +19,8 @@ from PySide6.QtGui import QUndoStack
 from fp16studio.core import InputError
 from fp16studio.core.present import vocabulary
 from fp16studio.core.present.vocabulary import STAGES
-from fp16studio.session_state import NO_MODEL, SAVED, SessionState, with_inventory
+from fp16studio.engine.tasks import Diagnosed
+from fp16studio.session_state import NO_MODEL, SAVED, SessionState, arrived
 from .history import SpecChange
 from .fp8_view import plan_said
 from .log_panel import script_output_entries
@@ -52,9 +53,13 @@ def _state(name):
 
 
 def _arrived(result):
-    """A diagnosis or a trace where it arrives (the worker thread): its inventory summarised,
-    and a large tree kept out of the garbage collector's passes."""
-    result = with_inventory(result)
+    """A run's Diagnosed or a ScriptTrace where it arrives (the worker thread): (diagnosis,
+    tree index, gpu memory), its inventory summarised, a large tree kept out of the garbage
+    collector's passes."""
+    if isinstance(result, Diagnosed):
+        result = arrived(result.diagnosis, result.gpu_memory)
+    else:
+        result = arrived(result)
     keep_out_of_collections(result[0].inventory)
     return result
 

@@ -15,7 +15,7 @@ from fp16studio.core.diagnostics.tree_index import TreeIndex
 from fp16studio.core.precision.drift import DriftResult
 from fp16studio.core.script.trace import ScriptTrace
 from fp16studio.session_state import (NO_MODEL, RUN, SAVED, TRACE, SessionState,
-                                      with_inventory)
+                                      arrived)
 
 SPEC = PipelineSpec(model="models/tiny", dataset="synthetic", model_dtype="float16")
 CAST = Fix("cast-inputs", "Cast the inputs to the model's dtype", {"input_dtype": "float16"})
@@ -333,7 +333,7 @@ def test_a_failed_run_leaves_nothing_of_the_last_one():
 
 def test_the_inventory_is_cores_summary_of_the_tree():
     root = tree()
-    result = with_inventory((diagnosis(tree=root), TreeIndex(root), None))
+    result = arrived(diagnosis(tree=root))
     state = SessionState()
     state.start(SPEC)
     state.took_diagnosis(SPEC, *result)

@@ -27,7 +27,8 @@ from typing import TypedDict
 from ..common.codec import meta
 from ..common.errors import Cancelled, InputError, check_cancel, report_progress
 from ..common.files import expand_user
-from ..common.frames import FrameError, pipe_to_child
+from ..common.codec import DecodeError
+from ..common.frames import FrameError, pipe_to_child, read_frame
 from ..demo.pipelines import DEMO_PREFIX
 from ..diagnostics.report import Diagnosis
 from ..spec.value import PipelineSpec
@@ -35,7 +36,6 @@ from .entry import (
     CHECK_ARG,
     DEFAULT_STEPS,
     MIN_PYTHON,
-    RESULT_TYPES,
     STEPS_ENV,
     frozen,
     runner_command,
@@ -276,15 +276,17 @@ class _Reports:
             with pipe:
                 while True:
                     try:
-                        report = RESULT_TYPES.read(pipe)
-                    except (EOFError, FrameError, OSError):
+                        report = read_frame(pipe)
+                        if not isinstance(report, dict):
+                            return
+                        if report.get("started"):
+                            self.lines.start()
+                        if "result" in report:
+                            self.result = ScriptTrace.from_json(report["result"])
+                    except (EOFError, FrameError, DecodeError, OSError):
                         return
-                    if report.get("started"):
-                        self.lines.start()
-                    if "result" in report:
-                        self.result = report["result"]
-                        if report.get("final"):
-                            return   # a helper of the script's may hold the pipe open
+                    if report.get("final"):
+                        return   # a helper of the script's may hold the pipe open
 
         thread = threading.Thread(target=pump, name="script-reports", daemon=True)
         thread.start()
