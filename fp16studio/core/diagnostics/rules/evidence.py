@@ -7,6 +7,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ...common.dtypes import HALF_NAMES
 from ...run.trace import ModuleCall
@@ -38,6 +39,12 @@ class Evidence:
     # output and its batch, as the model's call writes them (edits.names_at).
     sources: dict = field(default_factory=dict)
     names: Names = NAMES
+    # Where each finding is in a traced script (finding -> {"file", "line"} or None), given by
+    # the tracer: the rules place their findings with it, so what they return is final.
+    place: Callable | None = None
+    # The float32 islands a search found for this pass's overflow (islands.IslandSearch): the
+    # overflow's first fix, said in its message.
+    islands: object | None = None
 
     @property
     def failed(self) -> bool:
