@@ -112,7 +112,7 @@ class SessionState(Evented):
         "diagnosis": ("findings",), "trace": ("findings",), "stale": ("spec", "findings"),
         "bench_doc": ("bench",), "bench_stale": ("spec", "bench"),
         "drift_result": ("drift",), "drift_stale": ("spec", "drift"),
-        "fp8_doc": ("fp8",), "fp8_stale": ("spec", "fp8"),
+        "fp8_plan": ("fp8",), "fp8_stale": ("spec", "fp8"),
         "why_not_continue": ("findings", "tracing"),
     }
     BY_VALUE = (PipelineSpec,)
@@ -255,7 +255,8 @@ class SessionState(Evented):
         return self.drift is not None and self.drift.of != self.spec
 
     @property
-    def fp8_doc(self) -> dict | None:
+    def fp8_plan(self):
+        """The Fp8Plan shown, or None."""
         return self.fp8.value if self.fp8 else None
 
     @property
@@ -445,9 +446,9 @@ class SessionState(Evented):
     def drift_failed(self):
         self.drift = None
 
-    def took_fp8(self, spec: PipelineSpec, doc: dict):
+    def took_fp8(self, spec: PipelineSpec, plan):
         with self.events.blocker():
-            self.fp8, self.device = Slot(doc, spec), doc.get("device")
+            self.fp8, self.device = Slot(plan, spec), plan.device
 
     def fp8_failed(self):
         self.fp8 = None

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from fp16studio.core.common.codec import Document, decode, encoder
 from fp16studio.core.diagnostics.report import Diagnosis
 from fp16studio.core.precision.drift import DriftResult
+from fp16studio.core.precision.fp8_plan import Fp8Plan
 from fp16studio.core.script.trace import ScriptTrace
 from fp16studio.core.spec.value import PipelineSpec
 from .lookups import DatasetPreview
@@ -163,12 +164,12 @@ def drift(spec: PipelineSpec, variant: str | None, progress, cancel) -> DriftRes
 
 
 @task("fp8")
-def fp8(spec: PipelineSpec, recipe: str, progress, cancel) -> dict:
-    """The FP8 plan of `spec` with `recipe`: its --json document (plain values)."""
+def fp8(spec: PipelineSpec, recipe: str, progress, cancel) -> Fp8Plan:
+    """The FP8 plan of `spec` with `recipe`."""
     from fp16studio.core.precision.fp8 import fp8_plan
 
     warm_model().clear()   # the plan loads its own bfloat16 model
-    return fp8_plan(spec, recipe, progress=progress, cancel=cancel).to_json()
+    return fp8_plan(spec, recipe, progress=progress, cancel=cancel)
 
 
 @task("bench")
