@@ -76,7 +76,7 @@ def test_the_engines_stdout_holds_json_frames_only_even_when_a_task_prints():
 def test_a_tasks_arguments_and_result_arrive_as_the_types_it_declares():
     from fp16studio.core.diagnostics.tree import TensorNode
     from fp16studio.core.spec.value import PipelineSpec
-    from fp16studio.engine.lookups import DatasetPreview
+    from fp16studio.engine.lookups import DatasetPreview, Thumbnail
 
     def task(spec: PipelineSpec, shape: tuple[int, ...], progress, note=None) -> DatasetPreview:
         """(a task's own annotations: what the engine and the window both read)"""
@@ -86,8 +86,8 @@ def test_a_tasks_arguments_and_result_arrive_as_the_types_it_declares():
     args, kwargs = types.encode_arguments((spec, (2, 3)), {"note": {"k": [1]}})
     args, kwargs = json.loads(json.dumps([args, kwargs]))   # what a frame holds: JSON text
     assert types.decode_arguments(args, kwargs) == ([spec, (2, 3)], {"note": {"k": [1]}})
-    preview = {"columns": ["image"], "roles": {"image": "image"}, "configs": [],
-               "splits": ["train"], "rows": [[{"png": b"\x89PNG\0", "size": "2x2"}], ["text"]]}
+    preview = DatasetPreview(["image"], {"image": "image"}, [], ["train"],
+                             [[Thumbnail(b"\x89PNG\0", "2x2")], ["text"]])
     sent = json.loads(json.dumps(types.encode_result(preview)))
     assert types.decode_result(sent) == preview   # bytes too, as base64 text on the way
 
