@@ -296,6 +296,17 @@ def _typed(result: m.Result, types) -> m.Result | m.Failed:
         return m.Failed(result.job_id, f"The engine's result could not be read: {exc}")
 
 
+def event_of(body: bytes):
+    """The message of a frame's body from the engine (FrameError if it is none)."""
+    return m.from_frame(decode_body(body, object_hook=_each_object))
+
+
+def _each_object(doc: dict) -> dict:
+    """json.loads' hook: a Python call per object, so that the parser (C code, which holds the
+    GIL from start to end) lets the GUI thread in between the objects of a large result."""
+    return doc
+
+
 def _read_events(stream, inbox: queue.SimpleQueue):
     """The engine's frames as messages onto `inbox`, then one _Ended (a frame's JSON is read
     with the collector paused, as `_typed` reads its value)."""
@@ -304,7 +315,7 @@ def _read_events(stream, inbox: queue.SimpleQueue):
             try:
                 body = read_body(stream)
                 with gc_paused():   # while it decodes, not while it waits for the next
-                    message = m.from_frame(decode_body(body))
+                    message = event_of(body)
             except (EOFError, OSError):
                 inbox.put(_Ended())
                 return

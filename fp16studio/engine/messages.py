@@ -10,7 +10,7 @@ the message holds them as JSON, and only the side that knows the task reads them
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from fp16studio.core.common.codec import DecodeError, Document
@@ -88,8 +88,11 @@ MESSAGES = {cls.__name__: cls for cls in (Run, Cancel, Quit, Progress, Sample, L
 
 
 def to_frame(message) -> dict:
-    """The JSON value of a message's frame."""
-    return {TAG: type(message).__name__, **message.to_json(full=True)}
+    """The JSON value of a message's frame. Its fields are scalars and JSON values already
+    (a task's arguments and result as their documents): taken as they are, not copied (a
+    result can be a 21k-node tree)."""
+    return {TAG: type(message).__name__,
+            **{f.name: getattr(message, f.name) for f in fields(message)}}
 
 
 def from_frame(doc):

@@ -4,7 +4,7 @@ The script runs in a child process (fp16studio's own entry with a reserved first
 core/script/entry.py: `python -m fp16studio`, the frozen program itself, or the interpreter the
 user names with `--python`) with the tracer installed; its stdout and stderr come back line by
 line through `output` (the window's Log panel, the terminal) and never mix with a JSON document.
-The child sends its result (a `ScriptTrace`, plain values only) as typed JSON frames over a pipe
+The child sends its result (a `ScriptTrace`'s full codec document) as JSON frames over a pipe
 of its own (core/common/frames.py; never a pickle), so nothing here imports torch. A timeout or
 Cancel interrupts the script first (it reports what it traced so far), then kills it. A child
 that ends before the tracer is in place never ran the script: that is said as such (a bad
