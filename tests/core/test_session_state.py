@@ -420,3 +420,26 @@ def test_an_unreadable_preprocess_is_said_and_left_to_the_run(received, tmp_path
     ask = Asker(False)
     consent = received.consent(received.spec, ask)
     assert consent.granted and consent.note and "pre.py" in consent.note and not ask.questions
+
+
+def test_a_session_saved_by_the_version_before_opens_whole(tmp_path, monkeypatch):
+    """data/saved_by_0.fp16studio was written by the version before the engine spoke codec
+    documents (main at 85ad967): through the engine's open task, as its result travels to the
+    window, its spec, findings (a fix's code edit too) and figures open, nothing dropped."""
+    import shutil
+    from pathlib import Path
+
+    from fp16studio.engine.tasks import open_source, types_of
+
+    monkeypatch.setenv("FP16STUDIO_CONFIG_DIR", str(tmp_path / "config"))
+    path = tmp_path / "old.fp16studio"
+    shutil.copy(Path(__file__).parent / "data" / "saved_by_0.fp16studio", path)
+    types = types_of("open")
+    sent = types.encode_result(open_source(str(path), progress=lambda *said: None))
+    opened = types.decode_result(json.loads(json.dumps(sent)))
+    state = SessionState()
+    state.start(opened.spec, opened.diagnosis, opened.bench, path)
+    assert state.dropped is None and state.spec.keep_fp32 == ("*.norm",)
+    [finding] = state.diagnosis.findings
+    assert finding.fixes[0].code.text == "model = model.to(torch.bfloat16)"
+    assert state.inventory["tensors"] == 1 and state.bench_doc == opened.bench
