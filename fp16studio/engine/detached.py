@@ -22,6 +22,7 @@ from pathlib import Path
 
 from fp16studio.core.common.errors import InputError
 from fp16studio.core.common.frames import HEADER_SIZE, encode_frame, frame_of, read_frame
+from fp16studio.core.common.processes import process_alive
 from fp16studio.core.script.entry import frozen
 
 FOLLOW_S = 0.05   # how often a follower looks for the journal's next line
@@ -83,13 +84,7 @@ def attach(run_id: str, start_at: int) -> int:
     def alive() -> bool:
         if engine is not None:    # our child: poll() reaps it (a zombie would look alive)
             return engine.poll() is None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return process_alive(pid)
 
     threading.Thread(target=_relay, args=(folder / "commands",), daemon=True).start()
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")

@@ -29,6 +29,7 @@ from .long_lived import keep_lasting_out_of_collections
 from .log_panel import LogPanel
 from .placement import place, remember
 from .preview_panel import PreviewPanel
+from .rank_picker import RankPicker
 from .session_controller import SessionController
 from .source_lookups import SourceLookups
 from .spec_form import SpecForm
@@ -194,7 +195,13 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(left)
         self.splitter.addWidget(middle)
-        self.splitter.addWidget(self.findings)
+        # A launched run's ranks (trace --launch) over the findings; hidden for one process.
+        self.ranks = RankPicker()
+        self.ranks.hide()
+        right = QSplitter(Qt.Orientation.Vertical)
+        right.addWidget(self.ranks)
+        right.addWidget(self.findings)
+        self.splitter.addWidget(right)
         self.splitter.setSizes([300, 680, 300])
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setChildrenCollapsible(False)
@@ -208,6 +215,8 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.findings.revealRequested.connect(self.reveal_location)
         c.specChanged.connect(self._on_spec)
         c.diagnosisChanged.connect(self.diagnosis_shown.show_diagnosis)
+        c.diagnosisChanged.connect(lambda _diagnosis: self.ranks.set_doc(self.diagnosis_doc))
+        self.ranks.rankChosen.connect(self._show_rank_tree)
         c.findingsChanged.connect(self.diagnosis_shown.findings_changed)
         c.benchChanged.connect(self._on_bench)
         # A page not made yet has no figures to mark stale.
@@ -256,6 +265,13 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.act_run.setToolTip(
             RUN_TIP if notice is None or not model else
             f"Run the pipeline in the form ({model}), not the traced script (Ctrl+R)")
+
+    def _show_rank_tree(self, rank: int):
+        """A launched run's chosen rank: its own tensor tree (core keeps each rank's)."""
+        tree = getattr(self.diagnosis, "rank_trees", {}).get(rank)
+        shown = self.tensors.model.tree_index
+        if tree is not None and (shown is None or shown.root is not tree):
+            self.tensors.set_tree(tree)
 
     def _if_made(self, page: str, method: str, *args):
         view = self.pages.made(page)

@@ -32,10 +32,13 @@ needs_torchrun = pytest.mark.skipif(
 def launched(name: str, *args, **options):
     """The merged document of SCRIPTS/name under torchrun (once per session), and the ranks'
     pids: none of them may be alive once the trace is over."""
+    return launched_trace(name, *args, **options).to_json()
+
+
+def launched_trace(name: str, *args, **options):
     key = (name, args, tuple(sorted(options.items())))
     if key not in RUNS:
-        result = trace_launch(TORCHRUN, SCRIPTS / name, args, **{"steps": 4, **options})
-        RUNS[key] = result.to_json()
+        RUNS[key] = trace_launch(TORCHRUN, SCRIPTS / name, args, **{"steps": 4, **options})
     return RUNS[key]
 
 
@@ -107,9 +110,14 @@ def test_fsdp2_reduce_dtype_bfloat16_is_named_at_the_policy_line():
 
 
 @needs_torchrun
-def test_a_healthy_fsdp2_bfloat16_run_is_traced_silent():
-    doc = launched("ranks_fsdp2_healthy.py")
+def test_a_healthy_fsdp2_bfloat16_run_is_traced_silent_with_each_rank_s_tree():
+    trace = launched_trace("ranks_fsdp2_healthy.py")
+    doc = trace.to_json()
     assert doc["findings"] == [] and doc["ok"] and doc["error"] is None
+    # Each rank's tensor tree, for the window's rank picker; the document has none of them.
+    assert sorted(trace.rank_trees) == [0, 1] and trace.tree is trace.rank_trees[0]
+    assert all(tree.find("model") is not None for tree in trace.rank_trees.values())
+    assert not {"finding_ranks", "rank_trees", "tree"} & doc.keys()
     assert doc["ranks"]["disagreements"] == [] and doc["ranks"]["first_nonfinite"] is None
     assert [r["status"] for r in doc["ranks"]["per_rank"]] == ["ok", "ok"]
     nothing_left_running(doc)

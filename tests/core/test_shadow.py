@@ -12,12 +12,14 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from fp16studio.core.script.proof import apply_edits
-from fp16studio.core.script.rewrite import assigned_in_place, augmented, cast_back
+from fp16studio.core.script.proof import _better, apply_edits
+from fp16studio.core.script.rewrite import assigned_in_place, augmented, cast_back, \
+    casts_to_float32
 from fp16studio.core.script.shadow import ShadowCheck
 from fp16studio.core.script.trace import trace_script
 
@@ -36,6 +38,8 @@ CASES = {
                 "rare possible 1000 float32 1000"),
     "late_overflow.py": ("exp", "overflow", "error", "last inf float32 24384098",
                          "float32 24384098"),
+    "threshold.py": ("scores", "rounding", "warning", "chosen 59048 float32 65468",
+                     "chosen 65468 float32 65468"),
 }
 _traced: dict = {}
 
@@ -203,6 +207,23 @@ def test_rewrites_keep_precedence_strings_and_comments():
     assert assigned_in_place("total.float().add_(1.0)") is None   # a temporary: no target
     assert cast_back("h = x * y  # keep", "x") == "h = (x * y).to(x.dtype)  # keep"
     assert cast_back("return h", "x") == "return h.to(x.dtype)"
+    assert casts_to_float32("s = f(x.half() @ w.bfloat16().t(), 'y.half()')  # .half()") == \
+        "s = f(x.float() @ w.float().t(), 'y.half()')  # .half()"
+    assert casts_to_float32("y = a.to(dev, torch.float16) + b.to(dtype=torch.half)") == \
+        "y = a.to(dev, torch.float32) + b.to(dtype=torch.float32)"
+    assert casts_to_float32("y = a.half(1) + b") is None
+
+
+def test_a_fix_is_proven_where_what_is_left_at_the_landing_is_much_smaller():
+    """A fix that ends the inf/NaN, or halves the error, where the values land is proven: what
+    is left there is another line's rounding (the inputs cast upstream), not this fix's."""
+    before = SimpleNamespace(nonfinite=4097, error=float("nan"), flipped=0)
+    assert _better(before, {"nonfinite": 0, "error": 0.011})
+    assert not _better(before, {"nonfinite": 1, "error": 0.011})
+    before = SimpleNamespace(nonfinite=0, error=0.4, flipped=100)
+    assert _better(before, {"error": 0.1, "flipped": 20})
+    assert not _better(before, {"error": 0.3, "flipped": 20})
+    assert not _better(before, {"error": 0.1, "flipped": 80})
 
 
 def test_edits_go_in_at_each_lines_indentation():

@@ -11,6 +11,7 @@ from ..common import dtypes
 from ..common.errors import PipelineFailure, check_cancel, first_line, raise_if_disk_full, report_progress
 from ..common.gc_pause import gc_paused
 from ..hf.loading import is_oom, resolve_device
+from ..hf.offload import offloaded_blocks
 from ..run.pipeline import (DeviceUnavailable, no_tensor, prepare_batch, prepare_model, primary_output,
                             run_forward)
 from ..run.trace import Tracer
@@ -118,7 +119,7 @@ def _run(spec, loaded, processor, timings, progress, cancel):
                 keep_in_fp32=tuple(keep_in_fp32_modules(model)),
                 adapters=tuple(adapter_modules(model)), facts=facts, calls=calls,
                 error=error, exception=exception, provenance=provenance,
-                input_provenance=input_provenance)
+                input_provenance=input_provenance, offloaded=offloaded_blocks(model))
             findings = run_rules(evidence)
             search = island_search(findings, spec, model, batch, cancel) \
                 if exception is None else None

@@ -24,6 +24,8 @@ CODES = (
     "precision-loss", "training-stalled",
     # the distributed engines' settings, and ranks that disagree (fp16studio trace --launch)
     "half-reduction", "distributed-precision", "rank-mismatch",
+    # a device_map's blocks offloaded to the CPU or disk, float16 there
+    "offload-half",
 )
 # Most severe first: the order findings are listed in, everywhere.
 SEVERITIES = ("error", "warning", "info")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..common import dtypes
 from ..common.precision import FLOAT_MAX
+from ..hf.offload import block_devices
 from .tree import TensorNode
 
 
@@ -15,28 +16,40 @@ def tensor_node(name, path, kind, tensor) -> TensorNode:
 
 
 def model_tree(model) -> TensorNode:
-    """Modules nested by name; each holds its own parameters and buffers, then its children."""
-    root = TensorNode(name=type(model).__name__, path="model", kind="module")
+    """Modules nested by name; each holds its own parameters and buffers, then its children.
+    A dispatched model's modules carry the device its device_map gave their block ("disk",
+    "cpu", "cuda:1"), and so do their offloaded tensors (on "meta" until a forward needs them)."""
+    placed = block_devices(model)
+    root = TensorNode(name=type(model).__name__, path="model", kind="module",
+                      device=placed.get(""))
     nodes = {"": root}
     for name, module in model.named_modules():
         if name:
             parent_name, _, short = name.rpartition(".")
-            node = TensorNode(name=short, path=name, kind="module", note=type(module).__name__)
-            nodes[name] = nodes[parent_name].add(node)
+            parent = nodes[parent_name]
+            node = TensorNode(name=short, path=name, kind="module", note=type(module).__name__,
+                              device=placed.get(name, parent.device))
+            nodes[name] = parent.add(node)
         node = nodes[name]
         prefix = f"{name}." if name else ""
         # The module's own dicts: named_parameters' generator machinery, per module, costs
         # more than the nodes on a model of 11k small modules.
         for pname, param in module._parameters.items():
             if param is not None:
-                node.add(tensor_node(pname, prefix + pname, "parameter", param))
+                node.add(_placed(tensor_node(pname, prefix + pname, "parameter", param), node))
         for bname, buf in module._buffers.items():
             if buf is not None:
-                node.add(tensor_node(bname, prefix + bname, "buffer", buf))
+                node.add(_placed(tensor_node(bname, prefix + bname, "buffer", buf), node))
     # Modules first is how people read a model; tensors of a module before its children.
     for node in nodes.values():
         node.children.sort(key=lambda n: n.kind == "module")
     return root
+
+
+def _placed(tensor: TensorNode, module: TensorNode) -> TensorNode:
+    if tensor.device == "meta" and module.device:
+        tensor.device = module.device
+    return tensor
 
 
 def batch_tree(batch: dict) -> TensorNode:

@@ -39,6 +39,7 @@ from ..diagnostics.rules.batch import rule_list_batch
 from ..diagnostics.rules.edits import NAMES, Names, names_at, source_line
 from ..diagnostics.rules.placement import script_device_unavailable
 from ..diagnostics.tree import TensorNode
+from ..hf.offload import offloaded_blocks
 from ..spec.value import PipelineSpec
 from .recover import Observed, Recorder, observed_spec, reproduction, with_train
 from .entry import DEFAULT_STEPS
@@ -58,7 +59,8 @@ _ID_NAMES = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "l
 # says.
 _SOURCE_OF = {"map-cast-lost": ("map",), "autocast-inactive": ("autocast",),
               "half-on-cpu": ("cast", "load"), "mixed-precision-params": ("cast", "load"),
-              "list-batch": ("format", "dataset"), "silent-upcast": ("cast", "load")}
+              "list-batch": ("format", "dataset"), "silent-upcast": ("cast", "load"),
+              "offload-half": ("cast", "load")}
 
 
 @dataclass
@@ -79,6 +81,7 @@ class Snapshot:
     observed: Observed | None = None
     error: dict | None = None             # the forward pass's failure, with its source line
     findings: list = field(default_factory=list)
+    offloaded: dict = field(default_factory=dict)   # hf.offload.offloaded_blocks
 
 
 class ScriptWatch:
@@ -166,7 +169,7 @@ def _snapshot(trace: ModelTrace, module, maps) -> Snapshot:
                     facts=facts, param_dtypes=param_dtypes, module_param_dtypes=module_param_dtypes,
                     keep_in_fp32=tuple(keep_in_fp32_modules(module)),
                     adapters=tuple(adapter_modules(module)), tree=tree, output=output,
-                    compiled=hasattr(module, "_orig_mod"))
+                    compiled=hasattr(module, "_orig_mod"), offloaded=offloaded_blocks(module))
 
 
 def assemble(watch: ScriptWatch, script: str, args, outcome: dict, seconds: float,
@@ -295,7 +298,8 @@ def _model_findings(snap: Snapshot, user: UserCode) -> list[Finding]:
         keep_in_fp32=snap.keep_in_fp32, adapters=snap.adapters, facts=snap.facts,
         calls=trace.calls, error=error, exception=exc, provenance=snap.observed.provenance,
         input_provenance=snap.observed.input_provenance, sources=sources,
-        names=names, place=lambda finding: _source_for(finding, snap, failing))
+        names=names, offloaded=snap.offloaded,
+        place=lambda finding: _source_for(finding, snap, failing))
     # An FP8 failure is an error of the failing line (where _source_for places any error).
     fp8 = fp8_rules.failure_findings(type(exc).__name__, str(exc), failing, names) \
         if exc is not None else []

@@ -1,7 +1,8 @@
 """Fixes proven on the script (issue 40): before a quiet-value fix is offered first, it is
 applied to a copy of the script, the copy is traced again, and the fix counts as proven only if
 its line no longer loses values, the place where the values landed is now close to its float32
-shadow, and nothing new fails. What could not be proven says why.
+shadow (or much closer, where another line's rounding is what is left), and nothing new fails.
+What could not be proven says why.
 
 The copy lives in a folder of its own (the user's file is never written); its run imports the
 script's own folder after the copy's (SCRIPT_HOME_ENV), so the modules beside the script are
@@ -166,6 +167,16 @@ def _discard(stream, line):
     pass
 
 
+def _better(before, after: dict) -> bool:
+    """What the landing holds after the fix is much closer to float32 (no inf/NaN where there
+    were some, or at most half the error): what is left there is another line's to fix (a
+    cast upstream that rounds the inputs already), not this fix's."""
+    if before.nonfinite:
+        return not after.get("nonfinite")
+    flipped = after.get("flipped", 0)
+    return after.get("error", 0.0) <= before.error / 2 and flipped <= before.flipped / 2
+
+
 def _judge(result, record, error) -> str:
     line = record.source["line"]
     if result is None:
@@ -179,8 +190,9 @@ def _judge(result, record, error) -> str:
         at = (finding.source or {}).get("line")
         if finding.code == "precision-loss" and at == line:
             return "not proven: the line still loses values in the fixed script"
+        after = finding.evidence.get("landing") or {}
         if finding.code == "precision-loss" and landing is not None and \
-                (finding.evidence.get("landing") or {}).get("line") == landing:
+                after.get("line") == landing and not _better(record.landing, after):
             return (f"not proven: what line {landing} uses is still off from float32 in the "
                     "fixed script")
         if finding.severity == "error" and at == line:

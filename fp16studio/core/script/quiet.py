@@ -64,15 +64,16 @@ def quiet_records(shadow, lines: dict, said: set, user, error=None,
             continue
         weight = (landing.nonfinite > 0 or landing.zeroed > 0, _flip_share(landing), landing.error,
                   landing.value is not None)
-        for where in _born_at(landing, shadow.births):
+        kinds, wheres = _born_at(landing, shadow.births)
+        for where in wheres:
             if where not in blamed or weight > blamed[where][1]:
-                blamed[where] = (landing, weight)
+                blamed[where] = (landing, weight, kinds)
     records = []
-    for where, (landing, _) in sorted(blamed.items()):
+    for where, (landing, _, kinds) in sorted(blamed.items()):
         facts = lines.get(where)
         if facts is None or where in said:
             continue      # a line another finding speaks for already (an error, a value refused)
-        records.append(_record(shadow.births[where], facts, landing, lines, shadow.births))
+        records.append(_record(shadow.births[where], kinds, facts, landing, lines))
     return prove(records, user, error) if records and prove_fixes else records
 
 
@@ -97,21 +98,32 @@ def _kind(birth, kinds) -> str | None:
     return next((k for k in kinds if birth.events.get(k, (0,))[0]), None)
 
 
-def _born_at(landing, births) -> list:
-    """The origins that explain the landing: those with a telling event, else those on a
-    boundary, else the one whose rounding added most."""
+def _born_at(landing, births) -> tuple[tuple, list]:
+    """The kinds that explain the landing and the origins that hold them: those with a telling
+    event, else those on a boundary, else the one whose rounding added most. A boundary
+    explains a landing that is itself inf/NaN or zero, or one share in FLIP_SHARE of what its
+    line made (35 values of 131072 that round to 1.0 do not flip 5% of a threshold's
+    decisions: rounding does)."""
     origins = [births[w] for w in landing.origins if w in births]
-    for kinds in (_STRONG, _BOUNDARY):
-        found = [b.where for b in origins if _kind(b, kinds)]
-        if found:
-            return found
+    found = [b.where for b in origins if _kind(b, _STRONG)]
+    if found:
+        return _STRONG, found
+    found = [b.where for b in origins if _kind(b, _BOUNDARY) and (
+        landing.nonfinite or landing.zeroed or _boundary_share(b) >= FLIP_SHARE)]
+    if found:
+        return _BOUNDARY, found
     if not origins:
-        return []
-    return [max(origins, key=lambda b: b.local_abs).where]
+        return (), []
+    return (), [max(origins, key=lambda b: b.local_abs).where]
 
 
-def _record(birth, facts: LineFacts, landing, lines: dict, births) -> QuietValue:
-    kind = next((k for k in KINDS if birth.events.get(k, (0,))[0]), ROUNDING)
+def _boundary_share(birth) -> float:
+    return max(lost / total if total else 0.0
+               for lost, total, *_ in (birth.events.get(k, (0, 0)) for k in _BOUNDARY))
+
+
+def _record(birth, kinds: tuple, facts: LineFacts, landing, lines: dict) -> QuietValue:
+    kind = next((k for k in kinds if birth.events.get(k, (0,))[0]), ROUNDING)
     lost, total, lost_calls = birth.events.get(kind, (0, 0, 0)) if kind != ROUNDING else (
         birth.calls, birth.calls, birth.calls)
     details = birth.details.get(kind, {})

@@ -7,6 +7,7 @@ on by the launcher with the rest of the environment) holds one set of files per 
 the RANK the launcher gave it:
 
     rank-N.json        the rank's trace document (ScriptTrace.to_json), as a single process's
+    rank-N.tree.json   its tensor tree (not in the document: the window shows the chosen rank's)
     rank-N.started     the tracer is in place: from here on, what happens is the script's
     rank-N.done        rank-N.json is the rank's final document (the script is over), not the
                        one written as a model's first pass ended
@@ -45,6 +46,7 @@ class RankFiles:
         self._lock = threading.Lock()
         self._over = False
         self.result = folder / f"rank-{rank}.json"
+        self.tree = folder / f"rank-{rank}.tree.json"
         self.beat = folder / f"rank-{rank}.beat.json"
         self.done = folder / f"rank-{rank}.done"
 
@@ -56,6 +58,8 @@ class RankFiles:
         return cls(Path(folder), int(os.environ.get("RANK", "0")))
 
     def write(self, result) -> None:
+        if result.tree is not None:   # before the document: a reader of it finds its tree
+            _write_json(self.tree, result.tree.to_json())
         _write_json(self.result, result.to_json())
         if result.complete:
             self._last()   # the steps and settings as the script left them

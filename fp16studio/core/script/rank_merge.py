@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..common.codec import DecodeError, meta
 from ..diagnostics.findings import Finding
+from ..diagnostics.tree import TensorNode
 from ..diagnostics.rules.distributed import rank_mismatch
 from ..spec.value import PipelineSpec
 from .trace import ScriptTrace
@@ -35,6 +37,7 @@ class RankRecord:
     done: bool
     ended: float | None = None   # when its script was over (a clock shared by the ranks of a
     #                              machine: the files' own times)
+    tree: dict | None = None     # its tensor tree (TensorNode.to_json), not in the document
 
 
 @dataclass
@@ -43,14 +46,17 @@ class RankedTrace(ScriptTrace):
     lowest), with every rank's findings merged and `ranks` (CONTRACT: trace --launch)."""
 
     ranks: dict = field(default_factory=dict)
-    finding_ranks: list = field(default_factory=list)   # per finding: the ranks it was made on
+    # per finding: the ranks it was made on (said in each finding's "ranks")
+    finding_ranks: list = field(default_factory=list, metadata=meta(internal=True))
+    # rank -> its tensor tree, for the window's rank picker (`tree` is the chosen base rank's)
+    rank_trees: dict = field(default_factory=dict, metadata=meta(internal=True))
 
     @property
     def ok(self) -> bool:
         return super().ok and all(r["status"] == "ok" for r in self.ranks.get("per_rank", ()))
 
-    def to_json(self) -> dict:
-        doc = super().to_json()
+    def to_json(self, full: bool = False) -> dict:
+        doc = super().to_json(full)
         for out, ranks in zip(doc["findings"], self.finding_ranks):
             out["ranks"] = list(ranks)
         doc["ranks"] = self.ranks
@@ -89,8 +95,10 @@ def merged_trace(records: list[RankRecord], script: str, args, launch: str,
     result = _from_document(doc, script, args) if doc else ScriptTrace(
         spec=PipelineSpec(model="script", dataset="script"), device="unknown", script=script,
         args=tuple(args))
+    trees = {r.rank: _tree(r.tree) for r in records if r.tree}
     if base is not None:
         result.steps = _steps(base)
+        result.tree = trees.get(base.rank)
         row = rows[records.index(base)]
         if row["status"] != "ok" and row["error"]:
             result.error = dict(row["error"], rank=base.rank)
@@ -101,7 +109,8 @@ def merged_trace(records: list[RankRecord], script: str, args, launch: str,
                             "started in any rank (its own output says why)")
     order = sorted(range(len(findings)), key=lambda i: _severity(findings[i]))
     return RankedTrace(**{**result.__dict__, "findings": [findings[i] for i in order]},
-                       ranks=ranks, finding_ranks=[finding_ranks[i] for i in order])
+                       ranks=ranks, finding_ranks=[finding_ranks[i] for i in order],
+                       rank_trees={rank: tree for rank, tree in trees.items() if tree})
 
 
 def _from_document(doc: dict, script: str, args) -> ScriptTrace:
@@ -110,6 +119,13 @@ def _from_document(doc: dict, script: str, args) -> ScriptTrace:
     return ScriptTrace(**{**diagnosis.__dict__, "script": script, "args": tuple(args),
                           "models": doc.get("models", []), "notes": list(doc.get("notes", ())),
                           "recovered": doc.get("spec") is not None})
+
+
+def _tree(doc: dict) -> TensorNode | None:
+    try:
+        return TensorNode.from_json(doc)
+    except DecodeError:   # written by another fp16studio (the launcher's Python's)
+        return None
 
 
 def _severity(finding: Finding) -> int:

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from ..common.errors import InputError, check_cancel, report_progress
+from ..common.processes import process_alive, signal_group
 from .entry import RUNNER_ARG, STEPS_ENV, frozen
 from .rank_files import RANKS_ENV
 from .rank_merge import RankRecord, merged_trace
@@ -130,7 +131,7 @@ def _any_over(folder: Path) -> bool:
     """A rank finished its script, or its process is gone while the launcher runs on."""
     if any(folder.glob("rank-*.done")):
         return True
-    return any(not _alive(beat.get("pid")) for beat in _beats(folder).values())
+    return any(not process_alive(beat.get("pid")) for beat in _beats(folder).values())
 
 
 def _beats(folder: Path) -> dict:
@@ -142,43 +143,20 @@ def _beats(folder: Path) -> dict:
     return beats
 
 
-def _alive(pid) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (ended, not yet reaped by the launcher) is over.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def _end_all(launcher, folder: Path):
     """Interrupt every rank and the launcher (a rank at Python's level then writes what it
     traced), then kill whatever is left: each rank's group, and the launcher's."""
-    pids = [beat["pid"] for beat in _beats(folder).values() if _alive(beat.get("pid"))]
+    pids = [beat["pid"] for beat in _beats(folder).values() if process_alive(beat.get("pid"))]
     if launcher.poll() is None or pids:
         for group in [launcher.pid, *pids]:
-            _signal_group(group, signal.SIGINT)
+            signal_group(group, signal.SIGINT)
         deadline = time.monotonic() + GRACE_S
         while time.monotonic() < deadline and (
-                launcher.poll() is None or any(_alive(pid) for pid in pids)):
+                launcher.poll() is None or any(process_alive(pid) for pid in pids)):
             time.sleep(0.05)
         for group in [launcher.pid, *pids]:
-            _signal_group(group, signal.SIGKILL)
+            signal_group(group, signal.SIGKILL)
     launcher.wait()
-
-
-def _signal_group(pid: int, sig):
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _records(folder: Path) -> list[RankRecord]:
@@ -187,6 +165,7 @@ def _records(folder: Path) -> list[RankRecord]:
     world = max((b.get("world_size", 0) for b in beats.values()), default=0)
     ranks |= set(range(world))
     return [RankRecord(rank=rank, document=_read_json(folder / f"rank-{rank}.json"),
+                       tree=_read_json(folder / f"rank-{rank}.tree.json"),
                        beat=beats.get(rank),
                        started=(folder / f"rank-{rank}.started").exists(),
                        done=(folder / f"rank-{rank}.done").exists(),

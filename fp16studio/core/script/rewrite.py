@@ -56,6 +56,30 @@ def assigned_in_place(line: str) -> str | None:
     return f"{target} = {target}.float().{call.func.attr[:-1]}{arguments}"
 
 
+_HALF_DTYPES = frozenset(("float16", "half", "bfloat16"))
+
+
+def casts_to_float32(line: str) -> str | None:
+    """The line with each cast it makes to a half dtype made to float32 instead (`x.half()`,
+    `.bfloat16()`, `torch.float16` as an argument): a line that casts and computes at once
+    (`torch.sigmoid(x.half() @ w.half().t())`) computes in float32."""
+    node = _statement(line)
+    if node is None:
+        return None
+    spans = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and \
+                sub.func.attr in ("half", "bfloat16") and not sub.args and not sub.keywords:
+            end = segment(line, sub)[1]
+            spans.append((segment(line, sub.func)[1] - len(sub.func.attr), end, "float()"))
+        elif isinstance(sub, ast.Attribute) and sub.attr in _HALF_DTYPES and \
+                isinstance(sub.value, ast.Name) and sub.value.id == "torch":
+            spans.append((*segment(line, sub), "torch.float32"))
+    for start, end, text in sorted(spans, reverse=True):
+        line = line[:start] + text + line[end:]
+    return line if spans else None
+
+
 def cast_back(line: str, expr: str | None) -> str | None:
     """The line with its result cast back to the dtype of `expr` (`h = (...).to(x.dtype)`):
     the next line gets the dtype it had."""

@@ -53,6 +53,7 @@ from .value_check import (
     ONE,
     OVERFLOW,
     RELATIVE_ERROR,
+    ROUNDING,
     ZEROED,
     made_events,
     scalar_events,
@@ -438,7 +439,9 @@ class ShadowCheck:
             birth.add(OVERFLOW, int(overflowed), numel, name)
         if norm_ref > 0:
             relative = norm_diff / norm_ref
-            birth.local_max = max(birth.local_max, relative)
+            if relative > birth.local_max:
+                birth.local_max = relative
+                birth.ops[ROUNDING] = name      # the line's largest rounding, named by its op
             if not overflowed and relative > ERROR_FACTOR * EPSILON[dtype]:
                 birth.add(RELATIVE_ERROR, numel, numel, name, error=relative)
         if zeroed:

@@ -29,6 +29,7 @@ from ..common.errors import Cancelled, InputError, check_cancel, report_progress
 from ..common.files import expand_user
 from ..common.codec import DecodeError
 from ..common.frames import FrameError, pipe_to_child, read_frame
+from ..common.processes import signal_group
 from ..demo.pipelines import DEMO_PREFIX
 from ..diagnostics.report import Diagnosis
 from ..spec.value import PipelineSpec
@@ -411,19 +412,12 @@ def _ends_with_us():
 
 def _stop(child: subprocess.Popen, grace: float):
     """Interrupt the script (KeyboardInterrupt: it reports what it traced), then kill it."""
-    _signal_group(child, signal.SIGINT)
+    signal_group(child.pid, signal.SIGINT)
     try:
         child.wait(timeout=grace)
     except subprocess.TimeoutExpired:
-        _signal_group(child, signal.SIGKILL)
+        signal_group(child.pid, signal.SIGKILL)
         child.wait()
-
-
-def _signal_group(child, sig):
-    try:
-        os.killpg(child.pid, sig)  # the script's own helpers (DataLoader workers) too
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _timeout_message(timeout) -> str:

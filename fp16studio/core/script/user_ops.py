@@ -64,7 +64,7 @@ from ..diagnostics.rules.placement import made_on_other_device
 from ..diagnostics.rules.ranges import user_overflowed, user_value_refused
 from ..diagnostics.rules.values import precision_loss
 from .quiet import LineFacts, quiet_records
-from .rewrite import assigned_in_place, augmented, cast_back, segment
+from .rewrite import assigned_in_place, augmented, cast_back, casts_to_float32, segment
 from .shadow import SINKS, ShadowCheck
 from .tracer import UserCode
 from .value_check import CASTS, CONSTANT
@@ -737,6 +737,7 @@ def _keeping_lines(line: str, name: str, args, kwargs, kind: str, birth, frame) 
         out.append(_made_in_float32(line, name, args))
     if kind == "absorbed":
         out.append(augmented(line) or assigned_in_place(line))
+    out.append(casts_to_float32(line))
     leaves, leaf = _half_names_float(line, frame)
     expr = expr or leaf
     for text in (leaves, float_line):

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..common.config_folder import config_dir, config_list, update_config_list
 from ..common.errors import InputError
 from ..common.files import backup_path, expand_user, keep_backup, remove_quietly
+from ..common.processes import process_alive
 from .documents import Session, is_session_file, read_session, write_session
 
 SUFFIX = ".fp16studio"
@@ -96,15 +97,7 @@ def _orphan_autosaves() -> list[Path]:
 
 
 def _process_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:      # someone else's process: alive
-        return True
-    return True
+    return pid == os.getpid() or process_alive(pid)
 
 
 def _mtime(path: Path) -> float:

@@ -17,6 +17,7 @@ outside this package constructs a Finding).
     flags       precision-flag
     fp8         fp8-unsupported, fp8-shape, fp8-sensitive
     distributed half-reduction, distributed-precision, rank-mismatch (trace --launch)
+    offload     offload-half (device_map blocks offloaded to the CPU or disk, float16 there)
 
 Beside them: `evidence` (what a forward pass shows the rules), `words` (where a dtype came
 from, said from its provenance), `edits` (fixes as structured spec and code edits).
@@ -28,18 +29,18 @@ other observers are plain functions of their records, called where the evidence 
 from __future__ import annotations
 
 from ..findings import Finding, by_severity
-from . import batch, distributed, dtypes, flags, fp8, placement, ranges, training, values
+from . import batch, distributed, dtypes, flags, fp8, offload, placement, ranges, training, values
 from .evidence import Evidence
 from .words import spec_provenance
 
-FAMILIES = (batch, placement, dtypes, ranges, values, training, flags, fp8, distributed)
+FAMILIES = (batch, placement, dtypes, ranges, values, training, flags, fp8, distributed, offload)
 
 RULES = (placement.rule_out_of_memory, placement.rule_input_device_unavailable,
          batch.rule_label_dtype, placement.rule_device_mismatch, batch.rule_list_batch,
          batch.rule_integer_cast, dtypes.rule_half_unsupported, dtypes.rule_dtype_mismatch,
          ranges.rule_overflow, batch.rule_map_cast_lost, dtypes.rule_silent_upcast,
          dtypes.rule_autocast_inactive, dtypes.rule_mixed_precision_params,
-         dtypes.rule_half_on_cpu, ranges.rule_overflow_risk)
+         offload.rule_offload_half, dtypes.rule_half_on_cpu, ranges.rule_overflow_risk)
 
 __all__ = ["Evidence", "FAMILIES", "RULES", "findings_of", "owner", "run_rules", "spec_provenance"]
 

@@ -18,6 +18,7 @@ from ..findings import Finding, Fix
 from . import edits
 from .edits import source_line
 from .evidence import Evidence
+from .offload import half_on_cpu_blocks
 from .words import (
     autocast_origin,
     at_line,
@@ -213,7 +214,7 @@ def user_half_unsupported(record) -> Finding:
 
 
 def rule_half_on_cpu(ev: Evidence) -> list[Finding]:
-    if ev.device_type != "cpu":
+    if ev.device_type != "cpu" or half_on_cpu_blocks(ev):   # offload-half says it, per block
         return []
     # An autocast that names another device type does nothing here (autocast-inactive says so).
     autocast_fp16 = ev.spec.autocast == "float16" and ev.spec.autocast_device in (None, "cpu")

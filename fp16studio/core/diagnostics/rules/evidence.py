@@ -39,6 +39,8 @@ class Evidence:
     # output and its batch, as the model's call writes them (edits.names_at).
     sources: dict = field(default_factory=dict)
     names: Names = NAMES
+    # Blocks a device_map offloads (hf.offload.offloaded_blocks): name -> "cpu" or "disk".
+    offloaded: dict = field(default_factory=dict)
     # Where each finding is in a traced script (finding -> {"file", "line"} or None), given by
     # the tracer: the rules place their findings with it, so what they return is final.
     place: Callable | None = None

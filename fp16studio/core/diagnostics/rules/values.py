@@ -168,9 +168,10 @@ def _one(record) -> str:
 
 def _rounding(record) -> str:
     loss = record.loss
-    return (f"{loss.op} in {loss.dtype} rounds at each of its {record.calls} calls, each "
-            f"within one step of {loss.dtype}, and the error builds up over them. Compute this "
-            "step in float32.")
+    calls = f"{record.calls} call{'' if record.calls == 1 else 's'}"
+    return (f"its operations in {loss.dtype} ({calls}, {loss.op} rounding most) each round "
+            f"within one step of {loss.dtype}, and the error builds up over them. "
+            "Compute this step in float32.")
 
 
 def _collapsed(record) -> str:
