@@ -1,10 +1,11 @@
-"""What a result costs to cross a process boundary as a typed JSON frame, against the pickle it
-replaced, in one run: a diagnosis with a 21k-tensor tree (the size of MiniLM's traced pass,
-benchmarks/_models.py), sent as the engine's diagnose task returns it (the Diagnosis, the index
-built on arrival, the GPU memory) inside a Result message.
+"""What a result costs to cross a process boundary as a JSON frame of the codec's documents,
+against the pickle it replaced, in one run: a diagnosis with a 21k-tensor tree (the size of
+MiniLM's traced pass, benchmarks/_models.py), sent as the engine's diagnose task returns it
+(tasks.Diagnosed) inside a Result message.
 
-Encode: the message to bytes. Decode: the bytes to the message, the tree's index built (pickle
-builds it on load too). Each figure is the median of ROUNDS; the ratios are frame / pickle.
+Encode: the result to bytes. Decode: the bytes to the result, the tree's index built where it
+arrives (session_state.arrived; after pickle.loads too). Each figure is the median of ROUNDS;
+the ratios are frame / pickle.
 
     python benchmarks/frame_cost.py [--tensors 21000] [--rounds 7]
 """
@@ -60,20 +61,40 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args(argv)
 
-    from fp16studio.core.diagnostics.tree_index import IndexOnArrival
+    from fp16studio.core.common.frames import encode_frame, read_body
+    from fp16studio.core.common.gc_pause import gc_paused
+    from fp16studio.core.diagnostics.tree_index import TreeIndex
     from fp16studio.engine import messages as m
+    from fp16studio.engine.client import event_of
+    from fp16studio.engine.tasks import Diagnosed, types_of
+    from fp16studio.session_state import arrived
 
-    result = diagnosis(args.tensors)
-    message = m.Result(1, (result, IndexOnArrival(result.tree), None))
+    result = Diagnosed(diagnosis(args.tensors))
+    types = types_of("diagnose")
+
+    def send(value):
+        return encode_frame(m.to_frame(m.Result(1, types.encode_result(value))))
+
+    def receive(frame):   # as the window's worker does: the collector paused meanwhile
+        with gc_paused():
+            came = types.decode_result(event_of(read_body(io.BytesIO(frame))).value)
+            return arrived(came.diagnosis, came.gpu_memory)
+
+    def unpickle(data):
+        with gc_paused():
+            came = pickle.loads(data).value
+            return came, TreeIndex(came.diagnosis.tree)
+
+    message = m.Result(1, result)
     pickled = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    frame = m.WIRE.frame(message)
-    arrived = m.WIRE.read(io.BytesIO(frame)).value
-    assert arrived[0].tree == result.tree and arrived[1].root is arrived[0].tree
+    frame = send(result)
+    diagnosis_there, index, _ = receive(frame)
+    assert diagnosis_there.tree == result.diagnosis.tree and index.root is diagnosis_there.tree
     rows = {
         "pickle": (len(pickled), median_seconds(lambda: pickle.dumps(message, protocol=5), args.rounds),
-                   median_seconds(lambda: pickle.loads(pickled), args.rounds)),
-        "frame": (len(frame), median_seconds(lambda: m.WIRE.frame(message), args.rounds),
-                  median_seconds(lambda: m.WIRE.read(io.BytesIO(frame)), args.rounds)),
+                   median_seconds(lambda: unpickle(pickled), args.rounds)),
+        "frame": (len(frame), median_seconds(lambda: send(result), args.rounds),
+                  median_seconds(lambda: receive(frame), args.rounds)),
     }
     print(f"{args.tensors} tensors, median of {args.rounds}")
     print(f"{'':8}{'bytes':>12}{'encode ms':>12}{'decode ms':>12}")

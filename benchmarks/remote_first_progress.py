@@ -21,13 +21,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests"), str(HERE)]
 
+from fp16studio.core.diagnostics.report import Diagnosis  # noqa: E402  (after the path)
+
 
 def says_progress(progress):
     """A job that says one progress line and returns at once."""
     progress("model", "loading")
 
 
-def big_result(tensors: int):
+def big_result(tensors: int) -> Diagnosis:   # its type: how the result travels
     from frame_cost import diagnosis
 
     return diagnosis(tensors)
@@ -69,6 +71,7 @@ def main(argv=None) -> int:
 
     from remote_box import running_box
 
+    from fp16studio.core.common.frames import encode_frame
     from fp16studio.engine import messages as m
     from fp16studio.engine.client import EngineClient, local_engine
     from fp16studio.engine.transport import ssh_engine
@@ -91,7 +94,7 @@ def main(argv=None) -> int:
             sent[name] = statistics.median(result_seconds(client, args.tensors)
                                            for _ in range(args.rounds))
             client.close(grace_s=5)
-    frame = m.WIRE.frame(m.Result(1, diagnosis(args.tensors)))
+    frame = encode_frame(m.to_frame(m.Result(1, diagnosis(args.tensors).to_json(full=True))))
     print(f"median of {args.rounds}")
     print(f"{'':8}{'first progress s':>18}{f'{args.tensors} tensors s':>20}")
     for name in engines:

@@ -82,16 +82,20 @@ class Consent:
     note: str | None = None
 
 
-def with_inventory(result):
-    """(diagnosis, tree_index, gpu_memory) with the diagnosis's inventory summarised by core
-    (`tree.summary`, what `diagnose --json` reports): one walk of the tree, done where the
-    result arrives (the worker thread) rather than on the GUI thread."""
-    diagnosis = result[0]
-    if diagnosis.inventory is None and diagnosis.tree is not None:
+def arrived(diagnosis, gpu_memory: int | None = None) -> tuple:
+    """(diagnosis, its tree's TreeIndex or None, gpu_memory) for `took_diagnosis`, with the
+    diagnosis's inventory summarised by core (`tree.summary`, what `diagnose --json` reports):
+    the walks of the tree, done where the result arrives (the worker thread) rather than on the
+    GUI thread."""
+    if diagnosis.tree is None:
+        return diagnosis, None, gpu_memory
+    from fp16studio.core.diagnostics.tree_index import TreeIndex
+
+    if diagnosis.inventory is None:
         from fp16studio.core.diagnostics.tree import summary
 
         diagnosis.inventory = summary(diagnosis.tree)
-    return result
+    return diagnosis, TreeIndex(diagnosis.tree), gpu_memory
 
 
 # The result slots, each of the spec it was made from, and how the Log names them.
@@ -108,7 +112,7 @@ class SessionState(Evented):
         "diagnosis": ("findings",), "trace": ("findings",), "stale": ("spec", "findings"),
         "bench_doc": ("bench",), "bench_stale": ("spec", "bench"),
         "drift_result": ("drift",), "drift_stale": ("spec", "drift"),
-        "fp8_doc": ("fp8",), "fp8_stale": ("spec", "fp8"),
+        "fp8_plan": ("fp8",), "fp8_stale": ("spec", "fp8"),
         "why_not_continue": ("findings", "tracing"),
     }
     BY_VALUE = (PipelineSpec,)
@@ -252,7 +256,8 @@ class SessionState(Evented):
         return self.drift is not None and self.drift.of != self.spec
 
     @property
-    def fp8_doc(self) -> dict | None:
+    def fp8_plan(self):
+        """The Fp8Plan shown, or None."""
         return self.fp8.value if self.fp8 else None
 
     @property
@@ -442,9 +447,9 @@ class SessionState(Evented):
     def drift_failed(self):
         self.drift = None
 
-    def took_fp8(self, spec: PipelineSpec, doc: dict):
+    def took_fp8(self, spec: PipelineSpec, plan):
         with self.events.blocker():
-            self.fp8, self.device = Slot(doc, spec), doc.get("device")
+            self.fp8, self.device = Slot(plan, spec), plan.device
 
     def fp8_failed(self):
         self.fp8 = None

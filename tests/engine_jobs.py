@@ -3,6 +3,7 @@
 import os
 import sys
 import time
+from typing import TypedDict
 
 from fp16studio.core import InputError
 
@@ -76,10 +77,15 @@ def warn(progress, cancel):
     return "warned"
 
 
-def chatty(progress, cancel):
+class Picture(TypedDict):
+    shape: list[int]
+    png: bytes
+
+
+def chatty(progress, cancel) -> Picture:
     print("a task that prints", flush=True)     # as libraries do: never into the protocol
     os.write(1, b"and one that writes to fd 1\n")
-    return {"shape": (2, 3), "png": b"\x89PNG"}
+    return {"shape": [2, 3], "png": b"\x89PNG"}
 
 
 def two_steps(seconds, progress, cancel):

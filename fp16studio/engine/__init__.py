@@ -1,6 +1,6 @@
 """The process boundary (Qt-free): everything that crosses between the window and the engine.
 
-- messages: the typed messages both sides exchange (frozen dataclasses, as typed JSON frames)
+- messages: the messages both sides exchange (codec documents, one JSON frame each)
 - tasks:    the named tasks the engine runs; adding one is one decorated function
 - lookups:  the picker look-ups (cache scan, Hub search, model info, dataset preview)
 - server:   the engine process's loop (child side)

@@ -8,7 +8,7 @@ down: the process is ended and the next task starts a fresh one.
 
 The engine is `fp16studio engine --stdio` started by a transport's command: this Python here
 (`local_engine`), or the same on another machine through ssh (transport.py). Messages cross as
-typed JSON frames (messages.WIRE), never pickled. A reader thread turns the engine's frames into
+JSON frames of the codec's documents (messages.py), never pickled. A reader thread turns the engine's frames into
 messages on a queue; `EngineClient.run` blocks the calling (worker) thread on that queue, which
 also gets the reader's word that the stream ended and `interrupt()`'s wake-up, so it reacts at
 once to an event, a dead process or a Cancel, and does not poll.
@@ -27,11 +27,13 @@ import threading
 import time
 
 from fp16studio.core.common.errors import CancelToken
-from fp16studio.core.common.frames import FrameError, FrameWriter, read_body
+from fp16studio.core.common.codec import DecodeError
+from fp16studio.core.common.frames import FrameError, FrameWriter, decode_body, read_body
 from fp16studio.core.common.gc_pause import gc_paused
 from fp16studio.core.script.entry import frozen
 from fp16studio.core.spec import trust
 from . import messages as m
+from .tasks import types_of
 
 KILL_AFTER_CANCEL_S = 5.0  # a task that ignores Cancel this long ends with its process
 SAMPLE_BATCH_S = 0.05      # benchmark samples reach the window at most this often
@@ -103,14 +105,17 @@ class EngineClient:
 
     def run(self, task, args, kwargs, token: CancelToken, on_event) -> m.Result | m.Failed | m.Cancelled:
         """Run `task` there and wait, passing Progress and Log messages, and ("samples",
-        [payload, ...]) batches, to `on_event` as they come; returns the ending message."""
+        [payload, ...]) batches, to `on_event` as they come; returns the ending message, a
+        Result holding the task's typed value (its return annotation's type)."""
+        name = task_name(task)
+        types = types_of(name)
+        args, kwargs = types.encode_arguments(args, kwargs)
         if not self.started:   # seconds, a minute on a busy machine: the window says so
             on_event(m.Progress(0, "engine", "Starting the engine process…"))
         self._ensure_started()
         inbox = self._inbox
         job_id = next(self._job_ids)
-        if not self._send(m.Run(job_id, task_name(task), tuple(args), tuple(kwargs.items()),
-                                trust.agreed())):
+        if not self._send(m.Run(job_id, name, args, kwargs, dict(trust.agreed()))):
             return self._ended(job_id, token)
         samples = _SampleBatch(on_event)
         cancel_sent_at = None
@@ -146,6 +151,8 @@ class EngineClient:
                 samples.add(message.payload)
             elif message is not _WAKE:
                 samples.flush()
+                if isinstance(message, m.Result):
+                    return _typed(message, types)
                 if isinstance(message, m.ENDINGS):
                     return message
                 on_event(message)
@@ -154,7 +161,7 @@ class EngineClient:
     def _send(self, message) -> bool:
         """False when the engine's stdin is gone (it ended)."""
         try:
-            self._commands.write(m.WIRE.encode(message))
+            self._commands.write(m.to_frame(message))
         except (OSError, ValueError):
             return False
         return True
@@ -277,17 +284,38 @@ class _Said:
         return self._last
 
 
+def _typed(result: m.Result, types) -> m.Result | m.Failed:
+    """The result with its value read as the task's type. A result can be tens of thousands of
+    new objects (a big model's tensor tree), which would trigger full garbage collections over
+    the whole window process, holding the GIL the GUI thread waits for; the objects that arrive
+    hold no cycles to collect."""
+    try:
+        with gc_paused():
+            return m.Result(result.job_id, types.decode_result(result.value))
+    except DecodeError as exc:   # an engine of another version, or not ours
+        return m.Failed(result.job_id, f"The engine's result could not be read: {exc}")
+
+
+def event_of(body: bytes):
+    """The message of a frame's body from the engine (FrameError if it is none)."""
+    return m.from_frame(decode_body(body, object_hook=_each_object))
+
+
+def _each_object(doc: dict) -> dict:
+    """json.loads' hook: a Python call per object, so that the parser (C code, which holds the
+    GIL from start to end) lets the GUI thread in between the objects of a large result."""
+    return doc
+
+
 def _read_events(stream, inbox: queue.SimpleQueue):
-    """The engine's frames as messages onto `inbox`, then one _Ended. A result can be tens of
-    thousands of new objects (a big model's tensor tree), which would trigger full garbage
-    collections over the whole window process, holding the GIL the GUI thread waits for; the
-    objects that arrive hold no cycles to collect."""
+    """The engine's frames as messages onto `inbox`, then one _Ended (a frame's JSON is read
+    with the collector paused, as `_typed` reads its value)."""
     with stream:
         while True:
             try:
                 body = read_body(stream)
                 with gc_paused():   # while it decodes, not while it waits for the next
-                    message = m.WIRE.decode(body)
+                    message = event_of(body)
             except (EOFError, OSError):
                 inbox.put(_Ended())
                 return

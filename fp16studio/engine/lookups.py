@@ -11,13 +11,36 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
+from dataclasses import dataclass, field
 
 from fp16studio.core import InputError
+from fp16studio.core.common.codec import Document
 
 HUB_SEARCH_TIMEOUT_S = 5.0
 HUB_SEARCH_LIMIT = 20
 PREVIEW_ROWS = 6
 THUMBNAIL_PX = 56
+
+
+@dataclass(frozen=True)
+class Thumbnail(Document):
+    """An image cell of the preview: a PNG thumbnail, and the image's own size ("W×H")."""
+
+    png: bytes
+    size: str
+
+
+@dataclass(frozen=True)
+class DatasetPreview(Document):
+    """The first rows of a split, for the preview table (see `dataset_preview`)."""
+
+    columns: list[str] = field(default_factory=list)
+    roles: dict[str, str] = field(default_factory=dict)      # role -> column
+    configs: list[str] = field(default_factory=list)
+    splits: list[str] = field(default_factory=list)
+    rows: list[list[str | Thumbnail]] = field(default_factory=list)
+    features: dict[str, str] = field(default_factory=dict)   # column -> its datasets feature
+    note: str = ""               # why no rows could be read
 
 
 def scan_cache(cache_dir: str | None = None) -> dict:
@@ -133,11 +156,10 @@ def dataset_configs(spec) -> list[str]:
     return []
 
 
-def dataset_preview(spec) -> dict:
+def dataset_preview(spec) -> DatasetPreview:
     """The first rows of the split for the preview table, images as PNG thumbnails.
 
-    {"columns": [...], "roles": {role: column}, "configs": [...], "splits": [...],
-    "rows": [[cell, ...]]}, where a cell is a short string or {"png": bytes} for an image. When
+    A cell is a short string or a Thumbnail for an image. When
     the rows cannot be read (often: the dataset needs a config), "note" says why and the
     configs are still offered.
     """
@@ -145,22 +167,19 @@ def dataset_preview(spec) -> dict:
     from fp16studio.core.data.sources import load_rows
 
     if spec.dataset == "synthetic":
-        return {"columns": [], "roles": {}, "configs": [], "splits": [spec.split], "rows": [],
-                "note": "Synthetic inputs are made from the model's config when the pipeline runs."}
+        return DatasetPreview(splits=[spec.split], note="Synthetic inputs are made from the "
+                                                        "model's config when the pipeline runs.")
     configs = dataset_configs(spec)
     try:
         rows = load_rows(spec.replace(samples=min(spec.samples, PREVIEW_ROWS)))
     except InputError as exc:
         if not configs:
             raise
-        return {"columns": [], "roles": {}, "configs": configs, "splits": [spec.split], "rows": [],
-                "note": str(exc)}
+        return DatasetPreview(configs=configs, splits=[spec.split], note=str(exc))
     columns = list(rows.features)
     table = [[_cell(row[name]) for name in columns] for row in rows]
-    return {"columns": columns, "roles": detect_columns(rows, spec), "configs": configs,
-            "splits": dataset_splits(spec),
-            "features": {name: str(feature) for name, feature in rows.features.items()},
-            "rows": table}
+    return DatasetPreview(columns, detect_columns(rows, spec), configs, dataset_splits(spec), table,
+                          {name: str(feature) for name, feature in rows.features.items()})
 
 
 def _cell(value):
@@ -169,6 +188,6 @@ def _cell(value):
         image.thumbnail((THUMBNAIL_PX, THUMBNAIL_PX))
         buffer = io.BytesIO()
         image.save(buffer, format="PNG")
-        return {"png": buffer.getvalue(), "size": f"{value.width}×{value.height}"}
+        return Thumbnail(buffer.getvalue(), f"{value.width}×{value.height}")
     text = repr(value) if not isinstance(value, str) else value
     return text if len(text) <= 120 else text[:117] + "…"

@@ -1,6 +1,6 @@
 """The engine process's side: one task at a time, in the order they arrive (Qt-free).
 
-`fp16studio engine --stdio` serves the messages as frames (messages.WIRE) on its stdin and
+`fp16studio engine --stdio` serves the messages as frames (messages.py) on its stdin and
 stdout: the window's own engine and one on another machine over ssh speak the same protocol.
 A listener thread reads commands so that a Cancel reaches the running task's token at once;
 log records of the forwarded loggers and Python warnings go back as Log messages, tagged with
@@ -18,11 +18,12 @@ import threading
 import traceback
 
 from fp16studio.core.common.errors import Cancelled, CancelToken, InputError
-from fp16studio.core.common.frames import FrameError, FrameWriter
+from fp16studio.core.common.codec import DecodeError
+from fp16studio.core.common.frames import FrameError, FrameWriter, read_frame
 from fp16studio.core.common.library_logs import quiet_library_logs
 from fp16studio.core.spec import trust
 from . import messages as m
-from .tasks import resolve, takes
+from .tasks import resolve, takes, types_of
 
 ENGINE_NICENESS = 10       # scheduling priority below the window's (POSIX)
 # py.warnings: Python warnings, through logging.captureWarnings.
@@ -36,7 +37,7 @@ class _Outbox:
         self._frames = FrameWriter(stream)
 
     def send(self, message):
-        self._frames.write(m.WIRE.encode(message))
+        self._frames.write(m.to_frame(message))
 
 
 class _ForwardLogs(logging.Handler):
@@ -85,7 +86,7 @@ def serve(commands, events):
     def listen():
         while True:
             try:
-                message = m.WIRE.read(commands)
+                message = m.from_frame(read_frame(commands))
             except (EOFError, OSError):   # the window's process is gone; nothing needs saving
                 os._exit(0)
             except FrameError as exc:     # not our protocol: nothing more can be read
@@ -118,21 +119,25 @@ def serve(commands, events):
 def _run_one(outbox: _Outbox, run: m.Run, token: CancelToken):
     """Run one task; returns its ending message."""
     job_id = run.job_id
-    trust.agree(run.agreed)
+    trust.agree(run.agreed.items())
     try:
-        fn = resolve(run.task)
-        kwargs = dict(run.kwargs)
+        fn, types = resolve(run.task), types_of(run.task)
+        try:
+            args, kwargs = types.decode_arguments(run.args, run.kwargs)
+        except DecodeError as exc:   # another version of us at the other end, or not us
+            return m.Failed(job_id, f"The task {run.task!r} was sent arguments it cannot take: {exc}")
         if takes(fn, "progress"):
             kwargs["progress"] = lambda stage, message="": outbox.send(m.Progress(job_id, stage, message))
         if takes(fn, "cancel"):
             kwargs["cancel"] = token
         if takes(fn, "on_sample"):
             kwargs["on_sample"] = lambda payload: outbox.send(m.Sample(job_id, payload))
-        value = fn(*run.args, **kwargs)
+        value = fn(*args, **kwargs)
     except Cancelled:
         return m.Cancelled(job_id)
     except InputError as exc:
         return m.Failed(job_id, str(exc))   # the user's input, not our bug: no traceback
     except Exception as exc:  # noqa: BLE001 - the engine must survive anything a task raises
         return m.Failed(job_id, f"{type(exc).__name__}: {exc}", traceback.format_exc())
-    return m.Cancelled(job_id) if token.cancelled else m.Result(job_id, value)
+    # Encoded out of the try: a result that cannot travel is said so by the caller.
+    return m.Cancelled(job_id) if token.cancelled else m.Result(job_id, types.encode_result(value))

@@ -2,9 +2,9 @@
 
 Adding a task is one function here, decorated with `@task("name")`. A task that takes
 `progress` and `cancel` gets them (a run: its progress shows, Cancel reaches it); one that takes
-`on_sample` streams samples. Each returns a plain snapshot that travels back to the window as
-typed JSON (numbers, strings, pure-Python trees, the types messages.WIRE names), never a tensor
-or a module.
+`on_sample` streams samples. Its annotations say what it takes and returns (`TaskTypes`): those
+travel as the codec's documents of those types (core/common/codec.py), unannotated ones as plain
+JSON, never a tensor or a module.
 
 The engine keeps the last loaded model warm (core.run.warm): a run whose loading keys did not
 change (a fix that casts inputs, a new batch size) reuses its weights.
@@ -12,10 +12,21 @@ change (a fix that casts inputs, a new batch size) reuses its weights.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import sys
-from typing import Callable
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from fp16studio.core.common.codec import Document, decode, encoder
+from fp16studio.core.diagnostics.report import Diagnosis
+from fp16studio.core.precision.drift import DriftResult
+from fp16studio.core.precision.fp8_plan import Fp8Plan
+from fp16studio.core.script.trace import ScriptTrace
+from fp16studio.core.spec.value import PipelineSpec
+from .lookups import DatasetPreview
 
 TASKS: dict[str, Callable] = {}
 _warm = None   # this engine process's core.run.warm.WarmModel, made on the first run
@@ -43,6 +54,45 @@ def takes(fn: Callable, parameter: str) -> bool:
     return parameter in inspect.signature(fn).parameters
 
 
+# What the engine gives a task itself: never sent.
+_GIVEN = ("progress", "cancel", "on_sample")
+
+
+class TaskTypes:
+    """What a task takes and returns, by its annotations (none: plain JSON), and how those
+    travel: both sides read the same function's, so a frame holds documents, never type names."""
+
+    def __init__(self, fn: Callable):
+        hints = typing.get_type_hints(fn)
+        self._names = [name for name in inspect.signature(fn).parameters if name not in _GIVEN]
+        self._hints = {name: hints.get(name, Any) for name in self._names}
+        self._returns = hints.get("return", Any)
+
+    def encode_arguments(self, args, kwargs: dict) -> tuple[list, dict]:
+        hints = [self._hints[name] for name in self._names[:len(args)]]
+        return ([encoder(hint, True)(value) for hint, value in zip(hints, args)],
+                {name: encoder(self._hints.get(name, Any), True)(value)
+                 for name, value in kwargs.items()})
+
+    def decode_arguments(self, args: list, kwargs: dict) -> tuple[list, dict]:
+        hints = [self._hints[name] for name in self._names[:len(args)]]
+        return ([decode(hint, value, name) for hint, value, name in zip(hints, args, self._names)],
+                {name: decode(self._hints.get(name, Any), value, name)
+                 for name, value in kwargs.items()})
+
+    def encode_result(self, value):
+        return encoder(self._returns, True)(value)
+
+    def decode_result(self, doc):
+        return decode(self._returns, doc, "result")
+
+
+@functools.lru_cache(maxsize=None)
+def types_of(name: str) -> TaskTypes:
+    """The types of the task `name` (LookupError, ImportError: no such task)."""
+    return TaskTypes(resolve(name))
+
+
 def torch_loaded(progress, what: str = "torch"):
     """Import torch, saying so first when this engine has not yet: the first task of a fresh
     engine spends seconds there (a minute on a busy machine), and the window tells the user."""
@@ -51,20 +101,36 @@ def torch_loaded(progress, what: str = "torch"):
     import torch  # noqa: F401
 
 
+@dataclass(frozen=True)
+class Diagnosed(Document):
+    """A run's diagnosis, and the GPU memory its engine holds in bytes (None: no GPU). The
+    tree's index is built where it arrives (the window's worker), not sent."""
+
+    diagnosis: Diagnosis
+    gpu_memory: int | None = None
+
+
+@dataclass(frozen=True)
+class Opened(Document):
+    """A spec or session file: its spec, and the documents of its last runs as the file holds
+    them, whatever that is (a crafted or damaged file): the window reads them leniently
+    (session_state.read_saved), so that a bad one never keeps the spec from opening."""
+
+    spec: PipelineSpec
+    diagnosis: Any = None
+    bench: Any = None
+
+
 @task("diagnose")
-def diagnose(spec, progress, cancel):
-    """(Diagnosis, its TreeIndex or None, GPU memory in bytes or None). The index travels as
-    the tree it indexes, so it is built once, where it arrives (the window's worker)."""
+def diagnose(spec: PipelineSpec, progress, cancel) -> Diagnosed:
     torch_loaded(progress)
     import torch
 
     from fp16studio.core import diagnose as run
-    from fp16studio.core.diagnostics.tree_index import IndexOnArrival
 
     diagnosis = run(spec, progress=progress, cancel=cancel, warm=warm_model())
-    index = IndexOnArrival(diagnosis.tree) if diagnosis.tree is not None else None
     gpu_memory = torch.cuda.memory_reserved() if torch.cuda.is_available() else None
-    return diagnosis, index, gpu_memory
+    return Diagnosed(diagnosis, gpu_memory)
 
 
 def warm_model():
@@ -79,19 +145,17 @@ def warm_model():
 
 
 @task("trace")
-def trace(path: str, args, progress, cancel, on_sample):
-    """A user's script, traced: (ScriptTrace, its TreeIndex or None, None) like `diagnose`. The
-    script's stdout/stderr lines stream as samples ("stdout"|"stderr", line) for the Log."""
+def trace(path: str, args: tuple[str, ...], progress, cancel, on_sample) -> ScriptTrace:
+    """A user's script, traced. The script's stdout/stderr lines stream as samples
+    ["stdout"|"stderr", line] for the Log."""
     from fp16studio.core.script.trace import readable, trace_script
-    from fp16studio.core.diagnostics.tree_index import IndexOnArrival
 
-    result = trace_script(path, tuple(args), progress=progress, cancel=cancel,
-                          output=lambda stream, line: on_sample((stream, readable(line))))
-    return result, IndexOnArrival(result.tree) if result.tree is not None else None, None
+    return trace_script(path, tuple(args), progress=progress, cancel=cancel,
+                        output=lambda stream, line: on_sample((stream, readable(line))))
 
 
 @task("drift")
-def drift(spec, variant, progress, cancel):
+def drift(spec: PipelineSpec, variant: str | None, progress, cancel) -> DriftResult:
     """float32 against `variant` (None: the spec's own half precision), module by module: a
     DriftResult (plain values)."""
     torch_loaded(progress)
@@ -102,16 +166,17 @@ def drift(spec, variant, progress, cancel):
 
 
 @task("fp8")
-def fp8(spec, recipe, progress, cancel) -> dict:
-    """The FP8 plan of `spec` with `recipe`: its --json document (plain values)."""
+def fp8(spec: PipelineSpec, recipe: str, progress, cancel) -> Fp8Plan:
+    """The FP8 plan of `spec` with `recipe`."""
     from fp16studio.core.precision.fp8 import fp8_plan
 
     warm_model().clear()   # the plan loads its own bfloat16 model
-    return fp8_plan(spec, recipe, progress=progress, cancel=cancel).to_json()
+    return fp8_plan(spec, recipe, progress=progress, cancel=cancel)
 
 
 @task("bench")
-def benchmark(spec, variants, progress, cancel, on_sample=None) -> dict:
+def benchmark(spec: PipelineSpec, variants: list[str] | None, progress, cancel,
+              on_sample=None) -> dict:
     torch_loaded(progress)
     from fp16studio.core import benchmark as run
 
@@ -120,7 +185,7 @@ def benchmark(spec, variants, progress, cancel, on_sample=None) -> dict:
 
 
 @task("export")
-def export(spec, path: str) -> str:
+def export(spec: PipelineSpec, path: str) -> str:
     """Write the standalone script for `spec` (atomically; see core.present.export); returns the path."""
     from fp16studio.core import export_script
 
@@ -129,7 +194,7 @@ def export(spec, path: str) -> str:
 
 
 @task("warm-up")
-def warm_up(progress):
+def warm_up(progress) -> None:
     """Import the heavy libraries now, while the user is still reading the window, so that the
     first Run does not wait seconds for them."""
     if not {"datasets", "transformers.modeling_utils"} <= sys.modules.keys():
@@ -140,7 +205,7 @@ def warm_up(progress):
 
 
 @task("demo")
-def demo(name: str, progress):
+def demo(name: str, progress) -> PipelineSpec:
     """A built-in demo spec (builds its tiny model and data on first use: imports torch)."""
     torch_loaded(progress)
     progress("demo", f"Preparing the demo pipeline {name!r}…")
@@ -150,21 +215,21 @@ def demo(name: str, progress):
 
 
 @task("open")
-def open_source(path: str, progress):
-    """A spec or session file -> (spec, diagnosis document or None, bench document or None)."""
+def open_source(path: str, progress) -> Opened:
+    """A spec, a session file or a demo."""
     from fp16studio.core.demo.pipelines import DEMO_PREFIX, open_spec
 
     if str(path).startswith(DEMO_PREFIX):
         torch_loaded(progress)
-        return open_spec(path), None, None
+        return Opened(open_spec(path))
     from fp16studio.core.spec.session import open_session
 
     session = open_session(path)
-    return session.spec, session.diagnosis, session.bench
+    return Opened(session.spec, session.diagnosis, session.bench)
 
 
 @task("preview")
-def preview(spec, cancel):
+def preview(spec: PipelineSpec, cancel) -> DatasetPreview:
     """The dataset preview (reading rows needs `datasets`, so it runs here, not in the window)."""
     from .lookups import dataset_preview
 

@@ -1,5 +1,5 @@
-"""A table of a result document's rows (a drift's modules, an FP8 plan's layers): the rows,
-their count and the column headers, once; a view says what a cell shows (`data`)."""
+"""A table of a typed result's rows (a drift's modules, an FP8 plan's layers): the rows, their
+count and the column headers, once; a view says what a cell shows (`data`)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,24 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 
 
 class DocumentRows(QAbstractTableModel):
-    """`columns`: tuples whose first item is the header; `key`: the document's list of rows."""
+    """`columns`: tuples whose first item is the header; `key`: the result's attribute that
+    holds its rows."""
 
     def __init__(self, columns: tuple, key: str, parent=None):
         super().__init__(parent)
         self.columns, self.key = columns, key
-        self.rows: list[dict] = []
+        self.rows: list = []
 
-    def set_doc(self, doc: dict | None):
+    def set_result(self, result):
         self.beginResetModel()
-        self.rows = list(doc[self.key]) if doc else []
-        self.took(doc)
+        self.rows = list(getattr(result, self.key)) if result is not None else []
+        self.took(result)
         self.endResetModel()
 
-    def took(self, doc: dict | None):
-        """What a view derives from a new document, inside the reset."""
+    def took(self, result):
+        """What a view derives from a new result, inside the reset."""
 
-    def row_at(self, index) -> dict | None:
+    def row_at(self, index):
         if not index.isValid() or not 0 <= index.row() < len(self.rows):
             return None
         return self.rows[index.row()]

@@ -18,6 +18,7 @@ from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import QLabel, QSplitter, QTableView, QVBoxLayout, QWidget
 
 from fp16studio.core.diagnostics.inventory import range_used
+from fp16studio.core.precision.drift import DriftResult
 from fp16studio.core.present import vocabulary
 from fp16studio.core.run.compare import DRIFT_SQNR_DB
 from fp16studio.core.run.distance import SQNR_CEILING_DB
@@ -39,9 +40,9 @@ def _number(pattern):
 sqnr_text = _number("{:.1f}")   # the table's column and the verdict's output SQNR
 
 
-COLUMNS = (  # header, key of the module's JSON, text
+COLUMNS = (  # header, the ModuleDrift's attribute, text
     ("Module", "name", lambda v: v or "model"),
-    ("Class", "class", str),
+    ("Class", "cls", str),
     ("Max |diff|", "max_abs_diff", _number("{:.4g}")),
     ("Cosine", "cosine", _number("{:.6f}")),
     ("SQNR dB", "sqnr_db", sqnr_text),
@@ -52,16 +53,16 @@ COLUMNS = (  # header, key of the module's JSON, text
 
 
 class DriftModel(DocumentRows):
-    """One row per module call of a drift document, in call order (the model's depth)."""
+    """One row per module call of a DriftResult, in call order (the model's depth)."""
 
     def __init__(self, parent=None):
         super().__init__(COLUMNS, "modules", parent)
         self.first_divergent_row: int | None = None
 
-    def took(self, doc: dict | None):
-        first = doc.get("first_divergent") if doc else None
+    def took(self, result: DriftResult | None):
+        first = result.first_divergent if result is not None else None
         self.first_divergent_row = next(
-            (i for i, row in enumerate(self.rows) if (row["name"] or "model") == first), None)
+            (i for i, row in enumerate(self.rows) if (row.name or "model") == first), None)
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
         row = self.row_at(index)
@@ -70,9 +71,9 @@ class DriftModel(DocumentRows):
         _, key, text = COLUMNS[index.column()]
         first = index.row() == self.first_divergent_row
         if role == Qt.ItemDataRole.DisplayRole:
-            return text(row[key])
+            return text(getattr(row, key))
         if role == RAW_ROLE:
-            return row[key]
+            return getattr(row, key)
         if role == Qt.ItemDataRole.TextAlignmentRole and index.column() >= 2:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.BackgroundRole and first:
@@ -83,24 +84,24 @@ class DriftModel(DocumentRows):
             font = QFont()
             font.setBold(True)
             return font
-        if role == Qt.ItemDataRole.ForegroundRole and row["nonfinite"] and key == "nonfinite":
+        if role == Qt.ItemDataRole.ForegroundRole and row.nonfinite and key == "nonfinite":
             return QColor(OKABE_ITO["vermillion"])
         if role == Qt.ItemDataRole.ToolTipRole and first:
             return "The first module whose output parts from float32"
         return None
 
 
-def strip_series(doc: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def strip_series(result: DriftResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(SQNR dB, headroom, non-finite?) per module call, NaN where unknown. A call with inf/NaN
     values in the variant is drawn at 0 dB: it kept nothing of the signal."""
-    dtype = doc["variant"].removeprefix("autocast-")
+    dtype = result.variant.removeprefix("autocast-")
     sqnr, used, broken = [], [], []
-    for row in doc["modules"]:
-        value = 0.0 if row["nonfinite"] else row["sqnr_db"]
+    for row in result.modules:
+        value = 0.0 if row.nonfinite else row.sqnr_db
         sqnr.append(math.nan if value is None else min(value, SQNR_CEILING_DB))
-        share = range_used(row["abs_max_float32"], dtype)
+        share = range_used(row.abs_max_float32, dtype)
         used.append(math.nan if share is None or share <= 0 else share)
-        broken.append(bool(row["nonfinite"]))
+        broken.append(bool(row.nonfinite))
     return np.array(sqnr, float), np.array(used, float), np.array(broken, bool)
 
 
@@ -108,7 +109,7 @@ class DriftView(MadeInParts, QWidget):
     def __init__(self, parent=None, *, begun: bool = False):
         """Made whole; `begun` only for `in_parts`, which makes the rest."""
         super().__init__(parent)
-        self._doc: dict | None = None
+        self._result: DriftResult | None = None
         if not begun:
             all_parts(self._make())
 
@@ -166,12 +167,12 @@ class DriftView(MadeInParts, QWidget):
         layout.addWidget(split, 1)
         yield from menus_in_parts(self.sqnr_plot, self.headroom_plot)
 
-    def set_result(self, doc: dict | None):
-        """Show a drift document (DriftResult.to_json()), or nothing."""
-        self._doc = doc
-        self.model.set_doc(doc)
+    def set_result(self, result: DriftResult | None):
+        """Show a drift result, or nothing."""
+        self._result = result
+        self.model.set_result(result)
         self.stale.hide()
-        if doc is None:
+        if result is None:
             self.verdict.setText(HINT)
             for curve in (self.sqnr_curve, self.headroom_curve):
                 curve.setData([], [])
@@ -179,8 +180,8 @@ class DriftView(MadeInParts, QWidget):
             for mark in self.first_marks:
                 mark.hide()
             return
-        self.verdict.setText(verdict(doc))
-        sqnr, used, broken = strip_series(doc)
+        self.verdict.setText(verdict(result))
+        sqnr, used, broken = strip_series(result)
         depth = np.arange(len(sqnr), dtype=float)
         self.sqnr_curve.setData(depth, sqnr)
         self.broken_points.setData(depth[broken], sqnr[broken])
@@ -198,21 +199,22 @@ class DriftView(MadeInParts, QWidget):
         self.verdict.setText(f"The comparison could not be run: {message}")
 
     def set_stale(self, stale: bool):
-        self.stale.setVisible(stale and self._doc is not None)
+        self.stale.setVisible(stale and self._result is not None)
 
 
-def verdict(doc: dict) -> str:
+def verdict(result: DriftResult) -> str:
     """One sentence over the table: within tolerance, or where it parts and how far."""
-    if doc.get("error"):
-        return f"The {doc['variant']} run could not be compared: {doc['error']['message']}"
-    output = doc.get("output") or {}
-    where = f" The first module that parts from float32: {doc['first_divergent']}." if doc.get(
-        "first_divergent") else ""
-    if doc["ok"]:
-        return (f"{doc['variant']} stays within tolerance of float32 on {doc['device']} (output "
+    variant = result.variant
+    if result.error:
+        return f"The {variant} run could not be compared: {result.error['message']}"
+    output = result.output or {}
+    where = (f" The first module that parts from float32: {result.first_divergent}."
+             if result.first_divergent else "")
+    if result.ok:
+        return (f"{variant} stays within tolerance of float32 on {result.device} (output "
                 f"SQNR {sqnr_text(output.get('sqnr_db'))} dB).{where}")
     if not output.get("finite", True):
-        return f"{doc['variant']} overflows: its output holds {output.get('nonfinite')} inf/NaN values.{where}"
-    return (f"{doc['variant']} drifts from float32: output SQNR {sqnr_text(output.get('sqnr_db'))} dB, "
+        return f"{variant} overflows: its output holds {output.get('nonfinite')} inf/NaN values.{where}"
+    return (f"{variant} drifts from float32: output SQNR {sqnr_text(output.get('sqnr_db'))} dB, "
             f"under the {DRIFT_SQNR_DB:.0f} dB tolerance.{where}")
 

@@ -2,7 +2,8 @@
 engine): one row per Linear layer with whether the recipe takes it, its share of the GEMM FLOPs,
 its SQNR in FP8 against bfloat16, and what the plan does with it, under the pre-flight checks.
 
-It takes the plan's --json document (plain values); the window never imports torch.
+It takes the plan (core.precision.fp8_plan.Fp8Plan, as the engine sends it); the window never
+imports torch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPushButton,
                                QTableView, QVBoxLayout, QWidget)
 
 from fp16studio.core.common.float8 import RECIPES
+from fp16studio.core.precision.fp8_plan import Fp8Plan, LayerPlan
 from fp16studio.core.present import vocabulary
 from .document_rows import DocumentRows
 from .fit import share_the_width, stale_note
@@ -22,39 +24,42 @@ HINT = ("Plan FP8 loads this spec in bfloat16, runs one forward pass on its batc
         "each Linear layer, whether FP8 takes it and how much its output loses (SQNR).")
 
 
+def preflight_line(check: str, ok: bool, message: str) -> str:
+    """A pre-flight check (fp8_plan.PreflightCheck, its keys as arguments) in a line."""
+    return f"{'✓' if ok else '✗'} {check}: {message}"
+
+
 STALE = ("This plan is of another version of the spec (an edit, Undo or Redo changed it since): "
          "Plan FP8 again to see the current one's.")
 
 
-def plan_said(doc: dict) -> str:
+def plan_said(plan: Fp8Plan) -> str:
     """The plan's result in a sentence (the tab's first line, and the Log's)."""
-    where = doc["device"] + (" (emulated)" if doc["emulated"] else "")
-    kept = len(doc["keep_bf16"])
-    return (f"FP8 plan ({doc['recipe']} on {where}): {len(doc['converted'])} of "
-            f"{vocabulary.count(len(doc['layers']), 'Linear layer')} to FP8, {kept} kept in "
-            f"bfloat16 (SQNR under {doc['threshold_db']:g} dB).")
+    where = plan.device + (" (emulated)" if plan.emulated else "")
+    return (f"FP8 plan ({plan.recipe} on {where}): {len(plan.converted)} of "
+            f"{vocabulary.count(len(plan.layers), 'Linear layer')} to FP8, "
+            f"{len(plan.keep_bf16)} kept in bfloat16 (SQNR under {plan.threshold_db:g} dB).")
 
 
-def _plan(row: dict) -> str:
-    if row["keep_bf16"]:
+def _plan(row: LayerPlan) -> str:
+    if row.keep_bf16:
         return "keep bfloat16 (sensitive)"
-    return "FP8" if row["eligible"] else f"bfloat16: {row['reason']}"
+    return "FP8" if row.eligible else f"bfloat16: {row.reason}"
 
 
 COLUMNS = (  # header, the text of a layer's row, its raw value (sorting)
-    ("Layer", lambda r: r["name"], lambda r: r["name"]),
-    ("Shape", lambda r: f"{r['in_features']} x {r['out_features']}",
-     lambda r: r["in_features"] * r["out_features"]),
-    ("Eligible", lambda r: "yes" if r["eligible"] else "no", lambda r: r["eligible"]),
-    ("Share", lambda r: vocabulary.number(r["flops_share"], "{:.1%}"), lambda r: r["flops_share"]),
-    ("SQNR dB", lambda r: vocabulary.number(r["sqnr_db"], "{:.1f}", "-"),
-     lambda r: r["sqnr_db"]),
-    ("Plan", _plan, lambda r: (r["keep_bf16"], r["eligible"])),
+    ("Layer", lambda r: r.name, lambda r: r.name),
+    ("Shape", lambda r: f"{r.in_features} x {r.out_features}",
+     lambda r: r.in_features * r.out_features),
+    ("Eligible", lambda r: "yes" if r.eligible else "no", lambda r: r.eligible),
+    ("Share", lambda r: vocabulary.number(r.flops_share, "{:.1%}"), lambda r: r.flops_share),
+    ("SQNR dB", lambda r: vocabulary.number(r.sqnr_db, "{:.1f}", "-"), lambda r: r.sqnr_db),
+    ("Plan", _plan, lambda r: (r.keep_bf16, r.eligible)),
 )
 
 
 class Fp8Model(DocumentRows):
-    """One row per Linear layer of an fp8 document, in the model's order."""
+    """One row per Linear layer of an FP8 plan, in the model's order."""
 
     def __init__(self, parent=None):
         super().__init__(COLUMNS, "layers", parent)
@@ -68,12 +73,12 @@ class Fp8Model(DocumentRows):
             return text(row)
         if role == RAW_ROLE:
             return raw(row)
-        if role == Qt.ItemDataRole.FontRole and row["keep_bf16"]:
+        if role == Qt.ItemDataRole.FontRole and row.keep_bf16:
             font = QFont()
             font.setBold(True)
             return font
         if role == Qt.ItemDataRole.ToolTipRole:
-            return row["reason"]
+            return row.reason
         return None
 
 
@@ -112,16 +117,15 @@ class Fp8View(QWidget):
         layout.addWidget(self.summary)
         layout.addWidget(self.table, 1)
 
-    def set_result(self, doc: dict | None):
-        """The fp8 --json document, or None (nothing planned)."""
-        self.model.set_doc(doc)
-        if doc is None:
+    def set_result(self, plan: Fp8Plan | None):
+        """The FP8 plan, or None (nothing planned)."""
+        self.model.set_result(plan)
+        if plan is None:
             self.stale.hide()
             self.summary.setText(HINT)
             return
-        lines = [plan_said(doc)]
-        lines += [f"{'✓' if c['ok'] else '✗'} {c['check']}: {c['message']}"
-                  for c in doc["preflight"]]
+        lines = [plan_said(plan)]
+        lines += [preflight_line(**check) for check in plan.preflight]
         self.summary.setText("\n".join(lines))
 
     def set_stale(self, stale: bool):
@@ -129,6 +133,6 @@ class Fp8View(QWidget):
         self.stale.setVisible(stale and self.model.rowCount() > 0)
 
     def show_failure(self, message: str):
-        self.model.set_doc(None)
+        self.model.set_result(None)
         self.stale.hide()
         self.summary.setText(f"The FP8 plan failed: {message}")

@@ -286,7 +286,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
 
     def _on_drift(self, result):
         if result is not None:
-            self.drift.set_result(result.to_json())
+            self.drift.set_result(result)
         else:
             self._if_made("drift", "set_result", None)
         self.tensors.set_module_values("drift", rolled_up(drift_by_module(result.modules), min)
@@ -294,9 +294,9 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         if result is not None:
             self.diagnosis_shown.show_findings()
 
-    def _on_fp8(self, doc: dict | None):
-        self.fp8.set_result(doc)
-        self.tensors.set_module_values("fp8", rolled_up(fp8_by_layer(doc), min) if doc else None)
+    def _on_fp8(self, plan):
+        self.fp8.set_result(plan)
+        self.tensors.set_module_values("fp8", rolled_up(fp8_by_layer(plan), min) if plan else None)
 
     def _on_failed(self, message: str):
         self.diagnosis_shown.show_failure(message)

@@ -6,6 +6,8 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSize, Qt
 from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import QHeaderView, QLabel, QTableView, QVBoxLayout, QWidget
 
+from fp16studio.engine.lookups import DatasetPreview, Thumbnail
+
 
 class PreviewModel(QAbstractTableModel):
     def __init__(self, parent=None):
@@ -15,18 +17,18 @@ class PreviewModel(QAbstractTableModel):
         self._rows: list[list] = []
         self._pixmaps: dict[tuple[int, int], QPixmap] = {}
 
-    def set_preview(self, preview: dict | None):
+    def set_preview(self, preview: DatasetPreview | None):
         self.beginResetModel()
-        preview = preview or {}
-        self._columns = list(preview.get("columns", []))
-        self._roles = {column: role for role, column in preview.get("roles", {}).items()}
-        self._rows = list(preview.get("rows", []))
+        preview = preview or DatasetPreview()
+        self._columns = list(preview.columns)
+        self._roles = {column: role for role, column in preview.roles.items()}
+        self._rows = list(preview.rows)
         self._pixmaps = {}
         for r, row in enumerate(self._rows):
             for c, cell in enumerate(row):
-                if isinstance(cell, dict) and "png" in cell:
+                if isinstance(cell, Thumbnail):
                     pixmap = QPixmap()
-                    pixmap.loadFromData(cell["png"], "PNG")
+                    pixmap.loadFromData(cell.png, "PNG")
                     self._pixmaps[(r, c)] = pixmap
         self.endResetModel()
 
@@ -48,9 +50,9 @@ class PreviewModel(QAbstractTableModel):
         if not index.isValid():
             return None
         cell = self._rows[index.row()][index.column()]
-        is_image = isinstance(cell, dict)
+        is_image = isinstance(cell, Thumbnail)
         if role == Qt.ItemDataRole.DisplayRole:
-            return cell["size"] if is_image else cell
+            return cell.size if is_image else cell
         if role == Qt.ItemDataRole.DecorationRole and is_image:
             return self._pixmaps.get((index.row(), index.column()))
         if role == Qt.ItemDataRole.ToolTipRole and not is_image:
@@ -77,10 +79,10 @@ class PreviewPanel(QWidget):
         layout.addWidget(self.table, 1)
         self.show_note("The first rows of the dataset appear here once it is read.")
 
-    def set_preview(self, preview: dict):
+    def set_preview(self, preview: DatasetPreview):
         self.model.set_preview(preview)
-        features = preview.get("features", {})
-        self.note.setText(preview.get("note") or
+        features = preview.features
+        self.note.setText(preview.note or
                           f"First {self.model.rowCount()} rows · " +
                           ", ".join(f"{name}: {kind}" for name, kind in features.items()))
         self.note.setToolTip("\n".join(f"{name}: {kind}" for name, kind in features.items()))

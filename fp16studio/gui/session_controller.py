@@ -19,7 +19,8 @@ from PySide6.QtGui import QUndoStack
 from fp16studio.core import InputError
 from fp16studio.core.present import vocabulary
 from fp16studio.core.present.vocabulary import STAGES
-from fp16studio.session_state import NO_MODEL, SAVED, SessionState, with_inventory
+from fp16studio.engine.tasks import Diagnosed
+from fp16studio.session_state import NO_MODEL, SAVED, SessionState, arrived
 from .history import SpecChange
 from .fp8_view import plan_said
 from .log_panel import script_output_entries
@@ -52,9 +53,13 @@ def _state(name):
 
 
 def _arrived(result):
-    """A diagnosis or a trace where it arrives (the worker thread): its inventory summarised,
-    and a large tree kept out of the garbage collector's passes."""
-    result = with_inventory(result)
+    """A run's Diagnosed or a ScriptTrace where it arrives (the worker thread): (diagnosis,
+    tree index, gpu memory), its inventory summarised, a large tree kept out of the garbage
+    collector's passes."""
+    if isinstance(result, Diagnosed):
+        result = arrived(result.diagnosis, result.gpu_memory)
+    else:
+        result = arrived(result)
     keep_out_of_collections(result[0].inventory)
     return result
 
@@ -70,7 +75,7 @@ class SessionController(SessionFiles, QObject):
     benchStale = Signal(bool)             # the figures are of another spec than the current one
     driftChanged = Signal(object)         # DriftResult or None
     driftStale = Signal(bool)             # the drift is of another spec than the current one
-    fp8Changed = Signal(object)           # the fp8 --json document or None
+    fp8Changed = Signal(object)           # the Fp8Plan or None
     fp8Stale = Signal(bool)               # the plan is of another spec than the current one
     traceChanged = Signal(object)         # the ScriptTrace shown (not yet a pipeline), or None
     deviceChanged = Signal(object)        # where the latest result ran ("cpu", "cuda:0") or None
@@ -79,7 +84,7 @@ class SessionController(SessionFiles, QObject):
     benchSample = Signal(object)          # a live sample of the running benchmark
     driftFinished = Signal(object)        # the drift --json document
     driftFailed = Signal(str)
-    fp8Finished = Signal(object)          # the fp8 --json document
+    fp8Finished = Signal(object)          # the Fp8Plan
     fp8Failed = Signal(str)
     busyChanged = Signal(bool)
     titleChanged = Signal(str)
@@ -129,7 +134,7 @@ class SessionController(SessionFiles, QObject):
             ("stale", self._say_stale),
             ("bench_doc", self.benchChanged.emit), ("bench_stale", self.benchStale.emit),
             ("drift_result", self.driftChanged.emit), ("drift_stale", self.driftStale.emit),
-            ("fp8_doc", self.fp8Changed.emit), ("fp8_stale", self.fp8Stale.emit),
+            ("fp8_plan", self.fp8Changed.emit), ("fp8_stale", self.fp8Stale.emit),
             ("device", self.deviceChanged.emit), ("environment", self.environmentChanged.emit),
             ("why_not_continue", self.continueChanged.emit),
             *((name, self._emit_title) for name in ("path", "tracing", "trace", "bench")),
@@ -263,19 +268,19 @@ class SessionController(SessionFiles, QObject):
         return True
 
     def run_fp8(self, recipe: str = "tensorwise") -> bool:
-        """The FP8 plan of the spec (core.precision.fp8); `fp8Finished(doc)` when done."""
+        """The FP8 plan of the spec (core.precision.fp8); `fp8Finished(plan)` when done."""
         if not self._can_start():
             return False
         spec = self.spec
         self.logged.emit("info", f"FP8 plan ({recipe}): {spec.model}")
-        self._submit("fp8", (spec, recipe), lambda doc: self._on_fp8(spec, doc),
+        self._submit("fp8", (spec, recipe), lambda plan: self._on_fp8(spec, plan),
                      self._on_fp8_error, "FP8 plan cancelled.")
         return True
 
-    def _on_fp8(self, spec, doc: dict):
-        self.state.took_fp8(spec, doc)
-        self.logged.emit("info", plan_said(doc))
-        self.fp8Finished.emit(doc)
+    def _on_fp8(self, spec, plan):
+        self.state.took_fp8(spec, plan)
+        self.logged.emit("info", plan_said(plan))
+        self.fp8Finished.emit(plan)
 
     def _on_fp8_error(self, message, detail):
         self.state.fp8_failed()

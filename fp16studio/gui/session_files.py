@@ -22,10 +22,9 @@ class SessionFiles:
 
     def open_path(self, path: str):
         """Open a spec, a session or `demo:NAME` (read in the engine: a demo imports torch)."""
-        def done(result):
-            spec, diagnosis_doc, bench_doc = result
+        def done(opened):
             local = None if str(path).startswith("demo:") else Path(path).absolute()
-            self.start_with(spec, diagnosis_doc, bench_doc, local)
+            self.start_with(opened.spec, opened.diagnosis, opened.bench, local)
             if self.state.dropped:   # a crafted or damaged file: its spec opens all the same
                 note = f"Opened {Path(path).name} without its saved {self.state.dropped}."
                 self.logged.emit("warning", note)

@@ -72,10 +72,10 @@ class SourceLookups(QObject):
     def dataset_preview(self, spec):
         def done(preview):
             self.preview.set_preview(preview)
-            self.form.set_dataset_choices(preview["columns"], preview.get("splits"), preview["roles"],
-                                          preview.get("configs", ()))
+            self.form.set_dataset_choices(preview.columns, preview.splits, preview.roles,
+                                          preview.configs)
             self.form.dataset_picker.set_info(
-                f"{len(preview['columns'])} columns" if preview["columns"] else preview.get("note", ""))
+                f"{len(preview.columns)} columns" if preview.columns else preview.note)
 
         def failed(message, _detail):
             self.preview.show_note(message)

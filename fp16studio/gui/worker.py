@@ -4,7 +4,8 @@ The GUI thread submits a `Job` (an engine task by name, its arguments and a canc
 gets plain snapshots back over queued signals; it never waits for the worker and never imports
 torch. The worker thread hands each job to the engine process (fp16studio.engine), where the
 loaded model, the CUDA context and torch's thread-local state live, relays its progress, samples
-and log lines, and decodes its result (typed JSON frames), so the GUI thread keeps the GIL to itself.
+and log lines, and reads its result (a JSON frame of the task's declared type, engine.tasks), so
+the GUI thread keeps the GIL to itself.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
-"""Frames and typed JSON: what crosses between processes, and what a bad stream does (a clean
-error at once, never a hang, never a pickle)."""
+"""Frames: what crosses between processes, and what a bad stream does (a clean error at once,
+never a hang, never a pickle). What a frame holds is the codec's (tests/engine/test_protocol.py)."""
 
 import io
-import math
 
 import pytest
 
 from fp16studio.core.common.frames import (HEADER_SIZE, MAGIC, FrameError, encode_frame,
                                            read_frame)
-from fp16studio.core.common.typed_json import TypedJson
 
 
 class Trickle(io.RawIOBase):
@@ -77,51 +75,3 @@ def _chain(first, then):
             return len(data)
 
     return Chain()
-
-
-# -- typed values ---------------------------------------------------------------------------------
-TYPES = TypedJson({name: f"fp16studio.core.diagnostics.{module}:{name}" for name, module in (
-    ("TensorNode", "tree"), ("Finding", "findings"), ("Fix", "findings"), ("CodeEdit", "findings"))})
-
-
-def trip(value, types=TYPES):
-    return types.read(io.BytesIO(types.frame(value)))
-
-
-def test_values_json_cannot_hold_arrive_as_they_were_sent():
-    value = {"shape": (2, 3), "png": b"\x89PNG\0", 1: "int key", "$": "a dollar key",
-             "nested": [("a", (1,)), {"x": None}], "nan": math.inf}
-    assert trip(value) == value
-    assert type(trip(value)["shape"]) is tuple
-
-
-def test_a_registered_type_arrives_whole_and_one_object_sent_twice_arrives_once():
-    from fp16studio.core.diagnostics.findings import CodeEdit, Finding, Fix
-    from fp16studio.core.diagnostics.tree import TensorNode
-
-    root = TensorNode("pipeline", "", "group")
-    leaf = root.add(TensorNode("w", "model.w", "parameter", shape=(4, 4), dtype="float16"))
-    finding = Finding("overflow", "error", "model.w", "inf", {"absmax": 7e4},
-                      (Fix("f1", "Keep it float32", {"keep_fp32": ["w"]}, "why",
-                           CodeEdit("model.w.float()", "replace", {"file": "s.py", "line": 3})),),
-                      source={"file": "s.py", "line": 3})
-    tree, same, found = trip((root, leaf, finding))
-    assert tree == root and found == finding   # every field: a fix's explain and code edit too
-    assert same is tree.children[0]            # not a copy: identity-keyed indexes rely on it
-    assert type(tree.children[0].shape) is tuple
-
-
-def test_only_the_types_named_can_travel_or_be_built():
-    import subprocess
-
-    with pytest.raises(TypeError, match="cannot travel"):
-        TYPES.encode(subprocess.Popen)
-    with pytest.raises(TypeError, match="cannot travel"):
-        TYPES.encode(lambda: None)
-    # A frame from elsewhere that names anything else: refused, nothing built or imported.
-    for evil in ({"$": "Popen", "args": ["sh"]}, {"$": "os:system", "command": "true"}):
-        with pytest.raises(FrameError, match="does not travel here"):
-            TYPES.read(io.BytesIO(encode_frame(evil)))
-    # A known type with fields it does not have: a clean error, not a TypeError traceback.
-    with pytest.raises(FrameError, match="bad 'TensorNode'"):
-        TYPES.read(io.BytesIO(encode_frame({"$": "TensorNode", "name": "x", "bogus": 1})))

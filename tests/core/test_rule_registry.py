@@ -62,10 +62,8 @@ def test_every_code_has_exactly_one_owner_and_owners_make_only_their_own():
     assert rules.owner("precision-flag") is rules.flags
 
 
-# A finding is final when its owner returns it (issue 39, item 6). These files still edit one
-# after: the lead is moving placement, "caught by the script" and the islands search into the
-# owners. Empty this list as each goes; a file here that no longer edits a finding fails below.
-KNOWN_FINDING_EDITS = {"core/script/evidence.py", "core/diagnostics/islands.py"}
+# A finding is final when its owner returns it (issue 39, item 6): placement, "caught by the
+# script" and the islands search are passed into the rules (Evidence.place, Evidence.islands).
 FINDING_FIELDS = {f.name for f in dataclasses.fields(Finding)}
 
 
@@ -86,8 +84,7 @@ def finding_edits(path: Path) -> list[int]:
 def test_no_finding_is_edited_after_its_owner_returns_it():
     editors = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
                if RULES not in path.parents and finding_edits(path)}
-    assert editors - KNOWN_FINDING_EDITS == set(), "dataclasses.replace of a Finding outside rules/"
-    assert KNOWN_FINDING_EDITS - editors == set(), "no longer edits a finding: drop it from the list"
+    assert editors == set(), "dataclasses.replace of a Finding outside rules/"
 
 
 # -- evidence made to vary ------------------------------------------------------------------------

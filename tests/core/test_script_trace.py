@@ -270,7 +270,9 @@ def run_entry(tmp_path, script: Path, *args, prelude: str = "", env=None):
     import threading
 
     from fp16studio.core.common.frames import pipe_to_child
-    from fp16studio.core.script.entry import RESULT_TYPES, RUNNER_ARG
+    from fp16studio.core.common.frames import read_frame
+    from fp16studio.core.script.entry import RUNNER_ARG
+    from fp16studio.core.script.trace import ScriptTrace
 
     read_fd, write_fd, pipe, passed = pipe_to_child()
     command = [sys.executable, "-m", "fp16studio", RUNNER_ARG, pipe, str(script), *args]
@@ -284,7 +286,10 @@ def run_entry(tmp_path, script: Path, *args, prelude: str = "", env=None):
         with os.fdopen(read_fd, "rb") as stream:
             while True:
                 try:
-                    reports.append(RESULT_TYPES.read(stream))
+                    report = read_frame(stream)
+                    if "result" in report:
+                        report["result"] = ScriptTrace.from_json(report["result"])
+                    reports.append(report)
                 except EOFError:
                     return
 

@@ -13,9 +13,10 @@ from fp16studio.core.diagnostics.report import Diagnosis
 from fp16studio.core.diagnostics.tree import TensorNode, summary
 from fp16studio.core.diagnostics.tree_index import TreeIndex
 from fp16studio.core.precision.drift import DriftResult
+from fp16studio.core.precision.fp8_plan import Fp8Plan
 from fp16studio.core.script.trace import ScriptTrace
 from fp16studio.session_state import (NO_MODEL, RUN, SAVED, TRACE, SessionState,
-                                      with_inventory)
+                                      arrived)
 
 SPEC = PipelineSpec(model="models/tiny", dataset="synthetic", model_dtype="float16")
 CAST = Fix("cast-inputs", "Cast the inputs to the model's dtype", {"input_dtype": "float16"})
@@ -238,8 +239,7 @@ def test_the_benchmark_is_of_its_spec_and_goes_with_its_model():
     assert state.bench_doc is None
 
 
-FP8 = {"recipe": "tensorwise", "device": "cpu", "emulated": True, "layers": [], "converted": [],
-       "keep_bf16": [], "threshold_db": 20.0, "preflight": []}
+FP8 = Fp8Plan("tensorwise", "cpu", None, True)
 
 
 def test_undo_and_redo_bring_back_the_results_each_spec_had_and_say_what_is_shown():
@@ -275,11 +275,11 @@ def test_results_of_another_model_go_and_come_back_with_it_and_a_new_pipeline_st
     state.set_spec(other)
     assert state.fp8 is None and state.findings.of == SPEC   # the findings stay, marked stale
     state.set_spec(SPEC)
-    assert state.fp8_doc is FP8
+    assert state.fp8_plan is FP8
     trace = ScriptTrace(other, "cuda:0", findings=[], tree=None, script="/work/train.py",
                         recovered=True)
     state.took_diagnosis(None, trace)
-    assert state.fp8_doc is FP8                         # the pipeline's, while the trace is shown
+    assert state.fp8_plan is FP8                         # the pipeline's, while the trace is shown
     state.continue_trace()
     assert state.fp8 is None and state.bench is None and state.device == "cuda:0"
 
@@ -287,17 +287,17 @@ def test_results_of_another_model_go_and_come_back_with_it_and_a_new_pipeline_st
 def test_each_change_is_announced_once_and_where_results_ran_follows_the_latest():
     state = SessionState()
     said = []
-    for name in ("spec", "findings", "stale", "fp8_doc", "fp8_stale", "device", "why_not_continue"):
+    for name in ("spec", "findings", "stale", "fp8_plan", "fp8_stale", "device", "why_not_continue"):
         state.events.connect(name, lambda value, name=name: said.append(name))
     state.start(SPEC)                                  # a fresh start announces everything
-    assert sorted(said) == sorted(["spec", "findings", "stale", "fp8_doc", "fp8_stale", "device",
+    assert sorted(said) == sorted(["spec", "findings", "stale", "fp8_plan", "fp8_stale", "device",
                                    "why_not_continue"])
     said.clear()
     state.took_bench(SPEC, {"device": "cpu", "variants": []})
     assert said == ["device"] and state.device == "cpu"
     said.clear()
     state.took_fp8(SPEC, FP8)
-    assert said == ["fp8_doc"]                         # still the CPU: no new device
+    assert said == ["fp8_plan"]                         # still the CPU: no new device
     said.clear()
     state.set_spec(SPEC.replace(samples=2))
     assert said == ["spec", "fp8_stale"]               # no findings: nothing of them is stale
@@ -333,7 +333,7 @@ def test_a_failed_run_leaves_nothing_of_the_last_one():
 
 def test_the_inventory_is_cores_summary_of_the_tree():
     root = tree()
-    result = with_inventory((diagnosis(tree=root), TreeIndex(root), None))
+    result = arrived(diagnosis(tree=root))
     state = SessionState()
     state.start(SPEC)
     state.took_diagnosis(SPEC, *result)
@@ -420,3 +420,26 @@ def test_an_unreadable_preprocess_is_said_and_left_to_the_run(received, tmp_path
     ask = Asker(False)
     consent = received.consent(received.spec, ask)
     assert consent.granted and consent.note and "pre.py" in consent.note and not ask.questions
+
+
+def test_a_session_saved_by_the_version_before_opens_whole(tmp_path, monkeypatch):
+    """data/saved_by_0.fp16studio was written by the version before the engine spoke codec
+    documents (main at 85ad967): through the engine's open task, as its result travels to the
+    window, its spec, findings (a fix's code edit too) and figures open, nothing dropped."""
+    import shutil
+    from pathlib import Path
+
+    from fp16studio.engine.tasks import open_source, types_of
+
+    monkeypatch.setenv("FP16STUDIO_CONFIG_DIR", str(tmp_path / "config"))
+    path = tmp_path / "old.fp16studio"
+    shutil.copy(Path(__file__).parent / "data" / "saved_by_0.fp16studio", path)
+    types = types_of("open")
+    sent = types.encode_result(open_source(str(path), progress=lambda *said: None))
+    opened = types.decode_result(json.loads(json.dumps(sent)))
+    state = SessionState()
+    state.start(opened.spec, opened.diagnosis, opened.bench, path)
+    assert state.dropped is None and state.spec.keep_fp32 == ("*.norm",)
+    [finding] = state.diagnosis.findings
+    assert finding.fixes[0].code.text == "model = model.to(torch.bfloat16)"
+    assert state.inventory["tensors"] == 1 and state.bench_doc == opened.bench

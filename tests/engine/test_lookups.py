@@ -72,7 +72,7 @@ def test_hub_search_is_empty_offline():
 
 def test_synthetic_dataset_has_a_note_instead_of_rows():
     preview = lookups.dataset_preview(PipelineSpec(model="m", dataset="synthetic"))
-    assert preview["rows"] == [] and "config" in preview["note"]
+    assert preview.rows == [] and "config" in preview.note
 
 
 CARD = """---
@@ -101,5 +101,5 @@ def test_a_card_without_configs_offers_none(tmp_path):
 def test_preview_offers_the_configs_when_the_rows_cannot_be_read(tmp_path):
     (tmp_path / "README.md").write_text(CARD)   # and no data files at all
     preview = lookups.dataset_preview(PipelineSpec(model="m", dataset=str(tmp_path)))
-    assert preview["configs"] == ["small", "large"] and preview["rows"] == []
-    assert preview["note"]
+    assert preview.configs == ["small", "large"] and preview.rows == []
+    assert preview.note

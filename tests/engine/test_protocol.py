@@ -1,7 +1,8 @@
-"""The engine protocol: typed JSON frames on any byte stream, and nothing else. No pickle
-crosses a process boundary: not in the code, not on the wire."""
+"""The engine protocol: JSON frames of the codec's documents on any byte stream, and nothing
+else. No pickle crosses a process boundary: not in the code, not on the wire."""
 
 import io
+import json
 import os
 import re
 import subprocess
@@ -15,12 +16,13 @@ from fp16studio.core.common.errors import CancelToken
 from fp16studio.core.common.frames import FrameError, encode_frame, read_frame
 from fp16studio.engine import messages as m
 from fp16studio.engine.client import EngineClient, local_engine
+from fp16studio.engine.tasks import TaskTypes
 
 PACKAGE = Path(fp16studio.__file__).parent
 TESTS = str(Path(__file__).parents[1])
 # Where processes meet: the engine, the trace child and its parent, the framing, the worker.
 BOUNDARY = [*sorted((PACKAGE / "engine").glob("*.py")), *sorted((PACKAGE / "core/script").glob("*.py")),
-            PACKAGE / "core/common/frames.py", PACKAGE / "core/common/typed_json.py",
+            PACKAGE / "core/common/frames.py", PACKAGE / "core/common/codec.py",
             PACKAGE / "gui/worker.py", PACKAGE / "__main__.py"]
 
 
@@ -54,8 +56,8 @@ def engine_process(env_extra=None):
 
 def test_the_engines_stdout_holds_json_frames_only_even_when_a_task_prints():
     engine = engine_process()
-    commands = b"".join(encode_frame(m.WIRE.encode(message)) for message in (
-        m.Run(1, "engine_jobs:chatty"), m.Run(2, "engine_jobs:report", (7,)), m.Quit()))
+    commands = b"".join(encode_frame(m.to_frame(message)) for message in (
+        m.Run(1, "engine_jobs:chatty"), m.Run(2, "engine_jobs:report", [7]), m.Quit()))
     out, err = engine.communicate(commands, timeout=120)
     assert engine.returncode == 0, err
     stream, frames = io.BytesIO(out), []
@@ -65,11 +67,46 @@ def test_the_engines_stdout_holds_json_frames_only_even_when_a_task_prints():
         except EOFError:
             break
     assert {frame["$"] for frame in frames} == {"Progress", "Result"}
-    results = [m.WIRE.read(io.BytesIO(encode_frame(frame))) for frame in frames
-               if frame["$"] == "Result"]
-    assert results[0].value == {"shape": (2, 3), "png": b"\x89PNG"}
+    results = [m.from_frame(frame) for frame in frames if frame["$"] == "Result"]
+    assert results[0].value == {"shape": [2, 3], "png": "iVBORw=="}   # as chatty's type says
     assert results[1].value["bytes"] == 2**40 + 7
     assert b"a task that prints" in err and b"and one that writes to fd 1" in err
+
+
+def test_a_tasks_arguments_and_result_arrive_as_the_types_it_declares():
+    from fp16studio.core.diagnostics.tree import TensorNode
+    from fp16studio.core.spec.value import PipelineSpec
+    from fp16studio.engine.lookups import DatasetPreview, Thumbnail
+
+    def task(spec: PipelineSpec, shape: tuple[int, ...], progress, note=None) -> DatasetPreview:
+        """(a task's own annotations: what the engine and the window both read)"""
+
+    types = TaskTypes(task)
+    spec = PipelineSpec(model="org/model", dataset="synthetic", keep_fp32=("head",))
+    args, kwargs = types.encode_arguments((spec, (2, 3)), {"note": {"k": [1]}})
+    args, kwargs = json.loads(json.dumps([args, kwargs]))   # what a frame holds: JSON text
+    assert types.decode_arguments(args, kwargs) == ([spec, (2, 3)], {"note": {"k": [1]}})
+    preview = DatasetPreview(["image"], {"image": "image"}, [], ["train"],
+                             [[Thumbnail(b"\x89PNG\0", "2x2")], ["text"]])
+    sent = json.loads(json.dumps(types.encode_result(preview)))
+    assert types.decode_result(sent) == preview   # bytes too, as base64 text on the way
+
+    def tree() -> TensorNode:
+        ...
+
+    root = TensorNode("pipeline", "", "group")
+    root.add(TensorNode("w", "model.w", "parameter", shape=(4, 4), dtype="float16"))
+    back = TaskTypes(tree).decode_result(json.loads(json.dumps(TaskTypes(tree).encode_result(root))))
+    assert back == root and type(back.children[0].shape) is tuple
+
+
+def test_what_has_no_document_cannot_travel_and_a_bad_document_is_refused():
+    import subprocess
+
+    with pytest.raises(TypeError):   # an object no task type names: not JSON, not sent
+        encode_frame(m.to_frame(m.Result(1, subprocess.Popen)))
+    with pytest.raises(FrameError, match="bad Progress frame"):
+        m.from_frame({"$": "Progress", "job_id": "one", "stage": "x"})
 
 
 def test_garbage_sent_to_the_engine_ends_it_with_one_line_not_a_hang():
@@ -100,7 +137,7 @@ def test_an_engine_that_does_not_speak_frames_fails_the_job_in_one_line(says, tm
 
 def test_a_bad_frame_from_the_engine_is_refused_in_the_reader_not_unpickled():
     with pytest.raises(FrameError, match="does not travel here"):
-        m.WIRE.read(io.BytesIO(encode_frame({"$": "Popen", "args": ["rm", "-rf", "/"]})))
+        m.from_frame(read_frame(io.BytesIO(encode_frame({"$": "Popen", "args": ["rm"]}))))
 
 
 def test_a_file_in_the_working_folder_shadows_nothing_the_engine_imports(tmp_path, monkeypatch):

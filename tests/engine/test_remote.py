@@ -46,7 +46,7 @@ def test_a_task_runs_on_the_box_through_ssh_with_its_progress(remote_engine):
     assert [(e.stage, e.message) for e in events[1:]] == [("model", "loading"), ("forward", "")]
     # The same engine serves the next job; what a task prints stays out of the protocol.
     ending = remote_engine.run("engine_jobs:chatty", (), {}, CancelToken(), events.append)
-    assert ending.value == {"shape": (2, 3), "png": b"\x89PNG"}
+    assert ending.value == {"shape": [2, 3], "png": b"\x89PNG"}   # engine_jobs.Picture
 
 
 def test_cancel_reaches_a_task_on_the_box(remote_engine):

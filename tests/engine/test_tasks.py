@@ -6,8 +6,8 @@ from fp16studio.engine import tasks
 
 def test_a_rerun_in_the_engine_reuses_the_loaded_model(demo_dir, monkeypatch):
     monkeypatch.setattr(tasks, "_warm", None)
-    first, _, _ = tasks.diagnose(demo_spec("healthy"), None, None)
-    again, _, _ = tasks.diagnose(demo_spec("fp16-inputs"), None, None)  # inputs only differ
+    first = tasks.diagnose(demo_spec("healthy"), None, None).diagnosis
+    again = tasks.diagnose(demo_spec("fp16-inputs"), None, None).diagnosis  # inputs only differ
     assert first.ok and again.findings
     assert tasks.warm_model().loads == 1
     tasks.warm_model().clear()

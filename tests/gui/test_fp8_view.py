@@ -3,6 +3,7 @@ shows one row per Linear layer; a layer the plan keeps in bfloat16 stands out.""
 
 from PySide6.QtCore import Qt
 
+from fp16studio.core.precision.fp8_plan import Fp8Plan
 from fp16studio.gui import MainWindow
 from fp16studio.gui.fp8_view import Fp8View
 
@@ -18,12 +19,12 @@ def test_plan_fp8_fills_the_table(qtbot):
     qtbot.waitUntil(lambda: window.spec is not None, timeout=RUN_TIMEOUT_MS)
     with qtbot.waitSignal(window.controller.fp8Finished, timeout=RUN_TIMEOUT_MS) as done:
         window.act_fp8.trigger()
-    doc = done.args[0]
+    plan = done.args[0]
     assert window.main_tabs.currentWidget() is window.fp8
     model = window.fp8.table.model()
     rows = [[model.index(r, c).data() for c in range(model.columnCount())]
             for r in range(model.rowCount())]
-    assert [row[0] for row in rows] == [layer["name"] for layer in doc["layers"]]
+    assert [row[0] for row in rows] == [layer.name for layer in plan.layers]
     classifier = rows[[row[0] for row in rows].index("classifier")]
     assert classifier[2] == "no" and classifier[5].startswith("bfloat16: out_features 3")
     assert "tensorwise on cpu (emulated)" in window.fp8.summary.text()
@@ -33,7 +34,7 @@ def test_plan_fp8_fills_the_table(qtbot):
     qtbot.waitUntil(lambda: window.fp8.run_button.isEnabled(), timeout=RUN_TIMEOUT_MS)
     with qtbot.waitSignal(window.controller.fp8Finished, timeout=RUN_TIMEOUT_MS) as done:
         qtbot.mouseClick(window.fp8.run_button, Qt.MouseButton.LeftButton)
-    assert done.args[0]["recipe"] == "rowwise"
+    assert done.args[0].recipe == "rowwise"
     assert "rowwise on cpu" in window.fp8.summary.text()
 
 
@@ -48,7 +49,7 @@ def test_a_layer_kept_in_bfloat16_stands_out(qtbot):
            "emulated": True, "preflight": [{"check": "torchao", "ok": False, "message": "absent"}],
            "layers": [layer, dict(layer, name="b", sqnr_db=30.0, keep_bf16=False)],
            "keep_bf16": ["a"], "converted": ["b"], "threshold_db": 20.0, "findings": []}
-    view.set_result(doc)
+    view.set_result(Fp8Plan.from_json(doc))   # as the engine's plan arrives
     model = view.table.model()
     assert model.index(0, 5).data() == "keep bfloat16 (sensitive)"
     assert model.index(0, 0).data(Qt.ItemDataRole.FontRole).bold()
@@ -74,7 +75,8 @@ def test_the_plan_colours_the_tensor_tree_by_each_layers_sqnr(qtbot, make_tree):
     panel.set_tree(make_tree(modules=4))
     layer = {"in_features": 64, "out_features": 64, "eligible": True, "reason": "",
              "flops_share": 0.3, "sqnr_db": 31.0, "keep_bf16": False}
-    doc = {"recipe": "tensorwise", "device": "cpu", "emulated": True, "preflight": [],
+    doc = {"recipe": "tensorwise", "device": "cpu", "compute_capability": None, "emulated": True,
+           "preflight": [],
            "layers": [dict(layer, name="layer0"),
                       dict(layer, name="layer1", sqnr_db=12.0, keep_bf16=True),
                       dict(layer, name="layer2", eligible=False, sqnr_db=None,
@@ -82,7 +84,7 @@ def test_the_plan_colours_the_tensor_tree_by_each_layers_sqnr(qtbot, make_tree):
                       dict(layer, name="layer3", sqnr_db=22.0)],
            "keep_bf16": ["layer1"], "converted": ["layer0"], "threshold_db": 20.0,
            "findings": []}
-    window.controller.state.took_fp8(window.spec, doc)   # as a plan of the spec shown arrives
+    window.controller.state.took_fp8(window.spec, Fp8Plan.from_json(doc))   # a plan arrives
     assert window.fp8.table.model().rowCount() == 4
     panel.colour_by.setCurrentIndex(panel.colour_by.findData("fp8"))
     model = panel.model

@@ -4,6 +4,7 @@ mode has its key or says what fills it."""
 
 from PySide6.QtCore import QModelIndex
 
+from fp16studio.core.precision.fp8_plan import Fp8Plan
 from fp16studio.gui import MainWindow
 from fp16studio.gui.roles import COLOR_ROLE
 from fp16studio.gui.tree_panel import NOTHING_YET, TensorPanel
@@ -33,12 +34,13 @@ def chips(panel: TensorPanel, parent=QModelIndex(), depth=3) -> list:
     return found
 
 
-def plan(layers) -> dict:
+def plan(layers):
     row = {"in_features": 64, "out_features": 64, "eligible": True, "reason": "",
            "flops_share": 0.1, "sqnr_db": 32.4, "keep_bf16": False}
-    return {"recipe": "tensorwise", "device": "cpu", "emulated": True, "preflight": [],
-            "layers": [dict(row, name=name) for name in layers], "keep_bf16": [],
-            "converted": list(layers), "threshold_db": 20.0, "findings": []}
+    return Fp8Plan.from_json({
+        "recipe": "tensorwise", "device": "cpu", "compute_capability": None, "emulated": True,
+        "preflight": [], "layers": [dict(row, name=name) for name in layers], "keep_bf16": [],
+        "converted": list(layers), "threshold_db": 20.0, "findings": []})
 
 
 def test_a_plan_of_the_pipeline_before_is_not_drawn_on_the_one_continued_from_a_trace(qtbot):

@@ -1,6 +1,7 @@
 """The window side of tracing a user's script (issue 13) and of comparing with float32 (issue 12)."""
 
 import html
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -165,13 +166,13 @@ def test_a_flood_of_script_output_reaches_the_log_in_few_entries(qtbot):
 def test_a_comparison_that_failed_before_any_module_is_shown_not_raised(qtbot):
     """A drift whose run failed at once (the model did not load) has no modules: the view says
     why, with empty curves (an empty mask indexed the curve as floats once)."""
+    from fp16studio.core.precision.drift import DriftResult
     from fp16studio.gui.drift_view import DriftView
 
     view = DriftView()
     qtbot.addWidget(view)
-    view.set_result({"reference": "float32", "variant": "float16", "ok": False, "device": "cpu",
-                     "first_divergent": None, "output": None, "modules": [],
-                     "error": {"type": "OSError", "message": "no such model", "stage": "model"}})
+    view.set_result(DriftResult("float16", "cpu", error={
+        "type": "OSError", "message": "no such model", "stage": "model"}))
     assert view.model.rowCount() == 0
     assert "could not be compared: no such model" in view.verdict.text()
     xs, _ = view.sqnr_curve.getData()
@@ -183,7 +184,9 @@ def test_the_verdict_says_the_output_sqnr_as_a_number():
     function's repr once)."""
     from fp16studio.gui.drift_view import verdict
 
-    doc = {"variant": "float16", "device": "cpu", "first_divergent": "encoder.layer.3",
-           "output": {"sqnr_db": 17.25, "finite": True}}
-    assert "output SQNR 17.2 dB, under the" in verdict({**doc, "ok": False})
-    assert "(output SQNR 17.2 dB)" in verdict({**doc, "ok": True})
+    from fp16studio.core.precision.drift import DriftResult
+
+    result = DriftResult("float16", "cpu", first_divergent="encoder.layer.3",
+                         output={"sqnr_db": 17.25, "finite": True})
+    assert "output SQNR 17.2 dB, under the" in verdict(result)
+    assert "(output SQNR 17.2 dB)" in verdict(replace(result, ok=True))

@@ -168,23 +168,28 @@ def test_highlighted_rows_are_bold(make_tree):
 
 
 def test_a_tree_and_its_index_survive_the_trip_from_the_engine_process(make_tree):
-    import pickle
+    import json
 
-    from fp16studio.core.diagnostics.tree_index import IndexOnArrival, TreeIndex
+    from fp16studio.core.diagnostics.report import Diagnosis
+    from fp16studio.core.spec.value import PipelineSpec
+    from fp16studio.core.diagnostics.tree_index import TreeIndex
+    from fp16studio.engine.tasks import Diagnosed, types_of
+    from fp16studio.session_state import arrived as on_arrival
 
     tree = make_tree(problem_at="layer1.w0")
     index = TreeIndex(tree)
-    arrived = pickle.loads(pickle.dumps(index))
-    assert arrived.root == tree and arrived.root is not tree
+    spec = PipelineSpec(model="org/model", dataset="synthetic")
+    sent = Diagnosed(Diagnosis(spec, "cpu", tree=tree), 1024)
+    types = types_of("diagnose")   # what the engine sends, and the window reads, for a run
+    came = types.decode_result(json.loads(json.dumps(types.encode_result(sent))))
+    diagnosis, arrived, gpu_memory = on_arrival(came.diagnosis, came.gpu_memory)
+    assert arrived.root == tree and arrived.root is not tree and gpu_memory == 1024
     node = arrived.by_path["layer1.w0"]
-    # The identity-keyed tables were rebuilt for the new objects, not copied.
+    # The identity-keyed tables were built for the objects that arrived.
     assert [n.path for n in arrived.ancestors(node)] == ["model", "layer1", "layer1.w0"]
     assert arrived.aggregate(arrived.root) == index.aggregate(tree)
     assert arrived.aggregate(arrived.by_path["layer1"]).status == "error"
     assert arrived.dtypes == {"float16", "float32", "int64"}
-    # What the engine sends instead: no index built there, the same one built on arrival.
-    sent = pickle.loads(pickle.dumps(IndexOnArrival(tree)))
-    assert isinstance(sent, TreeIndex) and sent.aggregate(sent.root) == index.aggregate(tree)
 
 
 def wrapped_tree():

@@ -180,8 +180,8 @@ def test_a_task_runs_by_its_registered_name(qtbot, host):
 
     results = []
     assert run(qtbot, host, Job("open", "open", ("demo:healthy",), on_result=results.append)) == "finished"
-    spec, diagnosis, bench = results[0]
-    assert isinstance(spec, PipelineSpec) and (diagnosis, bench) == (None, None)
+    opened = results[0]
+    assert isinstance(opened.spec, PipelineSpec) and (opened.diagnosis, opened.bench) == (None, None)
     errors = []
     assert run(qtbot, host, Job("x", "no-such-task", on_error=lambda m, d: errors.append(m))) == "failed"
     assert "no engine task 'no-such-task'" in errors[0]

@@ -21,11 +21,13 @@ The encoder and decoder of each class are written as Python source from its fiel
 once, as `dataclasses` writes `__init__`: a 21k-tensor tree costs no loop over fields per node.
 
 Decoding is strict about types (one line saying where and what) and lenient about keys a newer
-version added. Plain JSON values (`dict`, `list`, `Any`) pass through as they are.
+version added. Plain JSON values (`dict`, `list`, `Any`) pass through as they are; `bytes` (a
+preview's thumbnail) are base64 text.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import sys
@@ -70,6 +72,19 @@ def encode(value, full: bool = False):
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _encoder(type(value), full)(value)
     return _encode_plain(value)
+
+
+def encoder(hint, full: bool = False):
+    """The function writing values of type `hint` (`decode`'s other half, for a value whose
+    type is said elsewhere: an engine task's arguments and result)."""
+    key = (hint, full)
+    found = _HINT_ENCODERS.get(key)
+    if found is None:
+        found = _HINT_ENCODERS[key] = _value_encoder(hint, full)
+    return found
+
+
+_HINT_ENCODERS: dict = {}
 
 
 def decode(tp, doc, where=""):
@@ -150,7 +165,9 @@ def _encoder(cls, full: bool):
         member = getattr(cls, attr, None)
         read = f"obj.{attr}()" if f.computed and callable(member) and not isinstance(member, property) \
             else f"obj.{attr}"
-        items.append(f"{f.key!r}: e{i}({read})")
+        hint = f.public_hint if (f.public_from and not full) else f.hint
+        # A scalar is its own JSON: read as it is, no call per value (a tree has 21k nodes).
+        items.append(f"{f.key!r}: {read}" if _is_scalar(hint) else f"{f.key!r}: e{i}({read})")
     source = "def encode_object(obj):\n    return {" + ", ".join(items) + "}\n"
     exec(source, namespace)   # source made above from field names only
     encode_object = _ENCODERS[cls, full] = namespace["encode_object"]
@@ -164,13 +181,28 @@ def _identity(value):
     return value
 
 
+def _is_scalar(hint) -> bool:
+    """A str, int, float, bool or None, or a union or Literal of only those."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        return all(isinstance(a, (str, int, float, bool, type(None))) for a in args)
+    if origin in (Union, types.UnionType):
+        return all(_is_scalar(a) for a in args)
+    return hint in (str, int, float, bool, type(None), None)
+
+
 def _value_encoder(hint, full: bool):
     """A function writing a value of type `hint`; the identity where nothing needs doing."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if _is_dataclass_type(hint):
         return _encoder(hint, full)
+    if _is_typed_dict(hint):
+        return _typed_dict_encoder(hint, full)
+    if hint is bytes:
+        return lambda value: base64.b64encode(value).decode("ascii")
     if origin in (Union, types.UnionType):
-        inner = [_value_encoder(a, full) for a in args if a is not type(None)]
+        kinds = [a for a in args if a is not type(None)]
+        inner = [_value_encoder(a, full) for a in kinds]
         if all(e is _identity for e in inner):
             return _identity
         if len(inner) == 1 and inner[0] in (list, dict):
@@ -179,7 +211,7 @@ def _value_encoder(hint, full: bool):
         if len(inner) == 1:
             enc = inner[0]
             return lambda value: None if value is None else enc(value)
-        return encode
+        return _union_encoder(kinds, inner)
     if origin in (list, tuple) and args:
         enc = _value_encoder(args[0], full)
         if enc is _identity:
@@ -194,6 +226,43 @@ def _value_encoder(hint, full: bool):
     if hint in (tuple, list, dict, Any) or origin in (list, tuple, dict):
         return _encode_plain   # a copy: what the document holds never aliases the object
     return _identity
+
+
+def _typed_dict_encoder(cls, full: bool):
+    encoders = {key: _value_encoder(hint, full) for key, hint in typing.get_type_hints(cls).items()}
+    encoders = {key: enc for key, enc in encoders.items() if enc is not _identity}
+
+    def encode_typed_dict(value):
+        out = _encode_plain(value)
+        for key, enc in encoders.items():
+            if key in value:
+                out[key] = enc(value[key])
+        return out
+    return encode_typed_dict
+
+
+def _union_encoder(kinds, encoders):
+    """A value of one of `kinds`, written by the encoder of the first it is an instance of."""
+    classes = [_runtime_class(kind) for kind in kinds]
+
+    def encode_union(value):
+        if value is None:
+            return None
+        for cls, enc in zip(classes, encoders):
+            if cls is not None and isinstance(value, cls):
+                return enc(value)
+        return encode(value)
+    return encode_union
+
+
+def _runtime_class(hint):
+    """What an instance of `hint` is an instance of (None: nothing to test by)."""
+    if _is_typed_dict(hint):
+        return dict
+    origin = typing.get_origin(hint)
+    if origin in (list, tuple, dict):
+        return origin
+    return hint if isinstance(hint, type) else None
 
 
 def _encode_plain(value):
@@ -282,9 +351,15 @@ def _make_decoder(hint):
         item = _decoder(args[0]) if args else (lambda value, where: value)
         make = tuple if (origin or hint) is tuple else list
 
+        exact = args[0] if args and args[0] in (str, int) else None   # bool is not an int here
+        big = sys.float_info.max
+
         def decode_sequence(value, where):
             if not isinstance(value, list):
                 _fail(where, f"{_kind(value)}, not a list")
+            if exact is not None and all(v.__class__ is exact and (exact is str or -big <= v <= big)
+                                         for v in value):
+                return make(value)   # a shape's ints: each one's decoder would say the same
             return make([item(v, (where, i)) for i, v in enumerate(value)])
         return decode_sequence
     if origin is dict or hint is dict:
@@ -298,6 +373,8 @@ def _make_decoder(hint):
     if hint is Path:
         string = _scalar(str)
         return lambda value, where: Path(string(value, where))
+    if hint is bytes:
+        return _decode_bytes
     if hint in (str, int, float, bool):
         return _scalar(hint)
     raise TypeError(f"the codec cannot read {hint!r}")
@@ -367,6 +444,15 @@ def _object_decoder(cls):
     return decode_object
 
 
+def _decode_bytes(value, where):
+    if not isinstance(value, str):
+        _fail(where, f"{_kind(value)}, not base64 text")
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError:
+        _fail(where, "not base64 text")
+
+
 def _first_line(exc) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
@@ -411,6 +497,8 @@ def _schema(hint, defs: dict) -> dict:
     if origin is dict or hint is dict:
         return {"type": "object",
                 **({"additionalProperties": _schema(args[1], defs)} if len(args) == 2 else {})}
+    if hint is bytes:
+        return {"type": "string", "contentEncoding": "base64"}
     simple = {str: "string", bool: "boolean", int: "integer", float: "number", Path: "string"}
     if hint in simple:
         return {"type": simple[hint]}

@@ -4,7 +4,7 @@ A frame is MAGIC, the body's length (4 bytes, big-endian) and the body, one JSON
 UTF-8. The magic makes a stream that is not ours (a library printing to the engine's stdout, a
 login banner over ssh) a clean FrameError at its first bytes, not a length of gigabytes to
 wait for; MAX_FRAME bounds what a reader allocates. Nothing is ever unpickled: what a frame
-can hold is what JSON can (typed values on top: typed_json).
+can hold is what JSON can (documents on top: codec.py).
 """
 
 from __future__ import annotations

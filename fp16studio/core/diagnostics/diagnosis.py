@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
+from dataclasses import replace
 
 from ..common import dtypes
 from ..common.errors import PipelineFailure, check_cancel, first_line, raise_if_disk_full, report_progress
@@ -18,7 +19,7 @@ from ..run.train_steps import run_train_steps
 from ..spec.value import PipelineSpec
 from .findings import by_severity
 from .inventory import mark, pipeline_tree
-from .islands import with_island_fix
+from .islands import island_search
 from .report import Diagnosis
 from .rules import Evidence, run_rules, spec_provenance
 from .rules import fp8 as fp8_rules
@@ -119,9 +120,12 @@ def _run(spec, loaded, processor, timings, progress, cancel):
                 adapters=tuple(adapter_modules(model)), facts=facts, calls=calls,
                 error=error, exception=exception, provenance=provenance,
                 input_provenance=input_provenance, offloaded=offloaded_blocks(model))
-            findings = by_severity(run_rules(evidence) + train_found)
-            if exception is None:
-                findings = with_island_fix(findings, spec, model, batch, cancel)
+            findings = run_rules(evidence)
+            search = island_search(findings, spec, model, batch, cancel) \
+                if exception is None else None
+            if search is not None:   # the rules again, with the islands as evidence
+                findings = run_rules(replace(evidence, islands=search))
+            findings = by_severity(findings + train_found)
             tree = pipeline_tree(model, batch, calls)
             mark(tree, findings)
     finally:

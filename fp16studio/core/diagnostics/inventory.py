@@ -171,11 +171,10 @@ def drift_by_module(modules) -> dict:
     return worst
 
 
-def fp8_by_layer(plan: dict) -> dict:
-    """Layer path -> its output's SQNR in FP8 against bfloat16 (dB), from an fp8 --json
-    document: the layers the plan measured."""
-    return {layer["name"]: layer["sqnr_db"] for layer in plan.get("layers", ())
-            if layer.get("sqnr_db") is not None}
+def fp8_by_layer(plan) -> dict:
+    """Layer path -> its output's SQNR in FP8 against bfloat16 (dB), from an FP8 plan
+    (precision.fp8_plan.Fp8Plan): the layers it measured."""
+    return {layer.name: layer.sqnr_db for layer in plan.layers if layer.sqnr_db is not None}
 
 
 def rolled_up(values: dict, worst=max) -> dict:

@@ -236,34 +236,27 @@ def max_passes(n: int) -> int:
     return 2 * math.ceil(math.log2(max(n, 1))) + 4
 
 
-# -- the first fix of a diagnosis's overflow ----------------------------------------------------
+# -- the search for a diagnosis's overflow ----------------------------------------------------
 
-def with_island_fix(findings: list, spec: PipelineSpec, model, batch, cancel=None) -> list:
-    """The findings with float32 islands as the first fix of a half model's `overflow`, when a
-    search finds islands that work (the float32 model is loaded once for it)."""
-    overflow = next((f for f in findings if f.code == "overflow"), None)
-    if overflow is None or spec.autocast or model is None or batch is None:
-        return findings
+def island_search(findings: list, spec: PipelineSpec, model, batch, cancel=None):
+    """The float32 islands for a half model's `overflow` among `findings`, when a search finds
+    islands that work (the float32 model is loaded once for it), else None. The rules take it
+    as evidence (`Evidence.islands`): the overflow they return then has it as its first fix."""
+    if not any(f.code == "overflow" for f in findings) or spec.autocast or model is None \
+            or batch is None:
+        return None
     from ..hf.loading import model_half_dtype
 
     if model_half_dtype(model) is None:
-        return findings
+        return None
     from ..common.errors import Cancelled
 
     try:
-        search = islands_for(spec, model, batch, cancel)
+        return islands_for(spec, model, batch, cancel)
     except Cancelled:
         raise
     except Exception:  # noqa: BLE001 - the search is an extra: the diagnosis stands without it
-        return findings
-    if search is None:
-        return findings
-    from dataclasses import replace
-
-    better = replace(overflow, message=f"{overflow.message} {search.summary()}",
-                     evidence={**overflow.evidence, **search.evidence()},
-                     fixes=(islands_fix(spec, search),) + tuple(overflow.fixes))
-    return [better if f is overflow else f for f in findings]
+        return None
 
 
 def islands_for(spec: PipelineSpec, model, batch, cancel=None):

@@ -126,18 +126,6 @@ class TreeIndex:
         return keep
 
 
-class IndexOnArrival:
-    """Stands for `TreeIndex(root)` in a result the engine process sends: it pickles as that
-    call, so the index is built once, where the result is unpickled (the window's worker
-    thread), rather than in the engine as well."""
-
-    def __init__(self, root):
-        self.root = root
-
-    def __reduce__(self):
-        return TreeIndex, (self.root,)
-
-
 def _combine(parts) -> Aggregate:
     dtypes = {p.dtype for p in parts if p.dtype}
     floating = {d for d in dtypes if d == "mixed" or d.startswith(("float", "bfloat"))}

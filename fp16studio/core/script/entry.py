@@ -11,7 +11,7 @@ user's would be imported by our own start; `python SCRIPT` never imports from th
 
 fp16studio/__main__.py hands that argument to core/script/runner.py before the command line
 is parsed. PIPE names the write end of a pipe of the child's own (core/common/frames.py), where
-it sends RESULT_TYPES frames. `--check` in place of PIPE asks whether the interpreter can run
+it sends frames (below: what each holds). `--check` in place of PIPE asks whether the interpreter can run
 the tracer at all.
 """
 
@@ -20,8 +20,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-
-from ..common.typed_json import TypedJson
 
 RUNNER_ARG = "--fp16studio-trace-runner"   # no user types this: never a command or an option
 CHECK_ARG = "--check"
@@ -34,14 +32,10 @@ STEPS_ENV = "FP16STUDIO_TRACE_STEPS"
 DEFAULT_STEPS = 2
 
 # What the child sends over its pipe, in this order: {"started": true} once the tracer is in
-# place (a child that ends without it never ran the script), then {"result": ScriptTrace,
-# "final": false} as each model's first pass ends (a script that ends its process itself still
-# has its result), and {"result": ..., "final": true} at the end.
-RESULT_TYPES = TypedJson({
-    name: f"fp16studio.core.{module}:{name}" for name, module in (
-        ("ScriptTrace", "script.trace"), ("PipelineSpec", "spec.value"),
-        ("Finding", "diagnostics.findings"), ("Fix", "diagnostics.findings"),
-        ("CodeEdit", "diagnostics.findings"), ("TensorNode", "diagnostics.tree"))})
+# place (a child that ends without it never ran the script), then {"result": ScriptTrace's
+# full document (the codec's, with its tree), "final": false} as each model's first pass ends
+# (a script that ends its process itself still has its result), and {"result": ...,
+# "final": true} at the end.
 
 # First the working folder `-c` puts on the import path goes (`-P` semantics, on 3.10 too), so
 # nothing is imported from it before the runner puts the script's own folder there. Then

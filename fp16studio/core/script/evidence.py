@@ -33,7 +33,7 @@ from ..diagnostics.inventory import (
     mark,
     model_tree,
 )
-from ..diagnostics.rules import Evidence, run_rules
+from ..diagnostics.rules import Evidence, findings_of, run_rules
 from ..diagnostics.rules import fp8 as fp8_rules
 from ..diagnostics.rules.batch import rule_list_batch
 from ..diagnostics.rules.edits import NAMES, Names, names_at, source_line
@@ -298,14 +298,12 @@ def _model_findings(snap: Snapshot, user: UserCode) -> list[Finding]:
         keep_in_fp32=snap.keep_in_fp32, adapters=snap.adapters, facts=snap.facts,
         calls=trace.calls, error=error, exception=exc, provenance=snap.observed.provenance,
         input_provenance=snap.observed.input_provenance, sources=sources,
-        names=names, offloaded=snap.offloaded)
-    out = []
-    fp8 = fp8_rules.failure_findings(type(exc).__name__, str(exc), names=names) \
+        names=names, offloaded=snap.offloaded,
+        place=lambda finding: _source_for(finding, snap, failing))
+    # An FP8 failure is an error of the failing line (where _source_for places any error).
+    fp8 = fp8_rules.failure_findings(type(exc).__name__, str(exc), failing, names) \
         if exc is not None else []
-    for finding in fp8 or run_rules(evidence):
-        source = _source_for(finding, snap, failing)
-        out.append(dataclasses.replace(finding, source=source))
-    return out
+    return fp8 or run_rules(evidence)
 
 
 def _source_for(finding: Finding, snap: Snapshot, failing: dict | None) -> dict | None:
@@ -343,8 +341,9 @@ def _script_failure_findings(exc: BaseException, error: dict, names: Names) -> l
         evidence = Evidence(spec=PipelineSpec(model="script", dataset="script", format="python"),
                             device_type="cpu", param_dtypes={}, module_param_dtypes={},
                             facts={"batch": ColumnFacts("batch", loaded="list")},
-                            error=dict(error, stage="batch"), exception=exc)
-        return [dataclasses.replace(f, source=source) for f in rule_list_batch(evidence)]
+                            error=dict(error, stage="batch"), exception=exc,
+                            place=lambda finding: source)
+        return findings_of(rule_list_batch, evidence)
     return []
 
 

@@ -4,7 +4,7 @@ with the tracer and the spec recorder installed, then write the result for the p
     python -c BOOT PACKAGE --fp16studio-trace-runner PIPE SCRIPT [ARGS...]
 
 (the frozen program takes the same arguments; core/script/entry.py). What it tells the parent
-goes over the pipe PIPE names, as frames (entry.RESULT_TYPES): "started" once the tracer is in
+goes over the pipe PIPE names, as frames (entry.py says of what): "started" once the tracer is in
 place, just before the script runs, then the result. The script's stdout and stderr are its own
 (the parent forwards them line by line); nothing of ours is printed. Whatever the script does
 (returns, raises, calls sys.exit, is interrupted by the parent's timeout), the result is sent.
@@ -24,8 +24,7 @@ from ..common.errors import first_line
 from ..common.frames import FrameWriter, child_end
 from ..common.library_logs import quiet_library_logs
 from ..common.precision import is_ours
-from .entry import (CHECK_ARG, DEFAULT_STEPS, NEEDS, RESULT_TYPES, STEPS_ENV,
-                    restore_library_path)
+from .entry import CHECK_ARG, DEFAULT_STEPS, NEEDS, STEPS_ENV, restore_library_path
 from .proof import SCRIPT_HOME_ENV
 from .rank_files import RankFiles
 
@@ -98,7 +97,7 @@ def _send(parent: FrameWriter | None, rank: RankFiles | None, result, final: boo
     if rank is not None:   # a launcher's rank: JSON, in the rank's own file
         rank.write(result)
         return
-    parent.write({"result": RESULT_TYPES.encode(result), "final": final})
+    parent.write({"result": result.to_json(full=True), "final": final})
 
 
 def _steps(text: str) -> int:

@@ -4,7 +4,7 @@ The script runs in a child process (fp16studio's own entry with a reserved first
 core/script/entry.py: `python -m fp16studio`, the frozen program itself, or the interpreter the
 user names with `--python`) with the tracer installed; its stdout and stderr come back line by
 line through `output` (the window's Log panel, the terminal) and never mix with a JSON document.
-The child sends its result (a `ScriptTrace`, plain values only) as typed JSON frames over a pipe
+The child sends its result (a `ScriptTrace`'s full codec document) as JSON frames over a pipe
 of its own (core/common/frames.py; never a pickle), so nothing here imports torch. A timeout or
 Cancel interrupts the script first (it reports what it traced so far), then kills it. A child
 that ends before the tracer is in place never ran the script: that is said as such (a bad
@@ -27,7 +27,8 @@ from typing import TypedDict
 from ..common.codec import meta
 from ..common.errors import Cancelled, InputError, check_cancel, report_progress
 from ..common.files import expand_user
-from ..common.frames import FrameError, pipe_to_child
+from ..common.codec import DecodeError
+from ..common.frames import FrameError, pipe_to_child, read_frame
 from ..common.processes import signal_group
 from ..demo.pipelines import DEMO_PREFIX
 from ..diagnostics.report import Diagnosis
@@ -36,7 +37,6 @@ from .entry import (
     CHECK_ARG,
     DEFAULT_STEPS,
     MIN_PYTHON,
-    RESULT_TYPES,
     STEPS_ENV,
     frozen,
     runner_command,
@@ -277,15 +277,17 @@ class _Reports:
             with pipe:
                 while True:
                     try:
-                        report = RESULT_TYPES.read(pipe)
-                    except (EOFError, FrameError, OSError):
+                        report = read_frame(pipe)
+                        if not isinstance(report, dict):
+                            return
+                        if report.get("started"):
+                            self.lines.start()
+                        if "result" in report:
+                            self.result = ScriptTrace.from_json(report["result"])
+                    except (EOFError, FrameError, DecodeError, OSError):
                         return
-                    if report.get("started"):
-                        self.lines.start()
-                    if "result" in report:
-                        self.result = report["result"]
-                        if report.get("final"):
-                            return   # a helper of the script's may hold the pipe open
+                    if report.get("final"):
+                        return   # a helper of the script's may hold the pipe open
 
         thread = threading.Thread(target=pump, name="script-reports", daemon=True)
         thread.start()

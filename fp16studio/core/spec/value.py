@@ -36,7 +36,7 @@ class PipelineSpec(Document):
     """A pipeline as the user wrote it (CONTRACT §1)."""
 
     # Read by its own validation: an unknown key is an error with a suggestion, values normalised.
-    __json_reader__ = "from_dict"
+    __json_reader__ = "from_document"
 
     model: str
     dataset: str
@@ -77,8 +77,9 @@ class PipelineSpec(Document):
     # Fixes applied so far, oldest first: [{"id", "title"}]. The export names each in a comment.
     applied_fixes: tuple[dict, ...] = ()
     # Folder that relative paths (model, dataset, preprocess) are read from; not part of the
-    # document, so a saved spec stays portable.
-    base_dir: str | None = field(default=None, compare=False, repr=False, metadata=meta(skip=True))
+    # document, so a saved spec stays portable (only its full form, to an engine, carries it).
+    base_dir: str | None = field(default=None, compare=False, repr=False,
+                                 metadata=meta(internal=True))
 
     def __post_init__(self):
         # Normalise in place (frozen: object.__setattr__) so every spec in memory is canonical.
@@ -98,6 +99,14 @@ class PipelineSpec(Document):
             if not data.get(required):
                 raise InputError(f"spec: {required!r} is required")
         return cls(**data, base_dir=str(base_dir) if base_dir is not None else None)
+
+    @classmethod
+    def from_document(cls, doc) -> "PipelineSpec":
+        """The codec's reader: a spec document, or its full form with `base_dir`."""
+        if isinstance(doc, dict) and "base_dir" in doc:
+            doc = dict(doc)
+            return cls.from_dict(doc, doc.pop("base_dir"))
+        return cls.from_dict(doc)
 
     def to_dict(self) -> dict[str, Any]:
         return self.to_json()

@@ -42,7 +42,7 @@ RULES = (placement.rule_out_of_memory, placement.rule_input_device_unavailable,
          dtypes.rule_autocast_inactive, dtypes.rule_mixed_precision_params,
          offload.rule_offload_half, dtypes.rule_half_on_cpu, ranges.rule_overflow_risk)
 
-__all__ = ["Evidence", "FAMILIES", "RULES", "owner", "run_rules", "spec_provenance"]
+__all__ = ["Evidence", "FAMILIES", "RULES", "findings_of", "owner", "run_rules", "spec_provenance"]
 
 
 def owner(code: str):
@@ -54,8 +54,16 @@ def run_rules(ev: Evidence) -> list[Finding]:
     """The findings of one forward pass, most severe first."""
     findings = []
     for rule in RULES:
-        findings.extend(rule(ev))
+        findings.extend(findings_of(rule, ev))
     return by_severity(findings)
+
+
+def findings_of(rule, ev: Evidence) -> list[Finding]:
+    """What `rule` finds in `ev`, each placed where `ev.place` says (a traced script's line)."""
+    from dataclasses import replace
+
+    found = rule(ev)
+    return found if ev.place is None else [replace(f, source=ev.place(f)) for f in found]
 
 
 def as_the_script_went(rule, record) -> Finding:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ...common.dtypes import HALF_NAMES
 from ...run.trace import ModuleCall
@@ -40,6 +41,12 @@ class Evidence:
     names: Names = NAMES
     # Blocks a device_map offloads (hf.offload.offloaded_blocks): name -> "cpu" or "disk".
     offloaded: dict = field(default_factory=dict)
+    # Where each finding is in a traced script (finding -> {"file", "line"} or None), given by
+    # the tracer: the rules place their findings with it, so what they return is final.
+    place: Callable | None = None
+    # The float32 islands a search found for this pass's overflow (islands.IslandSearch): the
+    # overflow's first fix, said in its message.
+    islands: object | None = None
 
     @property
     def failed(self) -> bool:

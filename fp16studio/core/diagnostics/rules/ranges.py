@@ -34,15 +34,21 @@ def rule_overflow(ev: Evidence) -> list[Finding]:
                 fixes.insert(0, edits.load_instead_of_cast(ev.spec, ev.keep_in_fp32, names=ev.names))
             if origin is not None and origin["from"] != "autocast":
                 fixes = list(origin_first(ev, fixes))
-        return [Finding(
-            "overflow", "error", call.name or "model",
+        message = (
             f"inf/NaN first appeared in the output of {call.name or 'the model'} ({call.cls}), "
             f"in {dtype}" + (f", whose range ends at {FP16_MAX:.0f}" if dtype == "float16" else "")
             + ". Everything after it is unusable. bfloat16 has float32's range at the same "
-            "size; float32 always works.",
-            with_origin({"dtype": dtype, "non-finite values": call.nonfinite_out,
-                         "largest input abs": biggest, "float16 max": FP16_MAX}, origin),
-            tuple(fixes))]
+            "size; float32 always works.")
+        evidence = with_origin({"dtype": dtype, "non-finite values": call.nonfinite_out,
+                                "largest input abs": biggest, "float16 max": FP16_MAX}, origin)
+        if ev.islands is not None:   # a search found float32 islands: they are the first fix
+            from ..islands import islands_fix
+
+            message += " " + ev.islands.summary()
+            evidence = {**evidence, **ev.islands.evidence()}
+            fixes = [islands_fix(ev.spec, ev.islands), *fixes]
+        return [Finding("overflow", "error", call.name or "model", message, evidence,
+                        tuple(fixes))]
     return []
 
 
