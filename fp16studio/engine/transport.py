@@ -61,3 +61,43 @@ def ssh_detached_engine(host: str, python: str | None = None):
         return (ssh_command(host, engine), dict(os.environ),
                 lambda n: (ssh_command(host, [*engine, "--from", str(n)]), dict(os.environ)))
     return start
+
+
+def config_hosts(path: str | os.PathLike | None = None) -> list[str]:
+    """The hosts an ssh config names (default ~/.ssh/config, and the files it Includes), in
+    their order: read here, never by asking the network. Patterns (`*`, `?`, `!`) are no hosts
+    to connect to and are left out."""
+    import glob
+    from pathlib import Path
+
+    ssh_folder = Path.home() / ".ssh"
+    hosts: list[str] = []
+
+    def read(file: Path, depth: int):
+        try:
+            lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:   # no config yet, or one we may not read: no hosts from it
+            return
+        for line in lines:
+            try:
+                words = shlex.split(line, comments=True)
+            except ValueError:   # an unbalanced quote: ssh would refuse the file too
+                continue
+            if not words:
+                continue
+            key, values = words[0].lower(), words[1:]
+            if "=" in words[0]:   # `Host=name`
+                key, _, first = words[0].partition("=")
+                key, values = key.lower(), [first, *values] if first else values
+            if key == "host":
+                hosts.extend(v for v in values if not any(c in v for c in "*?!"))
+            elif key == "include" and depth < 8:
+                for pattern in values:
+                    pattern = os.path.expanduser(pattern)
+                    if not os.path.isabs(pattern):
+                        pattern = str(ssh_folder / pattern)
+                    for found in sorted(glob.glob(pattern)):
+                        read(Path(found), depth + 1)
+
+    read(Path(path) if path is not None else ssh_folder / "config", 0)
+    return list(dict.fromkeys(hosts))
