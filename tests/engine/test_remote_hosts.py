@@ -10,9 +10,7 @@ from fp16studio.engine import messages as m
 from fp16studio.engine.client import EngineClient, local_engine
 from fp16studio.engine.lookups import MIB, parse_gpu_query
 from fp16studio.engine.transport import config_hosts
-
-pytest.importorskip("PySide6")
-from fp16studio.gui.connect_dialog import probe_line  # noqa: E402
+from fp16studio.gui.connect_dialog import probe_line
 
 
 def test_the_hosts_of_an_ssh_config_patterns_left_out_includes_followed(tmp_path, monkeypatch):
