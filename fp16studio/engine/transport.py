@@ -12,6 +12,7 @@ venv's python, or `env VAR=value python3`.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 import uuid
@@ -20,6 +21,7 @@ from fp16studio.core.common.errors import InputError
 
 SSH_ENV = "FP16STUDIO_SSH_COMMAND"
 DEFAULT_REMOTE_PYTHON = "python3"
+_HOME_PATH = re.compile(r"~/[\w./+-]*")
 SSH_FAILED = 255   # what ssh exits with when it could not connect (the command's own code else)
 
 
@@ -35,7 +37,13 @@ def ssh_command(host: str, remote: list[str]) -> list[str]:
         # Win32-OpenSSH has no ControlMaster, and a ControlPath in the user's config breaks
         # every ssh.exe started after the first.
         options += ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
-    return [*ssh, *options, host, "--", " ".join(shlex.quote(word) for word in remote)]
+    return [*ssh, *options, host, "--", " ".join(map(_quoted, remote))]
+
+
+def _quoted(word: str) -> str:
+    """A word for the box's shell, as is; `~/...` left for that shell to expand to the box's
+    home (`--remote-python '~/venvs/train/bin/python'`)."""
+    return word if _HOME_PATH.fullmatch(word) else shlex.quote(word)
 
 
 def remote_python(python: str | None) -> list[str]:

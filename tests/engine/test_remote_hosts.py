@@ -67,3 +67,10 @@ def test_the_client_moves_to_another_engine_between_jobs():
         assert client.run("engine_jobs:pid", (), {}, CancelToken(), events.append).value == second
     finally:
         client.close(grace_s=5)
+
+
+def test_a_remote_python_under_the_box_s_home_is_expanded_there_nothing_else_is():
+    from fp16studio.engine.transport import remote_python, ssh_command
+
+    words = remote_python("env A='x y' ~/venvs/t/bin/python ~root/p")
+    assert ssh_command("gpu1", words)[-1] == "env 'A=x y' ~/venvs/t/bin/python '~root/p'"
