@@ -18,9 +18,10 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout
                                QPushButton, QVBoxLayout)
 
 from fp16studio import __version__
-from fp16studio.core.common.errors import CancelToken
+from fp16studio.core.common.errors import CancelToken, InputError
 from fp16studio.engine import messages as m
 from fp16studio.engine.client import EngineClient
+from fp16studio.engine.remote_install import install_on, this_wheel
 from fp16studio.engine.transport import (DEFAULT_REMOTE_PYTHON, SSH_FAILED, config_hosts,
                                          ssh_detached_engine, ssh_engine)
 from .fit import ElidedLabel
@@ -35,33 +36,36 @@ PROBE_TIMEOUT_S = 120.0   # a host that has not answered by then (a stuck ProxyJ
 _STOPPED = re.compile(r"stopped unexpectedly \((?:exit code (?P<code>-?\d+)(?:: )?)?(?P<said>.*)\)\. ")
 
 
-def probe_line(host: str, python: str, ending) -> str:
-    """What a Test of `host` came to, in one line: its engine's report, or why there is none."""
+def probe_outcome(host: str, python: str, ending) -> tuple[str, bool]:
+    """What a Test of `host` came to, in one line (its engine's report, or why there is none),
+    and whether installing this version into `python` there is the remedy."""
     if isinstance(ending, m.Result):
         report = ending.value
         there = report.get("fp16studio")
         if there != __version__:
             return (f"{host}: fp16studio {there} there, {__version__} here: "
-                    f"install {__version__} into {python}")
-        return f"{host}: {engine_summary(report)}"
+                    f"install {__version__} into {python}"), True
+        return f"{host}: {engine_summary(report)}", False
     if isinstance(ending, m.Cancelled):
-        return f"{host}: no answer in {PROBE_TIMEOUT_S:.0f} s"
+        return f"{host}: no answer in {PROBE_TIMEOUT_S:.0f} s", False
     found = _STOPPED.search(ending.message)
     if found is None:
-        return f"{host}: {ending.message.splitlines()[0]}"
+        return f"{host}: {ending.message.splitlines()[0]}", False
     said = found["said"]
     if found["code"] == str(SSH_FAILED):
-        return f"{host}: cannot connect" + (f" ({said})" if said else "")
+        return f"{host}: cannot connect" + (f" ({said})" if said else ""), False
     if "No module named" in said and "fp16studio" in said:
-        return f"{host}: no fp16studio for {python} there: install {__version__} into it"
-    return f"{host}: the engine did not start ({said or 'exit code ' + str(found['code'])})"
+        return f"{host}: no fp16studio for {python} there: install {__version__} into it", True
+    return f"{host}: the engine did not start ({said or 'exit code ' + str(found['code'])})", False
 
 
 class HostProbe(QObject):
-    """Asks a host's engine for its report on a thread of its own; `answered(line)` on the GUI
-    thread. The engine it started is closed after it answered."""
+    """Asks a host's engine for its report on a thread of its own; `answered(line, offer)` on
+    the GUI thread (offer: installing this version there is the remedy). The engine it started
+    is closed after it answered. `install` puts this version there, on a thread too."""
 
-    answered = Signal(str)
+    answered = Signal(str, bool)
+    installed = Signal(str, bool)   # one line, and whether it went in
 
     def probe(self, host: str, python: str):
         def ask():
@@ -76,9 +80,21 @@ class HostProbe(QObject):
             finally:
                 timer.cancel()
                 client.close(grace_s=5)
-            self.answered.emit(probe_line(host, python, ending))
+            self.answered.emit(*probe_outcome(host, python, ending))
 
         threading.Thread(target=ask, name="fp16studio-host-probe", daemon=True).start()
+
+    def install(self, host: str, python: str):
+        def put():
+            try:
+                install_on(host, python, this_wheel(), say=lambda line: None)
+            except (InputError, OSError) as exc:
+                self.installed.emit(str(exc), False)
+            else:
+                self.installed.emit(f"{host}: installed fp16studio {__version__} into {python}",
+                                    True)
+
+        threading.Thread(target=put, name="fp16studio-remote-install", daemon=True).start()
 
 
 class ConnectDialog(QDialog):
@@ -96,12 +112,17 @@ class ConnectDialog(QDialog):
         self.python = QLineEdit(python, objectName="connectPython",
                                 placeholderText=f"{DEFAULT_REMOTE_PYTHON}, or a venv's bin/python")
         self.test_button = QPushButton("Test", objectName="connectTest")
+        self.install_button = QPushButton(f"Install {__version__} there",
+                                          objectName="connectInstall", visible=False)
+        self.install_button.setToolTip("Send this version's wheel through your ssh and pip-"
+                                       "install it into the Python there (torch kept)")
         self.result = ElidedLabel("", objectName="connectResult")
         self.result.setMinimumWidth(360)
         form = QFormLayout()
         form.addRow("Host", self.host)
         form.addRow("Python there", self.python)
         form.addRow(self.test_button, self.result)
+        form.addRow("", self.install_button)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.connect_button = buttons.addButton("Connect", QDialogButtonBox.ButtonRole.AcceptRole)
         buttons.accepted.connect(self.accept)
@@ -111,7 +132,9 @@ class ConnectDialog(QDialog):
         layout.addWidget(buttons)
         self._probe = HostProbe(self)
         self._probe.answered.connect(self._answered)
+        self._probe.installed.connect(self._installed)
         self.test_button.clicked.connect(self.test)
+        self.install_button.clicked.connect(self.install)
         self.host.currentTextChanged.connect(self._update)
         self._update()
 
@@ -127,13 +150,31 @@ class ConnectDialog(QDialog):
         self.result.setText(f"Testing {host}…")
         self._probe.probe(host, python)
 
-    def _answered(self, line: str):
+    def install(self):
+        """This version into the Python there, then Test again."""
+        host, python = self.chosen()
+        self.install_button.setEnabled(False)
+        self.test_button.setEnabled(False)
+        self.result.setText(f"Installing fp16studio {__version__} into {python} on {host}…")
+        self._probe.install(host, python)
+
+    def _installed(self, line: str, done: bool):
+        self.install_button.setEnabled(True)
+        self.result.setText(line)
+        if done:
+            self.test()
+        else:
+            self.test_button.setEnabled(True)
+
+    def _answered(self, line: str, offer: bool):
         self.result.setText(line)
         self.test_button.setEnabled(bool(self.chosen()[0]))
+        self.install_button.setVisible(offer)
         self.tested.emit(line)
 
     def _update(self, *_):
         named = bool(self.chosen()[0])
+        self.install_button.setVisible(False)   # offered for the host tested, not another
         self.connect_button.setEnabled(named)
         self.test_button.setEnabled(named and self.result.text()[:8] != "Testing ")
 

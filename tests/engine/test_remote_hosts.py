@@ -10,7 +10,7 @@ from fp16studio.engine import messages as m
 from fp16studio.engine.client import EngineClient, local_engine
 from fp16studio.engine.lookups import MIB, parse_gpu_query
 from fp16studio.engine.transport import config_hosts
-from fp16studio.gui.connect_dialog import probe_line
+from fp16studio.gui.connect_dialog import probe_outcome
 
 
 def test_the_hosts_of_an_ssh_config_patterns_left_out_includes_followed(tmp_path, monkeypatch):
@@ -37,23 +37,23 @@ REPORT = {"host": "node7", "fp16studio": __version__, "python": "3.11", "torch":
 STOPPED = "The engine process stopped unexpectedly ({}). Run again to start a fresh one."
 
 
-@pytest.mark.parametrize("ending, line", [
+@pytest.mark.parametrize("ending, line, offer", [
     (m.Result(1, REPORT), f"gpu1: fp16studio {__version__} · torch 2.5.1 · CUDA 12.4 · "
-                          "GPU 0 H200 2.0 GiB/140.0 GiB"),
+                          "GPU 0 H200 2.0 GiB/140.0 GiB", False),
     (m.Result(1, {**REPORT, "fp16studio": "0.0.1"}),
-     f"gpu1: fp16studio 0.0.1 there, {__version__} here: install {__version__} into python3"),
+     f"gpu1: fp16studio 0.0.1 there, {__version__} here: install {__version__} into python3", True),
     (m.Failed(1, STOPPED.format("exit code 255: ssh: connect to host gpu1 port 22: Connection "
                                 "refused")),
-     "gpu1: cannot connect (ssh: connect to host gpu1 port 22: Connection refused)"),
+     "gpu1: cannot connect (ssh: connect to host gpu1 port 22: Connection refused)", False),
     (m.Failed(1, STOPPED.format("exit code 1: /usr/bin/python3: No module named fp16studio")),
-     f"gpu1: no fp16studio for python3 there: install {__version__} into it"),
+     f"gpu1: no fp16studio for python3 there: install {__version__} into it", True),
     (m.Failed(1, STOPPED.format("exit code 127: bash: python3: command not found")),
-     "gpu1: the engine did not start (bash: python3: command not found)"),
-    (m.Cancelled(1), "gpu1: no answer in 120 s"),
+     "gpu1: the engine did not start (bash: python3: command not found)", False),
+    (m.Cancelled(1), "gpu1: no answer in 120 s", False),
 ])
-def test_a_test_of_a_host_is_one_line(ending, line):
-    said = probe_line("gpu1", "python3", ending)
-    assert said == line
+def test_a_test_of_a_host_is_one_line_and_offers_the_install_where_it_is_the_remedy(
+        ending, line, offer):
+    assert probe_outcome("gpu1", "python3", ending) == (line, offer)
 
 
 def test_the_client_moves_to_another_engine_between_jobs():

@@ -52,11 +52,13 @@ def test_the_connect_dialog_lists_the_config_s_hosts_and_tests_one_in_a_line(
 
     line = probed(qtbot, dialog, "box", ssh_to_the_box.python)
     assert line.startswith(f"box: fp16studio {__version__} · torch ") and "no CUDA" in line
+    assert dialog.install_button.isHidden()
     line = probed(qtbot, dialog, "box", f"{sys.executable} -S")
     assert line == f"box: no fp16studio for {sys.executable} -S there: install {__version__} into it"
+    assert not dialog.install_button.isHidden()   # the offer: this version into that Python
     line = probed(qtbot, dialog, "nosuchhost.invalid", "python3")
     assert line.startswith("nosuchhost.invalid: cannot connect (ssh: Could not resolve hostname")
-    assert "\n" not in line and dialog.test_button.isEnabled()
+    assert "\n" not in line and dialog.test_button.isEnabled() and dialog.install_button.isHidden()
 
 
 def test_a_run_on_the_box_survives_its_link_killed_and_cancel_reaches_it(qtbot, ssh_to_the_box):
