@@ -120,12 +120,11 @@ def benchmark(spec, variants, progress, cancel, on_sample=None) -> dict:
 
 
 @task("export")
-def export(spec, path: str) -> str:
-    """Write the standalone script for `spec` (atomically; see core.present.export); returns the path."""
+def export(spec) -> str:
+    """The standalone script for `spec` (core.present.export), written where the window is."""
     from fp16studio.core import export_script
 
-    export_script(spec, path)
-    return path
+    return export_script(spec)
 
 
 @task("warm-up")
