@@ -77,6 +77,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.diagnosis_shown = DiagnosisInTurns(c, self.tensors, self.findings, self.status,
                                                 self._say_what_the_form_is, self)
         self.lookups = SourceLookups(self.form, self.preview, self.worker, self.log.log, self)
+        self.engine_choice.switched.connect(self.lookups.on_host)   # the box's files
         self._wire()
         self._on_busy(False)
         if spec is None:

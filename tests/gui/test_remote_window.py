@@ -66,6 +66,12 @@ def test_a_run_on_the_box_survives_its_link_killed_and_cancel_reaches_it(qtbot, 
     qtbot.addWidget(window)
     window.show()
     qtbot.waitUntil(lambda: window.spec is not None, timeout=RUN_TIMEOUT_MS)
+    # A model in the box's Hugging Face cache (its home is not this one's).
+    repo = ssh_to_the_box.home / ".cache/huggingface/hub/models--boxorg--on-the-box"
+    for folder in ("refs", "snapshots/abc123", "blobs"):
+        (repo / folder).mkdir(parents=True, exist_ok=True)
+    (repo / "refs/main").write_text("abc123")
+    (repo / "snapshots/abc123/config.json").write_text("{}")
     choice = window.engine_choice
     choice.connect_to("box", ssh_to_the_box.python)
     assert choice.selector.currentText() == "box (" + ssh_to_the_box.python + ")"
@@ -73,6 +79,9 @@ def test_a_run_on_the_box_survives_its_link_killed_and_cancel_reaches_it(qtbot, 
     qtbot.waitUntil(lambda: window.status.versions.text().startswith("torch "),
                     timeout=RUN_TIMEOUT_MS)
     assert window.status.engine.text() == "box"
+    # The model picker offers the box's cache, looked up there through the engine.
+    qtbot.waitUntil(lambda: window.form.model_picker._cached == ["boxorg/on-the-box"],
+                    timeout=RUN_TIMEOUT_MS)
 
     engine, said = window.worker.engine, []
     window.controller.statusChanged.connect(said.append)
