@@ -25,7 +25,7 @@ from fp16studio.engine.remote_install import install_on, this_wheel
 from fp16studio.engine.transport import (DEFAULT_REMOTE_PYTHON, SSH_FAILED, config_hosts,
                                          ssh_detached_engine, ssh_engine)
 from .fit import ElidedLabel
-from .session_controller import RUNS
+from .session_controller import LOAD_TORCH, RUNS
 from .status_bar import THIS_COMPUTER, engine_summary
 from .worker import Job
 
@@ -255,5 +255,7 @@ class EngineChoice(QObject):
         self.switched.emit(host)
 
     def _job_done(self, job, outcome):
-        if job.kind in RUNS and outcome == "finished":
+        """A run in the engine (not a trace: its script runs in a process of its own, and the
+        engine need not load torch for it) changed what its GPUs hold: read them again."""
+        if job.kind in RUNS and job.kind in LOAD_TORCH and outcome == "finished":
             self.read_report()
