@@ -22,9 +22,15 @@ names the outermost GUI-thread events that ran longest inside the stalls over th
 (receiver, event, how many events were delivered inside it, wall and CPU milliseconds), and the
 garbage collector's passes that ended inside them (generation, thread, objects freed).
 
+With --remote, the window's engine runs on a box over ssh (the Engine selector's host): an
+OpenSSH server started on 127.0.0.1 for the run (tests/remote_box.py), or --host HOST (with
+--remote-python PY) of your ssh config; the session is the same, its results come through the
+channel, and "startup" includes connecting and the box's engine loading torch.
+
 The imported package's bytecode is compiled first, as `pip install` leaves it.
 
     python benchmarks/gui_responsiveness.py [--bench] [--large] [--load N] [--why] [--json]
+                                            [--remote | --host HOST [--remote-python PY]]
 
 Run by hand (or on a GPU machine); this is a measurement, not a test with timed asserts.
 """
@@ -65,15 +71,36 @@ def main(argv=None) -> int:
                         help="N busy processes beside the app for the whole session")
     parser.add_argument("--why", action="store_true",
                         help="name the longest event handlers inside the stalls over the target")
+    parser.add_argument("--remote", action="store_true",
+                        help="the engine on a box over ssh: an sshd on 127.0.0.1 started for it")
+    parser.add_argument("--host", help="the engine on HOST over your ssh")
+    parser.add_argument("--remote-python", default=None, metavar="PY",
+                        help="with --host: the Python there (default python3)")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
     try:
+        if args.remote:
+            return _on_loopback_box(args)
         return _session(args)
     finally:
         for busy in load:
             busy.kill()
             busy.wait()
+
+
+def _on_loopback_box(args) -> int:
+    import tempfile
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from remote_box import running_box
+
+    with tempfile.TemporaryDirectory(prefix="fp16studio-bench-box-") as folder, \
+            running_box(Path(folder)) as box:
+        os.environ["FP16STUDIO_SSH_COMMAND"] = box.ssh_command
+        args.host, args.remote_python = "box", box.python
+        return _session(args)
 
 
 def _session(args) -> int:
@@ -181,6 +208,12 @@ def _session(args) -> int:
     def start_when_ready():
         if window.spec is None or not warm:
             return
+        if args.host and window.engine_choice.host is None:   # the demo is open: to the box
+            warm.clear()
+            window.worker.jobDone.connect(
+                lambda job, outcome: job.kind == "engine-report" and warm.append(outcome))
+            window.engine_choice.connect_to(args.host, args.remote_python or "python3")
+            return
         starter.stop()
         mark("startup: demo + torch loaded (worker)")
         phase[0] = "run"
@@ -202,6 +235,7 @@ def _session(args) -> int:
         "window_ready_cpu_s": round(ready.get("cpu", float("nan")), 3),
         "torch_imported_at_ready": torch_at_ready.get("loaded"),
         "load_processes": args.load,
+        "engine": args.host or "this computer",
         "stalls_ms": {name: _stalls([(g, c) for p, g, c, _ in gaps if p == name])
                       for name in ("startup", "run", "bench", "open", "large", "expand",
                                    "filter", "rerun")

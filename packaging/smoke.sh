@@ -161,6 +161,10 @@ expect 'installed .*\.desktop'
 check engine-stdio 0 "$APP" engine --stdio
 check engine-garbage 2 bash -c 'echo garbage | "$0" engine --stdio' "$APP"
 expect "fp16studio engine: not a frame" err
+# remote-install: no wheel to send (a frozen program has no source to build one from) or a host
+# that cannot be reached is one line and exit 2.
+check remote-install 2 "$APP" remote-install nosuchhost.invalid
+expect "fp16studio: " err
 # Each document's JSON Schema, shipped with the program; an unknown name is one line.
 check schema 0 "$APP" schema trace
 expect '"\$schema"'

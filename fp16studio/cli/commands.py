@@ -10,6 +10,7 @@ from ..core.demo.pipelines import DEMO_PREFIX
 from ..core.present.terminal import (format_bench, format_diagnosis, format_drift, format_fix,
                                      format_fp8, format_inspect, format_trace)
 from ..core.present.ranks import format_ranked_trace
+from .remote import cmd_remote_install
 
 
 def _load_spec(text: str, trust: bool | None = None):
@@ -275,7 +276,8 @@ def _trace_launch(args, output):
 
 COMMANDS = {"diagnose": cmd_diagnose, "fix": cmd_fix, "bench": cmd_bench, "drift": cmd_drift,
             "export": cmd_export, "report": cmd_report, "inspect": cmd_inspect, "demo": cmd_demo,
-            "trace": cmd_trace, "fp8": cmd_fp8, "schema": cmd_schema}
+            "trace": cmd_trace, "fp8": cmd_fp8, "schema": cmd_schema,
+            "remote-install": cmd_remote_install}
 
 
 def _print_json(doc, args):

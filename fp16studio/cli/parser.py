@@ -155,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--from", dest="start_at", type=int, default=0, metavar="N",
                         help="with --attach: replay the run's events from the Nth (default 0)")
 
+    install = sub.add_parser("remote-install", help="install this exact fp16studio on HOST "
+                                                    "(its wheel sent through your ssh)")
+    install.add_argument("target", metavar="HOST", help="a host your ssh reaches")
+    install.add_argument("--remote-python", metavar="PYTHON",
+                         help="the Python there to install into (default python3; a venv's python)")
+    install.add_argument("--no-deps", action="store_true",
+                         help="install fp16studio alone (the box has its dependencies, or no index)")
+
     for name in HOST_COMMANDS:
         _host_options(sub.choices[name])
 
@@ -202,7 +210,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         hint = ("; the script's own arguments go after --: fp16studio trace SCRIPT -- ARGS"
                 if args.command == "trace" else "")
         parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
-    if getattr(args, "remote_python", None) and not args.host:
+    if getattr(args, "remote_python", None) and not getattr(args, "host", None) and (
+            args.command != "remote-install"):
         parser.error("--remote-python goes with --host HOST")
     args.script_args = script_args
     return args

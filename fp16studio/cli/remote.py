@@ -149,3 +149,18 @@ def _with_script_sent(args, argv: list[str], python: list[str]) -> list[str]:
     with contextlib.suppress(ValueError):
         out[out.index(script)] = there
     return out
+
+
+def cmd_remote_install(args) -> int:
+    """`fp16studio remote-install HOST`: this exact version into the box's Python."""
+    from ..engine.remote_install import install_on, this_wheel
+
+    def say(line):
+        print(f"fp16studio: {line}", file=sys.stderr, flush=True)
+
+    wheel = this_wheel()
+    install_on(args.target, args.remote_python, wheel, ("--no-deps",) if args.no_deps else (),
+               say)
+    print(f"installed fp16studio {wheel.name.split('-')[1]} into "
+          f"{' '.join(remote_python(args.remote_python))} on {args.target}")
+    return 0

@@ -40,6 +40,8 @@ SAMPLE_BATCH_S = 0.05      # benchmark samples reach the window at most this oft
 QUIT_GRACE_S = 10.0        # an engine asked to quit is ended if it has not after this long
 REATTACH_TRIES = 3         # attaches in a row that bring nothing new before the box is given up
 STDIO_ARGS = ("engine", "--stdio")
+# How a job the engine could not finish begins: it crashed, or a box could not be reached.
+ENGINE_LOST = "The engine process stopped unexpectedly"
 
 
 def task_name(task) -> str:
@@ -92,12 +94,20 @@ class EngineClient:
     def __init__(self, kill_after_cancel_s: float = KILL_AFTER_CANCEL_S, engine=None):
         self.kill_after_cancel_s = kill_after_cancel_s
         self._engine = engine
+        self._next_engine: tuple | None = None   # use(): the transport of the next task
         self._reattach = None
         self._received = 0         # the frames this engine sent so far (its journal's lines)
         self._process: subprocess.Popen | None = None
         self._commands: FrameWriter | None = None
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._job_ids = itertools.count(1)
+
+    def use(self, engine):
+        """Run the next task on `engine` (a transport, as the constructor's `engine`; None: this
+        computer); the engine now running is closed first, on the thread that runs tasks, so
+        this is safe from any thread. A task under way ends on its engine (cancel it first)."""
+        self._next_engine = (engine,)
+        self.interrupt()
 
     def interrupt(self):
         """Wake the waiting run to look at its cancel token (safe from any thread)."""
@@ -110,7 +120,8 @@ class EngineClient:
         name = task_name(task)
         types = types_of(name)
         args, kwargs = types.encode_arguments(args, kwargs)
-        if not self.started:   # seconds, a minute on a busy machine: the window says so
+        # Seconds, a minute on a busy machine: the window says so.
+        if not self.started or self._next_engine is not None:
             on_event(m.Progress(0, "engine", "Starting the engine process…"))
         self._ensure_started()
         inbox = self._inbox
@@ -139,7 +150,9 @@ class EngineClient:
             if isinstance(message, _Ended):
                 samples.flush()
                 why = message.why
-                if self._reattach is not None and not why and not token.cancelled:
+                # A link that never brought a frame did not connect (ssh said why): no
+                # attach would fare better.
+                if self._reattach is not None and not why and not token.cancelled and self._received:
                     if self._attached_again(job_id, on_event):
                         inbox = self._inbox
                         continue
@@ -200,6 +213,10 @@ class EngineClient:
         return self._process is not None and self._process.poll() is None
 
     def _ensure_started(self):
+        switch, self._next_engine = self._next_engine, None
+        if switch is not None:
+            self.close()
+            self._engine = switch[0]
         if self.started:
             return
         if callable(self._engine):
@@ -255,7 +272,7 @@ class EngineClient:
         said = self._said.last() if process is not None else ""
         if said and not why:   # what it (or ssh: an unknown host, no fp16studio there) said last
             reason += f": {said}"
-        return m.Failed(job_id, f"The engine process stopped unexpectedly ({reason}). "
+        return m.Failed(job_id, f"{ENGINE_LOST} ({reason}). "
                                 "Run again to start a fresh one.")
 
 

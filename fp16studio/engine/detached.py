@@ -8,6 +8,10 @@ appending every event, one frame's JSON a line, to runs/ID/events.jsonl. Each at
 the frames of its stdin into the FIFO, replays the journal from line N onto its stdout as
 frames, then follows it until the engine has ended. A dropped ssh connection ends only the
 attach; the client attaches again from the last event it got (client.EngineClient).
+
+An engine no attach comes back to ends once it has been idle (no job under way) and alone for
+FP16STUDIO_DETACHED_IDLE_S seconds (default a day): each attach marks runs/ID/attached while it
+is there. Its journal stays, for an attach that comes later to replay.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ from fp16studio.core.common.processes import process_alive
 from fp16studio.core.script.entry import frozen
 
 FOLLOW_S = 0.05   # how often a follower looks for the journal's next line
+IDLE_ENV = "FP16STUDIO_DETACHED_IDLE_S"
+IDLE_S = 24 * 3600   # a run's engine that no attach came back to for this long, idle, ends
+HEARTBEAT_S = 30.0   # how often an attach says it is there (the mtime of runs/ID/attached)
+ENDING_LINES = tuple(b'{"$":"%s"' % name.encode() for name in ("Result", "Failed", "Cancelled"))
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -42,9 +50,44 @@ def serve_run(run_id: str) -> int:
     folder = run_folder(run_id)
     # Read and write: the FIFO never reads as ended while no attach writes to it.
     commands = os.fdopen(os.open(folder / "commands", os.O_RDWR), "rb")
+    threading.Thread(target=_end_when_forgotten, args=(folder, _idle_s()), daemon=True,
+                     name="fp16studio-idle-bound").start()
     with open(folder / "events.jsonl", "ab") as journal:
         serve(commands, _JournalLines(journal))
     return 0
+
+
+def _idle_s() -> float:
+    try:
+        return max(1.0, float(os.environ.get(IDLE_ENV) or IDLE_S))
+    except ValueError:
+        return IDLE_S
+
+
+def _end_when_forgotten(folder: Path, idle_s: float):
+    """End this engine once no attach has been there for `idle_s` and no job is under way (its
+    journal's last event ends a job, or there is none): a window that never came back would
+    otherwise leave it, and the model it holds, on the box for good. What it journaled stays."""
+    while True:
+        time.sleep(min(60.0, idle_s / 4))
+        seen = max(_mtime(folder / "attached"), _mtime(folder / "events.jsonl"))
+        if time.time() - seen >= idle_s and not _mid_job(folder / "events.jsonl"):
+            os._exit(0)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _mid_job(journal: Path) -> bool:
+    """The journal's last event is not a job's end (a job runs, or waits in a step)."""
+    with open(journal, "rb") as file:
+        file.seek(max(0, file.seek(0, os.SEEK_END) - 4096))
+        lines = file.read().splitlines()
+    return bool(lines) and not lines[-1].startswith(ENDING_LINES)
 
 
 class _JournalLines:
@@ -87,6 +130,8 @@ def attach(run_id: str, start_at: int) -> int:
         return process_alive(pid)
 
     threading.Thread(target=_relay, args=(folder / "commands",), daemon=True).start()
+    threading.Thread(target=_heartbeat, args=(folder / "attached", min(HEARTBEAT_S, _idle_s() / 4)),
+                     daemon=True).start()
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     with open(folder / "events.jsonl", "rb") as journal, out:
@@ -108,6 +153,13 @@ def attach(run_id: str, start_at: int) -> int:
                     continue
                 return 0
             time.sleep(FOLLOW_S)
+
+
+def _heartbeat(mark: Path, every_s: float):
+    """This attach is there: the engine's idle bound counts from its last beat."""
+    while True:
+        mark.touch()
+        time.sleep(every_s)
 
 
 def _relay(fifo: Path):

@@ -191,3 +191,61 @@ def _cell(value):
         return Thumbnail(buffer.getvalue(), f"{value.width}×{value.height}")
     text = repr(value) if not isinstance(value, str) else value
     return text if len(text) <= 120 else text[:117] + "…"
+
+
+def engine_report() -> dict:
+    """Where the engine runs, for the window's status bar: the machine, its fp16studio, torch,
+    CUDA, and each GPU with its memory used and total (bytes), read there."""
+    import platform
+    import socket
+
+    import torch
+
+    from fp16studio import __version__
+
+    cuda = torch.cuda.is_available()
+    return {"host": socket.gethostname(), "fp16studio": __version__,
+            "python": platform.python_version(), "torch": str(torch.__version__),
+            "cuda": torch.version.cuda if cuda else None, "gpus": _gpus() if cuda else []}
+
+
+GPU_QUERY = ("nvidia-smi", "--query-gpu=name,memory.used,memory.total",
+             "--format=csv,noheader,nounits")
+MIB = 1 << 20
+
+
+def _gpus() -> list[dict]:
+    """Each GPU's name and memory: from nvidia-smi where there is one (every process's use,
+    and no CUDA context made for asking), else torch's free/total per device."""
+    import subprocess
+
+    try:
+        answer = subprocess.run(GPU_QUERY, capture_output=True, text=True, timeout=10)
+        if answer.returncode == 0:
+            return parse_gpu_query(answer.stdout)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    import torch
+
+    gpus = []
+    for index in range(torch.cuda.device_count()):
+        free, total = torch.cuda.mem_get_info(index)
+        gpus.append({"name": torch.cuda.get_device_name(index), "used": total - free,
+                     "total": total})
+    return gpus
+
+
+def parse_gpu_query(text: str) -> list[dict]:
+    """nvidia-smi's `name, used MiB, total MiB` lines as [{"name", "used", "total"}] in bytes."""
+    gpus = []
+    for line in text.splitlines():
+        parts = [part.strip() for part in line.rsplit(",", 2)]
+        if len(parts) != 3:
+            continue
+        name, used, total = parts
+        try:
+            gpus.append({"name": name, "used": int(float(used)) * MIB,
+                         "total": int(float(total)) * MIB})
+        except ValueError:   # "[N/A]" on some boards: the name still says which GPU
+            gpus.append({"name": name, "used": None, "total": None})
+    return gpus

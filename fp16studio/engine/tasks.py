@@ -185,12 +185,11 @@ def benchmark(spec: PipelineSpec, variants: list[str] | None, progress, cancel,
 
 
 @task("export")
-def export(spec: PipelineSpec, path: str) -> str:
-    """Write the standalone script for `spec` (atomically; see core.present.export); returns the path."""
+def export(spec: PipelineSpec) -> str:
+    """The standalone script for `spec` (core.present.export), written where the window is."""
     from fp16studio.core import export_script
 
-    export_script(spec, path)
-    return path
+    return export_script(spec)
 
 
 @task("warm-up")

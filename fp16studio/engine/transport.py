@@ -12,6 +12,7 @@ venv's python, or `env VAR=value python3`.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 import uuid
@@ -20,6 +21,7 @@ from fp16studio.core.common.errors import InputError
 
 SSH_ENV = "FP16STUDIO_SSH_COMMAND"
 DEFAULT_REMOTE_PYTHON = "python3"
+_HOME_PATH = re.compile(r"~/[\w./+-]*")
 SSH_FAILED = 255   # what ssh exits with when it could not connect (the command's own code else)
 
 
@@ -35,7 +37,13 @@ def ssh_command(host: str, remote: list[str]) -> list[str]:
         # Win32-OpenSSH has no ControlMaster, and a ControlPath in the user's config breaks
         # every ssh.exe started after the first.
         options += ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
-    return [*ssh, *options, host, "--", " ".join(shlex.quote(word) for word in remote)]
+    return [*ssh, *options, host, "--", " ".join(map(_quoted, remote))]
+
+
+def _quoted(word: str) -> str:
+    """A word for the box's shell, as is; `~/...` left for that shell to expand to the box's
+    home (`--remote-python '~/venvs/train/bin/python'`)."""
+    return word if _HOME_PATH.fullmatch(word) else shlex.quote(word)
 
 
 def remote_python(python: str | None) -> list[str]:
@@ -61,3 +69,43 @@ def ssh_detached_engine(host: str, python: str | None = None):
         return (ssh_command(host, engine), dict(os.environ),
                 lambda n: (ssh_command(host, [*engine, "--from", str(n)]), dict(os.environ)))
     return start
+
+
+def config_hosts(path: str | os.PathLike | None = None) -> list[str]:
+    """The hosts an ssh config names (default ~/.ssh/config, and the files it Includes), in
+    their order: read here, never by asking the network. Patterns (`*`, `?`, `!`) are no hosts
+    to connect to and are left out."""
+    import glob
+    from pathlib import Path
+
+    ssh_folder = Path.home() / ".ssh"
+    hosts: list[str] = []
+
+    def read(file: Path, depth: int):
+        try:
+            lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:   # no config yet, or one we may not read: no hosts from it
+            return
+        for line in lines:
+            try:
+                words = shlex.split(line, comments=True)
+            except ValueError:   # an unbalanced quote: ssh would refuse the file too
+                continue
+            if not words:
+                continue
+            key, values = words[0].lower(), words[1:]
+            if "=" in words[0]:   # `Host=name`
+                key, _, first = words[0].partition("=")
+                key, values = key.lower(), [first, *values] if first else values
+            if key == "host":
+                hosts.extend(v for v in values if not any(c in v for c in "*?!"))
+            elif key == "include" and depth < 8:
+                for pattern in values:
+                    pattern = os.path.expanduser(pattern)
+                    if not os.path.isabs(pattern):
+                        pattern = str(ssh_folder / pattern)
+                    for found in sorted(glob.glob(pattern)):
+                        read(Path(found), depth + 1)
+
+    read(Path(path) if path is not None else ssh_folder / "config", 0)
+    return list(dict.fromkeys(hosts))

@@ -18,6 +18,7 @@ from fp16studio.core.diagnostics.inventory import drift_by_module, fp8_by_layer,
 from fp16studio.session_state import NO_MODEL
 from .actions import RUN_TIP, WindowActions
 from .collector import collect_on_gui_thread
+from .connect_dialog import EngineChoice
 from .diagnosis_in_turns import DiagnosisInTurns
 from .fp8_view import Fp8View
 from .file_actions import FileActions
@@ -73,9 +74,11 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self._build_toolbar()
         self.status = StatusInfo(self.statusBar())
         self.status.watch_engine(lambda: self.worker.engine.pid)
+        self.engine_choice = EngineChoice(c, self.status, self)   # this computer, or a host
         self.diagnosis_shown = DiagnosisInTurns(c, self.tensors, self.findings, self.status,
                                                 self._say_what_the_form_is, self)
         self.lookups = SourceLookups(self.form, self.preview, self.worker, self.log.log, self)
+        self.engine_choice.switched.connect(self.lookups.on_host)   # the box's files
         self._wire()
         self._on_busy(False)
         if spec is None:

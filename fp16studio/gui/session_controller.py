@@ -19,6 +19,7 @@ from PySide6.QtGui import QUndoStack
 from fp16studio.core import InputError
 from fp16studio.core.present import vocabulary
 from fp16studio.core.present.vocabulary import STAGES
+from fp16studio.engine.client import ENGINE_LOST
 from fp16studio.engine.tasks import Diagnosed
 from fp16studio.session_state import NO_MODEL, SAVED, SessionState, arrived
 from .history import SpecChange
@@ -398,7 +399,8 @@ class SessionController(SessionFiles, QObject):
         self.diagnosisFinished.emit(self.diagnosis_doc)
 
     def _on_diagnosis_error(self, message, detail):
-        self.state.diagnosis_failed()
+        if not message.startswith(ENGINE_LOST):   # an engine lost, not the run: its results stay
+            self.state.diagnosis_failed()
         self.logged.emit("error", message + (f"\n{detail}" if detail else ""))
         self._say("The run failed: see the Findings panel and the Log.")
         self.diagnosisFailed.emit(message)

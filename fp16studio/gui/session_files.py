@@ -70,18 +70,25 @@ class SessionFiles:
         return True
 
     def export_script(self, path: str) -> bool:
-        """Write the exported script in the engine (rendering it reads the dataset)."""
+        """Render the exported script in the engine (it reads the dataset, on the box when the
+        engine runs on one) and write it here."""
         if self.spec is None or not self._has_model():
             return False
 
-        def done(written):
-            self.logged.emit("info", f"Exported script {written}")
-            self.exportFinished.emit(written)
+        def done(text):
+            from fp16studio.core.common.files import write_text_atomic
+
+            try:
+                write_text_atomic(Path(path), text)
+            except (InputError, OSError) as exc:
+                return failed(str(exc), "")
+            self.logged.emit("info", f"Exported script {path}")
+            self.exportFinished.emit(str(path))
 
         def failed(message, detail):
             self.logged.emit("error", message + (f"\n{detail}" if detail else ""))
             self.warned.emit("Cannot export", message)
-        self.worker.submit(Job("export", "export", (self.spec, str(path)), on_result=done, on_error=failed))
+        self.worker.submit(Job("export", "export", (self.spec,), on_result=done, on_error=failed))
         return True
 
     def write_report(self, path) -> bool:

@@ -2,7 +2,8 @@
 
 Look-ups are not runs: the cache scan, model info and Hub search need no torch and run on the
 window's thread pool; the dataset preview reads rows with `datasets`, so it is an engine task,
-cancellable and superseded by a newer one. Either way the latest look-up wins.
+cancellable and superseded by a newer one. Either way the latest look-up wins. While the engine
+runs on a box (`on_host`), the cache scan and model info are the box's: engine tasks too.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class SourceLookups(QObject):
         self.form, self.preview, self.worker, self.log = form, preview, worker, log
         self.pool = LookupPool(self)
         self._last = None
+        self.host: str | None = None   # the engine's host: its files are the ones looked up
         for picker, repo_type in ((form.model_picker, "model"), (form.dataset_picker, "dataset")):
             picker.searchRequested.connect(lambda query, p=picker, t=repo_type: self.search(query, t, p))
         form.modelChanged.connect(self.model_info)
@@ -49,12 +51,27 @@ class SourceLookups(QObject):
         self.pool.submit("hub", _hub_allowed, on_result=self._allow_hub_search)
         self.scan_cache()
 
+    def on_host(self, host: str | None):
+        """The engine now runs on `host` (None: this computer): look the sources up there."""
+        self.host = host
+        self.scan_cache()
+        if self._last is not None and self._last.model:
+            self.model_info(self._last)
+
+    def _look_up(self, kind, fn, args=(), on_result=None, on_error=None):
+        """On the pool here, or in the engine on the box (where the files are)."""
+        if self.host is None:
+            return self.pool.submit(kind, fn, args, on_result=on_result, on_error=on_error)
+        self.worker.submit(Job(kind, f"{fn.__module__}:{fn.__name__}", args, supersede=True,
+                               on_result=on_result,
+                               on_error=on_error and (lambda message, _detail: on_error(message))))
+
     def scan_cache(self):
         def done(found):
             self.form.model_picker.set_cached(found["models"])
             self.form.dataset_picker.set_cached(found["datasets"])
-        self.pool.submit("cache", lookups.scan_cache, on_result=done,
-                         on_error=lambda m: self.log("warning", f"Cache scan: {m}"))
+        self._look_up("cache", lookups.scan_cache, on_result=done,
+                      on_error=lambda m: self.log("warning", f"Cache scan: {m}"))
 
     def search(self, query: str, repo_type: str, picker):
         self.pool.submit(f"search-{repo_type}", lookups.hub_search, (query, repo_type),
@@ -67,7 +84,7 @@ class SourceLookups(QObject):
             dtypes = ", ".join(f"{d} ×{n}" for d, n in sorted(info["dtypes"].items(), key=lambda x: -x[1]))
             picker.set_info(f"{size(info['bytes'])} · {info['format']}" + (f" · {dtypes}" if dtypes else ""),
                             info["folder"])
-        self.pool.submit("model-info", lookups.model_info, (spec,), on_result=done, on_error=picker.set_info)
+        self._look_up("model-info", lookups.model_info, (spec,), on_result=done, on_error=picker.set_info)
 
     def dataset_preview(self, spec):
         def done(preview):

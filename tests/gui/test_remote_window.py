@@ -1,0 +1,120 @@
+"""The window's engine on a box, through the real sshd on loopback (tests/remote_box.py): the
+connect dialog and its Test, a run there, the link killed mid-run and re-attached with the whole
+result, Cancel across the link, and a host that cannot be reached said in one line."""
+
+import sys
+
+import pytest
+from remote_box import NoSshd, running_box
+from window_steps import RUN_TIMEOUT_MS, run
+
+from fp16studio import __version__
+from fp16studio.core.present.vocabulary import STAGES
+from fp16studio.engine import messages as m
+from fp16studio.gui import MainWindow
+from fp16studio.gui.connect_dialog import ConnectDialog
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory):
+    try:
+        with running_box(tmp_path_factory.mktemp("box")) as started:
+            yield started
+    except NoSshd as exc:   # never skipped: .ci/run installs OpenSSH
+        pytest.fail(str(exc))
+
+
+@pytest.fixture
+def ssh_to_the_box(box, monkeypatch):
+    monkeypatch.setenv("FP16STUDIO_SSH_COMMAND", box.ssh_command)
+    return box
+
+
+def probed(qtbot, dialog, host, python):
+    dialog.host.setEditText(host)
+    dialog.python.setText(python)
+    with qtbot.waitSignal(dialog.tested, timeout=RUN_TIMEOUT_MS) as said:
+        dialog.test_button.click()
+    assert dialog.result.text() == said.args[0]
+    return said.args[0]
+
+
+def test_the_connect_dialog_lists_the_config_s_hosts_and_tests_one_in_a_line(
+        qtbot, ssh_to_the_box, tmp_path, monkeypatch):
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh/config").write_text("Host gpu1 gpu2\n  HostName 10.0.0.1\nHost *.lab !x\n"
+                                          "Include more\n")
+    (tmp_path / ".ssh/more").write_text("Host=box\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    dialog = ConnectDialog()
+    qtbot.addWidget(dialog)
+    assert [dialog.host.itemText(i) for i in range(dialog.host.count())] == ["gpu1", "gpu2", "box"]
+
+    line = probed(qtbot, dialog, "box", ssh_to_the_box.python)
+    assert line.startswith(f"box: fp16studio {__version__} · torch ") and "no CUDA" in line
+    assert dialog.install_button.isHidden()
+    line = probed(qtbot, dialog, "box", f"{sys.executable} -S")
+    assert line == f"box: no fp16studio for {sys.executable} -S there: install {__version__} into it"
+    assert not dialog.install_button.isHidden()   # the offer: this version into that Python
+    line = probed(qtbot, dialog, "nosuchhost.invalid", "python3")
+    assert line.startswith("nosuchhost.invalid: cannot connect (ssh: Could not resolve hostname")
+    assert "\n" not in line and dialog.test_button.isEnabled() and dialog.install_button.isHidden()
+
+
+def test_a_run_on_the_box_survives_its_link_killed_and_cancel_reaches_it(qtbot, ssh_to_the_box):
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.spec is not None, timeout=RUN_TIMEOUT_MS)
+    # A model in the box's Hugging Face cache (its home is not this one's).
+    repo = ssh_to_the_box.home / ".cache/huggingface/hub/models--boxorg--on-the-box"
+    for folder in ("refs", "snapshots/abc123", "blobs"):
+        (repo / folder).mkdir(parents=True, exist_ok=True)
+    (repo / "refs/main").write_text("abc123")
+    (repo / "snapshots/abc123/config.json").write_text("{}")
+    choice = window.engine_choice
+    choice.connect_to("box", ssh_to_the_box.python)
+    assert choice.selector.currentText() == "box (" + ssh_to_the_box.python + ")"
+    # The status bar names the host and what its engine has, read there.
+    qtbot.waitUntil(lambda: window.status.versions.text().startswith("torch "),
+                    timeout=RUN_TIMEOUT_MS)
+    assert window.status.engine.text() == "box"
+    # The model picker offers the box's cache, looked up there through the engine.
+    qtbot.waitUntil(lambda: window.form.model_picker._cached == ["boxorg/on-the-box"],
+                    timeout=RUN_TIMEOUT_MS)
+
+    engine, said = window.worker.engine, []
+    window.controller.statusChanged.connect(said.append)
+    real_run = engine.run
+
+    def run_killed_once(task, args, kwargs, token, on_event):
+        def on_event_then_kill(event):
+            on_event(event)
+            if isinstance(event, m.Progress) and event.stage in STAGES and not killed:
+                killed.append(event.stage)
+                engine.kill()   # the link drops here, mid-run: ssh ends, the box's engine goes on
+        return real_run(task, args, kwargs, token, on_event_then_kill)
+
+    killed = []
+    engine.run = run_killed_once
+    doc = run(qtbot, window)
+    assert killed and "Reconnecting…" in said
+    assert not doc["ok"] and doc["findings"] and doc["inventory"]   # the whole result
+    runs = ssh_to_the_box.home / ".cache/fp16studio/runs"
+    assert list(runs.glob("*/events.jsonl"))   # it ran there
+
+    # Cancel crosses the link: the job ends there, the engine stays.
+    engine.run = real_run
+    with qtbot.waitSignal(window.controller.worker.jobDone, timeout=RUN_TIMEOUT_MS,
+                          check_params_cb=lambda job, outcome: job.kind == "diagnose") as done:
+        window.controller.progressChanged.connect(
+            lambda value, _maximum, _label: value > 0 and window.cancel())
+        assert window.run_diagnosis()
+    assert done.args[1] == "cancelled" and engine.started
+
+    # A host that cannot be reached: one line, and the last results stay on screen.
+    choice.connect_to("nosuchhost.invalid")
+    with qtbot.waitSignal(window.diagnosisFailed, timeout=RUN_TIMEOUT_MS) as failed:
+        assert window.run_diagnosis()
+    assert "\n" not in failed.args[0] and "Could not resolve hostname" in failed.args[0]
+    assert window.tensorTree.model().rowCount() > 0 and window.diagnosis is not None
