@@ -24,6 +24,7 @@ from fp16studio.core.common.codec import Document, decode, encoder
 from fp16studio.core.diagnostics.report import Diagnosis
 from fp16studio.core.precision.drift import DriftResult
 from fp16studio.core.precision.fp8_plan import Fp8Plan
+from fp16studio.core.script.rank_merge import RankedTrace
 from fp16studio.core.script.trace import ScriptTrace
 from fp16studio.core.spec.value import PipelineSpec
 from .lookups import DatasetPreview
@@ -151,6 +152,18 @@ def trace(path: str, args: tuple[str, ...], progress, cancel, on_sample) -> Scri
     from fp16studio.core.script.trace import readable, trace_script
 
     return trace_script(path, tuple(args), progress=progress, cancel=cancel,
+                        output=lambda stream, line: on_sample((stream, readable(line))))
+
+
+@task("trace-launch")
+def trace_launched(launch: str, path: str, args: tuple[str, ...], progress, cancel,
+                   on_sample) -> RankedTrace:
+    """A user's script run by their launcher (`torchrun --nproc-per-node 2`), every rank
+    traced and their traces merged; output lines as `trace`'s."""
+    from fp16studio.core.script.ranks import trace_launch
+    from fp16studio.core.script.trace import readable
+
+    return trace_launch(launch, path, tuple(args), progress=progress, cancel=cancel,
                         output=lambda stream, line: on_sample((stream, readable(line))))
 
 

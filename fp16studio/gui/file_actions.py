@@ -66,26 +66,24 @@ class FileActions:
             self.controller.open_path(path)
 
     def _trace_dialog(self):
-        """File → Trace Script…: a .py file, then its command-line arguments (may be empty)."""
-        import shlex
-
-        from PySide6.QtWidgets import QInputDialog
+        """File → Trace Script…: a .py file, then its command-line arguments (may be empty)
+        and the launcher of a run on many processes (may be empty)."""
+        from .trace_dialog import TraceDialog
 
         path, _ = QFileDialog.getOpenFileName(self, "Trace a Python script", self._dialog_dir(),
                                               "Python scripts (*.py);;All files (*)")
         if not path:
             return
         self._remember_dir(path)
-        text, ok = QInputDialog.getText(self, "Script arguments",
-                                        f"Arguments for {Path(path).name} (as on a command line; may be empty):")
-        if not ok:
+        dialog = TraceDialog(Path(path).name, self)
+        if not dialog.exec():
             return
         try:
-            args = shlex.split(text)
+            args, launch = dialog.values()
         except ValueError as exc:   # an unclosed quote
-            self._warn("Cannot read the arguments", f"{text}: {exc}")
+            self._warn("Cannot read the arguments", str(exc))
             return
-        self.open_script(path, args)
+        self.open_script(path, args, launch)
 
     def _fill_recent(self):
         from fp16studio.core.spec.session import recent_files

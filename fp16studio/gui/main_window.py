@@ -124,9 +124,10 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
             self.main_tabs.setCurrentWidget(self.compare)
         return started
 
-    def open_script(self, path: str, args=()) -> bool:
-        """Trace the user's script (a path or `demo:NAME`) run with `args`."""
-        started = self.controller.run_trace(path, args)
+    def open_script(self, path: str, args=(), launch: str | None = None) -> bool:
+        """Trace the user's script (a path or `demo:NAME`) run with `args`; under `launch`
+        (`torchrun --nproc-per-node 2`), each rank traced and the ranks shown."""
+        started = self.controller.run_trace(path, args, launch)
         if started:   # its result is a tensor tree and findings
             self.main_tabs.setCurrentWidget(self.tensors)
         return started

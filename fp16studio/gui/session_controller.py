@@ -244,14 +244,17 @@ class SessionController(SessionFiles, QObject):
                      lasting=True)
         return True
 
-    def run_trace(self, path: str, args=()) -> bool:
+    def run_trace(self, path: str, args=(), launch: str | None = None) -> bool:
         """Run the user's script as it is and diagnose what it ran; `diagnosisFinished(doc)` with
-        the trace document. Its output lines go to the Log as they come."""
+        the trace document. Its output lines go to the Log as they come. `launch`: the
+        launcher that runs it on many processes (each rank traced, as `trace --launch`)."""
         if self.busy:
             return False
-        self.logged.emit("info", f"Trace: {' '.join([str(path), *map(str, args)])}")
+        under = f" under {launch}" if launch else ""
+        self.logged.emit("info", f"Trace: {' '.join([str(path), *map(str, args)])}{under}")
         self.state.trace_started(path)
-        self._submit("trace", (str(path), tuple(map(str, args))),
+        task, given = ("trace-launch", (launch,)) if launch else ("trace", ())
+        self._submit(task, (*given, str(path), tuple(map(str, args))),
                      lambda result: self._on_diagnosis(None, *result), self._on_diagnosis_error,
                      "Trace cancelled.", on_samples=self._on_script_output, on_arrival=_arrived,
                      lasting=True)

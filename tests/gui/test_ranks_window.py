@@ -42,3 +42,34 @@ def test_a_launched_trace_shows_its_ranks_and_the_chosen_rank_s_findings_and_tre
 
 def shown_tree(window):
     return window.tensors.model.tree_index.root
+
+
+def test_a_script_launched_from_the_window_is_traced_on_each_rank(qtbot, tmp_path):
+    """File → Trace Script…'s "Launch with" runs the script under the user's launcher: each rank
+    traced by the engine, the ranks in the picker."""
+    import shutil
+    from pathlib import Path
+
+    import pytest
+
+    from fp16studio.gui.trace_dialog import TraceDialog
+
+    if shutil.which("torchrun") is None:
+        pytest.skip("needs torchrun")
+    dialog = TraceDialog("train.py")
+    qtbot.addWidget(dialog)
+    dialog.args.setText("--steps 2")
+    dialog.launch.setText("torchrun --nproc-per-node 2")
+    assert dialog.values() == (["--steps", "2"], "torchrun --nproc-per-node 2")
+    dialog.launch.setText("torchrun '--nproc-per-node 2")
+    with pytest.raises(ValueError):
+        dialog.values()
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.spec is not None, timeout=60_000)
+    script = Path(__file__).parent.parent / "scripts" / "ranks_ddp_fp16_hook.py"
+    assert window.open_script(str(script), (), "torchrun --nproc-per-node 2")
+    qtbot.waitUntil(lambda: window.ranks.isVisible(), timeout=300_000)
+    assert window.ranks.model.rowCount() == 2
+    assert any("half-reduction" in line for line in window.ranks.chosen_findings())

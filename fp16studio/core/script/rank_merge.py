@@ -49,7 +49,7 @@ class RankedTrace(ScriptTrace):
     # per finding: the ranks it was made on (said in each finding's "ranks")
     finding_ranks: list = field(default_factory=list, metadata=meta(internal=True))
     # rank -> its tensor tree, for the window's rank picker (`tree` is the chosen base rank's)
-    rank_trees: dict = field(default_factory=dict, metadata=meta(internal=True))
+    rank_trees: dict[int, TensorNode] = field(default_factory=dict, metadata=meta(internal=True))
 
     @property
     def ok(self) -> bool:
