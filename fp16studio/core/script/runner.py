@@ -43,15 +43,20 @@ def main(argv: list[str]) -> int:
     # only afterwards, so a cuda.py or typing.py beside the script cannot shadow torch's imports.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     quiet_library_logs()   # what torch's and transformers' imports log is not the script's
+    from ..run import pristine
     from .evidence import ScriptWatch, assemble
     from .tracer import UserCode
+
+    # torch as the script finds it, before anything of ours or the script's replaces a part of
+    # it: what we compute while it runs goes to these, never to the script's wrappers.
+    pristine.capture()
 
     user = UserCode(script_path)
     watch = ScriptWatch(user, _steps(os.environ.pop(STEPS_ENV, "")))
     # Each model's first pass is with the parent (a rank's: in its file) as it ends: a script
     # that ends its process itself (os._exit), crashes or is killed after it still has its result.
-    watch.on_snapshot = lambda: _send(parent, rank, assemble(
-        watch, str(script_path), args, {}, time.perf_counter() - start, complete=False))
+    watch.on_snapshot = pristine.guarded(lambda: _send(parent, rank, assemble(
+        watch, str(script_path), args, {}, time.perf_counter() - start, complete=False)))
     watch.install()
     if rank is not None:
         rank.start_beat(watch)
@@ -85,7 +90,9 @@ def main(argv: list[str]) -> int:
             del sys.path[0]   # what we import from here on is ours, not the folder's
     seconds = time.perf_counter() - start
     sys.stdout.flush()
-    _send(parent, rank, assemble(watch, str(script_path), args, outcome, seconds), final=True)
+    with pristine.ours:
+        _send(parent, rank, assemble(watch, str(script_path), args, outcome, seconds),
+              final=True)
     if rank is None:
         parent.close()
         return 0

@@ -25,6 +25,7 @@ from pathlib import Path
 from ..common import dtypes
 from ..common.precision import OUR_PREFIXES
 from ..run.module_hooks import add_watcher, remove_watcher
+from ..run.pristine import ours
 from ..run.trace import Tracer
 
 
@@ -153,7 +154,8 @@ class CastLog:
             result = original(tensor, *args, **kwargs)
             if (result is not tensor and not log._busy() and hasattr(result, "dtype")
                     and result.dtype != tensor.dtype and result.dtype.is_floating_point):
-                log._record(tensor, result)
+                with ours:
+                    log._record(tensor, result)
             return result
 
         return cast
@@ -254,11 +256,13 @@ class ScriptTracer:
         trace.input_casts = {k: c for k, c in ((k, self.casts.find(v))
                                                 for k, v in trace.inputs.items()) if c}
         if self.on_start is not None:
-            self.on_start(trace, module)
+            with ours:
+                self.on_start(trace, module)
         self._active = trace
         self._seen.update(module.modules())
         self._roots[module] = trace
-        tracer = Tracer(module)
+        with ours:   # what it binds of torch (tensor_stats) is torch's own
+            tracer = Tracer(module)
         try:
             with tracer:  # the call asks watch() again: with _active set, it goes on
                 result = trace.output = call(module, *args, **kwargs)
@@ -273,7 +277,8 @@ class ScriptTracer:
             self.traces.append(trace)
             if self.on_done is not None:
                 try:
-                    self.on_done(trace, module)
+                    with ours:
+                        self.on_done(trace, module)
                 except Exception as exc:  # noqa: BLE001 - our bug must not change the script
                     self.errors.append(f"{type(exc).__name__}: {exc}")
         return result
