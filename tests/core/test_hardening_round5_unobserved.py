@@ -82,3 +82,91 @@ def test_a_scripts_counters_on_torch_see_only_its_own_calls(tmp_path):
     counts = next(line for line in plain if line.startswith("counts"))
     assert "Tensor.item" in counts and "torch.isfinite" in counts   # the counters count
     assert plain == traced
+
+
+# What else a script can observe of the process: a sequence (and a generator) handed to
+# torch.tensor read once per call, its random draws (Python, numpy, torch), grad mode, the
+# default dtype and autocast state at each point, and the warnings it is shown: a once-per-place
+# warning once, torch's own (C++ and Python) at the script's line, its registry as under python.
+OBSERVED = textwrap.dedent("""
+    import random
+    import warnings
+
+    import numpy
+    import torch
+
+
+    class Counted:
+        # a sequence that counts how often it is read
+        reads = 0
+
+        def __init__(self, values):
+            self.values = values
+
+        def __len__(self):
+            Counted.reads += 1
+            return len(self.values)
+
+        def __getitem__(self, i):
+            Counted.reads += 1
+            return self.values[i]
+
+
+    def draws():
+        return (random.random(), float(numpy.random.rand()), float(torch.rand(1)))
+
+
+    def say(tag):
+        print(tag, "grad", torch.is_grad_enabled(), "dtype", torch.get_default_dtype(),
+              "autocast", torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
+              "draws", [round(d, 6) for d in draws()])
+
+
+    random.seed(1)
+    numpy.random.seed(1)
+    torch.manual_seed(1)
+    say("start")
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    seq = Counted([1.5, 2.5, 70000.0])
+    gen_reads = []
+
+
+    def gen():
+        for v in (1.0, 2.0, 3.0):
+            gen_reads.append(v)
+            yield v
+
+
+    shown = []
+    warnings.showwarning = lambda message, category, filename, lineno, *rest: shown.append(
+        (str(message)[:40], filename.rsplit("/", 1)[-1], lineno))
+    if True:
+        for step in range(3):
+            h = torch.tensor(seq, dtype=torch.float16)
+            g = torch.tensor(list(gen()), dtype=torch.float16)
+            out = net(torch.randn(2, 8))
+            warnings.warn("once per place", UserWarning)
+            copied = torch.tensor(h)                # torch warns (C++): copy with clone().detach()
+            with torch.autocast("cuda", dtype=torch.float16):   # no CUDA here: torch warns
+                copied = copied * 2
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                say(f"in autocast {step}")
+                inner = net(torch.randn(2, 8))
+            say(f"step {step}")
+            (out.sum() + inner.float().sum()).backward()
+            with torch.no_grad():
+                say(f"no_grad {step}")
+                net(torch.randn(2, 8).half().float())
+    print("reads", Counted.reads, len(gen_reads), "shown", shown)
+    say("end")
+    print("registry", sorted(k for k in globals().get("__warningregistry__", {}) if k != "version"))
+""")
+
+
+def test_a_script_observes_the_same_state_reads_draws_and_warnings(tmp_path):
+    script = tmp_path / "state.py"
+    script.write_text(OBSERVED)
+    plain, traced = _observed(script)
+    said = next(line for line in plain if line.startswith("reads"))
+    assert "'state.py', 59)" in said and "'state.py', 60)" in said   # torch's warnings, placed
+    assert plain == traced
