@@ -20,9 +20,9 @@ def _observed(script) -> tuple[list, list]:
     return plain.stdout.splitlines(), [line.rstrip("\n") for line in lines]
 
 
-# Every public function and method of torch, torch.Tensor and torch.nn.functional, wrapped with
-# a counter after the script's imports, then a model trained for three steps, casts, float16
-# arithmetic the shadow follows, and the calls fp16studio itself makes most (isfinite, clone,
+# Every public function and method of torch, torch.Tensor (and its operators), torch.nn.Module,
+# torch.autograd and torch.nn.functional, wrapped with a counter after the script's imports,
+# then a model trained for three steps, casts, float16 arithmetic the shadow follows, and the calls fp16studio itself makes most (isfinite, clone,
 # detach, zeros_like, to, item). torch's own function-dispatch helpers are left out: under any
 # torch-function mode (ours) torch's Python functions consult them once more. torch's modules
 # that fp16studio's own start imports are imported before the counters.
@@ -38,6 +38,8 @@ COUNTED = textwrap.dedent("""
     COUNTS = collections.Counter()
     DISPATCH = {"has_torch_function", "has_torch_function_unary", "has_torch_function_variadic",
                 "handle_torch_function"}
+    OPERATORS = {"__add__", "__mul__", "__sub__", "__truediv__", "__getitem__", "__setitem__",
+                 "__len__", "__bool__", "__float__", "__format__", "__repr__", "__iter__"}
     PLAIN = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
              types.WrapperDescriptorType)
 
@@ -52,10 +54,12 @@ COUNTED = textwrap.dedent("""
         setattr(owner, name, wrapper)
 
 
-    for owner, label in ((torch.Tensor, "Tensor"), (torch, "torch"), (F, "F")):
+    for owner, label in ((torch.Tensor, "Tensor"), (torch, "torch"), (F, "F"),
+                         (torch.nn.Module, "Module"), (torch.autograd, "autograd")):
         for name in dir(owner):
             value = getattr(owner, name)
-            if not name.startswith("_") and name not in DISPATCH and isinstance(value, PLAIN):
+            if (not name.startswith("_") or name in OPERATORS) and name not in DISPATCH \
+                    and isinstance(value, PLAIN):
                 counting(owner, label, name)
     COUNTS.clear()
 
@@ -64,8 +68,9 @@ COUNTED = textwrap.dedent("""
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     for _ in range(3):
         x = torch.randn(4, 8).clone().detach()
-        loss = F.cross_entropy(net(x.to(torch.float32)), torch.tensor([0, 1, 2, 0]))
+        loss = F.cross_entropy(net(x.to(torch.float32)) * 2 + 1, torch.tensor([0, 1, 2, 0]))
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
         opt.zero_grad()
     h = torch.randn(16).half()

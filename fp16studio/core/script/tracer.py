@@ -257,11 +257,9 @@ class ScriptTracer:
             self._watch = None
         self.casts.uninstall()
 
-    def _first_call(self, call, module, args, kwargs):
-        if next(module.parameters(), None) is None:  # a loss, an activation, a transform
-            self._seen.add(module)
-            return call(module, *args, **kwargs)
-        frame = self.user.frame(sys._getframe(2))
+    def _begin(self, module, args, kwargs):
+        """The ModelTrace of the model's first pass, made active, and its Tracer."""
+        frame = self.user.frame(sys._getframe(3))
         trace = ModelTrace(index=len(self.traces), cls=type(module).__name__,
                            source=self.user.frame_source(frame),
                            bound=_bound_names(frame, module))
@@ -269,13 +267,21 @@ class ScriptTracer:
         trace.input_casts = {k: c for k, c in ((k, self.casts.find(v))
                                                 for k, v in trace.inputs.items()) if c}
         if self.on_start is not None:
-            with ours:
-                self.on_start(trace, module)
+            self.on_start(trace, module)
         self._active = trace
         self._seen.update(module.modules())
         self._roots[module] = trace
-        with ours:   # what it binds of torch (tensor_stats) is torch's own
-            tracer = Tracer(module)
+        return Tracer(module)
+
+    def _first_call(self, call, module, args, kwargs):
+        with ours:   # what we read of the model goes to torch's own methods, not the script's
+            plain = next(module.parameters(), None) is None
+        if plain:  # a loss, an activation, a transform
+            self._seen.add(module)
+            return call(module, *args, **kwargs)
+        with ours:
+            tracer = self._begin(module, args, kwargs)
+        trace = self._active
         try:
             with tracer:  # the call asks watch() again: with _active set, it goes on
                 result = trace.output = call(module, *args, **kwargs)
