@@ -21,11 +21,12 @@ def _observed(script) -> tuple[list, list]:
 
 
 # Every public function and method of torch, torch.Tensor (and its operators), torch.nn.Module,
-# torch.autograd and torch.nn.functional, wrapped with a counter after the script's imports,
-# then a model trained for three steps, casts, float16 arithmetic the shadow follows, and the calls fp16studio itself makes most (isfinite, clone,
-# detach, zeros_like, to, item). torch's own function-dispatch helpers are left out: under any
-# torch-function mode (ours) torch's Python functions consult them once more. torch's modules
-# that fp16studio's own start imports are imported before the counters.
+# torch.autograd and torch.nn.functional, wrapped with a counter after the script's imports;
+# then a model trained for three steps, casts, float16 arithmetic the shadow follows, and the
+# calls fp16studio itself makes most (isfinite, clone, detach, zeros_like, to, item). torch's
+# own function-dispatch helpers are left out: under any torch-function mode (ours) torch's
+# Python functions consult them once more. torch's modules that fp16studio's own start imports
+# are imported before the counters.
 COUNTED = textwrap.dedent("""
     import collections
     import types
