@@ -10,9 +10,11 @@ and `ours` (a context manager) puts the originals back for as long as our code r
 the script's own again. Our own wrappers (core/script's Patches) are swapped out too: inside
 `ours`, torch is the torch the script found.
 
-Cost: one dictionary comparison per namespace on each entry (the namespaces as last seen);
-only when one changed are its differences found again. Nothing happens before `capture()`
-(a spec run has no script) nor in a nested entry.
+Cost, on each entry: for a class, one comparison of its namespace with the one last seen; for
+a module, none (it is made a `_Watched` module at capture, which counts assignments to it:
+`type(torch)` then reads that subclass of the module type). Only where something changed are
+the differences found again; our own wrappers (`own`) are not differences. Nothing happens
+before `capture()` (a spec run has no script) nor in a nested entry.
 """
 
 from __future__ import annotations
@@ -29,12 +31,43 @@ _NOT_OURS = {"__dict__", "__weakref__", "__doc__", "__module__", "__annotations_
              "__path__", "__builtins__", "__cached__"}
 _MISSING = object()
 
-_owners: list = []   # [owner, {name: original or _MISSING}, its __dict__ as last seen, differences]
+_owners: list = []   # [owner, {name: original or _MISSING}, what was last seen, differences]
 _inherited: dict = {}   # (owner, name) -> what the owner's base classes hold under name
 _replacements: dict = {}   # a script's replacement now in place -> the original it replaced
 _plain: set = set()        # functions torch handed on that replace nothing of ours
 _swapped: list = []  # (owner, name, the script's value, ours) while ours runs
+_own: set = set()    # our own wrappers (core/script's Patches, the casts' log): no differences
 _depth = 0
+_assigned = 0        # assignments to a watched module so far
+
+
+class _Watched(types.ModuleType):
+    """A torch module that counts assignments to its attributes (a script's replacements)."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name, value):
+        global _assigned
+        _assigned += 1
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name):
+        global _assigned
+        _assigned += 1
+        super().__delattr__(name)
+
+
+def _is_own(value) -> bool:
+    try:
+        return value in _own
+    except TypeError:   # not hashable: not one of ours
+        return False
+
+
+def own(wrapper):
+    """`wrapper`, put in torch's place by fp16studio: left in place inside `ours`."""
+    _own.add(wrapper)
+    return wrapper
 
 
 def _resolve(dotted: str):
@@ -82,7 +115,9 @@ def capture() -> None:
             owner = _resolve(dotted)
         except (ImportError, AttributeError):
             continue
-        _owners.append([owner, _originals(owner), dict(owner.__dict__), []])
+        if type(owner) is types.ModuleType:
+            owner.__class__ = _Watched
+        _owners.append([owner, _originals(owner), None, []])
 
 
 def unwrapped(func):
@@ -127,10 +162,17 @@ class _Ours:
         for state in _owners:
             owner, originals, seen, differences = state
             namespace = owner.__dict__
-            if namespace != seen:   # changed since last seen: its differences again
-                state[2] = dict(namespace)
+            if type(owner) is _Watched:
+                changed = seen != _assigned
+                now = _assigned
+            else:
+                changed = namespace != seen
+                now = dict(namespace) if changed else seen
+            if changed:   # its differences again
+                state[2] = now
                 differences[:] = [(name, value) for name, value in originals.items()
-                                  if namespace.get(name, _MISSING) is not value]
+                                  if namespace.get(name, _MISSING) is not value
+                                  and not _is_own(namespace.get(name))]
             for name, value in differences:
                 theirs = namespace.get(name, _MISSING)
                 try:
@@ -153,7 +195,13 @@ class _Ours:
 
 
 def _put(owner, name, value):
-    if value is _MISSING:
+    """Ours are not the script's assignments: a watched module's count stays."""
+    if type(owner) is _Watched:
+        if value is _MISSING:
+            owner.__dict__.pop(name, None)
+        else:
+            owner.__dict__[name] = value
+    elif value is _MISSING:
         if name in owner.__dict__:
             delattr(owner, name)
     else:

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..common import dtypes
 from ..common.precision import OUR_PREFIXES
 from ..run.module_hooks import add_watcher, remove_watcher
-from ..run.pristine import ours
+from ..run.pristine import own, ours
 from ..run.trace import Tracer
 from .warning_place import relocated
 
@@ -100,7 +100,7 @@ class Patches:
             # reads `prepare_model_for_kbit_training.__name__` reads what it reads without us.
             functools.update_wrapper(wrapper, getattr(original, "__func__", original))
             wrapper = _relocating(wrapper)
-        setattr(owner, name, wrapper)
+        setattr(owner, name, own(wrapper))
 
     def undo(self):
         for owner, name, original in reversed(self._saved):
@@ -147,7 +147,7 @@ class CastLog:
         for name in self.METHODS:
             original = getattr(torch.Tensor, name)
             self._originals[name] = original
-            setattr(torch.Tensor, name, self._wrap(original))
+            setattr(torch.Tensor, name, own(self._wrap(original)))
 
     def uninstall(self):
         import torch
