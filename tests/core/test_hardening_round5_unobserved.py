@@ -90,7 +90,7 @@ def test_a_scripts_counters_on_torch_see_only_its_own_calls(tmp_path):
     assert plain == traced
 
 
-# What else a script can observe of the process: a sequence (and a generator) handed to
+# What else a script can observe of the process: its module's globals, a sequence (and a generator) handed to
 # torch.tensor read once per call, its random draws (Python, numpy, torch), grad mode, the
 # default dtype and autocast state at each point, and the warnings it is shown: a once-per-place
 # warning once, torch's own (C++ and Python) at the script's line, its registry as under python.
@@ -132,6 +132,7 @@ OBSERVED = textwrap.dedent("""
     numpy.random.seed(1)
     torch.manual_seed(1)
     say("start")
+    print("main", __name__, __package__, type(__loader__).__name__, __spec__, __cached__)
     net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
     seq = Counted([1.5, 2.5, 70000.0])
     gen_reads = []
@@ -174,5 +175,5 @@ def test_a_script_observes_the_same_state_reads_draws_and_warnings(tmp_path):
     script.write_text(OBSERVED)
     plain, traced = _observed(script)
     said = next(line for line in plain if line.startswith("reads"))
-    assert "'state.py', 59)" in said and "'state.py', 60)" in said   # torch's warnings, placed
+    assert "'state.py', 60)" in said and "'state.py', 61)" in said   # torch's warnings, placed
     assert plain == traced

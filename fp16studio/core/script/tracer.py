@@ -27,7 +27,6 @@ from ..common.precision import OUR_PREFIXES
 from ..run.module_hooks import add_watcher, remove_watcher
 from ..run.pristine import own, ours
 from ..run.trace import Tracer
-from .warning_place import relocated
 
 
 class UserCode:
@@ -99,23 +98,12 @@ class Patches:
             # The wrapped function's identity (name, module, doc, __wrapped__): a script that
             # reads `prepare_model_for_kbit_training.__name__` reads what it reads without us.
             functools.update_wrapper(wrapper, getattr(original, "__func__", original))
-            wrapper = _relocating(wrapper)
         setattr(owner, name, own(wrapper))
 
     def undo(self):
         for owner, name, original in reversed(self._saved):
             setattr(owner, name, original)
         self._saved.clear()
-
-
-def _relocating(wrapper):
-    """`wrapper` with what its original warns placed where it is without us (warning_place)."""
-    @functools.wraps(wrapper)
-    def relocating(*args, **kwargs):
-        with relocated:
-            return wrapper(*args, **kwargs)
-
-    return relocating
 
 
 @dataclass
@@ -163,8 +151,7 @@ class CastLog:
         # (our mode's, a tensor subclass's) as the function called, and they go by its name.
         @functools.wraps(original)
         def cast(tensor, *args, **kwargs):
-            with relocated:
-                result = original(tensor, *args, **kwargs)
+            result = original(tensor, *args, **kwargs)
             if (result is not tensor and not log._busy() and hasattr(result, "dtype")
                     and result.dtype != tensor.dtype and result.dtype.is_floating_point):
                 with ours:

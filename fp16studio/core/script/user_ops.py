@@ -64,7 +64,6 @@ from ..diagnostics.rules.placement import made_on_other_device
 from ..diagnostics.rules.ranges import user_overflowed, user_value_refused
 from ..diagnostics.rules.values import precision_loss
 from ..run.pristine import ours, unwrapped
-from .warning_place import relocated
 from .quiet import LineFacts, quiet_records
 from .rewrite import assigned_in_place, augmented, cast_back, segment
 from .shadow import SINKS, ShadowCheck
@@ -248,8 +247,7 @@ class UserOps:
             except Exception as bug:  # noqa: BLE001 - ours must not change the script
                 self.errors.append(f"{type(bug).__name__}: {bug}")
         try:
-            with relocated:   # what it warns is placed at the script's line, not ours
-                result = func(*args, **kwargs)
+            result = func(*args, **kwargs)
         except Exception as exc:   # raised again as it is: the mode drops our frames
             try:
                 with ours:
