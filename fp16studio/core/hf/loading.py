@@ -226,7 +226,10 @@ def auto_dtype_note(spec: PipelineSpec) -> str:
 def _weights_error(spec: PipelineSpec, exc: Exception) -> Exception:
     """What a failed from_pretrained means: damaged or hostile weights are bad input, said in
     one line (torch's pickle refusal spans lines and suggests switching the safety off);
-    running out of memory and anything unexpected stay what they are."""
+    running out of memory stays what it is. Nothing of ours runs inside from_pretrained: what
+    else it raises is transformers' or the model's own code's failure to load these files
+    (transformers 5 reads each weight's name as a pattern: a module named with parentheses,
+    `<script>alert('m')</script>`, is looked up as `<script>alert\\1</script>`), not ours."""
     import pickle
 
     from safetensors import SafetensorError
@@ -243,7 +246,8 @@ def _weights_error(spec: PipelineSpec, exc: Exception) -> Exception:
                           f"({first_line(exc)})")
     if isinstance(exc, (OSError, ValueError, KeyError, RuntimeError, EOFError, ArithmeticError)):
         return InputError(f"model {spec.model!r} could not be loaded: {first_line(exc)}")
-    return exc
+    return InputError(f"model {spec.model!r} could not be loaded: {type(exc).__name__}: "
+                      f"{first_line(exc)}")
 
 
 def _check_device_map(spec: PipelineSpec):

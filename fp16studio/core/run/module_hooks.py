@@ -25,6 +25,7 @@ import threading
 from collections import OrderedDict
 
 from ..common.gc_pause import gc_paused
+from .pristine import own
 
 _lock = threading.Lock()  # held while listeners come and go, never while a module runs
 # Replaced whole under the lock, read without it: a call sees the listeners of its start.
@@ -182,7 +183,7 @@ def _install():
     _compiling = torch.compiler.is_compiling
     _previous = torch.nn.Module.__call__
     _direct = _previous is torch.nn.Module._wrapped_call_impl
-    torch.nn.Module.__call__ = _dispatch
+    torch.nn.Module.__call__ = own(_dispatch)
     _installed = True
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from ..common import dtypes
 from .module_hooks import ModuleHooks
 from .named_tensors import named_tensors
+from .pristine import guarded, ours
 from .tensor_stats import TensorStats
 
 
@@ -88,12 +89,15 @@ class Tracer:
         import torch
 
         self._tensor_type = torch.Tensor
-        self._hooks = ModuleHooks(self.model, self._pre_hook, self._post_hook).__enter__()
+        # Our statistics reach torch as the script found it, not its wrappers (pristine.py).
+        self._hooks = ModuleHooks(self.model, guarded(self._pre_hook),
+                                  guarded(self._post_hook)).__enter__()
         return self
 
     def __exit__(self, *exc):
         try:
-            self._read_back()
+            with ours:
+                self._read_back()
         finally:
             # Before the hooks go and garbage collection resumes: less for it to walk.
             self._stats.clear()

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..common import dtypes
 from ..common.precision import float8_scale, float8_smallest
+from .pristine import guarded
 
 # torchao's Float8Linear runs its matmuls in this autograd Function: its backward node holds the
 # layer's config and its saved weight, and receives the gradient reaching the layer's output.
@@ -167,7 +168,7 @@ class Float8Gradients:
             module = names.get(id(weight._base if weight._base is not None else weight))
             if module is not None:
                 self.handles.append(node.register_prehook(
-                    functools.partial(self._measure, module, node.config)))
+                    guarded(functools.partial(self._measure, module, node.config))))
 
     def _measure(self, module: str, config, grad_outputs):
         import torch

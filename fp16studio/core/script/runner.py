@@ -26,6 +26,7 @@ from ..common.library_logs import quiet_library_logs
 from ..common.precision import is_ours
 from .entry import CHECK_ARG, DEFAULT_STEPS, NEEDS, STEPS_ENV, restore_library_path
 from .proof import SCRIPT_HOME_ENV
+from . import warning_place
 from .rank_files import RankFiles
 
 
@@ -42,15 +43,20 @@ def main(argv: list[str]) -> int:
     # only afterwards, so a cuda.py or typing.py beside the script cannot shadow torch's imports.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     quiet_library_logs()   # what torch's and transformers' imports log is not the script's
+    from ..run import pristine
     from .evidence import ScriptWatch, assemble
     from .tracer import UserCode
+
+    # torch as the script finds it, before anything of ours or the script's replaces a part of
+    # it: what we compute while it runs goes to these, never to the script's wrappers.
+    pristine.capture()
 
     user = UserCode(script_path)
     watch = ScriptWatch(user, _steps(os.environ.pop(STEPS_ENV, "")))
     # Each model's first pass is with the parent (a rank's: in its file) as it ends: a script
     # that ends its process itself (os._exit), crashes or is killed after it still has its result.
-    watch.on_snapshot = lambda: _send(parent, rank, assemble(
-        watch, str(script_path), args, {}, time.perf_counter() - start, complete=False))
+    watch.on_snapshot = pristine.guarded(lambda: _send(parent, rank, assemble(
+        watch, str(script_path), args, {}, time.perf_counter() - start, complete=False)))
     watch.install()
     if rank is not None:
         rank.start_beat(watch)
@@ -62,6 +68,7 @@ def main(argv: list[str]) -> int:
     home = os.environ.pop(SCRIPT_HOME_ENV, None)   # a proof's copy: the modules beside the script
     if home:
         sys.path.insert(1, home)
+    warning_place.install()   # what torch warns inside our wrappers: at the script's line
     start = time.perf_counter()
     script_globals = None
     if rank is not None:
@@ -70,7 +77,7 @@ def main(argv: list[str]) -> int:
         parent.write({"started": True})
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        script_globals = runpy.run_path(str(script_path), run_name="__main__")
+        script_globals = _run_as_main(script_path)
         outcome = {}
     except SystemExit as exc:
         outcome = _exit_outcome(exc, user)
@@ -80,17 +87,53 @@ def main(argv: list[str]) -> int:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late interrupt must not lose the result
         watch.uninstall()
+        warning_place.uninstall()
         if sys.path and sys.path[0] == str(script_path.parent):
             del sys.path[0]   # what we import from here on is ours, not the folder's
     seconds = time.perf_counter() - start
     sys.stdout.flush()
-    _send(parent, rank, assemble(watch, str(script_path), args, outcome, seconds), final=True)
+    with pristine.ours:
+        _send(parent, rank, assemble(watch, str(script_path), args, outcome, seconds),
+              final=True)
     if rank is None:
         parent.close()
         return 0
     rank.keep_until_exit(script_globals, outcome)
     # A rank's status is its script's, so that the launcher ends the others on a failure.
     return rank.exit_status(outcome)
+
+
+def _run_as_main(path: Path) -> dict:
+    """The script run as `python SCRIPT` runs it: a `__main__` module whose globals read as
+    Python makes them (`__package__` None, a SourceFileLoader as `__loader__`; runpy.run_path
+    gives '' and None). What is not a source file (a folder or zip with __main__.py, a .pyc)
+    goes to runpy, as Python hands it there too."""
+    import builtins
+    import importlib.machinery
+    import io
+    import types
+
+    if path.suffix == ".pyc" or not path.is_file() or _is_zip(path):
+        return runpy.run_path(str(path), run_name="__main__")
+    with io.open_code(str(path)) as file:
+        code = compile(file.read(), str(path), "exec")
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=str(path), __cached__=None, __package__=None, __spec__=None,
+                           __loader__=importlib.machinery.SourceFileLoader("__main__", str(path)),
+                           __builtins__=builtins)
+    ours = sys.modules.get("__main__")
+    sys.modules["__main__"] = module
+    try:
+        exec(code, module.__dict__)
+    finally:
+        sys.modules["__main__"] = ours
+    return module.__dict__
+
+
+def _is_zip(path: Path) -> bool:
+    import zipfile
+
+    return zipfile.is_zipfile(path)
 
 
 def _send(parent: FrameWriter | None, rank: RankFiles | None, result, final: bool = False):

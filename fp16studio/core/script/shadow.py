@@ -271,6 +271,8 @@ class ShadowCheck:
                     floating.append(value)
             elif type(value) is dtype_type and value in half:
                 asks_half = True
+            elif not _inert(value, torch):
+                return None   # an iterator, a sequence of the script's: run again, read again
         if not floating and not asks_half:
             return None
         if not any(t.dtype in self.half or self.entry(t) is not None for t in floating) \
@@ -607,6 +609,19 @@ def _version(tensor) -> int:
         return tensor._version
     except (RuntimeError, AttributeError):   # an inference tensor keeps no version counter
         return -1
+
+
+_INERT = (int, float, bool, complex, str, bytes, type(None), type(Ellipsis), slice)
+
+
+def _inert(value, torch, depth=0) -> bool:
+    """A value that running the operation again reads without the script seeing it."""
+    kind = type(value)
+    if kind in _INERT or isinstance(value, (torch.dtype, torch.device, torch.memory_format,
+                                             torch.layout, torch.Tensor)):
+        return True
+    return kind in (list, tuple, torch.Size) and depth < 4 and len(value) < 4096 and \
+        all(_inert(v, torch, depth + 1) for v in value)
 
 
 def _plain(tensor, torch) -> bool:

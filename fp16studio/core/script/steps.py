@@ -22,6 +22,7 @@ from ..common import dtypes
 from ..diagnostics.rules.dtypes import recomputed_mismatch
 from ..diagnostics.rules.edits import Names, names_at, source_line
 from ..diagnostics.rules.training import training_findings, training_stalled
+from ..run.pristine import guarded, ours
 from ..run.training import Float8Gradients, OptimizerProbe, Step, gradient_stats, loss_value
 from .entry import DEFAULT_STEPS
 from .tracer import Patches, ScriptTracer, UserCode
@@ -117,8 +118,8 @@ class StepWatch:
         clip = self._clip(clip_grad.clip_grad_norm_)
         for owner in (torch.nn.utils, clip_grad):
             self._patches.set(owner, "clip_grad_norm_", clip)
-        self._hooks = [optim.register_optimizer_step_pre_hook(self._before_step),
-                       optim.register_optimizer_step_post_hook(self._after_step)]
+        self._hooks = [optim.register_optimizer_step_pre_hook(guarded(self._before_step)),
+                       optim.register_optimizer_step_post_hook(guarded(self._after_step))]
 
     def uninstall(self):
         for hook in self._hooks:
@@ -141,9 +142,10 @@ class StepWatch:
                 scaled = watch._scaled
                 scale = scaled[1] if scaled is not None and scaled[0]() is tensor else None
                 step.scaled, step.scale = scale is not None, scale or step.scale
-                step.loss = loss_value(tensor, scale)
-                named = watch._named_parameters()
-                fp8 = Float8Gradients(tensor, named)
+                with ours:
+                    step.loss = loss_value(tensor, scale)
+                    named = watch._named_parameters()
+                    fp8 = Float8Gradients(tensor, named)
             try:
                 result = original(tensor, *args, **kwargs)
             except Exception as exc:
@@ -152,10 +154,12 @@ class StepWatch:
                 watch.failure = watch._failed_backward(exc, watch.user.frame_source(
                     sys._getframe(1)))
                 if measured:
-                    fp8.result()    # its hooks off the graph the script may still hold
+                    with ours:
+                        fp8.result()    # its hooks off the graph the script may still hold
                 raise
             if measured:
-                step.grads = gradient_stats(named, watch._forward_order(), fp8.result())
+                with ours:
+                    step.grads = gradient_stats(named, watch._forward_order(), fp8.result())
             return result
 
         return backward

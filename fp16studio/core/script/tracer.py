@@ -25,6 +25,7 @@ from pathlib import Path
 from ..common import dtypes
 from ..common.precision import OUR_PREFIXES
 from ..run.module_hooks import add_watcher, remove_watcher
+from ..run.pristine import own, ours
 from ..run.trace import Tracer
 
 
@@ -97,7 +98,7 @@ class Patches:
             # The wrapped function's identity (name, module, doc, __wrapped__): a script that
             # reads `prepare_model_for_kbit_training.__name__` reads what it reads without us.
             functools.update_wrapper(wrapper, getattr(original, "__func__", original))
-        setattr(owner, name, wrapper)
+        setattr(owner, name, own(wrapper))
 
     def undo(self):
         for owner, name, original in reversed(self._saved):
@@ -134,7 +135,7 @@ class CastLog:
         for name in self.METHODS:
             original = getattr(torch.Tensor, name)
             self._originals[name] = original
-            setattr(torch.Tensor, name, self._wrap(original))
+            setattr(torch.Tensor, name, own(self._wrap(original)))
 
     def uninstall(self):
         import torch
@@ -153,7 +154,8 @@ class CastLog:
             result = original(tensor, *args, **kwargs)
             if (result is not tensor and not log._busy() and hasattr(result, "dtype")
                     and result.dtype != tensor.dtype and result.dtype.is_floating_point):
-                log._record(tensor, result)
+                with ours:
+                    log._record(tensor, result)
             return result
 
         return cast
@@ -242,11 +244,9 @@ class ScriptTracer:
             self._watch = None
         self.casts.uninstall()
 
-    def _first_call(self, call, module, args, kwargs):
-        if next(module.parameters(), None) is None:  # a loss, an activation, a transform
-            self._seen.add(module)
-            return call(module, *args, **kwargs)
-        frame = self.user.frame(sys._getframe(2))
+    def _begin(self, module, args, kwargs):
+        """The ModelTrace of the model's first pass, made active, and its Tracer."""
+        frame = self.user.frame(sys._getframe(3))
         trace = ModelTrace(index=len(self.traces), cls=type(module).__name__,
                            source=self.user.frame_source(frame),
                            bound=_bound_names(frame, module))
@@ -258,7 +258,17 @@ class ScriptTracer:
         self._active = trace
         self._seen.update(module.modules())
         self._roots[module] = trace
-        tracer = Tracer(module)
+        return Tracer(module)
+
+    def _first_call(self, call, module, args, kwargs):
+        with ours:   # what we read of the model goes to torch's own methods, not the script's
+            plain = next(module.parameters(), None) is None
+        if plain:  # a loss, an activation, a transform
+            self._seen.add(module)
+            return call(module, *args, **kwargs)
+        with ours:
+            tracer = self._begin(module, args, kwargs)
+        trace = self._active
         try:
             with tracer:  # the call asks watch() again: with _active set, it goes on
                 result = trace.output = call(module, *args, **kwargs)
@@ -273,7 +283,8 @@ class ScriptTracer:
             self.traces.append(trace)
             if self.on_done is not None:
                 try:
-                    self.on_done(trace, module)
+                    with ours:
+                        self.on_done(trace, module)
                 except Exception as exc:  # noqa: BLE001 - our bug must not change the script
                     self.errors.append(f"{type(exc).__name__}: {exc}")
         return result

@@ -63,6 +63,7 @@ from ..diagnostics.rules.dtypes import user_half_unsupported
 from ..diagnostics.rules.placement import made_on_other_device
 from ..diagnostics.rules.ranges import user_overflowed, user_value_refused
 from ..diagnostics.rules.values import precision_loss
+from ..run.pristine import ours, unwrapped
 from .quiet import LineFacts, quiet_records
 from .rewrite import assigned_in_place, augmented, cast_back, casts_to_float32, segment
 from .shadow import SINKS, ShadowCheck
@@ -240,22 +241,25 @@ class UserOps:
         shadow = self._shadow
         if shadow is not None and name not in SINKS:
             try:
-                pending = shadow.before(func, name, args, kwargs,
-                                        (frame.f_code.co_filename, frame.f_lineno))
+                with ours:
+                    pending = shadow.before(func, name, args, kwargs,
+                                            (frame.f_code.co_filename, frame.f_lineno))
             except Exception as bug:  # noqa: BLE001 - ours must not change the script
                 self.errors.append(f"{type(bug).__name__}: {bug}")
         try:
             result = func(*args, **kwargs)
         except Exception as exc:   # raised again as it is: the mode drops our frames
             try:
-                self._failed(name, args, kwargs, frame, exc)
+                with ours:
+                    self._failed(name, args, kwargs, frame, exc)
             except Exception as bug:  # noqa: BLE001 - ours must not change the script
                 self.errors.append(f"{type(bug).__name__}: {bug}")
             raise
         try:
-            self._succeeded(name, args, kwargs, result, frame)
-            if shadow is not None:
-                self._follow(shadow, pending, name, args, kwargs, result, frame)
+            with ours:
+                self._succeeded(name, args, kwargs, result, frame)
+                if shadow is not None:
+                    self._follow(shadow, pending, name, args, kwargs, result, frame)
         except Exception as bug:  # noqa: BLE001
             self.errors.append(f"{type(bug).__name__}: {bug}")
         return result
@@ -475,6 +479,7 @@ def _mode_for(watcher: UserOps):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if kwargs is None:
                 kwargs = {}
+            func = unwrapped(func)   # torch's own, not what a script put in its place
             if compiling():   # dynamo traces this very function: nothing of ours in the graph
                 return func(*args, **kwargs)
             try:
