@@ -206,7 +206,18 @@ def engine_report() -> dict:
     cuda = torch.cuda.is_available()
     return {"host": socket.gethostname(), "fp16studio": __version__,
             "python": platform.python_version(), "torch": str(torch.__version__),
+            "transformers": _installed("transformers"),
             "cuda": torch.version.cuda if cuda else None, "gpus": _gpus() if cuda else []}
+
+
+def _installed(distribution: str) -> str | None:
+    """Its installed version, read from its metadata (not imported), or None."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 GPU_QUERY = ("nvidia-smi", "--query-gpu=name,memory.used,memory.total",

@@ -247,7 +247,7 @@ class EngineChoice(QObject):
         self.controller.cancel()
         self.controller.worker.cancel()
         self.controller.worker.engine.use(engine)
-        self.controller.environment = None   # the next run's engine says its own versions
+        self.controller.state.environment = None   # the next run's engine says its own versions
         self.host = host
         self.status.set_engine(host)
         self.controller.logged.emit("info", f"Engine: {host or THIS_COMPUTER}.")

@@ -100,7 +100,8 @@ class StatusInfo:
 
     def set_engine_report(self, report: dict):
         """The engine's report, read where it runs: its host, torch, CUDA and GPUs."""
-        self._env = {**self._env, "torch": report.get("torch"), "cuda": report.get("cuda")}
+        self._env = {**self._env, **{key: report.get(key) for key in
+                                     ("torch", "transformers", "cuda")}}
         self.set_environment(self._env)
         gpus = gpus_summary(report.get("gpus") or [])
         self.engine.setText(" · ".join(p for p in (self._host or THIS_COMPUTER, gpus) if p))

@@ -103,14 +103,18 @@ def test_a_run_on_the_box_survives_its_link_killed_and_cancel_reaches_it(qtbot, 
     runs = ssh_to_the_box.home / ".cache/fp16studio/runs"
     assert list(runs.glob("*/events.jsonl"))   # it ran there
 
-    # Cancel crosses the link: the job ends there, the engine stays.
+    # Cancel crosses the link: the job ends there, the engine stays. A re-run on the box's warm
+    # model may be over before the cancel arrives: a few tries, one must be cancelled there.
     engine.run = real_run
-    with qtbot.waitSignal(window.controller.worker.jobDone, timeout=RUN_TIMEOUT_MS,
-                          check_params_cb=lambda job, outcome: job.kind == "diagnose") as done:
-        window.controller.progressChanged.connect(
-            lambda value, _maximum, _label: value > 0 and window.cancel())
-        assert window.run_diagnosis()
-    assert done.args[1] == "cancelled" and engine.started
+    window.controller.progressChanged.connect(
+        lambda value, _maximum, _label: value > 0 and window.cancel())
+    outcomes = []
+    while "cancelled" not in outcomes and len(outcomes) < 4:
+        with qtbot.waitSignal(window.controller.worker.jobDone, timeout=RUN_TIMEOUT_MS,
+                              check_params_cb=lambda job, outcome: job.kind == "diagnose") as done:
+            assert window.run_diagnosis()
+        outcomes.append(done.args[1])
+    assert "cancelled" in outcomes and engine.started, outcomes
 
     # A host that cannot be reached: one line, and the last results stay on screen.
     choice.connect_to("nosuchhost.invalid")
