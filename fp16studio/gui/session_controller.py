@@ -344,7 +344,7 @@ class SessionController(SessionFiles, QObject):
     def _trace_fixed_copy(self, ask: str) -> bool:
         """A traced script's fix (`ID:LINE`): a copy of the script with it, written beside the
         script under a name no file has (the script itself is never written), then traced as the
-        script was."""
+        script was (under its launcher, for a launched run)."""
         from fp16studio.core.script.proof import fixed_script
 
         trace = self.state.trace
@@ -358,7 +358,8 @@ class SessionController(SessionFiles, QObject):
         fixes = ", ".join(f"{a['id']} at line {a['line']}" for a in applied)
         self.logged.emit("info", f"Wrote {path.name} beside {Path(trace.script).name} with {fixes}; "
                                  "tracing it.")
-        return self.run_trace(str(path), trace.args)
+        launch = (getattr(trace, "ranks", None) or {}).get("launch")   # a launched run's launcher
+        return self.run_trace(str(path), trace.args, launch)
 
     def continue_as_pipeline(self) -> bool:
         """Adopt the spec recovered from the shown trace as a new start (a different pipeline

@@ -73,3 +73,27 @@ def test_a_script_launched_from_the_window_is_traced_on_each_rank(qtbot, tmp_pat
     qtbot.waitUntil(lambda: window.ranks.isVisible(), timeout=300_000)
     assert window.ranks.model.rowCount() == 2
     assert any("half-reduction" in line for line in window.ranks.chosen_findings())
+
+
+def test_a_launched_trace_s_fixed_copy_is_traced_under_its_launcher(qtbot, tmp_path, monkeypatch):
+    """"Trace a fixed copy" on a launched run re-runs the copy as the script ran: under its
+    launcher, with its arguments."""
+    from pathlib import Path
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+    records = [RankRecord(rank, rank_document("half-reduction"), None, True, True)
+               for rank in (0, 1)]
+    trace = merged_trace(records, str(script), ("--x",), "torchrun --nproc-per-node 2", 0, None,
+                         None, 60)
+    state = window.controller.state
+    monkeypatch.setattr(type(state), "trace", property(lambda _self: trace))
+    monkeypatch.setattr("fp16studio.core.script.proof.fixed_script",
+                        lambda _trace, asks: ("print(2)\n", [{"id": "f", "line": 1, "code": "c"}]))
+    traced = []
+    monkeypatch.setattr(window.controller, "run_trace", lambda path, args, launch=None:
+                        traced.append((Path(path).name, tuple(args), launch)) or True)
+    assert window.controller._trace_fixed_copy("f:1")
+    assert traced == [("train.fixed.py", ("--x",), "torchrun --nproc-per-node 2")]
