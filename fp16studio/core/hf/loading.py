@@ -223,6 +223,8 @@ def auto_dtype_note(spec: PipelineSpec) -> str:
     if dtype is None:
         return f"{what}; this checkpoint names none ({source}), so float32"
     return f"{what}: {dtype}, from {source}"
+
+
 def _weights_error(spec: PipelineSpec, exc: Exception) -> Exception:
     """What a failed from_pretrained means: damaged or hostile weights are bad input, said in
     one line (torch's pickle refusal spans lines and suggests switching the safety off);

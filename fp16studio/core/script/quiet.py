@@ -103,14 +103,14 @@ def _born_at(landing, births) -> tuple[tuple, list]:
     """The kinds that explain the landing and the origins that hold them: those with a telling
     event, else those on a boundary, else the one whose rounding added most. A boundary
     explains a landing that is itself inf/NaN or zero, or enough of what its line made
-    (`_boundary_share`: 35 values of 131072 that round to 1.0 do not flip 5% of a threshold's
+    (`_sits_on_boundary`: 35 values of 131072 that round to 1.0 do not flip 5% of a threshold's
     decisions; rounding does)."""
     origins = [births[w] for w in landing.origins if w in births]
     found = [b.where for b in origins if _kind(b, _STRONG)]
     if found:
         return _STRONG, found
     found = [b.where for b in origins if _kind(b, _BOUNDARY) and (
-        landing.nonfinite or landing.zeroed or _boundary_share(b))]
+        landing.nonfinite or landing.zeroed or _sits_on_boundary(b))]
     if found:
         return _BOUNDARY, found
     if not origins:
@@ -118,7 +118,7 @@ def _born_at(landing, births) -> tuple[tuple, list]:
     return (), [max(origins, key=lambda b: b.local_abs).where]
 
 
-def _boundary_share(birth) -> bool:
+def _sits_on_boundary(birth) -> bool:
     """Enough of what the line made sits on a boundary to explain an error downstream: a value
     made 0 is lost whatever it was; a 1.0 is telling only where most values are (a decay, a
     probability near 1): values spread around 1 meet it by chance (`rand() + 0.5`)."""
