@@ -51,12 +51,12 @@ def test_a_traced_script_s_fix_goes_into_a_copy_that_is_traced(qtbot, tmp_path, 
         trace = quiet_trace(tmp_path)
         controller.state.took_diagnosis(None, trace)
         traced = []
-        monkeypatch.setattr(controller, "run_trace", lambda path, args=(): traced.append(
-            (path, args)) or True)
+        monkeypatch.setattr(controller, "run_trace", lambda path, args=(), launch=None:
+                            traced.append((path, args, launch)) or True)
         assert controller.fixes_enabled
         assert controller.apply_fix("float32-accumulator:4")
         copy = tmp_path / "train.fixed.py"
-        assert traced == [(str(copy), ("--fast",))]
+        assert traced == [(str(copy), ("--fast",), None)]     # one process, as traced
         assert copy.read_text().splitlines()[3] == "    total = total.float() + 1"
         assert (tmp_path / "train.py").read_text() == SCRIPT          # never the script
         assert free_name(tmp_path / "train.py") == tmp_path / "train.fixed-2.py"
