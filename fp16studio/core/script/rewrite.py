@@ -70,14 +70,19 @@ def casts_to_float32(line: str) -> str | None:
     for sub in ast.walk(node):
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and \
                 sub.func.attr in ("half", "bfloat16") and not sub.args and not sub.keywords:
-            end = segment(line, sub)[1]
-            spans.append((segment(line, sub.func)[1] - len(sub.func.attr), end, "float()"))
+            spans.append(float_cast(line, sub))
         elif isinstance(sub, ast.Attribute) and sub.attr in _HALF_DTYPES and \
                 isinstance(sub.value, ast.Name) and sub.value.id == "torch":
             spans.append((*segment(line, sub), "torch.float32"))
     for start, end, text in sorted(spans, reverse=True):
         line = line[:start] + text + line[end:]
     return line if spans else None
+
+
+def float_cast(line: str, call: ast.Call) -> tuple[int, int, str]:
+    """Where `x.half()`'s `half()` (or `bfloat16()`) stands in the line, and what makes it a
+    float32 cast."""
+    return segment(line, call.func)[1] - len(call.func.attr), segment(line, call)[1], "float()"
 
 
 def cast_back(line: str, expr: str | None) -> str | None:

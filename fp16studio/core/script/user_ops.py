@@ -65,7 +65,8 @@ from ..diagnostics.rules.ranges import user_overflowed, user_value_refused
 from ..diagnostics.rules.values import precision_loss
 from ..run.pristine import ours, unwrapped
 from .quiet import LineFacts, quiet_records
-from .rewrite import assigned_in_place, augmented, cast_back, casts_to_float32, segment
+from .rewrite import (assigned_in_place, augmented, cast_back, casts_to_float32, float_cast,
+                      segment)
 from .shadow import SINKS, ShadowCheck
 from .tracer import UserCode
 from .value_check import CASTS, CONSTANT
@@ -816,9 +817,8 @@ def _made_in_float32(line: str, name: str, args=()) -> str | None:
         return None
     node, _ = found
     if name in ("half", "bfloat16"):
-        start, end = segment(line, node)
-        text = line[start:end]
-        return line[:start] + text[:text.rindex(name)] + "float()" + line[end:]
+        start, end, text = float_cast(line, node)
+        return line[:start] + text + line[end:]
     keyword = next((k for k in node.keywords if k.arg == "dtype"), None)
     target = keyword.value if keyword is not None else None
     if target is None and name in ("to", "type"):
