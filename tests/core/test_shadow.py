@@ -154,6 +154,18 @@ def test_a_shadow_follows_in_place_updates_and_an_unseen_write_makes_it_exact_ag
     assert check.entry(total) is None
 
 
+def test_a_line_s_consumer_is_cast_back_only_where_it_made_half_values():
+    check = ShadowCheck()
+    x = torch.linspace(0, 1, 64).half()
+    made = follow(check, torch.mul, x, x, where=("s.py", 1))
+    follow(check, torch.argmin, made, where=("s.py", 2))          # an index of it
+    kept = follow(check, torch.mul, x, 3.0, where=("s.py", 3))
+    follow(check, torch.add, kept, kept, where=("s.py", 4))       # half values of it
+    first, third = check.births[("s.py", 1)], check.births[("s.py", 3)]
+    assert (first.consumer, first.consumer_half) == (("s.py", 2), False)
+    assert (third.consumer, third.consumer_half) == (("s.py", 4), True)
+
+
 def test_random_operations_never_run_twice():
     check = ShadowCheck()
     probs = torch.full((8,), 0.125, dtype=torch.float16)

@@ -174,7 +174,7 @@ def _candidates(birth, facts: LineFacts, texts, expr, lines: dict) -> tuple:
 
 def _with_consumer(birth, facts: LineFacts, text: str, expr: str | None):
     consumer = birth.consumer
-    if expr is None or ".float()" not in text or consumer is None or \
+    if expr is None or ".float()" not in text or not birth.consumer_half or \
             consumer[0] != facts.source["file"] or \
             not 0 < consumer[1] - facts.source["line"] <= MAX_SPAN:
         return None

@@ -111,6 +111,8 @@ class Birth:
     local_max: float = 0.0      # the largest norm-wise local relative error of a call
     autocast: str | None = None
     consumer: tuple | None = None   # the first other line that used what this line made
+    consumer_half: bool = False     # and made half values of it (not an index, not a number):
+    #                                 a fix computing in float32 casts back there
     ops: dict = field(default_factory=dict)       # kind -> the op that had it first
 
     series: list = field(default_factory=list)   # (call, value, float32's) or (call, share)
@@ -159,7 +161,7 @@ class Pending:
     """One call in flight: what had to be copied before it ran."""
 
     __slots__ = ("name", "func", "args", "kwargs", "where", "shadow_args", "shadow_kwargs",
-                 "up", "before", "origins", "exact", "mutates", "full")
+                 "up", "before", "origins", "exact", "mutates", "full", "feeds")
 
 
 class ShadowCheck:
@@ -293,6 +295,7 @@ class ShadowCheck:
         pending.mutates = _mutates(name, kwargs)
         origins, exact = set(), True
         shadows = {}
+        pending.feeds = []      # the lines whose values this call is the first other to use
         for t in floating:
             if id(t) not in shadows:
                 value, its, is_exact, line = self._shadow_of(t)
@@ -303,6 +306,7 @@ class ShadowCheck:
                     made = self.births.get(line)
                     if made is not None and made.consumer is None:
                         made.consumer = where
+                        pending.feeds.append(made)
         full = pending.full = self._within(where, self._checking, CHECK_SHARE, CHECK_GRACE,
                                            self._check_strides)
         pending.before = None
@@ -338,6 +342,9 @@ class ShadowCheck:
     def _after(self, pending: Pending, result):
         torch = self.torch
         results = _tensors_of(result, torch)
+        if any(t.dtype in self.half for t in results):
+            for made in pending.feeds:
+                made.consumer_half = True
         if not results or any(t.numel() > MAX_ELEMENTS for t in results):
             return          # no shadow for what is too large to copy (it enters as exact)
         name = pending.name
