@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from fp16studio.core.diagnostics.rules.values import _said
 from fp16studio.core.script.proof import _better, apply_edits
 from fp16studio.core.script.rewrite import assigned_in_place, augmented, cast_back, \
     casts_to_float32
@@ -236,6 +237,12 @@ def test_a_fix_is_proven_where_what_is_left_at_the_landing_is_much_smaller():
     assert _better(before, {"error": 0.1, "flipped": 20})
     assert not _better(before, {"error": 0.3, "flipped": 20})
     assert not _better(before, {"error": 0.1, "flipped": 80})
+
+
+def test_operators_are_said_as_the_script_wrote_them():
+    assert [_said(op) for op in ("__rsub__", "__iadd__", "__matmul__", "__rpow__", "sum")] == [
+        "subtraction (-)", "addition (+)", "matrix product (@)", "power (**)", "sum"]
+    assert _said("__getitem__") == "__getitem__"       # no operator word: its own name
 
 
 def test_edits_go_in_at_each_lines_indentation():

@@ -51,7 +51,7 @@ def precision_loss(records) -> list[Finding]:
             evidence["series"] = [list(point) for point in record.series]
         elsewhere = float32_elsewhere(loss.op, record.autocast) if record.autocast else []
         if elsewhere:
-            message += (f" Under autocast, {' and '.join(elsewhere)} computes {loss.op} in "
+            message += (f" Under autocast, {' and '.join(elsewhere)} computes {_said(loss.op)} in "
                         f"float32 while {record.autocast} leaves it in {loss.dtype}: this line "
                         f"is safe on {elsewhere[0]} and loses values on {record.autocast}.")
             evidence["autocast"] = {"device": record.autocast, "float32 on": elsewhere}
@@ -134,7 +134,7 @@ def _landing_evidence(landing) -> dict:
 
 def _overflow(record) -> str:
     loss = record.loss
-    what = f"casting to {loss.dtype}" if record.made else f"{loss.op} in {loss.dtype}"
+    what = f"casting to {loss.dtype}" if record.made else f"{_said(loss.op)} in {loss.dtype}"
     return (f"{what} turned finite values into inf/NaN at {loss.lost} of {loss.total} "
             f"positions, where float32 gives finite ones ({loss.dtype} ends at "
             f"{_largest(loss.dtype)}). A later operation may hide it (rsqrt(inf) is 0, a "
@@ -154,14 +154,14 @@ def _absorbed(record) -> str:
 
 def _zeroed(record) -> str:
     loss = record.loss
-    return (f"{loss.op} in {loss.dtype} makes {loss.lost} of {loss.total} values exactly 0 "
+    return (f"{_said(loss.op)} in {loss.dtype} makes {loss.lost} of {loss.total} values exactly 0 "
             f"where float32's are not: they are below what {loss.dtype} holds. Compute this "
             "step in float32.")
 
 
 def _one(record) -> str:
     loss = record.loss
-    return (f"{loss.op} in {loss.dtype} makes {loss.lost} of {loss.total} values exactly 1.0 "
+    return (f"{_said(loss.op)} in {loss.dtype} makes {loss.lost} of {loss.total} values exactly 1.0 "
             "(or -1.0) where float32's are not: a factor or a decay of 1 changes nothing, so "
             "what it scales never shrinks. Compute this step in float32.")
 
@@ -169,14 +169,14 @@ def _one(record) -> str:
 def _rounding(record) -> str:
     loss = record.loss
     calls = f"{record.calls} call{'' if record.calls == 1 else 's'}"
-    return (f"its operations in {loss.dtype} ({calls}, {loss.op} rounding most) each round "
+    return (f"its operations in {loss.dtype} ({calls}, {_said(loss.op)} rounding most) each round "
             f"within one step of {loss.dtype}, and the error builds up over them. "
             "Compute this step in float32.")
 
 
 def _collapsed(record) -> str:
     loss = record.loss
-    return (f"{loss.op} made {loss.total} values in {loss.dtype}, and {loss.lost} neighbours "
+    return (f"{_said(loss.op)} made {loss.total} values in {loss.dtype}, and {loss.lost} neighbours "
             f"that were distinct came out equal: {loss.dtype} cannot tell them apart. Make them "
             "in float32.")
 
@@ -186,7 +186,7 @@ def _integer_range(record) -> str:
     exact = EXACT_INTEGERS[loss.dtype]
     repeats = (f"; {loss.repeats} positions now repeat their neighbour's value"
                if loss.repeats else "")
-    return (f"{loss.op} puts integers up to {loss.value:g} in {loss.dtype}, which holds them "
+    return (f"{_said(loss.op)} puts integers up to {loss.value:g} in {loss.dtype}, which holds them "
             f"exactly only up to {exact}: {loss.lost} of {loss.total} values changed{repeats}. "
             "Keep them int64, or make them in float32 (exact up to 2**24).")
 
@@ -196,23 +196,23 @@ def _constant(record) -> str:
     if loss.held == 0:
         effect = "it is 0 there and does nothing (an eps that guards no division)"
     elif abs(loss.held) == 1:
-        return (f"{loss.op} uses {loss.value:g} in {loss.dtype}, which holds it as "
+        return (f"{_said(loss.op)} uses {loss.value:g} in {loss.dtype}, which holds it as "
                 f"{loss.held:g}: a factor or decay of 1 changes nothing, so what it scales "
                 "never shrinks. Compute this step in float32.")
     elif math.isfinite(loss.held):
-        return (f"{loss.op} uses {loss.value:g} in {loss.dtype}, which holds it as "
+        return (f"{_said(loss.op)} uses {loss.value:g} in {loss.dtype}, which holds it as "
                 f"{loss.held:g}: the number means something else there. Compute this step in "
                 "float32.")
     else:
         effect = (f"it is {loss.held:g} there ({loss.dtype} ends at {_largest(loss.dtype)}): "
                   "a bound or fill that means something else than written")
-    return (f"{loss.op} stores {loss.value:g} in {loss.dtype}, and {effect}. Write the dtype's "
+    return (f"{_said(loss.op)} stores {loss.value:g} in {loss.dtype}, and {effect}. Write the dtype's "
             "own limit, from torch.finfo, which every dtype holds.")
 
 
 def _relative_error(record) -> str:
     loss = record.loss
-    return (f"{loss.op} in {loss.dtype} is off by {loss.error:.1%} (norm-wise) from the same "
+    return (f"{_said(loss.op)} in {loss.dtype} is off by {loss.error:.1%} (norm-wise) from the same "
             f"operation in float32 on the same inputs, where {loss.dtype} itself rounds by at "
             f"most {EPSILON[loss.dtype] / 2:.2%}. Compute this step in float32.")
 
@@ -256,7 +256,7 @@ def _fixes(record) -> tuple:
     elif loss.kind == "absorbed":
         fix_id, title = FLOAT32_TOTAL, "Keep the updated value in float32"
     else:
-        fix_id, title = FLOAT_INPUT, f"Compute {loss.op} in float32"
+        fix_id, title = FLOAT_INPUT, f"Compute {_said(loss.op)} in float32"
     out = []
     # The proven fix alone; else each one tried, with why it was not proven (else the first two).
     shown = 1 if record.proof and record.proof[0] == PROVEN else \
@@ -284,3 +284,22 @@ def _snippet(candidate, source: dict) -> tuple[str, dict]:
         indent = old[:len(old) - len(old.lstrip())]
         lines.append(indent + edits[number] if number in edits else old)
     return textwrap.dedent("\n".join(lines)), dict(source, line=first, end_line=last)
+
+
+# Python's operators as the script wrote them: torch reports `x - y` as `__sub__`, `1 - x` as
+# `__rsub__`, `x += y` as `__iadd__`.
+_OPERATORS = {"add": "addition (+)", "sub": "subtraction (-)", "mul": "multiplication (*)",
+              "truediv": "division (/)", "div": "division (/)", "floordiv": "floor division (//)",
+              "matmul": "matrix product (@)", "pow": "power (**)", "mod": "remainder (%)",
+              "neg": "negation (-x)"}
+
+
+def _said(op: str) -> str:
+    """An operation in the user's words: `__rsub__` is "subtraction (-)", `sum` stays `sum`."""
+    if not (op.startswith("__") and op.endswith("__")):
+        return op
+    bare = op.strip("_")
+    if bare not in _OPERATORS and bare[:1] in ("r", "i"):
+        bare = bare[1:]
+    return _OPERATORS.get(bare, op)
+
