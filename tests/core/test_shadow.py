@@ -18,10 +18,12 @@ import pytest
 import torch
 
 from fp16studio.core.diagnostics.rules.values import _said
+from fp16studio.core.script import proof
 from fp16studio.core.script.proof import _better, apply_edits
 from fp16studio.core.script.rewrite import assigned_in_place, augmented, cast_back, \
     casts_to_float32
 from fp16studio.core.script.shadow import ShadowCheck
+from fp16studio.core.script.value_check import Landing, QuietValue, ValueLoss
 from fp16studio.core.script.trace import trace_script
 
 SCRIPTS = Path(__file__).parent.parent / "scripts" / "shadow"
@@ -237,6 +239,32 @@ def test_a_fix_is_proven_where_what_is_left_at_the_landing_is_much_smaller():
     assert _better(before, {"error": 0.1, "flipped": 20})
     assert not _better(before, {"error": 0.3, "flipped": 20})
     assert not _better(before, {"error": 0.1, "flipped": 80})
+
+
+def record_at(line: int) -> QuietValue:
+    return QuietValue(ValueLoss("one", "__rsub__", "float16", 8, 1000), 1, 1,
+                      {"file": "s.py", "line": line}, "s", "x = 1 - x", (((line, "fixed"),),),
+                      False, None, Landing({"file": "s.py", "line": 9}, "item", "s", "print(x)",
+                                           1.0))
+
+
+@pytest.mark.parametrize("shares, kept", [({3: 1.0, 5: 0.0}, [3]), ({3: 0.5, 5: 0.5}, [3, 5])])
+def test_each_fix_is_proven_by_what_it_does_alone_where_values_land_together(monkeypatch, shares,
+                                                                             kept):
+    """Lines 3 and 5 land at line 9; `shares`: the error each adds there. A line whose fix,
+    tried without the other's, leaves the error where it was only follows the other's: its
+    record goes; lines that each add a part are both kept, each proven."""
+    def run(script, args, edits, budget):
+        left = [line for line in shares if line not in {at for at, _ in edits}]
+        error = sum(shares[line] for line in left)
+        return SimpleNamespace(error=None, findings=[SimpleNamespace(
+            code="precision-loss", severity="error", source={"line": line},
+            evidence={"landing": {"line": 9, "error": error}}) for line in left if error])
+
+    monkeypatch.setattr(proof, "_run", run)
+    out = proof.prove([record_at(5), record_at(3)], SimpleNamespace(script="s.py"), args=[])
+    assert sorted(r.source["line"] for r in out) == kept
+    assert all(r.proof[0] == proof.PROVEN for r in out)
 
 
 def test_operators_are_said_as_the_script_wrote_them():

@@ -8,6 +8,12 @@ The copy lives in a folder of its own (the user's file is never written); its ru
 script's own folder after the copy's (SCRIPT_HOME_ENV), so the modules beside the script are
 found. All records' first fixes are tried in one run; where that run fails, each alone. A fix
 that is not proven gives way to its next way of writing, for a few rounds.
+
+Records whose values land at the same place are tried one at a time, upstream first, each
+without the others' fixes: a fix is proven by what it does, not by a fix of another line in the
+same run. A record whose fixes tried alone help nothing, where another line's fix ends the
+error there, is not where the error was born (`1 - abar` after `alphas = 1 - betas` rounded to 1.0): it is
+left out.
 """
 
 from __future__ import annotations
@@ -95,8 +101,8 @@ def prove(records: list, user, error=None, args=None) -> list:
     verdicts: list[list[str]] = [[] for _ in records]
     proven: dict[int, tuple] = {}
     for _ in range(ROUNDS):
-        trying = [i for i, r in enumerate(records)
-                  if i not in proven and tried[i] < len(r.candidates)]
+        trying = _one_per_landing([i for i, r in enumerate(records)
+                                   if i not in proven and tried[i] < len(r.candidates)], records)
         if not trying:
             break
         outcome = _run(script, args, _edits(records, proven, trying, tried), budget)
@@ -113,6 +119,8 @@ def prove(records: list, user, error=None, args=None) -> list:
                 tried[i] += 1
     out = []
     for i, record in enumerate(records):
+        if _follows(i, records, proven, verdicts):
+            continue
         order = list(record.candidates)
         if i in proven:
             order.remove(proven[i])
@@ -128,11 +136,36 @@ def _in_order(candidates, order, verdicts) -> tuple:
     return tuple(by.get(c, "") for c in order)
 
 
+def _landing(record):
+    return (record.landing.source["file"], record.landing.source["line"]) \
+        if record.landing else None
+
+
+def _one_per_landing(trying: list, records) -> list:
+    """Of the records whose values land at one place, the first by line (upstream first)."""
+    chosen: dict = {}
+    for i in sorted(trying, key=lambda i: (records[i].source["file"], records[i].source["line"])):
+        key = _landing(records[i])
+        chosen.setdefault(key if key is not None else ("", i), i)
+    return sorted(chosen.values())
+
+
+def _follows(i: int, records, proven: dict, verdicts) -> bool:
+    """The record's fixes, tried alone, helped nothing, and another line's proven fix ends the
+    error where both land."""
+    key = _landing(records[i])
+    return key is not None and i not in proven and bool(verdicts[i]) and \
+        any(j != i and _landing(records[j]) == key for j in proven)
+
+
 def _edits(records, proven: dict, trying, tried) -> list:
-    """The proven fixes and the ones tried now, a line written by one fix only."""
+    """The proven fixes and the ones tried now, a line written by one fix only; a proven fix
+    whose values land where a tried one's do is left out (each is judged on its own)."""
     edits, taken = [], set()
-    for i, candidate in [*proven.items(), *((i, records[i].candidates[tried[i]])
-                                             for i in trying)]:
+    landings = {_landing(records[i]) for i in trying} - {None}
+    kept = {i: c for i, c in proven.items() if _landing(records[i]) not in landings}
+    for i, candidate in [*kept.items(), *((i, records[i].candidates[tried[i]])
+                                           for i in trying)]:
         lines = {line for line, _ in candidate}
         if lines & taken:
             continue
