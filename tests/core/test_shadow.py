@@ -249,11 +249,11 @@ def record_at(line: int) -> QuietValue:
 
 
 @pytest.mark.parametrize("shares, kept", [({3: 1.0, 5: 0.0}, [3]), ({3: 0.5, 5: 0.5}, [3, 5])])
-def test_each_fix_is_proven_by_what_it_does_alone_where_values_land_together(monkeypatch, shares,
+def test_a_line_whose_loss_no_longer_lands_once_another_is_fixed_is_left_out(monkeypatch, shares,
                                                                              kept):
-    """Lines 3 and 5 land at line 9; `shares`: the error each adds there. A line whose fix,
-    tried without the other's, leaves the error where it was only follows the other's: its
-    record goes; lines that each add a part are both kept, each proven."""
+    """Lines 3 and 5 land at line 9; `shares`: the error each adds there. A line whose loss
+    reaches nothing once the other is fixed only follows it: its record goes; lines that each
+    add a part are both kept, each proven."""
     def run(script, args, edits, budget):
         left = [line for line in shares if line not in {at for at, _ in edits}]
         error = sum(shares[line] for line in left)

@@ -9,11 +9,11 @@ script's own folder after the copy's (SCRIPT_HOME_ENV), so the modules beside th
 found. All records' first fixes are tried in one run; where that run fails, each alone. A fix
 that is not proven gives way to its next way of writing, for a few rounds.
 
-Records whose values land at the same place are tried one at a time, upstream first, each
-without the others' fixes: a fix is proven by what it does, not by a fix of another line in the
-same run. A record whose fixes tried alone help nothing, where another line's fix ends the
-error there, is not where the error was born (`1 - abar` after `alphas = 1 - betas` rounded to 1.0): it is
-left out.
+Fixes proven together where their values land together are then each left out once, the one
+further down the script first: a line whose loss, with the others' fixes in, no longer reaches
+that place is not where the error was born (`sigma = sqrt(1 - abar)` after `alphas = 1 - betas`
+rounded to 1.0) and its record goes. Lines that each lose part of it (a KL's `p` and `q` both
+made 0) are kept.
 """
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ def prove(records: list, user, error=None, args=None) -> list:
     verdicts: list[list[str]] = [[] for _ in records]
     proven: dict[int, tuple] = {}
     for _ in range(ROUNDS):
-        trying = _one_per_landing([i for i, r in enumerate(records)
-                                   if i not in proven and tried[i] < len(r.candidates)], records)
+        trying = [i for i, r in enumerate(records)
+                  if i not in proven and tried[i] < len(r.candidates)]
         if not trying:
             break
         outcome = _run(script, args, _edits(records, proven, trying, tried), budget)
@@ -117,9 +117,10 @@ def prove(records: list, user, error=None, args=None) -> list:
                 if why == PROVEN:
                     proven[i] = records[i].candidates[tried[i]]
                 tried[i] += 1
+    unneeded = _unneeded(records, proven, script, args, budget, error)
     out = []
     for i, record in enumerate(records):
-        if _follows(i, records, proven, verdicts):
+        if i in unneeded:
             continue
         order = list(record.candidates)
         if i in proven:
@@ -136,36 +137,35 @@ def _in_order(candidates, order, verdicts) -> tuple:
     return tuple(by.get(c, "") for c in order)
 
 
-def _landing(record):
-    return (record.landing.source["file"], record.landing.source["line"]) \
-        if record.landing else None
-
-
-def _one_per_landing(trying: list, records) -> list:
-    """Of the records whose values land at one place, the first by line (upstream first)."""
-    chosen: dict = {}
-    for i in sorted(trying, key=lambda i: (records[i].source["file"], records[i].source["line"])):
-        key = _landing(records[i])
-        chosen.setdefault(key if key is not None else ("", i), i)
-    return sorted(chosen.values())
-
-
-def _follows(i: int, records, proven: dict, verdicts) -> bool:
-    """The record's fixes, tried alone, helped nothing, and another line's proven fix ends the
-    error where both land."""
-    key = _landing(records[i])
-    return key is not None and i not in proven and bool(verdicts[i]) and \
-        any(j != i and _landing(records[j]) == key for j in proven)
+def _unneeded(records, proven: dict, script: Path, args, budget: float, error) -> set:
+    """The proven records whose values land where others' do and whose fix the others' make
+    unneeded: with it left out, no loss reaches that place. One run per round, leaving out one
+    record of each such place, downstream first; a place keeps at least one."""
+    groups: dict = {}
+    for i in proven:
+        if records[i].landing is not None:
+            key = (records[i].landing.source["file"], records[i].landing.source["line"])
+            groups.setdefault(key, []).append(i)
+    groups = {key: sorted(group, key=lambda i: records[i].source["line"], reverse=True)
+              for key, group in groups.items() if len(group) > 1}
+    unneeded: set = set()
+    for depth in range(max(map(len, groups.values()), default=1) - 1):
+        out = {group[depth] for group in groups.values() if depth < len(group) - 1}
+        kept = {i: c for i, c in proven.items() if i not in unneeded | out}
+        result = _run(script, args, _edits(records, kept, (), ()), budget)
+        if result is None or result.error is not None and error is None:
+            break
+        landed = {(f.evidence.get("landing") or {}).get("line") for f in result.findings
+                  if f.code == "precision-loss"}
+        unneeded |= {i for i in out if records[i].landing.source["line"] not in landed}
+    return unneeded
 
 
 def _edits(records, proven: dict, trying, tried) -> list:
-    """The proven fixes and the ones tried now, a line written by one fix only; a proven fix
-    whose values land where a tried one's do is left out (each is judged on its own)."""
+    """The proven fixes and the ones tried now, a line written by one fix only."""
     edits, taken = [], set()
-    landings = {_landing(records[i]) for i in trying} - {None}
-    kept = {i: c for i, c in proven.items() if _landing(records[i]) not in landings}
-    for i, candidate in [*kept.items(), *((i, records[i].candidates[tried[i]])
-                                           for i in trying)]:
+    for i, candidate in [*proven.items(), *((i, records[i].candidates[tried[i]])
+                                             for i in trying)]:
         lines = {line for line, _ in candidate}
         if lines & taken:
             continue
