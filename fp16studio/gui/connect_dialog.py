@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout
 
 from fp16studio import __version__
 from fp16studio.core.common.errors import CancelToken, InputError
+from fp16studio.core.spec import trust
 from fp16studio.engine import messages as m
 from fp16studio.engine.client import EngineClient
 from fp16studio.engine.remote_install import install_on, this_wheel
@@ -248,6 +249,9 @@ class EngineChoice(QObject):
         self.controller.worker.cancel()
         self.controller.worker.engine.use(engine)
         self.controller.state.environment = None   # the next run's engine says its own versions
+        # What the user agreed to run is pinned by path: another machine's files are others.
+        self.controller.engine_host = host
+        trust.agree(())
         self.host = host
         self.status.set_engine(host)
         self.controller.logged.emit("info", f"Engine: {host or THIS_COMPUTER}.")
