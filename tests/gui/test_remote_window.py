@@ -1,7 +1,7 @@
 """The window's engine on a box, through the real sshd on loopback (tests/remote_box.py): the
 connect dialog and its Test, a run there, the link killed mid-run and re-attached with the whole
-result, Cancel across the link, a host that cannot be reached said in one line, and consent to
-the box's code, read and digested there."""
+result, Cancel across the link, a host that cannot be reached said in one line, Browse listing
+the box's folders, and consent to the box's code, read and digested there."""
 
 import hashlib
 import sys
@@ -86,6 +86,14 @@ def test_a_run_on_the_box_survives_its_link_killed_and_cancel_reaches_it(qtbot, 
     # The model picker offers the box's cache, looked up there through the engine.
     qtbot.waitUntil(lambda: window.form.model_picker._cached == ["boxorg/on-the-box"],
                     timeout=RUN_TIMEOUT_MS)
+    # Browse lists the box's folders, from its home (not this one's), through its engine.
+    window.browse.choose(window, "Choose a folder", "~", print, folder=True)
+    dialog = window.browse.dialog
+    qtbot.waitUntil(lambda: dialog.listing is not None, timeout=RUN_TIMEOUT_MS)
+    assert dialog.windowTitle() == "Choose a folder on box"
+    assert dialog.listing.path == str(ssh_to_the_box.home)
+    assert dialog.listing.places["Hugging Face cache"] == str(repo.parent)
+    dialog.reject()
 
     engine, said = window.worker.engine, []
     window.controller.statusChanged.connect(said.append)
