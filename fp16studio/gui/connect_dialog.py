@@ -3,7 +3,9 @@ bar, and the dialog that connects to a host of the user's ssh config.
 
 A host's engine is `ssh_detached_engine` (engine/transport.py): it goes on when the link drops,
 and the client attaches again ("Reconnecting…"). Switching cancels what runs and hands the
-worker's EngineClient the new transport; its next job starts that engine. The Test button asks
+worker's EngineClient the new transport; its next job starts that engine, and the code a run
+would execute is read and digested there before the user is asked (the controller's
+`engine_host`; what was agreed to on the other machine is forgotten). The Test button asks
 a fresh engine on the host for its report on a thread of its own, so the window never waits
 for ssh, and says the outcome in one line.
 """
