@@ -528,7 +528,7 @@ class SessionController(SessionFiles, QObject):
             self.diagnosisFailed.emit(message)
         self._say(f"Reading on {self.engine_host} the code this runs…")
         self.worker.submit(Job("code-to-run", task, args, supersede=True, on_result=took,
-                               on_error=failed))
+                               on_error=failed, on_cancel=lambda: self._say("")))
         return None
 
     def _on_job_started(self, job):
