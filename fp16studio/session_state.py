@@ -474,17 +474,19 @@ class SessionState(Evented):
         return self.bench is not None and self.bench is not self._saved_bench
 
     # -- consent (CONTRACT §6) ------------------------------------------------------------------
-    def consent(self, spec: PipelineSpec, ask: Callable[[str], bool]) -> Consent:
+    def consent(self, spec: PipelineSpec, ask: Callable[[str], bool], reading=None) -> Consent:
         """May `spec` run its code (its preprocess, the model's own code)? A spec read from a
         file asks (`ask(question)`) once per content of the spec and the code, remembered in the
-        trust store; a spec with no code, or one made here (no file), runs freely."""
+        trust store; a spec with no code, or one made here (no file), runs freely. `reading`:
+        that code as an engine on a box read it there (trust.CodeToRun: the file is the box's)."""
         from fp16studio.core.spec import trust
 
-        path = self.path if self.path is not None and self.path.is_file() else None
+        path = self.path if self.path is not None and (
+            reading is not None or self.path.is_file()) else None
         try:
             # The content asked about is the content the engine runs (trust.agreed): a file
             # swapped while the question is open, or before the run reads it, is refused.
-            return Consent(*trust.consent(path, spec, ask))
+            return Consent(*trust.consent(path, spec, ask, reading))
         except InputError as exc:   # the preprocess file is gone or unreadable: the run says so
             return Consent(True, note=str(exc))
 

@@ -111,3 +111,18 @@ Host box
         server.terminate()
         server.wait(10)
         log.close()
+        _end_detached_engines(folder / "home")
+
+
+def _end_detached_engines(home: Path):
+    """The box's detached engines (`engine --attach`) outlive their link by design, for a day
+    while idle: a window closed mid-job leaves one. The box goes: they go with it."""
+    import signal
+
+    from fp16studio.core.common.processes import process_alive
+
+    for pid_file in home.glob(".cache/fp16studio/runs/*/pid"):
+        pid = int(pid_file.read_text())
+        if process_alive(pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)

@@ -97,6 +97,7 @@ class EngineClient:
         self._next_engine: tuple | None = None   # use(): the transport of the next task
         self._reattach = None
         self._received = 0         # the frames this engine sent so far (its journal's lines)
+        self._job_id: int | None = None   # the job sent last (end_there cancels it)
         self._process: subprocess.Popen | None = None
         self._commands: FrameWriter | None = None
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -125,7 +126,7 @@ class EngineClient:
             on_event(m.Progress(0, "engine", "Starting the engine process…"))
         self._ensure_started()
         inbox = self._inbox
-        job_id = next(self._job_ids)
+        job_id = self._job_id = next(self._job_ids)
         if not self._send(m.Run(job_id, name, args, kwargs, dict(trust.agreed()))):
             return self._ended(job_id, token)
         samples = _SampleBatch(on_event)
@@ -185,6 +186,26 @@ class EngineClient:
         if process is not None and process.poll() is None:
             with contextlib.suppress(OSError):
                 process.kill()
+
+    def end_there(self) -> bool:
+        """The window closes while a job runs (safe from any thread): an engine that outlives
+        its link (on a box) is told to cancel that job and quit, since no window comes back to
+        it (killed here, its link would leave it there for a day, holding its model); its link
+        is left to carry that and end (ended after QUIT_GRACE_S), and the waiting run ends now.
+        False for an engine that ends with its process here: `kill` it."""
+        process = self._process
+        if self._reattach is None or process is None:
+            return False
+        self._process = None
+        if self._job_id is not None:
+            self._send(m.Cancel(self._job_id))
+        self._send(m.Quit())
+        with contextlib.suppress(OSError, ValueError):
+            self._commands.close()
+        threading.Thread(target=_reap, args=(process, QUIT_GRACE_S), name="fp16studio-engine-reaper",
+                         daemon=True).start()
+        self._inbox.put(_Ended("the window ended it"))
+        return True
 
     def close(self, grace_s: float = QUIT_GRACE_S):
         """Ask the process to quit and let it go without waiting: an interpreter that loaded

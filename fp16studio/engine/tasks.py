@@ -27,6 +27,7 @@ from fp16studio.core.precision.fp8_plan import Fp8Plan
 from fp16studio.core.script.rank_merge import RankedTrace
 from fp16studio.core.script.trace import ScriptTrace
 from fp16studio.core.spec.value import PipelineSpec
+from .code_to_run import check_agreed_script
 from .lookups import DatasetPreview
 
 TASKS: dict[str, Callable] = {}
@@ -151,6 +152,7 @@ def trace(path: str, args: tuple[str, ...], progress, cancel, on_sample) -> Scri
     ["stdout"|"stderr", line] for the Log."""
     from fp16studio.core.script.trace import readable, trace_script
 
+    check_agreed_script(path)
     return trace_script(path, tuple(args), progress=progress, cancel=cancel,
                         output=lambda stream, line: on_sample((stream, readable(line))))
 
@@ -163,6 +165,7 @@ def trace_launched(launch: str, path: str, args: tuple[str, ...], progress, canc
     from fp16studio.core.script.ranks import trace_launch
     from fp16studio.core.script.trace import readable
 
+    check_agreed_script(path)
     return trace_launch(launch, path, tuple(args), progress=progress, cancel=cancel,
                         output=lambda stream, line: on_sample((stream, readable(line))))
 

@@ -5,8 +5,9 @@ local engine's pipe.
     ssh -T HOST -- PYTHON -m fp16studio engine --stdio
 
 `FP16STUDIO_SSH_COMMAND` (as git's GIT_SSH_COMMAND) replaces `ssh`: a program and its options,
-such as `ssh -F ~/.ssh/lab_config`. PYTHON is a command line for the box's shell: `python3`, a
-venv's python, or `env VAR=value python3`.
+such as `ssh -F ~/.ssh/lab_config`. Where there is no `ssh` program, asyncssh (if installed)
+serves behind the same command line (remote_asyncssh.py). PYTHON is a command line for the
+box's shell: `python3`, a venv's python, or `env VAR=value python3`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import sys
 import uuid
 
 from fp16studio.core.common.errors import InputError
+from fp16studio.core.script.entry import frozen
 
 SSH_ENV = "FP16STUDIO_SSH_COMMAND"
 DEFAULT_REMOTE_PYTHON = "python3"
@@ -29,7 +32,7 @@ def ssh_command(host: str, remote: list[str]) -> list[str]:
     """The local command that runs `remote` (its words) on `host`."""
     if not host or host.startswith("-"):
         raise InputError(f"--host {host!r}: not a host name")
-    ssh = shlex.split(os.environ.get(SSH_ENV) or "ssh")
+    ssh = shlex.split(os.environ[SSH_ENV]) if os.environ.get(SSH_ENV) else default_ssh()
     if not ssh:
         raise InputError(f"{SSH_ENV} is empty: set it to an ssh command, or unset it")
     options = ["-T"]
@@ -38,6 +41,16 @@ def ssh_command(host: str, remote: list[str]) -> list[str]:
         # every ssh.exe started after the first.
         options += ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
     return [*ssh, *options, host, "--", " ".join(map(_quoted, remote))]
+
+
+def default_ssh() -> list[str]:
+    """`ssh`; where there is none (a Windows without OpenSSH, a slim container) and asyncssh is
+    installed, the same interface through asyncssh (remote_asyncssh.py)."""
+    from . import remote_asyncssh
+
+    if shutil.which("ssh") is None and not frozen() and remote_asyncssh.available():
+        return remote_asyncssh.command()
+    return ["ssh"]
 
 
 def _quoted(word: str) -> str:

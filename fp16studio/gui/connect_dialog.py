@@ -3,7 +3,9 @@ bar, and the dialog that connects to a host of the user's ssh config.
 
 A host's engine is `ssh_detached_engine` (engine/transport.py): it goes on when the link drops,
 and the client attaches again ("Reconnecting…"). Switching cancels what runs and hands the
-worker's EngineClient the new transport; its next job starts that engine. The Test button asks
+worker's EngineClient the new transport; its next job starts that engine, and the code a run
+would execute is read and digested there before the user is asked (the controller's
+`engine_host`; what was agreed to on the other machine is forgotten). The Test button asks
 a fresh engine on the host for its report on a thread of its own, so the window never waits
 for ssh, and says the outcome in one line.
 """
@@ -19,6 +21,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout
 
 from fp16studio import __version__
 from fp16studio.core.common.errors import CancelToken, InputError
+from fp16studio.core.spec import trust
 from fp16studio.engine import messages as m
 from fp16studio.engine.client import EngineClient
 from fp16studio.engine.remote_install import install_on, this_wheel
@@ -248,6 +251,9 @@ class EngineChoice(QObject):
         self.controller.worker.cancel()
         self.controller.worker.engine.use(engine)
         self.controller.state.environment = None   # the next run's engine says its own versions
+        # What the user agreed to run is pinned by path: another machine's files are others.
+        self.controller.engine_host = host
+        trust.agree(())
         self.host = host
         self.status.set_engine(host)
         self.controller.logged.emit("info", f"Engine: {host or THIS_COMPUTER}.")

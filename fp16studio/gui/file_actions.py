@@ -68,13 +68,14 @@ class FileActions:
     def _trace_dialog(self):
         """File → Trace Script…: a .py file, then its command-line arguments (may be empty)
         and the launcher of a run on many processes (may be empty)."""
+        self.browse.choose(self, "Trace a Python script", self._dialog_dir(), self._trace_chosen,
+                           suffixes=(".py",), name_filter="Python scripts (*.py);;All files (*)")
+
+    def _trace_chosen(self, path: str):
         from .trace_dialog import TraceDialog
 
-        path, _ = QFileDialog.getOpenFileName(self, "Trace a Python script", self._dialog_dir(),
-                                              "Python scripts (*.py);;All files (*)")
-        if not path:
-            return
-        self._remember_dir(path)
+        if self.browse.host is None:   # a box's folder is no place to open this computer's dialogs
+            self._remember_dir(path)
         dialog = TraceDialog(Path(path).name, self)
         if not dialog.exec():
             return

@@ -30,6 +30,7 @@ from .long_lived import keep_lasting_out_of_collections
 from .log_panel import LogPanel
 from .placement import place, remember
 from .preview_panel import PreviewPanel
+from .remote_browser import Browse
 from .rank_picker import RankPicker
 from .session_controller import SessionController
 from .source_lookups import SourceLookups
@@ -79,6 +80,9 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
                                                 self._say_what_the_form_is, self)
         self.lookups = SourceLookups(self.form, self.preview, self.worker, self.log.log, self)
         self.engine_choice.switched.connect(self.lookups.on_host)   # the box's files
+        self.browse = Browse(self.worker, self)   # Browse: this computer's folders, or the box's
+        self.form.browse_with(self.browse)
+        self.engine_choice.switched.connect(self.browse.on_host)
         self._wire()
         self._on_busy(False)
         if spec is None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QStringListModel, Qt, QTimer, Signal
-from PySide6.QtWidgets import (QCompleter, QFileDialog, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCompleter, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget)
 
 from fp16studio.core.common.files import expand_user
 from .fit import ElidedLineEdit
+from .remote_browser import Browse
 from .theme import set_icon
 
 SEARCH_DELAY_MS = 400
@@ -36,6 +37,7 @@ class SourcePicker(QWidget):
         self._fixed = list(fixed)       # always offered, e.g. "synthetic"
         self._cached: list[str] = []
         self._found: list[str] = []
+        self.browse = Browse()   # this computer's dialogs; the form's (a box's folders) once wired
         self.edit = ElidedLineEdit(placeholderText=placeholder, clearButtonEnabled=True)
         self.setFocusProxy(self.edit)
         self._words = QStringListModel(self._fixed, self)
@@ -119,17 +121,11 @@ class SourcePicker(QWidget):
             self._commit_text(path)
 
     def _browse_folder(self):
-        self._choose(QFileDialog.getExistingDirectory(self, "Choose a folder", self._start_dir()))
+        self.browse.choose(self, "Choose a folder", self.text(), self._choose, folder=True)
 
     def _browse_file(self):
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Choose a data file", self._start_dir(),
-            "Data files (*.parquet *.csv *.json *.jsonl);;All files (*)")
-        self._choose(path)
-
-    def _start_dir(self) -> str:
-        current = expand_user(self.text())
-        return str(current if current.is_dir() else current.parent if current.parent.is_dir() else Path.home())
+        self.browse.choose(self, "Choose a data file", self.text(), self._choose,
+                           name_filter="Data files (*.parquet *.csv *.json *.jsonl);;All files (*)")
 
     # -- drag and drop --------------------------------------------------------------------------
     def _dropped_path(self, event) -> str | None:

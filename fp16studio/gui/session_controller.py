@@ -20,6 +20,7 @@ from fp16studio.core import InputError
 from fp16studio.core.present import vocabulary
 from fp16studio.core.present.vocabulary import STAGES
 from fp16studio.engine.client import ENGINE_LOST
+from fp16studio.engine.code_to_run import SCRIPT_CODE_TASK, SPEC_CODE_TASK
 from fp16studio.engine.tasks import Diagnosed
 from fp16studio.session_state import NO_MODEL, SAVED, SessionState, arrived
 from .history import SpecChange
@@ -110,6 +111,10 @@ class SessionController(SessionFiles, QObject):
         # Asked before a spec read from a file runs its preprocess (CONTRACT §6), with what
         # would run; the window makes it a question. Unset, nothing untrusted runs.
         self.ask_consent = lambda question: False
+        # The host whose engine runs the jobs (None: this computer; EngineChoice sets it): the
+        # code a run would execute there is read and digested by that engine, on the box.
+        self.engine_host: str | None = None
+        self._code_read = None   # (spec or script, trust.CodeToRun) the box read, for one start
         from fp16studio.core.spec.session import autosave_owner
 
         self.autosave_owner = autosave_owner(next(_windows))
@@ -235,8 +240,9 @@ class SessionController(SessionFiles, QObject):
             self.state.run_when_ready = True
             self._queued("the pipeline is ready")
             return True
-        if not self._can_start():
-            return False
+        can = self._can_start(self.run_diagnosis)
+        if not can:
+            return can is None   # None: it starts once the box has read the code it runs
         spec = self.spec
         self.logged.emit("info", f"Run: {spec.model} on {spec.dataset}")
         self._submit("diagnose", (spec,), lambda result: self._on_diagnosis(spec, *result),
@@ -250,6 +256,10 @@ class SessionController(SessionFiles, QObject):
         launcher that runs it on many processes (each rank traced, as `trace --launch`)."""
         if self.busy:
             return False
+        if self.engine_host is not None and not str(path).startswith("demo:"):
+            can = self._consented_script(str(path), lambda: self.run_trace(path, args, launch))
+            if not can:
+                return can is None
         under = f" under {launch}" if launch else ""
         self.logged.emit("info", f"Trace: {' '.join([str(path), *map(str, args)])}{under}")
         self.state.trace_started(path)
@@ -263,8 +273,9 @@ class SessionController(SessionFiles, QObject):
     def run_drift(self, variant: str | None = None) -> bool:
         """Run the spec in float32 and in `variant` (None: its own half precision) on one batch
         and compare module by module; `driftFinished(doc)` when done."""
-        if not self._can_start():
-            return False
+        can = self._can_start(lambda: self.run_drift(variant))
+        if not can:
+            return can is None
         spec = self.spec
         self.logged.emit("info", f"Compare with float32: {spec.model}")
         self._submit("drift", (spec, variant), lambda result: self._on_drift(spec, result),
@@ -273,8 +284,9 @@ class SessionController(SessionFiles, QObject):
 
     def run_fp8(self, recipe: str = "tensorwise") -> bool:
         """The FP8 plan of the spec (core.precision.fp8); `fp8Finished(plan)` when done."""
-        if not self._can_start():
-            return False
+        can = self._can_start(lambda: self.run_fp8(recipe))
+        if not can:
+            return can is None
         spec = self.spec
         self.logged.emit("info", f"FP8 plan ({recipe}): {spec.model}")
         self._submit("fp8", (spec, recipe), lambda plan: self._on_fp8(spec, plan),
@@ -294,8 +306,9 @@ class SessionController(SessionFiles, QObject):
     def run_benchmark(self, variants=None) -> bool:
         """Measure the precision variants (default: all); `benchmarkFinished(doc)` when done,
         with samples streamed through `benchSample` meanwhile."""
-        if not self._can_start():
-            return False
+        can = self._can_start(lambda: self.run_benchmark(variants))
+        if not can:
+            return can is None
         spec = self.spec
         self.state.bench_started()
         self.logged.emit("info", "Benchmark started.")
@@ -446,11 +459,13 @@ class SessionController(SessionFiles, QObject):
             self.logged.emit(finding.severity, f"[{finding.code}] {finding.location}: {finding.message}")
 
     # -- jobs -----------------------------------------------------------------------------------
-    def _can_start(self) -> bool:
+    def _can_start(self, again) -> bool | None:
         """A run of the current spec may start: there is one, nothing else runs, it names a
-        model, and the user said its code may run."""
-        return (self.spec is not None and not self.busy and self._has_model()
-                and self._consented(self.spec))
+        model, and the user said its code may run. None: that code is being read on the box
+        first, and `again()` asks once it has been."""
+        if self.spec is None or self.busy or not self._has_model():
+            return False
+        return self._consented(self.spec, again)
 
     def _has_model(self) -> bool:
         """A blank pipeline (File → New) cannot run yet: say what is missing instead."""
@@ -459,14 +474,62 @@ class SessionController(SessionFiles, QObject):
             self.diagnosisFailed.emit(missing)
         return not missing
 
-    def _consented(self, spec) -> bool:
-        consent = self.state.consent(spec, self.ask_consent)
+    def _consented(self, spec, again) -> bool | None:
+        from fp16studio.core.spec.trust import runs_code
+
+        reading = None
+        if self.engine_host is not None and self.state.path is not None and runs_code(spec):
+            reading = self._read_there(spec, SPEC_CODE_TASK, (str(self.state.path), spec), again)
+            if reading is None:
+                return None
+        consent = self.state.consent(spec, self._ask_there, reading)
         if consent.note:
             self.logged.emit("warning", consent.note)
         if not consent.granted:
             self.logged.emit("warning", f"Not run: {consent.question}, and you did not trust it.")
             self.diagnosisFailed.emit("Not run: the spec's preprocess code was not trusted.")
         return consent.granted
+
+    def _consented_script(self, script: str, again) -> bool | None:
+        """May the script on the box be traced? Asked once per content, read there (None: being
+        read, `again()` once it has been); what was agreed to is what the box runs."""
+        from fp16studio.core.spec import trust
+
+        reading = self._read_there(script, SCRIPT_CODE_TASK, (script,), again)
+        if reading is None:
+            return None
+        granted, question = trust.consent_to(reading, self._ask_there)
+        if not granted:
+            self.logged.emit("warning", f"Not run: {question}, and you did not trust it.")
+            self.diagnosisFailed.emit("Not run: the script on the box was not trusted.")
+        return granted
+
+    def _ask_there(self, question: str) -> bool:
+        where = f"On {self.engine_host}: " if self.engine_host is not None else ""
+        return self.ask_consent(where + question)
+
+    def _read_there(self, what, task: str, args: tuple, again):
+        """The code `what` (a spec, a script) runs as the engine's host read it for this start;
+        or None: it is read now, and `again()` starts over with it (a failure is said)."""
+        read, self._code_read = self._code_read, None
+        if read is not None and read[0] == what:
+            return read[1]
+
+        def took(reading):
+            self._code_read = (what, reading)
+            try:
+                again()
+            finally:
+                self._code_read = None
+
+        def failed(message, _detail):
+            self.logged.emit("error", f"Not run: {message}")
+            self._say("")
+            self.diagnosisFailed.emit(message)
+        self._say(f"Reading on {self.engine_host} the code this runs…")
+        self.worker.submit(Job("code-to-run", task, args, supersede=True, on_result=took,
+                               on_error=failed, on_cancel=lambda: self._say("")))
+        return None
 
     def _on_job_started(self, job):
         if job.kind == "diagnose":

@@ -14,13 +14,16 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QLabel, QSizePolicy,
-                               QSpinBox, QVBoxLayout, QWidget)
+from PySide6.QtGui import QAction, QIcon
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QLabel, QLineEdit,
+                               QSizePolicy, QSpinBox, QVBoxLayout, QWidget)
 
 from fp16studio.core import InputError
 from fp16studio.core.spec.value import COLUMN_ROLES, DEVICE_TYPES, LABEL_DTYPES, TASKS
 from .fit import ElidedLineEdit, ShrinkingComboBox, VerticalScrollArea
 from .pickers import SourcePicker
+from .remote_browser import Browse
+from .theme import set_icon
 
 DTYPES = ("float32", "float16", "bfloat16")
 # The key each label stands for is in its tooltip, with what it means (CONTRACT §1).
@@ -80,6 +83,7 @@ class SpecForm(VerticalScrollArea):
         super().__init__(fit_content=True, parent=parent)
         self.spec = None
         self.fields: dict[str, Field] = {}
+        self.browse = Browse()   # where Browse looks: this computer, or the engine's box
         body = QWidget(objectName="formBody")
         layout = QVBoxLayout(body)
         layout.setContentsMargins(8, 4, 8, 8)
@@ -115,6 +119,7 @@ class SpecForm(VerticalScrollArea):
         self._spin(data, "samples", "Samples", 1, 100_000)
         self._spin(data, "batch_size", "Batch size", 1, 4096)
         self._text(data, "preprocess", "Preprocess", "file.py:function")
+        self.preprocess_browse = self._browse_button(self.fields["preprocess"].widget)
         self._combo(data, "map_dtype", "Cast in map", (None,) + DTYPES)
         self._combo(data, "format", "Format", ("torch", "python"))
         self._combo(data, "format_dtype", "Format dtype", (None,) + DTYPES)
@@ -136,6 +141,35 @@ class SpecForm(VerticalScrollArea):
         fixes.addRow(self.applied)
         layout.addStretch(1)
         self.setWidget(body)
+
+    # -- browsing -------------------------------------------------------------------------------
+    def browse_with(self, browse: Browse):
+        """Every Browse of the form through `browse` (the window's: the box's folders while its
+        engine runs on one, where the spec's paths are)."""
+        self.browse = self.model_picker.browse = self.dataset_picker.browse = browse
+
+    def _browse_button(self, edit) -> QAction:
+        """A Browse in the preprocess field: the .py file, its function kept (`file.py:fn`)."""
+        action = edit.addAction(QIcon(), QLineEdit.ActionPosition.TrailingPosition)
+        set_icon(action, "file")
+        action.setToolTip("Choose the preprocess .py file…")
+        action.triggered.connect(lambda: self.browse.choose(
+            self, "Choose the preprocess file", edit.text().rpartition(":")[0] or edit.text(),
+            lambda path: self._preprocess_chosen(edit, path), suffixes=(".py",),
+            name_filter="Python files (*.py);;All files (*)"))
+        return action
+
+    def _preprocess_chosen(self, edit, path: str):
+        """Without a function named yet, the field waits for one (typed after the colon)."""
+        text = edit.text()
+        function = text.rpartition(":")[2].strip() if ":" in text else ""
+        edit.setText(f"{path}:{function}")
+        if function:
+            self._commit("preprocess")
+        else:
+            edit.setFocus()
+            edit.setCursorPosition(len(edit.text()))
+            self._check_live("preprocess")
 
     # -- binding --------------------------------------------------------------------------------
     def set_spec(self, spec):

@@ -168,10 +168,10 @@ class WorkerHost(QObject):
     def shutdown(self, timeout_ms: int = 10000) -> bool:
         """Cancel everything, end the engine process and stop the thread; True when it stopped
         in time. A running job is not waited for: its process is ended at once, which is safe
-        because the engine holds nothing that needs saving."""
+        because the engine holds nothing that needs saving (one on a box is told to end)."""
         busy = bool(self._pending)
         self.cancel()
-        if busy:
+        if busy and not self.engine.end_there():
             self.engine.kill()
         self._thread.quit()
         stopped = self._thread.wait(timeout_ms)

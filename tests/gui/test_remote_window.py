@@ -1,7 +1,9 @@
 """The window's engine on a box, through the real sshd on loopback (tests/remote_box.py): the
 connect dialog and its Test, a run there, the link killed mid-run and re-attached with the whole
-result, Cancel across the link, and a host that cannot be reached said in one line."""
+result, Cancel across the link, a host that cannot be reached said in one line, Browse listing
+the box's folders, and consent to the box's code, read and digested there."""
 
+import hashlib
 import sys
 
 import pytest
@@ -13,6 +15,8 @@ from fp16studio.core.present.vocabulary import STAGES
 from fp16studio.engine import messages as m
 from fp16studio.gui import MainWindow
 from fp16studio.gui.connect_dialog import ConnectDialog
+
+from tests.received_code import marking, received_spec
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +86,14 @@ def test_a_run_on_the_box_survives_its_link_killed_and_cancel_reaches_it(qtbot, 
     # The model picker offers the box's cache, looked up there through the engine.
     qtbot.waitUntil(lambda: window.form.model_picker._cached == ["boxorg/on-the-box"],
                     timeout=RUN_TIMEOUT_MS)
+    # Browse lists the box's folders, from its home (not this one's), through its engine.
+    window.browse.choose(window, "Choose a folder", "~", print, folder=True)
+    dialog = window.browse.dialog
+    qtbot.waitUntil(lambda: dialog.listing is not None, timeout=RUN_TIMEOUT_MS)
+    assert dialog.windowTitle() == "Choose a folder on box"
+    assert dialog.listing.path == str(ssh_to_the_box.home)
+    assert dialog.listing.places["Hugging Face cache"] == str(repo.parent)
+    dialog.reject()
 
     engine, said = window.worker.engine, []
     window.controller.statusChanged.connect(said.append)
@@ -122,3 +134,43 @@ def test_a_run_on_the_box_survives_its_link_killed_and_cancel_reaches_it(qtbot, 
         assert window.run_diagnosis()
     assert "\n" not in failed.args[0] and "Could not resolve hostname" in failed.args[0]
     assert window.tensorTree.model().rowCount() > 0 and window.diagnosis is not None
+
+
+def test_consent_is_asked_with_the_digest_read_on_the_box_and_only_that_runs(
+        qtbot, ssh_to_the_box, demo_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("FP16STUDIO_CONFIG_DIR", str(tmp_path / "config"))   # nothing trusted yet
+    path = received_spec(demo_dir, tmp_path, "agreed")   # a spec and its preprocess on the box
+    pre, ran = path.with_name("pre.py"), path.with_name("ran.txt")
+    window = MainWindow(str(path))
+    qtbot.addWidget(window)
+    qtbot.waitUntil(lambda: window.spec is not None, timeout=RUN_TIMEOUT_MS)
+    window.engine_choice.connect_to("box", ssh_to_the_box.python)
+    questions = []
+
+    def answer(yes, then=lambda: None):
+        def ask(question):
+            questions.append(question)
+            then()
+            return yes
+        window.controller.ask_consent = ask
+
+    def failed_run():
+        with qtbot.waitSignal(window.diagnosisFailed, timeout=RUN_TIMEOUT_MS) as failed:
+            assert window.run_diagnosis()
+        return failed.args[0]
+
+    answer(False)
+    assert "not trusted" in failed_run() and not ran.exists()
+    digest = hashlib.sha256(pre.read_bytes()).hexdigest()
+    assert questions == [f"On box: spec.json runs the Python function 'fn' from {pre} "
+                         f"(SHA-256 {digest[:16]}…)"]
+    # Changed on the box after it was read there, while the question is open: refused there.
+    answer(True, then=lambda: pre.write_text(marking("swapped")))
+    said = failed_run()
+    assert said.startswith(f"preprocess {pre}: changed since you agreed") and "\n" not in said
+    assert not ran.exists() and len(questions) == 2
+    # The new content is asked about on its own (the yes was for the other), then it runs.
+    answer(True)
+    run(qtbot, window)
+    assert ran.read_text() == "swapped" and len(questions) == 3
+    assert hashlib.sha256(pre.read_bytes()).hexdigest()[:16] in questions[2]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 import sys
 import types
@@ -19,10 +18,7 @@ def load_user_function(spec: PipelineSpec):
     module), wrapped so that its `sys.exit()` is a failure of the pipeline, not of fp16studio."""
     path, name = preprocess_file(spec), spec.preprocess.rpartition(":")[2]
     source = read_bytes(path, "preprocess")  # read once: what runs is what was checked
-    agreed = trust.agreed_preprocess(path)
-    if agreed is not None and hashlib.sha256(source).hexdigest() != agreed:
-        raise InputError(f"preprocess {path}: changed since you agreed to run it; run again to be "
-                         "asked about its new content")
+    trust.check_agreed(path, source, "preprocess")
     module_name = f"fp16studio_user_{path.stem}"
     module = types.ModuleType(module_name)
     module.__file__ = str(path)

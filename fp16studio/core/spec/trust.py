@@ -17,9 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..common.codec import Document
 from ..common.config_folder import config_list, update_config_list
 from ..common.errors import InputError
 from ..common.files import expand_user, read_bytes
@@ -41,37 +42,43 @@ def runs_code(spec: PipelineSpec) -> bool:
 def consent_needed(path: str | Path, spec: PipelineSpec) -> str | None:
     """What would run without consent, in words for a question to the user; None when nothing
     would (no code, or this content was trusted before)."""
-    if not runs_code(spec) or digest(path, spec) in _read_store():
+    if not runs_code(spec):
         return None
-    return _question(path, spec)
+    reading = read_code(path, spec)
+    return None if reading.key in _read_store() else reading.question
 
 
-def consent(path: str | Path | None, spec: PipelineSpec, ask: Callable[[str], bool]) -> tuple[bool, str | None]:
+def consent(path: str | Path | None, spec: PipelineSpec, ask: Callable[[str], bool],
+            reading: "CodeToRun | None" = None) -> tuple[bool, str | None]:
     """May `spec`, read from the file `path`, run its code? (granted, the question asked or
     None.) Content not trusted yet is asked about (`ask(question)`) and a yes is recorded; a
     spec made in memory (`path` None) is the user's own and runs freely. Each file is read
     once: the content asked about is the content recorded and pinned for this process
-    (`agreed_preprocess`), so a preprocess swapped meanwhile (while the question is open, while
-    the model loads) is refused, never run."""
-    file = str(_preprocess_path(spec).resolve()) if spec.preprocess else None
-    code_key = _code_key(spec)
+    (`check_agreed`), so a preprocess swapped meanwhile (while the question is open, while
+    the model loads) is refused, never run. `reading`: the code as the engine that runs it
+    read it (`read_code` on a box, where its files are); None: read here."""
     if path is None or not runs_code(spec):
-        _AGREED.pop(file, None)
-        _AGREED.pop(code_key, None)
+        for key in _pin_keys(spec):
+            _AGREED.pop(key, None)
         return True, None
-    for pinned in (file, code_key):
-        if pinned:
-            _AGREED[pinned] = ""   # nothing agreed to until this content is read and agreed to
-    key, preprocess, code = _read(path, spec)
-    question = None if key in _read_store() else _question(path, spec)
+    if reading is None:
+        for key in _pin_keys(spec):
+            _AGREED[key] = ""   # nothing agreed to until this content is read and agreed to
+        reading = read_code(path, spec)
+    return consent_to(reading, ask)
+
+
+def consent_to(reading: "CodeToRun", ask: Callable[[str], bool]) -> tuple[bool, str | None]:
+    """May the code `reading` describes run? Asked (`ask(question)`) unless its digest is in
+    the trust store; a yes is recorded, and its files' content pinned for this process."""
+    for key in reading.pins:
+        _AGREED[key] = ""
+    question = None if reading.key in _read_store() else reading.question
     if question is not None:
         if not ask(question):
             return False, question
-        _record(key)
-    if file:
-        _AGREED[file] = preprocess
-    if code_key:
-        _AGREED[code_key] = code
+        _record(reading.key)
+    _AGREED.update(reading.pins)
     return True, question
 
 
@@ -86,10 +93,13 @@ def require(path: str | Path, spec: PipelineSpec, grant: bool = False) -> None:
     consent(path, spec, answer)
 
 
-def agreed_preprocess(path: Path) -> str | None:
-    """SHA-256 of the preprocess content consented to in this process, or None (a spec built in
-    memory, which is the user's own): the file must still hold exactly that when it is run."""
-    return _AGREED.get(str(path.resolve()))
+def check_agreed(path: Path, content: bytes, what: str) -> None:
+    """`content`, read from `path` to be run, must be what was consented to in this process
+    (nothing pinned: a spec built in memory, the user's own, or a script traced here)."""
+    agreed = _AGREED.get(str(path.resolve()))
+    if agreed is not None and hashlib.sha256(content).hexdigest() != agreed:
+        raise InputError(f"{what} {path}: changed since you agreed to run it; run again to be "
+                         "asked about its new content")
 
 
 def check_agreed_model_code(spec: PipelineSpec) -> None:
@@ -100,6 +110,12 @@ def check_agreed_model_code(spec: PipelineSpec) -> None:
     if agreed is not None and model_code_digest(spec) != agreed:
         raise InputError(f"model {spec.model!r}: its code (trust_remote_code) changed since you "
                          "agreed to run it; run again to be asked about the new code")
+
+
+def _pin_keys(spec: PipelineSpec) -> list[str]:
+    """What `consent` pins for `spec`: its preprocess file, its model's code."""
+    file = str(_preprocess_path(spec).resolve()) if spec.preprocess else None
+    return [key for key in (file, _code_key(spec)) if key]
 
 
 def _code_key(spec: PipelineSpec) -> str | None:
@@ -123,26 +139,34 @@ def agreed() -> tuple:
 
 def agree(pins: tuple) -> None:
     """Take the window's agreements (`agreed`) as this process's own: the engine runs exactly
-    the preprocess content the user said yes to there."""
+    the code the user said yes to there (none: forget every agreement, as for another engine)."""
     _AGREED.clear()
     _AGREED.update(pins)
 
 
-# Preprocess file -> SHA-256 of the content consent let run ("": none yet): a file swapped
+# Preprocess file or script -> SHA-256 of the content consent let run ("": none yet): a file swapped
 # between the question and the import (the model loads in between) is refused, never run.
 # "model code FOLDER" -> `model_code_digest` agreed to, the same way for a model's own code.
 _AGREED: dict[str, str] = {}
 
 
-def _question(path: str | Path, spec: PipelineSpec) -> str:
+def _question(path: str | Path, spec: PipelineSpec, preprocess: str | None, code: str) -> str:
+    """What would run, with the SHA-256 of what was read (the user can check it where the code
+    is: `sha256sum pre.py`)."""
     what = []
     if spec.preprocess:
         file, _, function = spec.preprocess.rpartition(":")
-        what.append(f"the Python function {function!r} from {spec.resolve_path(file)}")
+        what.append(f"the Python function {function!r} from {spec.resolve_path(file)}"
+                    f" (SHA-256 {_short(preprocess)})")
     if spec.trust_remote_code:
         where = " and ".join(source.words() for source in model_code_sources(spec))
-        what.append(f"the model's own code (trust_remote_code) from {where}")
+        what.append(f"the model's own code (trust_remote_code) from {where} "
+                    f"(digest {_short(code)})")
     return f"{Path(path).name} runs {' and '.join(what)}"
+
+
+def _short(digest: str) -> str:
+    return f"{digest[:16]}…"
 
 
 def _preprocess_path(spec: PipelineSpec) -> Path:
@@ -165,24 +189,45 @@ def trust(path: str | Path, spec: PipelineSpec) -> bool:
 def digest(path: str | Path, spec: PipelineSpec) -> str:
     """SHA-256 of the spec/session file's bytes, its preprocess file's bytes, and with
     trust_remote_code a local model folder's .py files (names and bytes)."""
-    return _read(path, spec)[0]
+    return read_code(path, spec).key
 
 
-def _read(path: str | Path, spec: PipelineSpec) -> tuple[str, str | None, str]:
-    """(digest, SHA-256 of the preprocess file's bytes or None, `model_code_digest`), from one
-    read of each file."""
+@dataclass(frozen=True)
+class CodeToRun(Document):
+    """What a run would execute, read once where it would run (the engine's machine: a box's
+    files are read on the box): the trust store's digest of it, the question for the user with
+    the digests of what was read, and the pins the engine then runs exactly (file or model code
+    -> its digest, `agree`)."""
+
+    key: str
+    question: str
+    pins: dict[str, str] = field(default_factory=dict)
+
+
+def read_code(path: str | Path, spec: PipelineSpec) -> CodeToRun:
+    """The code `spec`, read from the file `path`, runs: each file read once."""
     hasher = hashlib.sha256(b"fp16studio-trust-1\0")
     hasher.update(read_bytes(Path(path), "spec"))
-    preprocess = None
+    pins, preprocess = {}, None
     if spec.preprocess:
         source = read_bytes(_preprocess_path(spec), "preprocess")
         hasher.update(b"\0")
         hasher.update(source)
         preprocess = hashlib.sha256(source).hexdigest()
+        pins[str(_preprocess_path(spec).resolve())] = preprocess
     code = model_code_digest(spec)
     if code:
         hasher.update(b"\0" + code.encode())
-    return hasher.hexdigest(), preprocess, code
+        pins[_code_key(spec)] = code
+    return CodeToRun(hasher.hexdigest(), _question(path, spec, preprocess, code), pins)
+
+
+def read_script(path: Path) -> CodeToRun:
+    """A script to be traced, read once: its SHA-256 (the trust store's key too) and pin."""
+    content = hashlib.sha256(read_bytes(path, "script")).hexdigest()
+    return CodeToRun(hashlib.sha256(b"fp16studio-trust-script\0" + content.encode()).hexdigest(),
+                     f"the script {path} (SHA-256 {_short(content)})",
+                     {str(path.resolve()): content})
 
 
 def model_code_digest(spec: PipelineSpec) -> str:
