@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from PySide6.QtCore import QModelIndex, QRectF, QSize, Qt
+from PySide6.QtCore import QModelIndex, QRect, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QPainter, QPalette
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate
 
@@ -47,7 +47,7 @@ class TensorCellDelegate(QStyledItemDelegate):
             _chip(painter, option, font, cell)
         else:
             painter.setFont(font)
-            rect = option.rect.adjusted(TEXT_MARGIN, 0, -TEXT_MARGIN, 0)
+            rect = text_rect(cell, option.rect, column)
             align = Qt.AlignmentFlag.AlignRight if column in RIGHT_ALIGNED else Qt.AlignmentFlag.AlignLeft
             painter.drawText(rect, align | Qt.AlignmentFlag.AlignVCenter,
                              painter.fontMetrics().elidedText(cell.text, option.textElideMode, rect.width()))
@@ -60,6 +60,13 @@ class TensorCellDelegate(QStyledItemDelegate):
         return QSize(hint.width() + room, hint.height())
 
 
+def text_rect(cell: Cell, rect: QRect, column: int) -> QRect:
+    """Where the painter writes `cell`'s text in `rect`: past its chip where it has one."""
+    if column != DEVICE and cell.color is not None and cell.text:
+        return rect.adjusted(6 + CHIP_TEXT_AT, 0, -4, 0)
+    return rect.adjusted(TEXT_MARGIN, 0, -TEXT_MARGIN, 0)
+
+
 def _chip(painter: QPainter, option, font: QFont, cell: Cell):
     """A rounded chip of the cell's colour, then its text."""
     rect = option.rect.adjusted(6, 0, -4, 0)
@@ -68,7 +75,7 @@ def _chip(painter: QPainter, option, font: QFont, cell: Cell):
     painter.setPen(Qt.PenStyle.NoPen)
     painter.setBrush(cell.color)
     painter.drawRoundedRect(QRectF(rect.left(), rect.center().y() - 5, 10, 10), 3, 3)
-    rect = rect.adjusted(CHIP_TEXT_AT, 0, 0, 0)
+    rect = text_rect(cell, option.rect, NAME)
     painter.setPen(text_pen)
     painter.setFont(font)
     painter.drawText(rect, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
