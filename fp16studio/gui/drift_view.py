@@ -22,6 +22,7 @@ from fp16studio.core.precision.drift import DriftResult
 from fp16studio.core.present import vocabulary
 from fp16studio.core.run.compare import DRIFT_SQNR_DB
 from fp16studio.core.run.distance import SQNR_CEILING_DB
+from .axis_titles import fitted_axes
 from .document_rows import DocumentRows
 from .fit import share_the_width
 from .later_pages import MadeInParts, all_parts
@@ -130,7 +131,7 @@ class DriftView(MadeInParts, QWidget):
 
         self.plot = pg.GraphicsLayoutWidget()
         # Each plot's context menus come in a part of their own, at the end (menus_in_parts).
-        self.sqnr_plot = self.plot.addPlot(row=0, col=0, enableMenu=False)
+        self.sqnr_plot = self.plot.addPlot(row=0, col=0, enableMenu=False, axisItems=fitted_axes())
         yield   # a plot, then what it shows: 11-12 ms at once (issue 31)
         self.sqnr_plot.setLabel("left", "SQNR dB")
         self.sqnr_plot.addLine(y=DRIFT_SQNR_DB, pen=pg.mkPen(OKABE_ITO["grey"], style=Qt.PenStyle.DashLine))
@@ -139,7 +140,7 @@ class DriftView(MadeInParts, QWidget):
         self.broken_points = pg.ScatterPlotItem(symbol="x", size=9, pen=pg.mkPen(OKABE_ITO["vermillion"], width=2))
         self.sqnr_plot.addItem(self.broken_points)
         yield
-        self.headroom_plot = self.plot.addPlot(row=1, col=0, enableMenu=False)
+        self.headroom_plot = self.plot.addPlot(row=1, col=0, enableMenu=False, axisItems=fitted_axes())
         yield
         self.headroom_plot.setLabel("left", "range used")
         self.headroom_plot.setLabel("bottom", "module, in call order")
