@@ -20,7 +20,8 @@ from PySide6.QtWidgets import (QAbstractItemView, QCommandLinkButton, QFrame, QH
 
 from fp16studio.core.diagnostics.findings import by_severity, severity_rank
 from fp16studio.core.present.code_wrap import wrap_code
-from fp16studio.core.present.vocabulary import evidence_value, severity_counts, steps_summary
+from fp16studio.core.present.evidence_words import evidence_rows
+from fp16studio.core.present.vocabulary import severity_counts, steps_summary
 from .shadow_sketch import ShadowSketch
 from .fit import ElidedLabel, VerticalScrollArea, WrappedText, stale_note, whole_cell_tips
 from .roles import NODE_ROLE, RAW_ROLE
@@ -398,12 +399,10 @@ def _enable_fix(button, enabled: bool, primary: bool):
 
 
 def _evidence_html(location: str, evidence: dict) -> str:
-    rows = [("location", location)] if location else []
-    rows += [(key.replace("_", " "), evidence_value(value)) for key, value in evidence.items()]
+    """The location and the evidence as core says them in words (evidence_words), a row each."""
     cells = "".join(
         f"<tr><td style='padding:1px 10px 1px 0; color:#6b717b'>{html.escape(k)}</td>"
-        f"<td style='font-family:monospace'>{_breakable(html.escape(str(v)))}</td></tr>"
-        for k, v in rows)
+        f"<td>{_breakable(html.escape(v))}</td></tr>" for k, v in evidence_rows(location, evidence))
     return f"<table cellspacing='0'>{cells}</table>"
 
 
