@@ -46,7 +46,3 @@ class FittedTitleAxis(pg.AxisItem):
         if tip != self.toolTip():
             self.setToolTip(tip)
 
-
-def fitted_axes() -> dict:
-    """`axisItems` for PlotItem/addPlot: every side's title fitted to its length."""
-    return {side: FittedTitleAxis(side) for side in ("left", "bottom", "right", "top")}
