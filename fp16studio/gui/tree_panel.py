@@ -93,10 +93,11 @@ class TensorTreeView(QTreeView):
         self._fitting = True
         try:
             header = self.header()
-            width = {c: header.sectionSize(c) if c in self.sized_columns else self.content_width(c)
-                     for c in range(header.count()) if c != NAME}
             foldable = [c for c in FOLDED if c not in self.chosen_columns]
-            shown = {c for c in width if c in foldable or not header.isSectionHidden(c)}
+            shown = {c for c in range(header.count())
+                     if c != NAME and (c in foldable or not header.isSectionHidden(c))}
+            width = {c: header.sectionSize(c) if c in self.sized_columns else self.content_width(c)
+                     for c in shown}
             for column in foldable:   # first to last, while Name is short of room
                 if self.viewport().width() - sum(width[c] for c in shown) >= NAME_ROOM_PX:
                     break
@@ -156,6 +157,8 @@ class TensorPanel(QWidget):
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setMinimumSectionSize(40)
+        # A column's contents are measured on the rows in view (fit_columns), not a thousand.
+        header.setResizeContentsPrecision(0)
         # Every column as wide as its contents, within the tab's width (TensorTreeView.fit_columns);
         # each can be dragged wider or narrower, and stays so.
         for column in range(self.model.columnCount()):
