@@ -2,9 +2,10 @@
 
 pyqtgraph centres an axis's title on the axis whatever its length: on a short plot a rotated
 title ("SQNR dB") runs past the plot's ends into the title of the plot above or below (at
-1024x700 the Drift tab's two read "range used SQNR dB"). A FittedTitleAxis elides its title to
-its length, the whole of it in the axis's tooltip, and leaves it out where not even a letter
-and the ellipsis fit.
+1024x700 the Drift tab's two read "range used SQNR dB"). A FittedTitleAxis shows its title
+where it fits, else its short form (`short`: "dB" for "SQNR dB") where that fits, else that
+elided; the whole title in the axis's tooltip when it is not shown whole. Where not even a
+letter and the ellipsis fit, it shows none.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ ENDS_PX = 4   # kept clear at each end of the axis
 
 
 class FittedTitleAxis(pg.AxisItem):
-    whole_title = ""
+    whole_title = short_title = ""
 
-    def setLabel(self, text=None, units=None, *args, **kwargs):
-        self.whole_title = text or ""
+    def setLabel(self, text=None, units=None, *args, short: str = "", **kwargs):
+        self.whole_title, self.short_title = text or "", short
         super().setLabel(text, units, *args, **kwargs)
         self._fit_title()
 
@@ -36,7 +37,10 @@ class FittedTitleAxis(pg.AxisItem):
         metrics = QFontMetricsF(self.label.font())
         units = f" ({self.labelUnits})" if self.labelUnits else ""
         room = length - 2 * ENDS_PX - metrics.horizontalAdvance(units)
-        text = metrics.elidedText(self.whole_title, Qt.TextElideMode.ElideRight, max(0.0, room))
+        room = max(0.0, room)
+        text = self.whole_title
+        if metrics.horizontalAdvance(text) > room:
+            text = metrics.elidedText(self.short_title or text, Qt.TextElideMode.ElideRight, room)
         if text == "…":
             text = ""
         if text != self.labelText:

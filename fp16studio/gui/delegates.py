@@ -78,8 +78,11 @@ def _chip(painter: QPainter, option, font: QFont, cell: Cell):
     rect = text_rect(cell, option.rect, NAME)
     painter.setPen(text_pen)
     painter.setFont(font)
+    metrics = painter.fontMetrics()
+    if metrics.horizontalAdvance(cell.text) > rect.width() and rect.width() < metrics.horizontalAdvance("xxx…"):
+        return   # the chip alone: a letter and an ellipsis would say less (the word is on hover)
     painter.drawText(rect, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
-                     painter.fontMetrics().elidedText(cell.text, Qt.TextElideMode.ElideRight, rect.width()))
+                     metrics.elidedText(cell.text, Qt.TextElideMode.ElideRight, rect.width()))
 
 
 def _badge(painter: QPainter, option, font: QFont, text: str):

@@ -133,7 +133,7 @@ class DriftView(MadeInParts, QWidget):
         # Each plot's context menu comes in a part of its own, at the end (menus_in_parts).
         self.sqnr_plot = LightPlot(self.plot.ci, row=0)
         yield   # a plot, then what it shows
-        self.sqnr_plot.setLabel("left", "SQNR dB")
+        self.sqnr_plot.setLabel("left", "SQNR dB", short="dB")
         self.sqnr_plot.addLine(y=DRIFT_SQNR_DB, pen=pg.mkPen(OKABE_ITO["grey"], style=Qt.PenStyle.DashLine))
         self.sqnr_curve = self.sqnr_plot.plot([], [], pen=pg.mkPen(OKABE_ITO["blue"], width=2),
                                               symbol="o", symbolSize=4, connect="finite")
@@ -142,7 +142,7 @@ class DriftView(MadeInParts, QWidget):
         yield
         self.headroom_plot = LightPlot(self.plot.ci, row=2)
         yield
-        self.headroom_plot.setLabel("left", "range used")
+        self.headroom_plot.setLabel("left", "range used", short="range")
         self.headroom_plot.setLabel("bottom", "module, in call order")
         self.headroom_plot.setLogMode(y=True)
         self.headroom_plot.addLine(y=0.0, pen=pg.mkPen(OKABE_ITO["vermillion"], style=Qt.PenStyle.DashLine))

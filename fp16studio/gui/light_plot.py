@@ -31,8 +31,9 @@ class LightPlot:
     def getAxis(self, side: str) -> FittedTitleAxis:
         return self._axes[side]
 
-    def setLabel(self, side: str, text: str):
-        self._axes[side].setLabel(text)
+    def setLabel(self, side: str, text: str, short: str = ""):
+        """`short`: what the axis says where `text` does not fit (axis_titles)."""
+        self._axes[side].setLabel(text, short=short)
 
     def setLogMode(self, y: bool):
         """The y axis in powers of ten: curves plot log10 of their values (as a PlotItem's)."""

@@ -17,7 +17,8 @@ from .delegates import TensorCellDelegate, text_rect
 from .fit import ShrinkingComboBox, WholeCellTips, stale_note
 from .palette import colour_key
 from .roles import NODE_ROLE
-from .tree_model import ABSMAX, COLOUR_BY, DEVICE, KIND, NAME, SHAPE, SIZE, TensorFilterProxy, TensorTreeModel
+from .tree_model import (ABSMAX, COLOUR_BY, DEVICE, KIND, NAME, SHAPE, SIZE, STATUS, TensorFilterProxy,
+                         TensorTreeModel)
 
 # Expanding every match of a filter is only friendly while the matches are few.
 AUTO_EXPAND_LIMIT = 200
@@ -25,13 +26,15 @@ AUTO_EXPAND_LIMIT = 200
 # the others leave. While that is less than NAME_ROOM_PX the columns in FOLDED go, first to last
 # (Abs-max: empty but for activations; then Device and Size, a badge and a figure per row), back
 # when there is room, unless the user chose them in the header's menu. Where even then the room
-# is short, Shape gives up what Name needs down to NAME_MIN_PX, down to SHAPE_LEAST_PX itself;
-# past that the tree scrolls sideways. A cut name or shape is whole on hover.
+# is short, Status shows its chip alone (its word on hover), and then Shape gives up what Name
+# needs down to NAME_MIN_PX, down to SHAPE_LEAST_PX itself; past that the tree scrolls sideways.
+# A cut name or shape is whole on hover.
 NAME_MIN_PX = 150
 NAME_ROOM_PX = 210
 SHAPE_LEAST_PX = 64
 TITLE_ROOM_PX = 28   # a title's margins and the sort arrow
 FOLDED = (ABSMAX, DEVICE, SIZE)
+CHIP_ALONE_PX = 40   # a Status cell narrowed to its chip (the header's least section)
 INVENTORY_TIP = ("The run's tensor inventory, as `fp16studio diagnose --json` reports it: every "
                  "tensor seen (weights, the batch and the activations of the pass; activations are "
                  "made one after another, not all held at once). Each group's share is on its row.")
@@ -70,7 +73,8 @@ class TensorTreeView(QTreeView):
 
     def setModel(self, model):
         super().setModel(model)
-        for signal in (model.modelReset, model.layoutChanged, model.rowsInserted):
+        # dataChanged: a finding's rows turn bold, a colour mode adds chips beside the names.
+        for signal in (model.modelReset, model.layoutChanged, model.rowsInserted, model.dataChanged):
             signal.connect(lambda *_: self._refit.start())
 
     def _sized(self, column: int, _old: int, _new: int):
@@ -103,6 +107,10 @@ class TensorTreeView(QTreeView):
                     break
                 shown.discard(column)
             left = self.viewport().width() - sum(width[c] for c in shown if c != SHAPE)
+            if STATUS in shown and STATUS not in self.sized_columns and SHAPE in shown \
+                    and left - width[SHAPE] < NAME_ROOM_PX:
+                left += width[STATUS] - CHIP_ALONE_PX
+                width[STATUS] = CHIP_ALONE_PX
             if SHAPE in shown and SHAPE not in self.sized_columns:   # whole while Name keeps its least
                 width[SHAPE] = min(width[SHAPE], max(SHAPE_LEAST_PX, left - NAME_MIN_PX))
             width[NAME] = max(NAME_MIN_PX, left - (width[SHAPE] if SHAPE in shown else 0))

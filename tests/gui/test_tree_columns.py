@@ -78,3 +78,15 @@ def test_a_cut_name_is_whole_on_hover_and_a_column_the_user_sized_stays(qtbot, m
     panel.resize(640, 500)
     QApplication.processEvents()
     assert header.sectionSize(SHAPE) == 150
+
+
+def test_rows_turned_bold_are_measured_again_and_a_narrow_status_is_its_chip(qtbot, make_tree):
+    from fp16studio.gui.tree_model import STATUS
+
+    panel = panel_at(qtbot, make_tree, 390)
+    panel.model.set_highlighted({"pixel_values", "model"})   # a finding names them: bold
+    qtbot.waitUntil(lambda: whole(panel, SHAPE))
+    assert panel.tree.horizontalScrollBar().maximum() == 0
+    status = panel.proxy.index(0, STATUS)   # the model's row, its chip alone: the word on hover
+    if panel.tree.header().sectionSize(STATUS) < panel.tree.content_width(STATUS):
+        assert panel.tips.cut_text(status) == status.data()
