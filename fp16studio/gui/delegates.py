@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Callable
 
 from PySide6.QtCore import QModelIndex, QRect, QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QPainter, QPalette
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate
 
 from .palette import device_color, text_on
-from .tree_model import DEVICE, DTYPE, NAME, RIGHT_ALIGNED, STATUS, Cell
+from .tree_model import DEVICE, NAME, RIGHT_ALIGNED, Cell
 
 # The states whose background the style draws (selection, hover, focus); any other cell's
 # background is the row's, which the view has drawn already.
@@ -54,10 +54,16 @@ class TensorCellDelegate(QStyledItemDelegate):
         painter.restore()
 
     def sizeHint(self, option, index):
+        """As wide as the painter needs: the text in its font (bold where a finding names the
+        row) and its chip's room, or the badge."""
         hint = super().sizeHint(option, index)
-        column = index.column()
-        room = 16 if column == DEVICE else 18 if column in (DTYPE, STATUS, NAME) else 0   # margins
-        return QSize(hint.width() + room, hint.height())
+        cell = self._cell_of(index)
+        if index.column() == DEVICE:
+            return QSize(hint.width() + 16, hint.height())
+        font = QFont(option.font)
+        font.setBold(cell.bold)
+        room = option.rect.width() - text_rect(cell, option.rect, index.column()).width()
+        return QSize(QFontMetrics(font).horizontalAdvance(cell.text) + room + 1, hint.height())
 
 
 def text_rect(cell: Cell, rect: QRect, column: int) -> QRect:

@@ -83,9 +83,11 @@ def test_a_cut_name_is_whole_on_hover_and_a_column_the_user_sized_stays(qtbot, m
 def test_rows_turned_bold_are_measured_again_and_a_narrow_status_is_its_chip(qtbot, make_tree):
     from fp16studio.gui.tree_model import STATUS
 
+    from fp16studio.gui.tree_model import DTYPE
+
     panel = panel_at(qtbot, make_tree, 390)
     panel.model.set_highlighted({"pixel_values", "model"})   # a finding names them: bold
-    qtbot.waitUntil(lambda: whole(panel, SHAPE))
+    qtbot.waitUntil(lambda: whole(panel, SHAPE) and whole(panel, DTYPE))
     assert panel.tree.horizontalScrollBar().maximum() == 0
     status = panel.proxy.index(0, STATUS)   # the model's row, its chip alone: the word on hover
     if panel.tree.header().sectionSize(STATUS) < panel.tree.content_width(STATUS):
