@@ -85,10 +85,10 @@ def _chip(painter: QPainter, option, font: QFont, cell: Cell):
     painter.setPen(text_pen)
     painter.setFont(font)
     metrics = painter.fontMetrics()
-    if metrics.horizontalAdvance(cell.text) > rect.width() and rect.width() < metrics.horizontalAdvance("xxx…"):
+    text = metrics.elidedText(cell.text, Qt.TextElideMode.ElideRight, rect.width())
+    if text != cell.text and rect.width() < metrics.horizontalAdvance("xxx…"):
         return   # the chip alone: a letter and an ellipsis would say less (the word is on hover)
-    painter.drawText(rect, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
-                     metrics.elidedText(cell.text, Qt.TextElideMode.ElideRight, rect.width()))
+    painter.drawText(rect, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
 
 
 def _badge(painter: QPainter, option, font: QFont, text: str):
