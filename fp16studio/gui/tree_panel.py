@@ -143,7 +143,8 @@ class TreeCellTips(WholeCellTips):
         font = QFont(self._view.font())
         font.setBold(cell.bold)
         room = text_rect(cell, self._view.visualRect(index), index.column()).width()
-        return cell.text if QFontMetrics(font).horizontalAdvance(cell.text) > room else ""
+        shown = QFontMetrics(font).elidedText(cell.text, Qt.TextElideMode.ElideRight, room)
+        return cell.text if shown != cell.text else ""
 
 
 class TensorPanel(QWidget):
