@@ -2,9 +2,11 @@
 manager at 1280x800 and at 1024x700: Run, Plan FP8, a trace continued as a pipeline, Undo and
 Redo, a benchmark and a comparison with float32, with a screenshot of each view saved under
 FP16STUDIO_SCREENS (CI artifacts). The checks are what a person sees on that screen: no result
-of another pipeline, a key for the colours shown, the status bar true of the results, the form's
-fields whole or elided with their whole text a hover away. Skipped elsewhere (offscreen there is
-no screen to look at)."""
+of another pipeline, a key for the colours shown, the status bar true of the results and saying
+each thing once (its message whole), the form's fields whole or elided with their whole text a
+hover away, the tensor tree's columns in the tab's width, fix code broken only between tokens, a
+continued trace's findings said to be the script's, the Drift charts' axis titles apart.
+Skipped elsewhere (offscreen there is no screen to look at)."""
 
 import os
 from pathlib import Path
