@@ -319,6 +319,9 @@ class SessionState(Evented):
                     "are off until then.")
         if findings.origin == SAVED:
             return "Findings saved with this session: Run to refresh them and to apply their fixes."
+        if findings.doc.get("script"):   # a trace continued as this pipeline: found in the script
+            return (f"These findings are from the trace of {script_name(findings.doc['script'])}, "
+                    "at its lines: their fixes edit this pipeline. Run to see the pipeline's own.")
         return None
 
     @property

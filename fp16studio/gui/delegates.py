@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from PySide6.QtCore import QModelIndex, QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QPainter, QPalette
+from PySide6.QtCore import QModelIndex, QRect, QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate
 
 from .palette import device_color, text_on
-from .tree_model import DEVICE, DTYPE, NAME, RIGHT_ALIGNED, STATUS, Cell
+from .tree_model import DEVICE, NAME, RIGHT_ALIGNED, Cell
 
 # The states whose background the style draws (selection, hover, focus); any other cell's
 # background is the row's, which the view has drawn already.
@@ -47,17 +47,30 @@ class TensorCellDelegate(QStyledItemDelegate):
             _chip(painter, option, font, cell)
         else:
             painter.setFont(font)
-            rect = option.rect.adjusted(TEXT_MARGIN, 0, -TEXT_MARGIN, 0)
+            rect = text_rect(cell, option.rect, column)
             align = Qt.AlignmentFlag.AlignRight if column in RIGHT_ALIGNED else Qt.AlignmentFlag.AlignLeft
             painter.drawText(rect, align | Qt.AlignmentFlag.AlignVCenter,
                              painter.fontMetrics().elidedText(cell.text, option.textElideMode, rect.width()))
         painter.restore()
 
     def sizeHint(self, option, index):
+        """As wide as the painter needs: the text in its font (bold where a finding names the
+        row) and its chip's room, or the badge."""
         hint = super().sizeHint(option, index)
-        column = index.column()
-        room = 16 if column == DEVICE else 18 if column in (DTYPE, STATUS, NAME) else 0   # margins
-        return QSize(hint.width() + room, hint.height())
+        cell = self._cell_of(index)
+        if index.column() == DEVICE:
+            return QSize(hint.width() + 16, hint.height())
+        font = QFont(option.font)
+        font.setBold(cell.bold)
+        room = option.rect.width() - text_rect(cell, option.rect, index.column()).width()
+        return QSize(QFontMetrics(font).horizontalAdvance(cell.text) + room + 1, hint.height())
+
+
+def text_rect(cell: Cell, rect: QRect, column: int) -> QRect:
+    """Where the painter writes `cell`'s text in `rect`: past its chip where it has one."""
+    if column != DEVICE and cell.color is not None and cell.text:
+        return rect.adjusted(6 + CHIP_TEXT_AT, 0, -4, 0)
+    return rect.adjusted(TEXT_MARGIN, 0, -TEXT_MARGIN, 0)
 
 
 def _chip(painter: QPainter, option, font: QFont, cell: Cell):
@@ -68,11 +81,14 @@ def _chip(painter: QPainter, option, font: QFont, cell: Cell):
     painter.setPen(Qt.PenStyle.NoPen)
     painter.setBrush(cell.color)
     painter.drawRoundedRect(QRectF(rect.left(), rect.center().y() - 5, 10, 10), 3, 3)
-    rect = rect.adjusted(CHIP_TEXT_AT, 0, 0, 0)
+    rect = text_rect(cell, option.rect, NAME)
     painter.setPen(text_pen)
     painter.setFont(font)
-    painter.drawText(rect, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
-                     painter.fontMetrics().elidedText(cell.text, Qt.TextElideMode.ElideRight, rect.width()))
+    metrics = painter.fontMetrics()
+    text = metrics.elidedText(cell.text, Qt.TextElideMode.ElideRight, rect.width())
+    if text != cell.text and rect.width() < metrics.horizontalAdvance("xxx…"):
+        return   # the chip alone: a letter and an ellipsis would say less (the word is on hover)
+    painter.drawText(rect, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
 
 
 def _badge(painter: QPainter, option, font: QFont, text: str):

@@ -25,6 +25,7 @@ from fp16studio.core.run.distance import SQNR_CEILING_DB
 from .document_rows import DocumentRows
 from .fit import share_the_width
 from .later_pages import MadeInParts, all_parts
+from .light_plot import LightPlot
 from .palette import OKABE_ITO
 from .plot_style import follow_palette, menus_in_parts
 from .roles import RAW_ROLE
@@ -129,19 +130,19 @@ class DriftView(MadeInParts, QWidget):
         yield
 
         self.plot = pg.GraphicsLayoutWidget()
-        # Each plot's context menus come in a part of their own, at the end (menus_in_parts).
-        self.sqnr_plot = self.plot.addPlot(row=0, col=0, enableMenu=False)
-        yield   # a plot, then what it shows: 11-12 ms at once (issue 31)
-        self.sqnr_plot.setLabel("left", "SQNR dB")
+        # Each plot's context menu comes in a part of its own, at the end (menus_in_parts).
+        self.sqnr_plot = LightPlot(self.plot.ci, row=0)
+        yield   # a plot, then what it shows
+        self.sqnr_plot.setLabel("left", "SQNR dB", short="dB")
         self.sqnr_plot.addLine(y=DRIFT_SQNR_DB, pen=pg.mkPen(OKABE_ITO["grey"], style=Qt.PenStyle.DashLine))
         self.sqnr_curve = self.sqnr_plot.plot([], [], pen=pg.mkPen(OKABE_ITO["blue"], width=2),
                                               symbol="o", symbolSize=4, connect="finite")
         self.broken_points = pg.ScatterPlotItem(symbol="x", size=9, pen=pg.mkPen(OKABE_ITO["vermillion"], width=2))
         self.sqnr_plot.addItem(self.broken_points)
         yield
-        self.headroom_plot = self.plot.addPlot(row=1, col=0, enableMenu=False)
+        self.headroom_plot = LightPlot(self.plot.ci, row=2)
         yield
-        self.headroom_plot.setLabel("left", "range used")
+        self.headroom_plot.setLabel("left", "range used", short="range")
         self.headroom_plot.setLabel("bottom", "module, in call order")
         self.headroom_plot.setLogMode(y=True)
         self.headroom_plot.addLine(y=0.0, pen=pg.mkPen(OKABE_ITO["vermillion"], style=Qt.PenStyle.DashLine))

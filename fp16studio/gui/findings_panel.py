@@ -14,11 +14,14 @@ import html
 from pathlib import Path
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QFontDatabase, QFontMetrics, QTextDocument
 from PySide6.QtWidgets import (QAbstractItemView, QCommandLinkButton, QFrame, QHBoxLayout, QHeaderView, QLabel,
                                QPushButton, QSplitter, QToolButton, QTreeView, QVBoxLayout, QWidget)
 
 from fp16studio.core.diagnostics.findings import by_severity, severity_rank
-from fp16studio.core.present.vocabulary import evidence_value, severity_counts, steps_summary
+from fp16studio.core.present.code_wrap import wrap_code
+from fp16studio.core.present.evidence_words import evidence_rows
+from fp16studio.core.present.vocabulary import severity_counts, steps_summary
 from .shadow_sketch import ShadowSketch
 from .fit import ElidedLabel, VerticalScrollArea, WrappedText, stale_note, whole_cell_tips
 from .roles import NODE_ROLE, RAW_ROLE
@@ -28,6 +31,7 @@ PLAIN = Qt.TextFormat.PlainText   # the user's exception text is never read as m
 SOURCE_CONTEXT = 2                # lines shown either side of a finding's script line
 # Code keeps its line breaks and indentation and wraps where a line is wider than the panel.
 PRE = "<pre style='white-space:pre-wrap; margin:2px 0'>"
+CODE_LEAST_COLUMNS = 24   # a fix's code never wrapped narrower (a narrower panel wraps it anywhere)
 # The panel's narrowest: a fix card's heading and its icon whole, the rest wraps.
 PANEL_MIN_PX = 230
 
@@ -157,8 +161,7 @@ class FindingDetail(QFrame):
         self.fixes_label.setVisible(bool(fixes))
         if self.code_fixes:
             for fix in fixes:
-                code = WrappedText(f"<b>{html.escape(fix.title)}</b>{PRE}{html.escape(fix.code_text())}</pre>",
-                                   Qt.TextFormat.RichText, objectName="fixCode")
+                code = FixCode(fix.title, fix.code_text())
                 self.fixes_box.addWidget(code)
                 self.fix_codes.append(code)
                 source = fix.code.source if fix.code is not None else None
@@ -189,6 +192,44 @@ class FindingDetail(QFrame):
     def set_fixes_enabled(self, enabled: bool):
         for i, button in enumerate(self.fix_buttons):
             _enable_fix(button, enabled, i == 0)
+
+
+class FixCode(WrappedText):
+    """A fix's title and its code, the code wrapped between tokens to the columns the panel's
+    width holds (core.present.code_wrap: never inside a name or a string, so it still runs where
+    it is pasted), again at each width. `text()` is the code unwrapped."""
+
+    def __init__(self, title: str, code: str):
+        self._title, self._code, self._columns = title, code, None
+        super().__init__(self._html(None), Qt.TextFormat.RichText, objectName="fixCode")
+
+    def _html(self, columns: int | None) -> str:
+        code = self._code if columns is None else wrap_code(self._code, columns)
+        return f"<b>{html.escape(self._title)}</b>{PRE}{html.escape(code)}</pre>"
+
+    def columns(self, width: int) -> int:
+        """The characters of code a line `width` wide holds."""
+        font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        font.setPointSizeF(self.font().pointSizeF())
+        return max(CODE_LEAST_COLUMNS, (width - 2 * self.frameWidth()) // QFontMetrics(font).horizontalAdvance("m") - 1)
+
+    def heightForWidth(self, width: int) -> int:
+        if width not in self._heights:
+            shown = self.document()
+            document = QTextDocument()
+            document.setDefaultFont(shown.defaultFont())
+            document.setDocumentMargin(shown.documentMargin())
+            document.setHtml(self._html(self.columns(width)))
+            document.setTextWidth(max(1, width - 2 * self.frameWidth()))
+            self._heights[width] = int(document.size().height() + 0.999) + 2 * self.frameWidth()
+        return self._heights[width]
+
+    def resizeEvent(self, event):
+        columns = self.columns(event.size().width())
+        if columns != self._columns:
+            self._columns = columns
+            self.setHtml(self._html(columns))   # what is shown; text() stays the whole code
+        super().resizeEvent(event)
 
 
 class FindingsPanel(QWidget):
@@ -358,12 +399,10 @@ def _enable_fix(button, enabled: bool, primary: bool):
 
 
 def _evidence_html(location: str, evidence: dict) -> str:
-    rows = [("location", location)] if location else []
-    rows += [(key.replace("_", " "), evidence_value(value)) for key, value in evidence.items()]
+    """The location and the evidence as core says them in words (evidence_words), a row each."""
     cells = "".join(
         f"<tr><td style='padding:1px 10px 1px 0; color:#6b717b'>{html.escape(k)}</td>"
-        f"<td style='font-family:monospace'>{_breakable(html.escape(str(v)))}</td></tr>"
-        for k, v in rows)
+        f"<td>{_breakable(html.escape(v))}</td></tr>" for k, v in evidence_rows(location, evidence))
     return f"<table cellspacing='0'>{cells}</table>"
 
 

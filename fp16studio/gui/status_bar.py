@@ -4,8 +4,11 @@ device, torch/transformers/CUDA versions, and memory.
 Versions come from the engine's environment report (the GUI thread never imports torch); the
 resident memory of the window and of the engine process (where the model lives) is sampled
 here every few seconds with psutil, which is cheap once imported: its import (15-20 ms of CPU)
-runs on the window's import thread, once the window has shown. The message and the versions
-shrink to an ellipsis (the whole text in their tooltip) rather than widen the window.
+runs on the window's import thread, once the window has shown. The versions and the memory
+shrink to an ellipsis (the whole text in their tooltip) before the message does: the message is
+what the window says to do next, whole up to MESSAGE_WHOLE_PX. Where the engine runs is said
+once, by the Engine selector; the engine label beside it adds only what the selector does not
+(the GPUs there), and is hidden while it has nothing to add.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QSize, QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar
 
 from fp16studio.core.present import vocabulary
@@ -21,6 +24,34 @@ from .fit import ElidedLabel
 
 MEMORY_INTERVAL_MS = 2000
 THIS_COMPUTER = "This computer"
+# The message keeps its whole text up to this width while the labels beside it shrink; a longer
+# one is elided there (the whole of it on hover). At 1024 wide the bar then still holds the
+# Engine selector, the device and a few letters of each of the other labels.
+MESSAGE_WHOLE_PX = 420
+
+
+class StatusMessage(ElidedLabel):
+    """The status message: never shrunk below its text (up to MESSAGE_WHOLE_PX) to make room for
+    the labels beside it; a status bar's layout takes the room from those instead."""
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        margins = self.contentsMargins()
+        whole = self.fontMetrics().horizontalAdvance(self.text()) + margins.left() + margins.right()
+        return QSize(max(hint.width(), min(whole, MESSAGE_WHOLE_PX)), hint.height())
+
+    def setText(self, text: str):
+        if text != self.text():
+            super().setText(text)
+            self.updateGeometry()   # its least width follows its text
+
+
+class ShownWhenSaid(ElidedLabel):
+    """A label shown while it has something to say (an empty one would leave a gap in the bar)."""
+
+    def setText(self, text: str):
+        super().setText(text)
+        self.setVisible(bool(text))
 
 
 def engine_summary(report: dict) -> str:
@@ -43,8 +74,8 @@ def gpus_summary(gpus: list[dict]) -> str:
 class StatusInfo:
     def __init__(self, bar: QStatusBar):
         self.bar = bar
-        self.message = ElidedLabel("")   # the controller says what it does from the start
-        self.engine = ElidedLabel(THIS_COMPUTER)   # where the engine runs, and its GPUs
+        self.message = StatusMessage("")   # the controller says what it does from the start
+        self.engine = ShownWhenSaid(THIS_COMPUTER)   # where the engine runs (until a selector does), its GPUs
         self.device = QLabel("device: —")
         self.versions = ElidedLabel("torch not loaded yet")
         self.memory = ElidedLabel("")
@@ -56,6 +87,7 @@ class StatusInfo:
         self._device: str | None = None
         self._engine_pid = lambda: None
         self._host: str | None = None     # the engine's host; None: this computer
+        self._selector_says_host = False   # an Engine selector beside the label names the host
         self._psutil = self._process = None
         self._loading: threading.Thread | None = None   # psutil's import (start_sampling)
         self._timer = QTimer(bar, interval=MEMORY_INTERVAL_MS, timeout=self._sample)
@@ -87,14 +119,17 @@ class StatusInfo:
         self._sample()
 
     def put_engine_selector(self, selector):
-        """The Engine selector, first of the permanent widgets (after the message, index 0)."""
+        """The Engine selector, first of the permanent widgets (after the message, index 0): it
+        names where the engine runs, so the engine label no longer does."""
         self.bar.insertPermanentWidget(1, selector)
+        self._selector_says_host = True
+        self._say_engine("")
 
     def set_engine(self, host: str | None):
         """The engine now runs on `host` (None: this computer): what was said of the last one
         goes until its report comes (set_engine_report)."""
         self._host, self._env = host, {}
-        self.engine.setText(host or THIS_COMPUTER)
+        self._say_engine("")
         self.versions.setText("torch not loaded yet")
         self._sample()
 
@@ -103,8 +138,13 @@ class StatusInfo:
         self._env = {**self._env, **{key: report.get(key) for key in
                                      ("torch", "transformers", "cuda")}}
         self.set_environment(self._env)
-        gpus = gpus_summary(report.get("gpus") or [])
-        self.engine.setText(" · ".join(p for p in (self._host or THIS_COMPUTER, gpus) if p))
+        self._say_engine(gpus_summary(report.get("gpus") or []))
+
+    def _say_engine(self, gpus: str):
+        """The engine label: its host unless the selector names it, then its GPUs; hidden when
+        that is nothing."""
+        host = None if self._selector_says_host else self._host or THIS_COMPUTER
+        self.engine.setText(" · ".join(p for p in (host, gpus) if p))
 
     def watch_engine(self, pid):
         """`pid()`: the engine process's id or None; its memory is shown beside the window's."""

@@ -8,26 +8,33 @@ wrap, and the tree scrolls sideways."""
 from __future__ import annotations
 
 from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QGridLayout, QHBoxLayout, QHeaderView,
                                QLabel, QLineEdit, QMenu, QTreeView, QVBoxLayout, QWidget)
 
 from fp16studio.core.present import vocabulary
-from .delegates import CHIP_TEXT_AT, TensorCellDelegate
-from .fit import ShrinkingComboBox, stale_note, whole_cell_tips
+from .delegates import TensorCellDelegate, text_rect
+from .fit import ShrinkingComboBox, WholeCellTips, stale_note
 from .palette import colour_key
 from .roles import NODE_ROLE
-from .tree_model import (ABSMAX, COLOUR_BY, DEVICE, DTYPE, KIND, NAME, SHAPE, SIZE, STATUS,
-                         TensorFilterProxy, TensorTreeModel)
+from .tree_model import (ABSMAX, COLOUR_BY, DEVICE, KIND, NAME, SHAPE, SIZE, STATUS, TensorFilterProxy,
+                         TensorTreeModel)
 
 # Expanding every match of a filter is only friendly while the matches are few.
 AUTO_EXPAND_LIMIT = 200
-# The Name column takes the room the others leave, and never less than NAME_MIN_PX: in a narrow
-# tab the tree scrolls sideways rather than cut every name to a few letters. Below NAME_ROOM_PX
-# the columns in FOLDED go first (Abs-max: empty but for activations), back when there is room,
-# unless the user chose them in the header's menu.
+# Each column is as wide as its title and its contents (the rows loaded so far); Name takes what
+# the others leave. While that is less than NAME_ROOM_PX the columns in FOLDED go, first to last
+# (Abs-max: empty but for activations; then Device and Size, a badge and a figure per row), back
+# when there is room, unless the user chose them in the header's menu. Where even then the room
+# is short, Status shows its chip alone (its word on hover), and then Shape gives up what Name
+# needs down to NAME_MIN_PX, down to SHAPE_LEAST_PX itself; past that the tree scrolls sideways.
+# A cut name or shape is whole on hover.
 NAME_MIN_PX = 150
 NAME_ROOM_PX = 210
-FOLDED = (ABSMAX,)
+SHAPE_LEAST_PX = 64
+TITLE_ROOM_PX = 28   # a title's margins and the sort arrow
+FOLDED = (ABSMAX, DEVICE, SIZE)
+CHIP_ALONE_PX = 40   # a Status cell narrowed to its chip (the header's least section)
 INVENTORY_TIP = ("The run's tensor inventory, as `fp16studio diagnose --json` reports it: every "
                  "tensor seen (weights, the batch and the activations of the pass; activations are "
                  "made one after another, not all held at once). Each group's share is on its row.")
@@ -57,41 +64,87 @@ class TensorTreeView(QTreeView):
         self.setIndentation(14)
 
         self.chosen_columns: set[int] = set()   # shown or hidden by the user: never folded
-        self._folded_width: dict[int, int] = {}
+        self.sized_columns: set[int] = set()    # widened or narrowed by the user: kept so
         self._fitting = False
+        # Rows fetched or shown change what the columns hold: measured once per event.
+        self._refit = QTimer(self, singleShot=True, interval=0, timeout=self.fit_columns)
+        self.expanded.connect(lambda _index: self._refit.start())
+        self.header().sectionResized.connect(self._sized)
 
-    def fit_name_column(self):
-        """Name gets the width the other shown columns leave, at least NAME_MIN_PX; the FOLDED
-        columns are hidden while Name would have less than NAME_ROOM_PX with them."""
-        if self._fitting:
+    def setModel(self, model):
+        super().setModel(model)
+        # dataChanged: a finding's rows turn bold, a colour mode adds chips beside the names.
+        for signal in (model.modelReset, model.layoutChanged, model.rowsInserted, model.dataChanged):
+            signal.connect(lambda *_: self._refit.start())
+
+    def _sized(self, column: int, _old: int, _new: int):
+        if not self._fitting:   # the user dragged a column's edge
+            if column != NAME:
+                self.sized_columns.add(column)
+            self.fit_columns()
+
+    def content_width(self, column: int) -> int:
+        """The width `column` needs for its title and the rows loaded."""
+        header = self.header()
+        title = self.model().headerData(column, Qt.Orientation.Horizontal) if self.model() else ""
+        least = header.fontMetrics().horizontalAdvance(title or "") + TITLE_ROOM_PX
+        return max(least, self.sizeHintForColumn(column))
+
+    def fit_columns(self):
+        """Size the columns to their contents within the viewport's width (module docstring)."""
+        if self._fitting or self.model() is None:
             return
         self._fitting = True
         try:
             header = self.header()
-            room = self.viewport().width()
-            for column in FOLDED:
-                if column in self.chosen_columns:
-                    continue
-                if not header.isSectionHidden(column):
-                    self._folded_width[column] = header.sectionSize(column)
-                others = sum(header.sectionSize(c) for c in range(header.count())
-                             if c not in (NAME, column) and not header.isSectionHidden(c))
-                fold = room - others - self._folded_width.get(column, 0) < NAME_ROOM_PX
-                if fold != header.isSectionHidden(column):
-                    header.setSectionHidden(column, fold)
-                    if not fold:
-                        header.resizeSection(column, self._folded_width.get(column, header.defaultSectionSize()))
-            others = sum(header.sectionSize(c) for c in range(header.count())
-                         if c != NAME and not header.isSectionHidden(c))
-            width = max(NAME_MIN_PX, room - others)
-            if header.sectionSize(NAME) != width:
-                header.resizeSection(NAME, width)
+            foldable = [c for c in FOLDED if c not in self.chosen_columns]
+            shown = {c for c in range(header.count())
+                     if c != NAME and (c in foldable or not header.isSectionHidden(c))}
+            width = {c: header.sectionSize(c) if c in self.sized_columns else self.content_width(c)
+                     for c in shown}
+            for column in foldable:   # first to last, while Name is short of room
+                if self.viewport().width() - sum(width[c] for c in shown) >= NAME_ROOM_PX:
+                    break
+                shown.discard(column)
+            left = self.viewport().width() - sum(width[c] for c in shown if c != SHAPE)
+            if STATUS in shown and STATUS not in self.sized_columns and SHAPE in shown \
+                    and left - width[SHAPE] < NAME_ROOM_PX:
+                left += width[STATUS] - CHIP_ALONE_PX
+                width[STATUS] = CHIP_ALONE_PX
+            if SHAPE in shown and SHAPE not in self.sized_columns:   # whole while Name keeps its least
+                width[SHAPE] = min(width[SHAPE], max(SHAPE_LEAST_PX, left - NAME_MIN_PX))
+            width[NAME] = max(NAME_MIN_PX, left - (width[SHAPE] if SHAPE in shown else 0))
+            for column in foldable:
+                if header.isSectionHidden(column) == (column in shown):
+                    header.setSectionHidden(column, column not in shown)
+            for column, size in width.items():
+                if (column == NAME or column in shown) and header.sectionSize(column) != size:
+                    header.resizeSection(column, size)
         finally:
             self._fitting = False
 
     def resizeEvent(self, event):
         super().resizeEvent(event)
-        self.fit_name_column()
+        self.fit_columns()
+
+
+class TreeCellTips(WholeCellTips):
+    """A cut name or shape whole on hover: cut as the tree's painter draws it (bold where a
+    finding names the row, past the chip where the cell has one)."""
+
+    def __init__(self, view: QTreeView, cell_of):
+        super().__init__(view)
+        self._cell_of = cell_of
+
+    def cut_text(self, index) -> str:
+        cell = self._cell_of(index)
+        if not cell.text:
+            return ""
+        font = QFont(self._view.font())
+        font.setBold(cell.bold)
+        room = text_rect(cell, self._view.visualRect(index), index.column()).width()
+        shown = QFontMetrics(font).elidedText(cell.text, Qt.TextElideMode.ElideRight, room)
+        return cell.text if shown != cell.text else ""
 
 
 class TensorPanel(QWidget):
@@ -109,19 +162,16 @@ class TensorPanel(QWidget):
         self.tree.setItemDelegate(TensorCellDelegate(
             lambda index: self.model.cell(self.proxy.mapToSource(index)), self.tree))
         self.tree.sortByColumn(-1, Qt.SortOrder.AscendingOrder)  # model order until a click
-        whole_cell_tips(self.tree, margin=CHIP_TEXT_AT)   # a cut name or shape whole on hover
+        self.tips = TreeCellTips(self.tree, lambda index: self.model.cell(self.proxy.mapToSource(index)))
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setMinimumSectionSize(40)
-        # Name takes the room there is (fit_name_column); the others are at least as wide as
-        # their titles (with the sort arrow), so no header reads "Devic".
-        header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Interactive)
-        header.sectionResized.connect(lambda column, _old, _new: column != NAME and self.tree.fit_name_column())
-        for column, width in ((KIND, 70), (SHAPE, 84), (DTYPE, 84), (DEVICE, 58), (SIZE, 70),
-                              (ABSMAX, 70), (STATUS, 86)):
-            title = self.model.headerData(column, Qt.Orientation.Horizontal)
+        # A column's contents are measured on the rows in view (fit_columns), not a thousand.
+        header.setResizeContentsPrecision(0)
+        # Every column as wide as its contents, within the tab's width (TensorTreeView.fit_columns);
+        # each can be dragged wider or narrower, and stays so.
+        for column in range(self.model.columnCount()):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
-            header.resizeSection(column, max(width, header.fontMetrics().horizontalAdvance(title) + 28))
         # Kind is plain from the names (a module, `weight`, `batch.input_ids`); it is one
         # right-click away on the header, which lists every column.
         header.setSectionHidden(KIND, True)
@@ -320,7 +370,7 @@ class TensorPanel(QWidget):
     def _choose_column(self, column: int, shown: bool):
         self.tree.chosen_columns.add(column)   # the user's choice: no longer folded for room
         self.tree.header().setSectionHidden(column, not shown)
-        self.tree.fit_name_column()
+        self.tree.fit_columns()
 
     def _on_current(self, current, _previous):
         self.nodeSelected.emit(current.data(NODE_ROLE) if current.isValid() else None)

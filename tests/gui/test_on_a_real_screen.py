@@ -2,9 +2,11 @@
 manager at 1280x800 and at 1024x700: Run, Plan FP8, a trace continued as a pipeline, Undo and
 Redo, a benchmark and a comparison with float32, with a screenshot of each view saved under
 FP16STUDIO_SCREENS (CI artifacts). The checks are what a person sees on that screen: no result
-of another pipeline, a key for the colours shown, the status bar true of the results, the form's
-fields whole or elided with their whole text a hover away. Skipped elsewhere (offscreen there is
-no screen to look at)."""
+of another pipeline, a key for the colours shown, the status bar true of the results and saying
+each thing once (its message whole), the form's fields whole or elided with their whole text a
+hover away, the tensor tree's columns in the tab's width, fix code broken only between tokens, a
+continued trace's findings said to be the script's, the Drift charts' axis titles apart.
+Skipped elsewhere (offscreen there is no screen to look at)."""
 
 import os
 from pathlib import Path
@@ -12,11 +14,13 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QModelIndex, QPoint
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QApplication, QComboBox, QLineEdit
+from PySide6.QtWidgets import QApplication, QComboBox, QLabel, QLineEdit
 
 from fp16studio.gui import MainWindow
 from fp16studio.gui.fit import ShrinkingComboBox
 from fp16studio.gui.roles import COLOR_ROLE
+from fp16studio.gui.status_bar import MESSAGE_WHOLE_PX
+from fp16studio.gui.tree_model import SHAPE
 from fp16studio.gui.tree_panel import NOTHING_YET
 
 RUN_TIMEOUT_MS = 900_000   # each step, on a loaded machine (a CI step of its own)
@@ -82,6 +86,59 @@ def assert_fields_readable(window, when):
             assert not combo.is_elided() or combo.toolTip().startswith(combo.currentText()), (when, key)
 
 
+def assert_status_bar_says_each_thing_once(window, when):
+    """No text of the status bar repeats another's (where the engine runs, said by the selector
+    and a label), and a message that fits its share is whole, not "Findings to fi…"."""
+    bar = window.statusBar()
+    said = [w.text() for w in bar.findChildren(QLabel) if w.isVisible() and w.text()]
+    said += [w.currentText() for w in bar.findChildren(QComboBox) if w.isVisible()]
+    for i, text in enumerate(said):
+        assert not any(text in other or other in text for other in said[i + 1:]), (when, said)
+    message = window.status.message
+    if message.fontMetrics().horizontalAdvance(message.text()) <= MESSAGE_WHOLE_PX:
+        assert not message.is_elided(), (when, message.text())
+
+
+def assert_tree_columns_fit(panel, when):
+    """The tree in the tab's width (no sideways scroll while Name keeps its least), each shape
+    shown whole or whole on hover."""
+    tree = panel.tree
+    assert tree.horizontalScrollBar().maximum() == 0, when
+    stack = [QModelIndex()]
+    while stack:
+        parent = stack.pop()
+        for row in range(panel.proxy.rowCount(parent)):
+            index = panel.proxy.index(row, SHAPE, parent)
+            if tree.visualRect(index).isValid() and panel.tips.cut_text(index):
+                assert panel.tips.cut_text(index) == index.data(), when
+            stack.append(panel.proxy.index(row, 0, parent))
+
+
+def assert_axis_titles_apart(view, when):
+    """No two axis titles of the Drift tab's strip plot overlap (rotated, on short plots)."""
+    rects = []
+    for plot in (view.sqnr_plot, view.headroom_plot):
+        for side in ("left", "bottom"):
+            axis = plot.getAxis(side)
+            if axis.isVisible() and axis.labelText:
+                rects.append(axis.label.mapRectToScene(axis.label.boundingRect()))
+    assert rects, when
+    for i, one in enumerate(rects):
+        assert not any(one.intersects(other) for other in rects[i + 1:]), when
+
+
+def assert_fix_code_broken_at_tokens(window, when):
+    """The fixes' code as shown: a line Qt broke further is one no token boundary could have
+    shortened enough (longer than the panel holds)."""
+    for fix in window.findings.detail.fix_codes:
+        columns = fix.columns(fix.width())
+        block = fix.document().firstBlock().next()
+        while block.isValid():
+            if block.layout().lineCount() > 1:
+                assert len(block.text()) > columns, (when, block.text())
+            block = block.next()
+
+
 def test_the_loop_as_a_person_sees_it(qtbot):
     screen = QGuiApplication.primaryScreen().size()
     window = MainWindow()
@@ -95,6 +152,8 @@ def test_the_loop_as_a_person_sees_it(qtbot):
     run(qtbot, window)
     assert_fields_readable(window, "after a run")
     shot(qtbot, window, "1-run")
+    assert_status_bar_says_each_thing_once(window, "after a run")
+    assert_tree_columns_fit(window.tensors, "after a run")
 
     with qtbot.waitSignal(window.controller.fp8Finished, timeout=RUN_TIMEOUT_MS):
         assert window.plan_fp8()
@@ -109,8 +168,11 @@ def test_the_loop_as_a_person_sees_it(qtbot):
     with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS):
         assert window.open_script("demo:map-cast")
     shot(qtbot, window, "4-trace")
+    assert_fix_code_broken_at_tokens(window, "a trace's code fixes")
     window.act_continue.trigger()
     settle(qtbot)
+    notice = window.findings.notice   # the findings are the script's trace, said so
+    assert notice.isVisible() and "trace of map_cast.py" in notice.text()
     window.main_tabs.setCurrentWidget(panel)
     assert not chips(panel), "a chip of the last pipeline's FP8 plan on the new one's tree"
     assert NOTHING_YET["fp8"] in panel.legend.text()
@@ -145,6 +207,8 @@ def test_the_loop_as_a_person_sees_it(qtbot):
     table = window.drift.table   # the module paths leave the figures beside them in view
     assert table.columnViewportPosition(2) + table.columnWidth(2) <= table.viewport().width()
     shot(qtbot, window, "8-drift")
+    assert_axis_titles_apart(window.drift, "the drift strip plot")
     window.main_tabs.setCurrentWidget(panel)
     assert_fields_readable(window, "at the end")
     shot(qtbot, window, "9-tree-drift")
+    assert_status_bar_says_each_thing_once(window, "at the end")

@@ -179,15 +179,15 @@ def test_a_chart_pages_plots_get_their_context_menus_in_parts_of_their_own_at_th
     view = cls(begun=True)
     qtbot.addWidget(view)
 
-    def plots():
+    def plots():   # each plot's view box (a PlotItem's, or a light_plot's own)
         return [item for chart in view.findChildren(pg.GraphicsView) for item in chart.scene().items()
-                if isinstance(item, pg.PlotItem)]
+                if isinstance(item, pg.ViewBox)]
 
     with_menus = []   # after each part, how many plots have their menus
     for _ in view._make():
-        with_menus.append(sum(p.menuEnabled() and p.vb.menu is not None for p in plots()))
+        with_menus.append(sum(p.menuEnabled() and p.menu is not None for p in plots()))
     made = plots()
-    assert made and all(p.menuEnabled() and p.vb.menu is not None for p in made)
+    assert made and all(p.menuEnabled() and p.menu is not None for p in made)
     last_without = len(with_menus) - with_menus[::-1].index(0)
     assert with_menus[last_without:] == list(range(1, len(with_menus) - last_without + 1))
 

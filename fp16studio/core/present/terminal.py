@@ -13,6 +13,7 @@ from ..precision.measure import STABLE_SPREAD
 from ..precision.verdict import VERDICT_COLUMNS
 from ..spec.value import PipelineSpec
 from . import vocabulary
+from .code_wrap import wrap_code
 
 
 def finding_lines(finding: dict, where: str = "") -> list[str]:
@@ -26,7 +27,7 @@ def finding_lines(finding: dict, where: str = "") -> list[str]:
         lines.append(f"        {'fix' if i == 0 else 'or '}: {fix['title']}  [{fix['id']}]")
         if fix.get("code"):
             # every line of the code under the title (its own indentation is the script's)
-            lines += textwrap.indent(textwrap.dedent(fix["code"]), " " * 13).splitlines()
+            lines += textwrap.indent(wrap_code(textwrap.dedent(fix["code"]), 120 - 13), " " * 13).splitlines()
     return lines
 
 
