@@ -104,7 +104,7 @@ def cmd_bench(args) -> int:
     result = benchmark(_load_spec(args.spec, trust=args.trust), variants=args.variants,
                        warmup=args.warmup, min_iterations=args.min_iterations,
                        min_seconds=args.min_seconds, min_rounds=args.min_rounds)
-    _emit(result.to_json(), args, format_bench)
+    _emit(result.to_json(), args, lambda _: format_bench(result))
     return 0
 
 
@@ -156,7 +156,7 @@ def cmd_report(args) -> int:
     if args.bench:
         from ..core.precision.bench import benchmark
 
-        bench = benchmark(spec, variants=args.variants).to_json()
+        bench = benchmark(spec, variants=args.variants)
     write_text_atomic(output, render_report(report.to_json(), bench))
     print(f"wrote {args.output}")
     return 0 if report.ok else 1

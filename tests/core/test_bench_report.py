@@ -3,6 +3,7 @@ table narrow enough for the page (the other figures under it, with each variant'
 
 import xml.etree.ElementTree as ET
 
+from fp16studio.core.precision.bench import BenchResult
 from fp16studio.core.present.html import render_report
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -26,7 +27,7 @@ DIAGNOSIS = {"ok": True, "spec": {"model": "m", "dataset": "d"}, "device": "cuda
 
 
 def bench_section():
-    text = render_report(DIAGNOSIS, BENCH)
+    text = render_report(DIAGNOSIS, BenchResult.from_json(BENCH))
     return ET.fromstring(text.split("\n", 1)[1]).find(".//section[@id='bench']")
 
 

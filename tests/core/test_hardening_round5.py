@@ -129,11 +129,11 @@ def test_bench_of_a_variant_whose_output_overflows_makes_a_finding_not_a_verdict
     assert "float32's speed" not in half.verdict
     doc = result.to_json()
     assert doc["findings"][0]["code"] == "overflow"
-    text = format_bench(doc)
+    text = format_bench(result)
     assert "overflow" in text and "inf/NaN" in text
     diagnosis = {"ok": True, "spec": {"model": "m", "dataset": "d"}, "device": "cpu",
                  "findings": [], "error": None, "inventory": None, "output": None}
-    page = render_report(diagnosis, doc)
+    page = render_report(diagnosis, result)
     assert "The float16 variant&#x27;s output" in page or "The float16 variant's output" in page
 
 

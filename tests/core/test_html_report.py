@@ -2,6 +2,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from fp16studio.core.precision.bench import BenchResult
 from fp16studio.core.present.html import render_report
 
 EVIL = '<script>alert("x")</script> & <img src=x onerror=1>'
@@ -61,7 +62,7 @@ def texts(root):
 
 
 def test_user_text_is_escaped_everywhere():
-    html = render_report(diagnosis(), BENCH)
+    html = render_report(diagnosis(), BenchResult.from_json(BENCH))
     assert "<script" not in html and "<img" not in html
     assert "&lt;script&gt;" in html
     root = parse(html)
@@ -71,7 +72,7 @@ def test_user_text_is_escaped_everywhere():
 
 
 def test_self_contained():
-    html = render_report(diagnosis(), BENCH)
+    html = render_report(diagnosis(), BenchResult.from_json(BENCH))
     root = parse(html)
     assert not root.findall(".//script") and not root.findall(".//link")
     assert not [el for el in root.iter() if "src" in el.attrib or "href" in el.attrib]
@@ -107,7 +108,7 @@ def test_inventory_bars_by_dtype_and_device():
 
 
 def test_bench_charts_and_table():
-    root = parse(render_report(diagnosis(), BENCH))
+    root = parse(render_report(diagnosis(), BenchResult.from_json(BENCH)))
     section = root.find(".//section[@id='bench']")
     charts = section.findall("figure")
     assert len(charts) == 4
@@ -124,7 +125,7 @@ def test_the_bench_section_reads_as_words_not_json():
     bench = dict(BENCH, device_name="Some CPU", batch={"size": 4, "tokens": 128},
                  tf32={"cuda_matmul_allow_tf32": False}, note="Measured on a CPU.",
                  variants=[dict(v, memory_kind="cpu-live-tensors", spread=0.02) for v in BENCH["variants"]])
-    section = parse(render_report(diagnosis(), bench)).find(".//section[@id='bench']")
+    section = parse(render_report(diagnosis(), BenchResult.from_json(bench))).find(".//section[@id='bench']")
     facts = {texts(row.find("th")): texts(row.find("td")) for row in section.findall("table/tr")}
     assert facts == {"Device": "cpu (Some CPU)", "Batch": "4 samples, 128 tokens", "Note": "Measured on a CPU."}
     words = texts(section)

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from fp16studio.core import PipelineSpec
+from fp16studio.core.precision.bench import BenchResult
 from fp16studio.gui import MainWindow
 from window_steps import listed
 
@@ -108,7 +109,7 @@ def test_a_crafted_session_opens_its_spec_and_says_what_it_dropped(qtbot, tmp_pa
     # What could be read stays: the findings beside a broken benchmark, and the other way round.
     dropped_findings = "findings" in words
     assert (window.diagnosis is None) == dropped_findings
-    assert (window.bench_doc is None) == ("benchmark" in words)
+    assert (window.bench_result is None) == ("benchmark" in words)
     if not dropped_findings:
         assert [f.code for f in listed(window)] == ["half-on-cpu"]
 
@@ -116,7 +117,7 @@ def test_a_crafted_session_opens_its_spec_and_says_what_it_dropped(qtbot, tmp_pa
 def test_a_readable_session_opens_with_its_results_and_drops_nothing(qtbot, tmp_path):
     window = opened(qtbot, session_file(tmp_path, SPEC, DIAGNOSIS, BENCH))
     assert [f.code for f in listed(window)] == ["half-on-cpu"]
-    assert window.bench_doc == BENCH
+    assert window.bench_result == BenchResult.from_json(BENCH)
     assert "without" not in window.controller.status
 
 

@@ -1,7 +1,8 @@
 """A self-contained HTML report of one run, to share with a colleague.
 
-Rendered from the `diagnose --json` and `bench --json` documents (CONTRACT §3), so a report can be
-made from a saved session without the model. One file: inline CSS, charts as inline SVG bars, no
+Rendered from the `diagnose --json` document (CONTRACT §3) and the bench result
+(core.precision.bench.BenchResult, read back from its document), so a report can be made from a
+saved session without the model. One file: inline CSS, charts as inline SVG bars, no
 scripts, nothing fetched. Every value that came from the user or the model is escaped. The markup
 is also well-formed XML (closed tags, XML-safe entities), which lets tests parse it strictly.
 """
@@ -14,10 +15,10 @@ from html import escape
 
 from ... import __version__
 from ..diagnostics.findings import by_severity
-from ..precision.verdict import VERDICT_COLUMNS
+from ..precision.bench import BenchResult
 from .terminal import bench_details
 from .vocabulary import (OKABE_ITO, SEVERITY_COLORS, bench_columns, bench_notes,
-                         evidence_value, size, stability, with_ratio)
+                         evidence_value, size, stability)
 
 # Okabe–Ito, the window's palette; severity is always spelled out too, never colour alone.
 OK_COLOUR = SEVERITY_COLORS["ok"]
@@ -51,7 +52,7 @@ svg text { font: 12px system-ui, sans-serif; fill: #1d1d1f; }
 SIGNATURE = "<title>fp16studio report: "
 
 
-def render_report(diagnosis_json: dict, bench_json: dict | None = None) -> str:
+def render_report(diagnosis_json: dict, bench: BenchResult | None = None) -> str:
     """The HTML text of a report for one diagnosis and, optionally, its benchmark."""
     d = diagnosis_json
     spec = d.get("spec") or {}
@@ -62,7 +63,7 @@ def render_report(diagnosis_json: dict, bench_json: dict | None = None) -> str:
         _findings(d.get("findings") or []),
         _output(d.get("output")),
         _inventory(d.get("inventory")),
-        _bench(bench_json) if bench_json else "",
+        _bench(bench) if bench is not None else "",
         _spec(spec),
         _environment(d.get("environment"), d.get("timings")),
     ]
@@ -197,12 +198,12 @@ def _inventory(inventory: dict | None) -> str:
 
 
 _BENCH_CHARTS = (
-    ("Throughput, samples/s (higher is better)", lambda v: v.get("samples_per_s"),
+    ("Throughput, samples/s (higher is better)", lambda v: v.samples_per_s,
      lambda x: f"{x:,.1f}"),
-    ("Latency p50, ms (lower is better)", lambda v: (v.get("latency_ms") or {}).get("p50"),
+    ("Latency p50, ms (lower is better)", lambda v: v.latency_ms.p50 if v.latency_ms else None,
      lambda x: f"{x:,.2f}"),
-    ("Peak memory (lower is better)", lambda v: v.get("peak_memory_bytes"), lambda x: _bytes(x)),
-    ("Weights (lower is better)", lambda v: v.get("weights_bytes"), lambda x: _bytes(x)),
+    ("Peak memory (lower is better)", lambda v: v.peak_memory_bytes, lambda x: _bytes(x)),
+    ("Weights (lower is better)", lambda v: v.weights_bytes, lambda x: _bytes(x)),
 )
 
 # The table's columns, of the shared ones and the verdict's: what fits the page's width; the
@@ -213,69 +214,64 @@ _BENCH_TABLE = ("Variant", "Status", "Samples/s", "vs float32", "p50 ms", "Busy 
 BUSY_COLOURS = (OKABE_ITO["blue"], OKABE_ITO["grey"])
 
 
-def _bench(bench: dict) -> str:
-    variants = bench.get("variants") or []
+def _bench(bench: BenchResult) -> str:
+    ran = [v for v in bench.variants if v.ok]
     parts = [f'<section id="bench">\n<h2>Benchmark</h2>\n{_key_table(_bench_facts(bench))}']
-    if bench.get("verdict"):
-        parts.append(f"<p><strong>Verdict:</strong> {_e(bench['verdict'])}</p>")
-    parts.extend(_finding(f) for f in by_severity(bench.get("findings") or []))
+    if bench.verdict:
+        parts.append(f"<p><strong>Verdict:</strong> {_e(bench.verdict)}</p>")
+    parts.extend(_finding(f.to_json()) for f in by_severity(bench.findings))
     for title, value_of, fmt in _BENCH_CHARTS:
-        rows = [(str(v.get("name", "?")), value_of(v)) for v in variants if v.get("ok")]
+        rows = [(v.name, value_of(v)) for v in ran]
         rows = [(name, value) for name, value in rows if isinstance(value, (int, float))]
         if rows:
             parts.append(_bar_chart(title, rows, fmt))
-    split = [(str(v["name"]), (v["busy_ms"], max(v["overhead_ms"] or 0.0, 0.0)))
-             for v in variants if v.get("ok") and v.get("busy_ms") is not None]
+    split = [(v.name, (v.busy_ms, max(v.overhead_ms or 0.0, 0.0)))
+             for v in ran if v.busy_ms is not None]
     if split:
         parts.append(_bar_chart("Time per call, ms: GPU busy (dark) + the rest of the step "
                                 "(light)", split, lambda x: f"{x:,.2f}", BUSY_COLOURS))
-    rows = with_ratio(bench)
-    # The error gets a row of its own under a failed variant.
-    columns = sorted((c for c in bench_columns(rows) + VERDICT_COLUMNS
-                      if c[0] in _BENCH_TABLE and (c[3] or any(c[1](v) not in (None, "")
-                                                                for v in rows))),
+    columns = sorted((c for c in bench_columns(bench) if c[0] in _BENCH_TABLE),
                      key=lambda c: _BENCH_TABLE.index(c[0]))
     head = "".join(f'<th class="{"num" if i > 1 else ""}">{_e(name)}</th>'
                    for i, (name, *_) in enumerate(columns))
     body = []
-    for v in rows:
+    for v in bench.variants:
         cells = "".join(f'<td class="{"num" if i > 1 else ""}">{_e(text(raw(v)) or "—")}</td>'
                         for i, (_, raw, text, _) in enumerate(columns))
         body.append(f"<tr>{cells}</tr>")
-        if not v.get("ok") and v.get("error"):
+        if not v.ok and v.error:   # the error gets a row of its own under a failed variant
             body.append(f'<tr><td></td><td colspan="{len(columns) - 1}">'
-                        f"{_e(evidence_value(v['error']))}</td></tr>")
+                        f"{_e(v.error)}</td></tr>")
     # As wide as its columns: it scrolls inside the page rather than widening it.
     parts.append(f'<div class="wide"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n'
                  + "\n".join(body) + "\n</tbody>\n</table></div>")
-    said = [f"<li><strong>{_e(v['name'])}</strong>{' (unstable)' if stability(v) == 'noisy' else ''}: "
-            + _e(" ".join(filter(None, (v.get("verdict"), bench_details(v)))))
-            + "</li>" for v in rows if v.get("ok")]
+    said = [f"<li><strong>{_e(v.name)}</strong>{' (unstable)' if stability(v) == 'noisy' else ''}: "
+            + _e(" ".join(filter(None, (v.verdict, bench_details(bench, v)))))
+            + "</li>" for v in ran]
     if said:
         parts.append('<ul class="verdicts">\n' + "\n".join(said) + "\n</ul>")
     parts.extend(f'<p class="meta">{_e(note)}.</p>' for note in bench_notes(bench))
     return "\n".join(parts) + "\n</section>"
 
 
-def _bench_facts(bench: dict) -> list[tuple[str, str]]:
+def _bench_facts(bench: BenchResult) -> list[tuple[str, str]]:
     """What the benchmark ran on, in words: device, batch, TF32 baseline, notes."""
     facts = []
-    device = bench.get("device")
-    if device:
-        name = bench.get("device_name")
-        facts.append(("Device", f"{device} ({name})" if name else device))
-    batch = bench.get("batch") or {}
-    if batch.get("size"):
-        facts.append(("Batch", f"{batch['size']} samples"
-                      + (f", {batch['tokens']} tokens" if batch.get("tokens") else "")))
-    tf32 = bench.get("tf32") or {}
-    if tf32 and str(device).startswith("cuda"):
+    if bench.device:
+        name = bench.device_name
+        facts.append(("Device", f"{bench.device} ({name})" if name else bench.device))
+    batch = bench.batch
+    if batch is not None and batch.size:
+        facts.append(("Batch", f"{batch.size} samples"
+                      + (f", {batch.tokens} tokens" if batch.tokens else "")))
+    tf32 = bench.tf32
+    if tf32 is not None and bench.device.startswith("cuda"):
         on = {True: "on", False: "off"}
-        facts.append(("float32 baseline", f"TF32 matmul {on[bool(tf32.get('cuda_matmul_allow_tf32'))]}, "
-                      f"cuDNN TF32 {on[bool(tf32.get('cudnn_allow_tf32'))]}"))
-    for key, title in (("reference_error", "No float32 reference"), ("note", "Note")):
-        if bench.get(key):
-            facts.append((title, evidence_value(bench[key])))
+        facts.append(("float32 baseline", f"TF32 matmul {on[tf32.cuda_matmul_allow_tf32]}, "
+                      f"cuDNN TF32 {on[tf32.cudnn_allow_tf32]}"))
+    for title, said in (("No float32 reference", bench.reference_error), ("Note", bench.note)):
+        if said:
+            facts.append((title, said))
     return facts
 
 

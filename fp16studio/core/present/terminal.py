@@ -8,9 +8,9 @@ import os
 import textwrap
 
 from ..common.units import format_bytes
+from ..precision.bench import BenchResult, VariantResult
 from ..precision.drift import DRIFT_SQNR_DB
 from ..precision.measure import STABLE_SPREAD
-from ..precision.verdict import VERDICT_COLUMNS
 from ..spec.value import PipelineSpec
 from . import vocabulary
 
@@ -104,36 +104,35 @@ TERMINAL_COLUMNS = {"Variant": "Variant", "Samples/s": "Samples/s", "vs float32"
 UNSTABLE_MARK = "!"
 
 
-def format_bench(doc: dict) -> str:
-    """The bench document as a table for people (the `--json`-less CLI output)."""
-    name = doc.get("device_name")
-    lines = [f"device: {doc['device']}" + (f" ({name})" if name else "")]
-    tf32 = doc.get("tf32") or {}
-    if tf32 and doc["device"].startswith("cuda"):
+def format_bench(result: BenchResult) -> str:
+    """A bench result as a table for people (the `--json`-less CLI output)."""
+    name = result.device_name
+    lines = [f"device: {result.device}" + (f" ({name})" if name else "")]
+    tf32 = result.tf32
+    if tf32 is not None and result.device.startswith("cuda"):
         on = {True: "on", False: "off"}
-        lines.append(f"float32 baseline: TF32 matmul {on[bool(tf32.get('cuda_matmul_allow_tf32'))]}"
-                     f", cuDNN TF32 {on[bool(tf32.get('cudnn_allow_tf32'))]}"
-                     f", float32 matmul precision {tf32.get('float32_matmul_precision')}")
-    batch = doc.get("batch")
+        lines.append(f"float32 baseline: TF32 matmul {on[tf32.cuda_matmul_allow_tf32]}"
+                     f", cuDNN TF32 {on[tf32.cudnn_allow_tf32]}"
+                     f", float32 matmul precision {tf32.float32_matmul_precision}")
+    batch = result.batch
     if batch:
-        lines.append(f"batch: {batch['size']} samples"
-                     + (f", {batch['tokens']} tokens" if batch.get("tokens") else ""))
-    variants = vocabulary.with_ratio(doc)
+        lines.append(f"batch: {batch.size} samples"
+                     + (f", {batch.tokens} tokens" if batch.tokens else ""))
     order = list(TERMINAL_COLUMNS)
-    columns = sorted((c for c in vocabulary.bench_columns(variants) + _verdict_columns(variants)
-                      if c[0] in TERMINAL_COLUMNS), key=lambda c: order.index(c[0]))
+    columns = sorted((c for c in vocabulary.bench_columns(result) if c[0] in TERMINAL_COLUMNS),
+                     key=lambda c: order.index(c[0]))
     header = tuple(TERMINAL_COLUMNS[title] for title, *_ in columns)
     rows = [header]
     failures = []
-    for v in variants:
-        if not v["ok"]:
+    for v in result.variants:
+        if not v.ok:
             status = vocabulary.status(v)
-            rows.append((v["name"], status) + ("",) * (len(header) - 2))
+            rows.append((v.name, status) + ("",) * (len(header) - 2))
             if status == "failed":  # unsupported: said under "support:"
-                failures.append(f"{v['name']}: {v.get('error') or 'failed'}")
+                failures.append(f"{v.name}: {v.error or 'failed'}")
             continue
         mark = f" {UNSTABLE_MARK}" if vocabulary.stability(v) == "noisy" else ""
-        rows.append((v["name"] + mark,) + tuple(
+        rows.append((v.name + mark,) + tuple(
             "-" if raw(v) in (None, "") else text(raw(v)) for _, raw, text, _ in columns[1:]))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     lines.append("")
@@ -141,40 +140,36 @@ def format_bench(doc: dict) -> str:
         lines.append("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
                                for i, (c, w) in enumerate(zip(row, widths))).rstrip())
     lines.append("")
-    if doc.get("verdict"):
-        lines += _wrapped(f"verdict: {doc['verdict']}")
-    for finding in doc.get("findings") or ():
-        lines += finding_lines(finding)
-    for v in variants:
-        if v["ok"]:
-            lines += _wrapped(v.get("verdict") or v["name"], "  ")
-            details = bench_details(v)
+    if result.verdict:
+        lines += _wrapped(f"verdict: {result.verdict}")
+    for finding in result.findings:
+        lines += finding_lines(finding.to_json())
+    for v in result.variants:
+        if v.ok:
+            lines += _wrapped(v.verdict or v.name, "  ")
+            details = bench_details(result, v)
             if details:
                 lines += _wrapped(details, "      ")
-    for note in vocabulary.bench_notes(doc):
+    for note in vocabulary.bench_notes(result):
         lines += _wrapped(f"{note}.")
-    unstable = [v["name"] for v in doc["variants"] if v["ok"] and not v.get("stable", True)]
+    unstable = [v.name for v in result.variants if vocabulary.stability(v) == "noisy"]
     if unstable:
         lines += _wrapped(f"{UNSTABLE_MARK} UNSTABLE ({', '.join(unstable)}): these figures moved "
                           f"more than {STABLE_SPREAD:.0%} between rounds (other load, clocks "
                           "or the host's own jitter): do not trust them, measure again, for "
                           "longer or on a quieter machine")
-    notes = [f"{v['name']}: {v['support']}, {v['support_note']}" for v in doc["variants"]
-             if v.get("support_note")]
+    notes = [f"{v.name}: {v.support}, {v.support_note}" for v in result.variants
+             if v.support_note]
     for title, items in (("support:", notes), ("failed:", failures)):
         if items:
             lines.append(title)
             for item in items:
                 lines += _wrapped(item, "  ")
-    if doc.get("reference_error"):
-        lines.append(f"no float32 reference: {doc['reference_error']}")
-    if doc.get("note"):
-        lines += _wrapped(f"note: {doc['note']}")
+    if result.reference_error:
+        lines.append(f"no float32 reference: {result.reference_error}")
+    if result.note:
+        lines += _wrapped(f"note: {result.note}")
     return "\n".join(lines)
-
-
-def _verdict_columns(variants) -> tuple:
-    return tuple(c for c in VERDICT_COLUMNS if any(c[1](v) not in (None, "") for v in variants))
 
 
 # The figures that are not columns, under each variant's verdict: (header, its words).
@@ -185,12 +180,12 @@ _DETAILS = {"p90 ms": "p90 {} ms", "min ms": "min {} ms", "Overhead ms": "overhe
             "Tokens/s": "{} tokens/s"}
 
 
-def bench_details(v: dict) -> str:
+def bench_details(result: BenchResult, v: VariantResult) -> str:
     """A variant's figures that are not table columns, in a line."""
-    columns = {c[0]: c for c in vocabulary.BENCH_COLUMNS + VERDICT_COLUMNS}
-    return ", ".join(words.format(columns[title][2](columns[title][1](v)))
+    columns = {title: (raw, text) for title, raw, text, _ in vocabulary.bench_columns(result)}
+    return ", ".join(words.format(columns[title][1](columns[title][0](v)))
                      for title, words in _DETAILS.items()
-                     if columns[title][1](v) not in (None, ""))
+                     if title in columns and columns[title][0](v) not in (None, ""))
 
 
 def _wrapped(text: str, indent: str = "") -> list[str]:
