@@ -119,6 +119,11 @@ def test_a_readable_session_opens_with_its_results_and_drops_nothing(qtbot, tmp_
     assert [f.code for f in listed(window)] == ["half-on-cpu"]
     assert window.bench_result == BenchResult.from_json(BENCH)
     assert "without" not in window.controller.status
+    # The report is made from the results read back typed, without the model.
+    page = tmp_path / "report.html"
+    assert window.controller.write_report(page)
+    text = page.read_text()
+    assert "half-on-cpu" in text and 'id="bench"' in text and "no kernel" in text
 
 
 def nested(levels):

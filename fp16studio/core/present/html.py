@@ -1,10 +1,10 @@
 """A self-contained HTML report of one run, to share with a colleague.
 
-Rendered from the `diagnose --json` document (CONTRACT §3) and the bench result
-(core.precision.bench.BenchResult, read back from its document), so a report can be made from a
-saved session without the model. One file: inline CSS, charts as inline SVG bars, no
-scripts, nothing fetched. Every value that came from the user or the model is escaped. The markup
-is also well-formed XML (closed tags, XML-safe entities), which lets tests parse it strictly.
+Rendered from the typed results (a Diagnosis or a ScriptTrace, a BenchResult), which a saved
+session's documents are read back into, so a report can be made without the model. One file:
+inline CSS, charts as inline SVG bars, no scripts, nothing fetched. Every value that came from
+the user or the model is escaped. The markup is also well-formed XML (closed tags, XML-safe
+entities), which lets tests parse it strictly.
 """
 
 from __future__ import annotations
@@ -14,8 +14,12 @@ from datetime import datetime, timezone
 from html import escape
 
 from ... import __version__
-from ..diagnostics.findings import by_severity
+from ..diagnostics.findings import Finding, by_severity
+from ..diagnostics.report import Diagnosis, ModelOutput
+from ..diagnostics.tree import Inventory
 from ..precision.bench import BenchResult
+from ..script.trace import ScriptTrace
+from ..spec.value import PipelineSpec
 from .terminal import bench_details
 from .vocabulary import (OKABE_ITO, SEVERITY_COLORS, bench_columns, bench_notes,
                          evidence_value, size, stability)
@@ -52,20 +56,21 @@ svg text { font: 12px system-ui, sans-serif; fill: #1d1d1f; }
 SIGNATURE = "<title>fp16studio report: "
 
 
-def render_report(diagnosis_json: dict, bench: BenchResult | None = None) -> str:
-    """The HTML text of a report for one diagnosis and, optionally, its benchmark."""
-    d = diagnosis_json
-    spec = d.get("spec") or {}
-    title = f"fp16studio report: {spec.get('model', 'pipeline')}"
+def render_report(diagnosis: Diagnosis, bench: BenchResult | None = None) -> str:
+    """The HTML text of a report for one diagnosis (or a script's trace) and, optionally, its
+    benchmark."""
+    # A trace's spec is the one recovered from the script, if any (its document's `spec`).
+    spec = diagnosis.recovered_spec if isinstance(diagnosis, ScriptTrace) else diagnosis.spec
+    title = f"fp16studio report: {spec.model if spec is not None else 'pipeline'}"
     parts = [
-        _header(title, d),
-        _error(d.get("error")),
-        _findings(d.get("findings") or []),
-        _output(d.get("output")),
-        _inventory(d.get("inventory")),
+        _header(title, diagnosis, spec),
+        _error(diagnosis.error),
+        _findings(diagnosis.findings),
+        _output(diagnosis.output),
+        _inventory(diagnosis.totals),
         _bench(bench) if bench is not None else "",
         _spec(spec),
-        _environment(d.get("environment"), d.get("timings")),
+        _environment(diagnosis.environment, diagnosis.timings),
     ]
     body = "\n".join(part for part in parts if part)
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8" />\n'
@@ -75,20 +80,19 @@ def render_report(diagnosis_json: dict, bench: BenchResult | None = None) -> str
 
 
 # -- sections ------------------------------------------------------------------------------------
-def _header(title: str, d: dict) -> str:
-    findings = d.get("findings") or []
-    errors = sum(1 for f in findings if f.get("severity") == "error")
-    if d.get("ok"):
+def _header(title: str, d: Diagnosis, spec: PipelineSpec | None) -> str:
+    errors = len(d.errors)
+    if d.ok:
         status = _badge("ok", OK_COLOUR)
     else:
         status = _badge(f"{errors} error{'s' if errors != 1 else ''}" if errors else "failed",
                         SEVERITY_COLORS["error"])
-    spec = d.get("spec") or {}
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    count = len(d.findings)
     return (f"<header>\n<h1>{_e(title)} {status}</h1>\n"
-            f'<p class="meta">Dataset <code>{_e(spec.get("dataset", "?"))}</code> on '
-            f'<code>{_e(d.get("device", "?"))}</code>. {len(findings)} finding'
-            f'{"s" if len(findings) != 1 else ""}. Made by fp16studio {_e(__version__)} on {now}.'
+            f'<p class="meta">Dataset <code>{_e(spec.dataset if spec is not None else "?")}</code> on '
+            f'<code>{_e(d.device or "?")}</code>. {count} finding'
+            f'{"s" if count != 1 else ""}. Made by fp16studio {_e(__version__)} on {now}.'
             f"</p>\n</header>")
 
 
@@ -100,31 +104,30 @@ def _error(error: dict | None) -> str:
             f"<pre>{_e(error.get('message', ''))}</pre>\n</section>")
 
 
-def _findings(findings: list) -> str:
+def _findings(findings: list[Finding]) -> str:
     if not findings:
         return '<section id="findings">\n<h2>Findings</h2>\n<p>No findings.</p>\n</section>'
     return ('<section id="findings">\n<h2>Findings</h2>\n'
             + "\n".join(_finding(f) for f in by_severity(findings)) + "\n</section>")
 
 
-def _finding(f: dict) -> str:
-    severity = str(f.get("severity", "info"))
-    colour = SEVERITY_COLORS.get(severity, "#999")
-    evidence = f.get("evidence") or {}
-    fixes = f.get("fixes") or []
+def _finding(f: Finding) -> str:
+    colour = SEVERITY_COLORS.get(f.severity, "#999")
     fix_list = ""
-    if fixes:
-        items = "".join(f"<li>{_e(fix.get('title', ''))} <code>{_e(fix.get('id', ''))}</code>"
-                        f"{_fix_code(fix)}</li>" for fix in fixes)
+    if f.fixes:
+        # the code to write where the fix has some (a spec's fix may have none)
+        items = "".join(f"<li>{_e(fix.title)} <code>{_e(fix.id)}</code>"
+                        f"{_code(fix.code_text() if fix.code is not None else None)}</li>"
+                        for fix in f.fixes)
         fix_list = f"<p>Fixes, best first:</p>\n<ol>{items}</ol>\n"
     evidence_table = _key_table([(key.replace("_", " "), evidence_value(value))
-                                 for key, value in evidence.items() if key != "series"])
-    series = evidence.get("series")
-    chart = _series_chart(series, evidence.get("dtype", "half")) if series else ""
+                                 for key, value in f.evidence.items() if key != "series"])
+    series = f.evidence.get("series")
+    chart = _series_chart(series, f.evidence.get("dtype", "half")) if series else ""
     return (f'<div class="finding" style="border-color: {colour}">\n'
-            f"<h3>{_badge(severity, colour)} <code>{_e(f.get('code', ''))}</code> at "
-            f"<code>{_e(f.get('location', ''))}</code></h3>\n"
-            f"<p>{_e(f.get('message', ''))}</p>\n{chart}{evidence_table}\n{fix_list}</div>")
+            f"<h3>{_badge(f.severity, colour)} <code>{_e(f.code)}</code> at "
+            f"<code>{_e(f.location)}</code></h3>\n"
+            f"<p>{_e(f.message)}</p>\n{chart}{evidence_table}\n{fix_list}</div>")
 
 
 def _series_chart(series: list, dtype: str) -> str:
@@ -164,33 +167,30 @@ def _series_chart(series: list, dtype: str) -> str:
             f"<title>{_e(title)}</title>{''.join(parts)}</svg>\n</figure>\n")
 
 
-def _fix_code(fix: dict) -> str:
+def _code(text: str | None) -> str:
     """The code to write, as the command line and the window show it (dedented: the user's
     indentation belongs to their script, not to the page)."""
-    code = fix.get("code")
-    return f'<pre>{_e(textwrap.dedent(code))}</pre>' if code else ""
+    return f'<pre>{_e(textwrap.dedent(text))}</pre>' if text else ""
 
 
-def _output(output: dict | None) -> str:
-    if not output:
+def _output(output: ModelOutput | None) -> str:
+    if output is None:
         return ""
-    rows = [("name", output.get("name")), ("dtype", output.get("dtype")),
-            ("shape", evidence_value(output.get("shape")))]
-    rows += [(key, evidence_value(value)) for key, value in output.items() if key not in dict(rows)]
+    rows = [("name", output.name), ("dtype", output.dtype), ("shape", evidence_value(output.shape)),
+            ("finite", evidence_value(output.finite))]
     return f'<section id="output">\n<h2>Model output</h2>\n{_key_table(rows)}\n</section>'
 
 
-def _inventory(inventory: dict | None) -> str:
-    if not inventory:
+def _inventory(inventory: Inventory) -> str:
+    if not inventory.tensors:   # no tree was walked (a failed load, a document without one)
         return ""
     totals = _key_table([
-        ("parameters", f"{inventory.get('parameters', 0):,}"),
-        ("tensors", f"{inventory.get('tensors', 0):,}"),
-        ("memory", _bytes(inventory.get("bytes", 0))),
+        ("parameters", f"{inventory.parameters:,}"),
+        ("tensors", f"{inventory.tensors:,}"),
+        ("memory", _bytes(inventory.bytes)),
     ])
     parts = [f'<section id="inventory">\n<h2>Tensor inventory</h2>\n{totals}']
-    for key, label in (("dtypes", "Tensors by dtype"), ("devices", "Tensors by device")):
-        counts = inventory.get(key) or {}
+    for counts, label in ((inventory.dtypes, "Tensors by dtype"), (inventory.devices, "Tensors by device")):
         if counts:
             rows = sorted(counts.items(), key=lambda kv: -kv[1])
             parts.append(_bar_chart(label, [(str(k), v) for k, v in rows], lambda v: f"{v:,}"))
@@ -219,7 +219,7 @@ def _bench(bench: BenchResult) -> str:
     parts = [f'<section id="bench">\n<h2>Benchmark</h2>\n{_key_table(_bench_facts(bench))}']
     if bench.verdict:
         parts.append(f"<p><strong>Verdict:</strong> {_e(bench.verdict)}</p>")
-    parts.extend(_finding(f.to_json()) for f in by_severity(bench.findings))
+    parts.extend(_finding(f) for f in by_severity(bench.findings))
     for title, value_of, fmt in _BENCH_CHARTS:
         rows = [(v.name, value_of(v)) for v in ran]
         rows = [(name, value) for name, value in rows if isinstance(value, (int, float))]
@@ -275,15 +275,14 @@ def _bench_facts(bench: BenchResult) -> list[tuple[str, str]]:
     return facts
 
 
-def _spec(spec: dict) -> str:
-    if not spec:
+def _spec(spec: PipelineSpec | None) -> str:
+    if spec is None:
         return ""
-    rows = [(k, evidence_value(v)) for k, v in spec.items() if k != "applied_fixes"]
-    fixes = spec.get("applied_fixes") or []
+    rows = [(k, evidence_value(v)) for k, v in spec.to_dict().items() if k != "applied_fixes"]
     applied = ""
-    if fixes:
+    if spec.applied_fixes:   # the spec's own record of them: {"id", "title", "code"}
         items = "".join(f"<li>{_e(fix.get('title', ''))} <code>{_e(fix.get('id', ''))}</code>"
-                        f"{_fix_code(fix)}</li>" for fix in fixes)
+                        f"{_code(fix.get('code'))}</li>" for fix in spec.applied_fixes)
         applied = f"<p>Fixes applied, oldest first:</p>\n<ol>{items}</ol>\n"
     return f'<section id="spec">\n<h2>Pipeline spec</h2>\n{applied}{_key_table(rows)}\n</section>'
 

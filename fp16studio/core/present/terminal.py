@@ -1,6 +1,6 @@
 """Results as the command line prints them: the diagnosis, a trace, a fix, a benchmark table,
-drift, an inspection. Each takes the command's --json document, so what a person reads and what
-a script reads come from one run."""
+drift, an inspection. Each takes the command's typed result, the one its --json document is
+written from, so what a person reads and what a script reads come from one run."""
 
 from __future__ import annotations
 
@@ -8,80 +8,90 @@ import os
 import textwrap
 
 from ..common.units import format_bytes
+from ..diagnostics.findings import Finding
+from ..diagnostics.report import Diagnosis, FixRun, ModelOutput
+from ..hf.model_info import ModelInventory
 from ..precision.bench import BenchResult, VariantResult
-from ..precision.drift import DRIFT_SQNR_DB
+from ..precision.drift import DRIFT_SQNR_DB, DriftResult
+from ..precision.fp8_plan import Fp8Plan
+from ..script.trace import ScriptTrace
 from ..precision.measure import STABLE_SPREAD
 from ..spec.value import PipelineSpec
 from . import vocabulary
 
 
-def finding_lines(finding: dict, where: str = "") -> list[str]:
-    """A finding of a JSON document as the command line prints it: a blank line, the code at its
-    location (`where` adds e.g. the script line), the message wrapped, then each fix, first one
-    first (and the code to write, for a trace finding that has no spec to edit)."""
-    lines = ["", f"{finding['severity'].upper():8}{finding['code']}  at {finding['location']}{where}"]
-    lines += textwrap.wrap(finding["message"], 96, initial_indent=" " * 8,
+def finding_lines(finding: Finding, where: str = "") -> list[str]:
+    """A finding as the command line prints it: a blank line, the code at its location (`where`
+    adds e.g. the script line), the message wrapped, then each fix, first one first, with the
+    code to write under it."""
+    lines = ["", f"{finding.severity.upper():8}{finding.code}  at {finding.location}{where}"]
+    lines += textwrap.wrap(finding.message, 96, initial_indent=" " * 8,
                            subsequent_indent=" " * 8)
-    for i, fix in enumerate(finding["fixes"]):
-        lines.append(f"        {'fix' if i == 0 else 'or '}: {fix['title']}  [{fix['id']}]")
-        if fix.get("code"):
-            # every line of the code under the title (its own indentation is the script's)
-            lines += textwrap.indent(textwrap.dedent(fix["code"]), " " * 13).splitlines()
+    for i, fix in enumerate(finding.fixes):
+        lines.append(f"        {'fix' if i == 0 else 'or '}: {fix.title}  [{fix.id}]")
+        # every line of the code under the title (its own indentation is the script's)
+        lines += textwrap.indent(textwrap.dedent(fix.code_text()), " " * 13).splitlines()
     return lines
 
 
-def format_diagnosis(doc: dict) -> str:
+def _output_line(out: ModelOutput) -> str:
+    finite = "" if out.finite is not False else ", NOT finite"
+    return f"  output {out.name}: {out.dtype} {out.shape}{finite}"
+
+
+def format_diagnosis(diagnosis: Diagnosis) -> str:
     """Human-readable diagnosis: the verdict, then each finding with its fixes."""
     lines = []
-    error = doc["error"]
-    verdict = "ok" if doc["ok"] else "problems found"
-    lines.append(f"{doc['spec']['model']} on {doc['device']}: {verdict}")
+    error = diagnosis.error
+    verdict = "ok" if diagnosis.ok else "problems found"
+    lines.append(f"{diagnosis.spec.model} on {diagnosis.device}: {verdict}")
     if error:
         where = f" in {error['module']}" if error.get("module") else ""
         lines += _wrapped(f"the pipeline failed at {error['stage']}{where}: {error['message']}", "  ")
-    if doc["output"]:
-        out = doc["output"]
-        finite = "" if out.get("finite", True) else ", NOT finite"
-        lines.append(f"  output {out['name']}: {out['dtype']} {out['shape']}{finite}")
-    steps = vocabulary.steps_summary(doc.get("steps"))
+    if diagnosis.output is not None:
+        lines.append(_output_line(diagnosis.output))
+    steps = vocabulary.steps_summary(diagnosis.steps)
     if steps:
         lines.append(f"  {steps}")
-    for finding in doc["findings"]:
+    for finding in diagnosis.findings:
         lines += finding_lines(finding)
-    inv = doc["inventory"]
-    if inv["tensors"]:
-        by_dtype = ", ".join(f"{n} {d}" for d, n in sorted(inv["dtypes"].items()))
+    inv = diagnosis.totals
+    if inv.tensors:
+        by_dtype = ", ".join(f"{n} {d}" for d, n in sorted(inv.dtypes.items()))
         lines.append("")
-        lines.append(f"inventory: {inv['parameters']:,} parameters, {inv['tensors']} tensors, "
-                     f"{format_bytes(inv['bytes'])} ({by_dtype})")
+        lines.append(f"inventory: {inv.parameters:,} parameters, {inv.tensors} tensors, "
+                     f"{format_bytes(inv.bytes)} ({by_dtype})")
     return "\n".join(lines)
 
 
-def format_trace(doc: dict) -> str:
-    """Human-readable trace: the verdict, the models that ran, each finding at its script line."""
-    name = os.path.basename(doc["script"])
+def format_trace(trace: ScriptTrace, scopes=None, error_said: str = "") -> str:
+    """Human-readable trace: the verdict, the models that ran, each finding at its script line
+    (`scopes`: words after each finding's location, a launched run's ranks; `error_said`: before
+    the failure's message, whose rank it was)."""
+    name = os.path.basename(trace.script)
     # "unknown": the script's process ended before it said where its models ran.
-    where = f" on {doc['device']}" if doc["device"] != "unknown" else ""
-    lines = ["", f"{name}{where}: {'ok' if doc['ok'] else 'problems found'}"]
-    for model in doc["models"]:
+    where = f" on {trace.device}" if trace.device != "unknown" else ""
+    lines = ["", f"{name}{where}: {'ok' if trace.ok else 'problems found'}"]
+    for model in trace.models:
         lines.append(f"  model {model['name']} ({model['class']}): {model['calls']} call(s)")
-    error = doc["error"]
+    error = trace.error
     if error:
         where = f" in {error['module']}" if error.get("module") else ""
-        lines += _wrapped(f"failed{where}{at_line(error.get('source'))}: {error['message']}", "  ")
-    if doc["output"]:
-        out = doc["output"]
-        lines.append(f"  output {out['name']}: {out['dtype']} {out['shape']}"
-                     + ("" if out.get("finite", True) else ", NOT finite"))
-    steps = vocabulary.steps_summary(doc.get("steps"))
+        lines += _wrapped(f"failed{where}{at_line(error.get('source'))}: {error_said}"
+                          f"{error['message']}", "  ")
+    if trace.output is not None:
+        lines.append(_output_line(trace.output))
+    steps = vocabulary.steps_summary(trace.steps)
     if steps:
         lines.append(f"  {steps}")
-    lines.extend(f"  note: {note}" for note in doc["notes"])
-    for finding in doc["findings"]:
-        lines += finding_lines(finding, at_line(finding["source"]))
-    if doc["spec"]:
+    lines.extend(f"  note: {note}" for note in trace.notes)
+    scopes = scopes or ()
+    for i, finding in enumerate(trace.findings):
+        scope = f" ({scopes[i]})" if i < len(scopes) else ""
+        lines += finding_lines(finding, scope + at_line(finding.source))
+    if trace.recovered_spec is not None:
         defaults = PipelineSpec(model="", dataset="").to_dict()
-        said = ", ".join(f"{key}={value}" for key, value in doc["spec"].items()
+        said = ", ".join(f"{key}={value}" for key, value in trace.recovered_spec.to_dict().items()
                          if value != defaults[key])
         lines.append("")
         lines.append(f"recovered pipeline spec: {said}")
@@ -143,7 +153,7 @@ def format_bench(result: BenchResult) -> str:
     if result.verdict:
         lines += _wrapped(f"verdict: {result.verdict}")
     for finding in result.findings:
-        lines += finding_lines(finding.to_json())
+        lines += finding_lines(finding)
     for v in result.variants:
         if v.ok:
             lines += _wrapped(v.verdict or v.name, "  ")
@@ -192,92 +202,91 @@ def _wrapped(text: str, indent: str = "") -> list[str]:
     return textwrap.wrap(text, 118, initial_indent=indent, subsequent_indent=indent + "  ")
 
 
-def format_drift(doc: dict) -> str:
-    """The drift document for people: the verdict, the output, the modules that parted, and
+def format_drift(result: DriftResult) -> str:
+    """The drift result for people: the verdict, the output, the modules that parted, and
     each finding with its fixes."""
-    lines = [f"float32 against {doc['variant']} on {doc['device']}: "
-             + ("within tolerance" if doc["ok"] else "NOT within tolerance")]
-    if doc["error"]:
-        lines.append(f"  the {doc['variant']} run failed: {doc['error']['message']}")
+    lines = [f"float32 against {result.variant} on {result.device}: "
+             + ("within tolerance" if result.ok else "NOT within tolerance")]
+    if result.error:
+        lines.append(f"  the {result.variant} run failed: {result.error['message']}")
         return "\n".join(lines)
-    out = doc["output"]
+    out = result.output
     lines.append(f"  output {out['name']}: " + (
         f"SQNR {out['sqnr_db']:.1f} dB, cosine {out['cosine']:.6f}, max |diff| "
         f"{out['max_abs_diff']:.3g}" if out["finite"] else f"{out['nonfinite']} inf/NaN values"))
-    parted = [m for m in doc["modules"] if m["nonfinite"] or
-              (m["sqnr_db"] is not None and m["sqnr_db"] < DRIFT_SQNR_DB)]
-    if doc["first_divergent"]:
-        lines.append(f"  first module to part from float32: {doc['first_divergent']} "
-                     f"({len(parted)} of {len(doc['modules'])} module calls parted)")
-    for finding in doc["findings"]:
+    parted = [m for m in result.modules if m.nonfinite or
+              (m.sqnr_db is not None and m.sqnr_db < DRIFT_SQNR_DB)]
+    if result.first_divergent:
+        lines.append(f"  first module to part from float32: {result.first_divergent} "
+                     f"({len(parted)} of {len(result.modules)} module calls parted)")
+    for finding in result.findings:
         lines += finding_lines(finding)
     return "\n".join(lines)
 
 
-def format_fix(doc: dict, output: str) -> str:
+def format_fix(run: FixRun, output: str) -> str:
     """`fix`: each round's fix, the final diagnosis, and the verdict with where the spec went."""
-    applied = doc["applied"]
-    lines = [f"round {step['round']}: {step['code']} -> applied {step['fix']}" for step in applied]
-    lines.append(format_diagnosis(doc))
-    verdict = ("NOT fixed" if not doc["ok"] else "fixed" if applied
+    lines = [f"round {step['round']}: {step['code']} -> applied {step['fix']}" for step in run.applied]
+    lines.append(format_diagnosis(run))
+    verdict = ("NOT fixed" if not run.ok else "fixed" if run.applied
                else "nothing to fix, the run is clean")
     lines.append(f"\n{verdict}; spec written to {output}")
     return "\n".join(lines)
 
 
-def format_inspect(doc: dict, dtype: str | None = None) -> str:
+def format_inspect(model: ModelInventory, dtype: str | None = None) -> str:
     """`inspect`: size per dtype (`dtype` marked), checkpoint dtypes, the largest layer."""
-    lines = [f"{doc['model']}: {doc['architecture']}, {doc['parameters']:,} parameters in "
-             f"{doc['tensors']} tensors"]
-    for name, size in doc["memory_bytes"].items():
+    lines = [f"{model.model}: {model.architecture}, {model.parameters:,} parameters in "
+             f"{model.tensors} tensors"]
+    for name, size in model.memory_bytes.items():
         mark = "  <-" if name == dtype else ""
         lines.append(f"  {name:>9}: {format_bytes(size)}{mark}")
-    if doc["checkpoint_dtypes"]:
-        lines.append("  checkpoint: " + ", ".join(f"{n} {d}" for d, n in doc["checkpoint_dtypes"].items()))
-    largest = doc["largest_layer"]
+    if model.checkpoint_dtypes:
+        lines.append("  checkpoint: " + ", ".join(f"{n} {d}" for d, n in model.checkpoint_dtypes.items()))
+    largest = model.largest_layer
     lines.append(f"  largest layer: {largest['name']} ({format_bytes(largest['bytes'])})")
-    if doc["keep_fp32_modules"]:
-        lines.append("  kept in float32 by the model: " + ", ".join(doc["keep_fp32_modules"]))
+    if model.keep_fp32_modules:
+        lines.append("  kept in float32 by the model: " + ", ".join(model.keep_fp32_modules))
     return "\n".join(lines)
 
 
-def format_fp8(doc: dict) -> str:
+def format_fp8(plan: Fp8Plan) -> str:
     """`fp8`: the verdict, the pre-flight checks, one row per Linear layer (within 120
     columns), then each finding with its fixes."""
-    layers = doc["layers"]
-    where = doc["device"] + (" (emulated)" if doc["emulated"] else "")
-    lines = [f"FP8 plan ({doc['recipe']}) on {where}: {len(doc['converted'])} of {len(layers)} "
-             f"Linear layers to FP8, {len(doc['keep_bf16'])} kept in bfloat16 (SQNR under "
-             f"{doc['threshold_db']:g} dB)"]
-    for check in doc["preflight"]:
+    layers = plan.layers
+    where = plan.device + (" (emulated)" if plan.emulated else "")
+    lines = [f"FP8 plan ({plan.recipe}) on {where}: {len(plan.converted)} of {len(layers)} "
+             f"Linear layers to FP8, {len(plan.keep_bf16)} kept in bfloat16 (SQNR under "
+             f"{plan.threshold_db:g} dB)"]
+    for check in plan.preflight:
         lines += textwrap.wrap(f"{check['check']}: {check['message']}", 110,
                                initial_indent=f"  {'ok' if check['ok'] else '!!':2}  ",
                                subsequent_indent=" " * 6)
-    name_width = min(40, max((len(layer["name"]) for layer in layers), default=5))
+    name_width = min(40, max((len(layer.name) for layer in layers), default=5))
     lines += ["", f"  {'layer':{name_width}}  {'in x out':>11}  {'share':>6}  {'w amax':>8}  "
                   f"{'x amax':>8}  {'under':>6}  {'SQNR dB':>7}  plan"]
     for layer in layers:
-        name = layer["name"]
+        name = layer.name
         if len(name) > name_width:   # whole, on a line of its own, its figures under it
             lines.append(f"  {name}")
             name = ""
         # Short: the shape is in its own column, the whole reason in the findings and --json.
-        reason = ("shape" if "not divisible" in layer["reason"] else "too small"
-                  if layer["reason"].startswith("too small") else "did not run")
-        plan = ("bf16: sensitive" if layer["keep_bf16"] else "FP8" if layer["eligible"]
-                else f"bf16: {reason}")
+        reason = ("shape" if "not divisible" in layer.reason else "too small"
+                  if layer.reason.startswith("too small") else "did not run")
+        plan_said = ("bf16: sensitive" if layer.keep_bf16 else "FP8" if layer.eligible
+                     else f"bf16: {reason}")
         line = (
-            f"  {name:{name_width}}  {layer['in_features']:>5}x{layer['out_features']:<5}  "
-            f"{vocabulary.number(layer['flops_share'], '{:.1%}'):>6}  "
-            f"{vocabulary.number(layer['weight_amax'], '{:.3g}'):>8}  "
-            f"{vocabulary.number(layer['input_amax'], '{:.3g}'):>8}  "
-            f"{vocabulary.number(layer['underflow_share'], '{:.1%}'):>6}  "
-            f"{vocabulary.number(layer['sqnr_db'], '{:.1f}', '-'):>7}  {plan}")
+            f"  {name:{name_width}}  {layer.in_features:>5}x{layer.out_features:<5}  "
+            f"{vocabulary.number(layer.flops_share, '{:.1%}'):>6}  "
+            f"{vocabulary.number(layer.weight_amax, '{:.3g}'):>8}  "
+            f"{vocabulary.number(layer.input_amax, '{:.3g}'):>8}  "
+            f"{vocabulary.number(layer.underflow_share, '{:.1%}'):>6}  "
+            f"{vocabulary.number(layer.sqnr_db, '{:.1f}', '-'):>7}  {plan_said}")
         lines.append(line if len(line) <= 120 else line[:119] + "…")
-    shares = [layer["sample_share"] for layer in layers if layer.get("sample_share") is not None]
+    shares = [layer.sample_share for layer in layers if layer.sample_share is not None]
     if shares and min(shares) < 1:
         lines.append(f"  under, SQNR: estimated on a sample of each layer's output, down to "
                      f"{min(shares):.1%} of it (--json: sample_share)")
-    for finding in doc["findings"]:
+    for finding in plan.findings:
         lines += finding_lines(finding)
     return "\n".join(lines)
