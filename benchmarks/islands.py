@@ -83,7 +83,7 @@ def measure(name: str, spec) -> dict:
     ev = overflow.evidence
     islands = drift(apply_fix(spec, fix), "float16", islands=False).output
     bf16 = drift(spec, "bfloat16", islands=False).output
-    row = {"model": name, "fp16 finite": report.output["finite"],
+    row = {"model": name, "fp16 finite": report.output.finite,
            "islands": ", ".join(fix.edits["run_in_float32"]),
            "half share": ev["parameters kept half"], "N": ev["island candidates"],
            "passes": ev["search forward passes"], "bound": max_passes(ev["island candidates"]),

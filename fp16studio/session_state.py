@@ -36,7 +36,7 @@ NO_MODEL = ("Choose a model first: type a Hub id or a local folder in the Model 
 
 @dataclass(frozen=True, eq=False)   # a result is itself, not its value (state_events)
 class Slot:
-    """A result (a bench document, a DriftResult) and the spec it is of."""
+    """A result (a BenchResult, a DriftResult) and the spec it is of."""
 
     value: Any
     of: PipelineSpec | None
@@ -110,7 +110,7 @@ class SessionState(Evented):
     FIELDS = ("spec", "path", "findings", "bench", "drift", "fp8", "tracing", "device", "environment")
     DERIVED = {
         "diagnosis": ("findings",), "trace": ("findings",), "stale": ("spec", "findings"),
-        "bench_doc": ("bench",), "bench_stale": ("spec", "bench"),
+        "bench_result": ("bench",), "bench_stale": ("spec", "bench"),
         "drift_result": ("drift",), "drift_stale": ("spec", "drift"),
         "fp8_plan": ("fp8",), "fp8_stale": ("spec", "fp8"),
         "why_not_continue": ("findings", "tracing"),
@@ -137,7 +137,7 @@ class SessionState(Evented):
         are of the spec their document says was run (the session's own spec unless it was
         edited after that run: then they are stale); its figures were saved with it
         (`saved_bench`). Nothing of the previous spec's results stays, nor can come back."""
-        diagnosis, bench_doc, self.dropped = read_saved(diagnosis_doc, bench_doc)
+        diagnosis, bench, self.dropped = read_saved(diagnosis_doc, bench_doc)
         with self.events.blocker():
             self.events.renew()
             self.spec, self.path = spec, Path(path) if path else None
@@ -145,7 +145,7 @@ class SessionState(Evented):
             if diagnosis is not None:
                 of = spec if same_run(diagnosis.spec, spec) else diagnosis.spec
                 self.findings = Findings(diagnosis, of, SAVED, diagnosis_doc)
-            self.bench = self._saved_bench = Slot(bench_doc, spec) if bench_doc else None
+            self.bench = self._saved_bench = Slot(bench, spec) if bench is not None else None
             self.drift = self.fp8 = self.tracing = None
             self.device = diagnosis.device if diagnosis is not None else None
         self._kept.clear()
@@ -236,7 +236,8 @@ class SessionState(Evented):
         return self.findings is not None and self.findings.origin == RUN and self.findings.of == self.spec
 
     @property
-    def bench_doc(self) -> dict | None:
+    def bench_result(self):
+        """The BenchResult shown, or None."""
         return self.bench.value if self.bench else None
 
     @property
@@ -389,7 +390,7 @@ class SessionState(Evented):
     def saved_bench(self) -> dict | None:
         """The figures saved with the spec: only the current spec's (a bench document does not
         say which spec it measured, so stale figures would open as current)."""
-        return None if self.bench_stale else self.bench_doc
+        return None if self.bench_stale or self.bench is None else self.bench.value.to_json()
 
     def missing(self) -> str | None:
         """Why the current spec cannot run yet (a blank pipeline has no model), or None."""
@@ -461,10 +462,10 @@ class SessionState(Evented):
         """A new benchmark replaces the figures: the old ones are not shown meanwhile."""
         self.bench = None
 
-    def took_bench(self, spec: PipelineSpec, doc: dict):
+    def took_bench(self, spec: PipelineSpec, result):
         with self.events.blocker():
-            self.bench = Slot(doc, spec)
-            self.device = doc.get("device") or self.device
+            self.bench = Slot(result, spec)
+            self.device = result.device or self.device
 
     def saved(self, path: Path):
         """The session was saved to `path`, its figures with it."""
@@ -547,8 +548,8 @@ def _find_fix(findings, fix_id: str):
 
 # -- a saved session's results, read leniently ----------------------------------------------------
 def read_saved(diagnosis_doc, bench_doc):
-    """A saved session's findings (a Diagnosis) and benchmark document as the window shows
-    them, each None when there is none or it cannot be read (a crafted or damaged file,
+    """A saved session's findings (a Diagnosis) and benchmark (a BenchResult) as the window
+    shows them, each None when there is none or it cannot be read (a crafted or damaged file,
     another kind of document, a finding of a newer version): a document is shown whole or
     not at all. The third value says what was left out and why, or is None."""
     from fp16studio.core.diagnostics.report import Diagnosis
@@ -560,10 +561,10 @@ def read_saved(diagnosis_doc, bench_doc):
             diagnosis = Diagnosis.from_json(diagnosis_doc)
         except InputError as exc:   # the codec's one line, or its spec's
             dropped.append(f"findings ({exc})")
+    bench = None
     if bench_doc:
         try:
-            BenchResult.from_json(bench_doc)
+            bench = BenchResult.from_json(bench_doc)
         except InputError as exc:
             dropped.append(f"benchmark ({exc})")
-            bench_doc = None
-    return diagnosis, bench_doc or None, " and ".join(dropped) or None
+    return diagnosis, bench, " and ".join(dropped) or None

@@ -76,7 +76,7 @@ def cmd_diagnose(args) -> int:
     from ..core.diagnostics.diagnosis import diagnose
 
     report = diagnose(_load_spec(args.spec, trust=args.trust))
-    _emit(report.to_json(), args, format_diagnosis)
+    _emit(report, args, format_diagnosis)
     return 0 if report.ok else 1
 
 
@@ -90,7 +90,7 @@ def cmd_fix(args) -> int:
     output = _output(args, args.spec, spec, _is_spec_file)
     run = fix_run(spec, max_rounds=args.rounds)
     save_spec(run.spec, output)
-    _emit(run.to_json(), args, lambda d: format_fix(d, args.output))
+    _emit(run, args, lambda r: format_fix(r, args.output))
     return 0 if run.ok else 1
 
 
@@ -104,7 +104,7 @@ def cmd_bench(args) -> int:
     result = benchmark(_load_spec(args.spec, trust=args.trust), variants=args.variants,
                        warmup=args.warmup, min_iterations=args.min_iterations,
                        min_seconds=args.min_seconds, min_rounds=args.min_rounds)
-    _emit(result.to_json(), args, format_bench)
+    _emit(result, args, format_bench)
     return 0
 
 
@@ -113,7 +113,7 @@ def cmd_drift(args) -> int:
     from ..core.precision.drift import drift
 
     result = drift(_load_spec(args.spec, trust=args.trust), variant=args.variant)
-    _emit(result.to_json(), args, format_drift)
+    _emit(result, args, format_drift)
     return 0 if result.ok else 1
 
 
@@ -130,7 +130,7 @@ def cmd_fp8(args) -> int:
 
         export_fp8_script(spec, plan, output)
         print(f"wrote {args.output}", file=sys.stderr if args.json else sys.stdout)
-    _emit(plan.to_json(), args, format_fp8)
+    _emit(plan, args, format_fp8)
     return 0 if plan.ok else 1
 
 
@@ -156,8 +156,8 @@ def cmd_report(args) -> int:
     if args.bench:
         from ..core.precision.bench import benchmark
 
-        bench = benchmark(spec, variants=args.variants).to_json()
-    write_text_atomic(output, render_report(report.to_json(), bench))
+        bench = benchmark(spec, variants=args.variants)
+    write_text_atomic(output, render_report(report, bench))
     print(f"wrote {args.output}")
     return 0 if report.ok else 1
 
@@ -172,9 +172,9 @@ def cmd_inspect(args) -> int:
                                               args.model.lower().endswith((".json", ".toml", ".fp16studio"))):
         raise InputError(f"inspect takes a model (a save_pretrained folder, its {CONFIG_NAME}, or a "
                          f"Hub id), not a spec: {args.model}; its \"model\" is what to inspect")
-    doc = inspect_model(args.model, dtype=dtype, trust_remote_code=args.trust_remote_code,
-                        base_dir=os.getcwd()).to_json()
-    _emit(doc, args, lambda d: format_inspect(d, dtype))
+    model = inspect_model(args.model, dtype=dtype, trust_remote_code=args.trust_remote_code,
+                          base_dir=os.getcwd())
+    _emit(model, args, lambda m: format_inspect(m, dtype))
     return 0
 
 
@@ -229,7 +229,7 @@ def cmd_trace(args) -> int:
         raise BrokenPipeError
     if args.apply:
         result.applied, result.fixed_script = _fixed_copy(result, args)
-    _emit(result.to_json(), args, format_ranked_trace if args.launch is not None else format_trace)
+    _emit(result, args, format_ranked_trace if args.launch is not None else format_trace)
     if args.apply and not args.json:
         print(f"wrote {result.fixed_script} with "
               f"{', '.join(a['id'] for a in result.applied)}; "
@@ -284,9 +284,9 @@ def _print_json(doc, args):
     args.json_doc = doc  # printed once the command is done and stdout is ours again
 
 
-def _emit(doc: dict, args, formatter) -> None:
-    """The command's --json document, or its human-readable form."""
+def _emit(result, args, formatter) -> None:
+    """The command's --json document (the result's), or its human-readable form."""
     if args.json:
-        _print_json(doc, args)
+        _print_json(result.to_json(), args)
     else:
-        print(formatter(doc))
+        print(formatter(result))

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from fp16studio.core.common.codec import Document, decode, encoder
 from fp16studio.core.diagnostics.report import Diagnosis
+from fp16studio.core.precision.bench import BenchResult
 from fp16studio.core.precision.drift import DriftResult
 from fp16studio.core.precision.fp8_plan import Fp8Plan
 from fp16studio.core.script.rank_merge import RankedTrace
@@ -192,12 +193,13 @@ def fp8(spec: PipelineSpec, recipe: str, progress, cancel) -> Fp8Plan:
 
 @task("bench")
 def benchmark(spec: PipelineSpec, variants: list[str] | None, progress, cancel,
-              on_sample=None) -> dict:
+              on_sample=None) -> BenchResult:
+    """Each precision variant of `spec` measured on the same batch (core.precision.bench)."""
     torch_loaded(progress)
     from fp16studio.core import benchmark as run
 
     warm_model().clear()
-    return run(spec, variants, progress=progress, cancel=cancel, on_sample=on_sample).to_json()
+    return run(spec, variants, progress=progress, cancel=cancel, on_sample=on_sample)
 
 
 @task("export")

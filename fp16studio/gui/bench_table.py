@@ -1,7 +1,7 @@
 """The Compare tab's table of a benchmark's figures: one row per variant, the columns the
 document fills, sorted on the raw numbers, each column's width from its header and the font.
 
-Plain dicts in (the `bench --json` document): no torch here.
+A bench result in (core.precision.bench.BenchResult): no torch here.
 """
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyMod
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QHeaderView, QTableView
 
-from fp16studio.core.precision.bench import VARIANTS
-from fp16studio.core.precision.verdict import VERDICT_COLUMNS
-from fp16studio.core.present.vocabulary import bench_columns, stability, with_ratio
+from fp16studio.core.precision.bench import VARIANTS, BenchResult
+from fp16studio.core.present.vocabulary import bench_columns, stability
 from .palette import OKABE_ITO
 from .roles import RAW_ROLE
 
@@ -27,8 +26,8 @@ CELL_PAD_PX = 24    # a cell's margins, or the header's and its sort arrow's
 
 
 class ResultsModel(QAbstractTableModel):
-    """One row per variant of a bench document: text to read, RAW_ROLE to sort and export. The
-    columns are the shared ones (core.present.vocabulary, then the verdict's) that this document
+    """One row per variant of a bench result: text to read, RAW_ROLE to sort and export. The
+    columns are the shared ones (core.present.vocabulary, then the verdict's) that this result
     fills; a variant's verdict is its name's tooltip."""
 
     def __init__(self, parent=None):
@@ -38,15 +37,13 @@ class ResultsModel(QAbstractTableModel):
         self._stable: list[str] = []
         self._verdicts: list = []
 
-    def set_doc(self, doc: dict | None):
+    def set_doc(self, doc: BenchResult | None):
         self.beginResetModel()
-        variants = with_ratio(doc) if doc else []
-        self.columns = (bench_columns(variants) + tuple(
-            c for c in VERDICT_COLUMNS if any(c[1](v) is not None for v in variants))
-            if doc else ())
+        variants = doc.variants if doc is not None else []
+        self.columns = bench_columns(doc) if doc is not None else ()
         self._rows = [[value(v) for _, value, _, _ in self.columns] for v in variants]
         self._stable = [stability(v) for v in variants]
-        self._verdicts = [v.get("verdict") for v in variants]
+        self._verdicts = [v.verdict for v in variants]
         self.endResetModel()
 
     def headers(self) -> list[str]:
@@ -103,7 +100,7 @@ class _SortProxy(QSortFilterProxyModel):
 
 
 class BenchTable(QTableView):
-    """The figures of a bench document (`figures.set_doc`), every variant's row in view."""
+    """The figures of a bench result (`figures.set_doc`), every variant's row in view."""
 
     def __init__(self, parent=None):
         super().__init__(parent)

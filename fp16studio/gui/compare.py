@@ -2,9 +2,10 @@
 throughput and memory bars side by side and a table of the figures and the drift from float32
 (bench_table.py).
 
-It only shows the `bench --json` document and the samples streamed while it is made (plain
-dicts): no torch here. The worker emits samples; this widget buffers them in NumPy arrays and
-redraws from a timer, so a fast model cannot flood the GUI thread with repaints.
+It only shows the bench result (core.precision.bench.BenchResult, as the engine returns it)
+and the samples streamed while it is made (plain dicts): no torch here. The worker emits
+samples; this widget buffers them in NumPy arrays and redraws from a timer, so a fast model
+cannot flood the GUI thread with repaints.
 
 The tab scrolls vertically when the window is shorter than the charts and every variant's row
 need: its figures never set the window's least height.
@@ -24,7 +25,7 @@ from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QPushButton, QS
                                QToolButton, QVBoxLayout, QWidget)
 from pyqtgraph.exporters import ImageExporter
 
-from fp16studio.core.precision.bench import VARIANTS
+from fp16studio.core.precision.bench import VARIANTS, BenchResult
 from fp16studio.core.present.vocabulary import bench_notes, stability, status
 from .bench_table import BenchTable
 from .fit import ElidedLabel, VerticalScrollArea
@@ -91,7 +92,7 @@ class CompareView(MadeInParts, QWidget):
     def __init__(self, parent=None, *, begun: bool = False):
         """Made whole; `begun` only for `in_parts`, which makes the rest."""
         super().__init__(parent)
-        self._doc: dict | None = None
+        self._doc: BenchResult | None = None
         self._series: dict[str, _Series] = {}
         self._curves: dict[str, pg.PlotDataItem] = {}
         self._dirty: set[str] = set()
@@ -309,8 +310,8 @@ class CompareView(MadeInParts, QWidget):
         if not self._timer.isActive():
             self._timer.start()
 
-    def set_result(self, doc: dict):
-        """Show a finished bench document (CONTRACT §3 `bench --json`): the table now, the
+    def set_result(self, doc: BenchResult):
+        """Show a finished bench result (CONTRACT §3 `bench --json`): the table now, the
         result charts' page an event later, the summary and note over them in the next, their
         bars in the one after (`finish_drawing` for them at once)."""
         self._redraw()
@@ -328,7 +329,7 @@ class CompareView(MadeInParts, QWidget):
         doc = self._doc
         self.summary.setText(self._headline(doc))
         self.details.setText(" · ".join(self._details(doc)))
-        note = doc.get("note") or ""  # on a CPU: what its figures say (core's CPU_NOTE)
+        note = doc.note or ""  # on a CPU: what its figures say (core's CPU_NOTE)
         self.note.setText(note)
         self.note.setVisible(bool(note))
         self.details_button.setText("Details and caveats" if note else "Details")
@@ -354,37 +355,37 @@ class CompareView(MadeInParts, QWidget):
         doc = self._doc
         if doc is None:
             return
-        ok = [v for v in doc.get("variants", []) if v.get("ok")]
+        ok = [v for v in doc.variants if v.ok]
         if not ok:   # every variant failed: nothing to draw (the table says why)
             self._empty_bars()
             return
         # A noisy figure is marked where it is drawn, not only in the table.
-        ticks = [[(i, v["name"] + (" (noisy)" if stability(v) == "noisy" else "")) for i, v in enumerate(ok)]]
+        ticks = [[(i, v.name + (" (noisy)" if stability(v) == "noisy" else "")) for i, v in enumerate(ok)]]
         y = np.arange(len(ok), dtype=float)
-        names = [v["name"] for v in ok]
+        names = [v.name for v in ok]
         mib = 1024.0 ** 2
         pens = [_pen(n) for n in names]
-        speeds = np.array([v.get("samples_per_s") or 0.0 for v in ok])
+        speeds = np.array([v.samples_per_s or 0.0 for v in ok])
         # An unstable figure's bar outlined in the warning colour, as well as named (noisy).
         speed_pens = [_NOISY_PEN if stability(v) == "noisy" else pen for v, pen in zip(ok, pens)]
         self._speed_bars.setOpts(y=y, width=speeds, brushes=[_brush(n) for n in names], pens=speed_pens)
-        half = speeds * np.array([v.get("spread") or 0.0 for v in ok]) / 2
+        half = speeds * np.array([v.spread or 0.0 for v in ok]) / 2
         self._spread.setData(x=speeds, y=y, left=np.minimum(half, speeds), right=half,   # in the text's colour
                              pen=pg.mkPen(self.bars.palette().color(QPalette.ColorRole.Text), width=1.5))
-        batch = (doc.get("batch") or {}).get("size")
+        batch = doc.batch.size if doc.batch is not None else None
         self._speed_plot.setLabel("bottom", f"samples/s, batch of {batch}" if batch else "samples/s")
-        self._peak_bars.setOpts(y=y - 0.2, width=[(v.get("peak_memory_bytes") or 0) / mib for v in ok],
+        self._peak_bars.setOpts(y=y - 0.2, width=[(v.peak_memory_bytes or 0) / mib for v in ok],
                                 brushes=[_brush(n) for n in names], pens=pens)
-        self._weight_bars.setOpts(y=y + 0.2, width=[(v.get("weights_bytes") or 0) / mib for v in ok],
+        self._weight_bars.setOpts(y=y + 0.2, width=[(v.weights_bytes or 0) / mib for v in ok],
                                   brushes=[_brush(n, light=True) for n in names], pens=pens)
-        busy = [v.get("busy_ms") for v in ok]
+        busy = [v.busy_ms for v in ok]
         timed = any(b is not None for b in busy)
         self._show_time_plot(timed)
         if timed:
             busy = [b or 0.0 for b in busy]
             self._busy_bars.setOpts(y=y, width=busy, brushes=[_brush(n) for n in names], pens=pens)
             self._overhead_bars.setOpts(
-                x0=busy, y=y, width=[max(v.get("overhead_ms") or 0.0, 0.0) for v in ok],
+                x0=busy, y=y, width=[max(v.overhead_ms or 0.0, 0.0) for v in ok],
                 brushes=[_brush(n, light=True) for n in names], pens=pens)
         for item in self._result_plots:
             item.getAxis("left").setTicks(ticks)
@@ -435,7 +436,8 @@ class CompareView(MadeInParts, QWidget):
     def export_json(self, path) -> Path:
         """The bench document as `fp16studio bench --json` prints it."""
         path = Path(path)
-        path.write_text(json.dumps(self._doc or {}, indent=2) + "\n", encoding="utf-8")
+        doc = self._doc.to_json() if self._doc is not None else {}
+        path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         return path
 
     def _ask_png(self):
@@ -470,33 +472,31 @@ class CompareView(MadeInParts, QWidget):
         self._dirty.clear()
 
     @staticmethod
-    def _headline(doc: dict) -> str:
+    def _headline(doc: BenchResult) -> str:
         """The verdict, one sentence (core words it; an unstable bench names no winner)."""
-        if doc.get("verdict"):
-            return f"Verdict: {doc['verdict']}"
-        ran = sum(1 for v in doc.get("variants", []) if v.get("ok"))
-        return f"Measured {ran} of {len(doc.get('variants', []))} variants on {doc.get('device', '?')}."
+        if doc.verdict:
+            return f"Verdict: {doc.verdict}"
+        ran = sum(1 for v in doc.variants if v.ok)
+        return f"Measured {ran} of {len(doc.variants)} variants on {doc.device or '?'}."
 
     @staticmethod
-    def _details(doc: dict) -> list[str]:
+    def _details(doc: BenchResult) -> list[str]:
         """What the headline leaves a click away: the device and batch, what the figures
         mean, what could not run."""
-        parts = [f"Device: {doc.get('device', '?')}"
-                 + (f" ({doc['device_name']})" if doc.get("device_name") else "")]
-        batch = doc.get("batch") or {}
-        if batch.get("size"):
-            parts.append(f"batch of {batch['size']}"
-                         + (f", {batch['tokens']} tokens" if batch.get("tokens") else ""))
-        tf32 = doc.get("tf32") or {}
-        if tf32 and str(doc.get("device", "")).startswith("cuda"):
-            state = "on" if tf32.get("cuda_matmul_allow_tf32") else "off"
+        parts = [f"Device: {doc.device or '?'}" + (f" ({doc.device_name})" if doc.device_name else "")]
+        batch = doc.batch
+        if batch is not None and batch.size:
+            parts.append(f"batch of {batch.size}" + (f", {batch.tokens} tokens" if batch.tokens else ""))
+        tf32 = doc.tf32
+        if tf32 is not None and doc.device.startswith("cuda"):
+            state = "on" if tf32.cuda_matmul_allow_tf32 else "off"
             parts.append(f"float32 baseline with TF32 matmul {state} "
-                         f"(precision {tf32.get('float32_matmul_precision')})")
+                         f"(precision {tf32.float32_matmul_precision})")
         parts += bench_notes(doc)  # what the memory and spread figures mean, as everywhere
         for state, label in (("unsupported", "not on this device"), ("failed", "could not run")):
-            names = [v["name"] for v in doc.get("variants", []) if status(v) == state]
+            names = [v.name for v in doc.variants if status(v) == state]
             if names:
                 parts.append(f"{label}: {', '.join(names)} (see Error)")
-        if doc.get("reference_error"):
-            parts.append(f"no float32 reference: {doc['reference_error']}")
+        if doc.reference_error:
+            parts.append(f"no float32 reference: {doc.reference_error}")
         return parts

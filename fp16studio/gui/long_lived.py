@@ -27,9 +27,10 @@ import gc
 FREEZE_FROM_TENSORS = 5_000
 
 
-def keep_out_of_collections(inventory: dict | None):
-    """Freeze what is alive now when `inventory` (core's tree summary) says the tree is large."""
-    if inventory and inventory.get("tensors", 0) >= FREEZE_FROM_TENSORS:
+def keep_out_of_collections(inventory):
+    """Freeze what is alive now when `inventory` (core's tree summary, an Inventory or None)
+    says the tree is large."""
+    if inventory is not None and inventory.tensors >= FREEZE_FROM_TENSORS:
         gc.freeze()
 
 

@@ -109,7 +109,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
     spec = property(lambda self: self.controller.spec)
     diagnosis = property(lambda self: self.controller.diagnosis)
     diagnosis_doc = property(lambda self: self.controller.diagnosis_doc)
-    bench_doc = property(lambda self: self.controller.bench_doc)
+    bench_result = property(lambda self: self.controller.bench_result)
     session_path = property(lambda self: self.controller.session_path)
     # The Compare and Drift tabs' views, made when first needed (later_pages.py).
     compare = property(lambda self: self.pages.page("compare"))
@@ -286,9 +286,9 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         if view is not None:
             getattr(view, method)(*args)
 
-    def _on_bench(self, doc):
-        if doc:
-            self.compare.set_result(doc)
+    def _on_bench(self, result):
+        if result is not None:
+            self.compare.set_result(result)
         else:
             self._if_made("compare", "clear")
 

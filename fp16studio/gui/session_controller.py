@@ -73,7 +73,7 @@ class SessionController(SessionFiles, QObject):
     # What the findings panel lists and says changed with no new result: a trace started (the
     # slot's findings are not the script's) or ended without one (they are back).
     findingsChanged = Signal(object)      # the script being traced, or None
-    benchChanged = Signal(object)         # bench document or None
+    benchChanged = Signal(object)         # BenchResult or None
     benchStale = Signal(bool)             # the figures are of another spec than the current one
     driftChanged = Signal(object)         # DriftResult or None
     driftStale = Signal(bool)             # the drift is of another spec than the current one
@@ -138,7 +138,7 @@ class SessionController(SessionFiles, QObject):
             ("trace", self.traceChanged.emit),
             ("diagnosis", self.diagnosisChanged.emit), ("tracing", self.findingsChanged.emit),
             ("stale", self._say_stale),
-            ("bench_doc", self.benchChanged.emit), ("bench_stale", self.benchStale.emit),
+            ("bench_result", self.benchChanged.emit), ("bench_stale", self.benchStale.emit),
             ("drift_result", self.driftChanged.emit), ("drift_stale", self.driftStale.emit),
             ("fp8_plan", self.fp8Changed.emit), ("fp8_stale", self.fp8Stale.emit),
             ("device", self.deviceChanged.emit), ("environment", self.environmentChanged.emit),
@@ -151,7 +151,7 @@ class SessionController(SessionFiles, QObject):
     environment = _state("environment")
     diagnosis = _state("diagnosis")
     diagnosis_doc = _state("diagnosis_doc")
-    bench_doc = _state("bench_doc")
+    bench_result = _state("bench_result")
     script_trace = _state("trace")
     session_path = property(lambda self: self.state.path,
                             lambda self, path: setattr(self.state, "path", path))
@@ -304,15 +304,15 @@ class SessionController(SessionFiles, QObject):
         self.logged.emit("error", f"FP8 plan failed: {message}\n{detail}".strip())
 
     def run_benchmark(self, variants=None) -> bool:
-        """Measure the precision variants (default: all); `benchmarkFinished(doc)` when done,
-        with samples streamed through `benchSample` meanwhile."""
+        """Measure the precision variants (default: all); `benchmarkFinished(doc)` (its --json
+        document) when done, with samples streamed through `benchSample` meanwhile."""
         can = self._can_start(lambda: self.run_benchmark(variants))
         if not can:
             return can is None
         spec = self.spec
         self.state.bench_started()
         self.logged.emit("info", "Benchmark started.")
-        self._submit("bench", (spec, variants), lambda doc: self._on_benchmark(spec, doc),
+        self._submit("bench", (spec, variants), lambda result: self._on_benchmark(spec, result),
                      lambda message, detail: self.logged.emit(
                          "error", f"Benchmark failed: {message}\n{detail}".strip()),
                      "Benchmark cancelled.", on_samples=lambda samples: [
@@ -441,18 +441,18 @@ class SessionController(SessionFiles, QObject):
         self.logged.emit("error", f"Compare with float32 failed: {message}\n{detail}".strip())
         self.driftFailed.emit(message)
 
-    def _on_benchmark(self, spec, doc):
-        self.state.took_bench(spec, doc)
-        for variant in doc.get("variants", []):
-            if variant.get("ok"):
-                self.logged.emit("info", f"{variant['name']}: {variant['samples_per_s']:.1f} samples/s, "
-                                         f"p50 {variant['latency_ms']['p50']:.2f} ms")
+    def _on_benchmark(self, spec, result):
+        self.state.took_bench(spec, result)
+        for variant in result.variants:
+            if variant.ok:
+                self.logged.emit("info", f"{variant.name}: {variant.samples_per_s:.1f} samples/s, "
+                                         f"p50 {variant.latency_ms.p50:.2f} ms")
             else:
                 # "unsupported" (decided before running, not tried) or "failed": the table's word.
-                self.logged.emit("warning", f"{variant['name']}: {vocabulary.status(variant)} "
-                                            f"({variant.get('error', 'see report')})")
+                self.logged.emit("warning", f"{variant.name}: {vocabulary.status(variant)} "
+                                            f"({variant.error or 'see report'})")
         self.autosave()
-        self.benchmarkFinished.emit(doc)
+        self.benchmarkFinished.emit(result.to_json())   # CONTRACT §5: the --json document
 
     def _log_findings(self, findings):
         for finding in findings:

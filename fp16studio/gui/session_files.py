@@ -96,7 +96,7 @@ class SessionFiles:
         from fp16studio.core.present.html import render_report
 
         try:
-            write_text_atomic(Path(path), render_report(self.diagnosis_doc, self.bench_doc))
+            write_text_atomic(Path(path), render_report(self.diagnosis, self.bench_result))
         except InputError as exc:
             self.warned.emit("Cannot write the report", str(exc))
             return False

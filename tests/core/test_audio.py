@@ -29,7 +29,7 @@ def test_an_audio_folder_feeds_the_whisper_extractor_and_the_decoder_starts(zoo,
     # Whisper has no input_ids: the decoder start is built from its main input.
     assert prepared.batch["decoder_input_ids"].tolist() == [[1]] * 4
     report = diagnose(spec_for(zoo["whisper"], clips))
-    assert report.ok and report.output["name"] == "logits"
+    assert report.ok and report.output.name == "logits"
 
 
 def test_wav2vec2_gets_input_values_resampled_to_the_extractor_rate(zoo, clips):
@@ -71,7 +71,7 @@ def test_half_audio_model_fed_float32_features_is_fixed_by_casting_the_inputs(zo
     assert f.location == "wav2vec2.feature_extractor.conv_layers.0.conv"
     assert f.fixes[0].id == "cast-inputs-bfloat16"
     fixed = diagnose(apply_fix(spec, f.fixes[0]))
-    assert fixed.ok and fixed.output["dtype"] == "bfloat16"
+    assert fixed.ok and fixed.output.dtype == "bfloat16"
 
 
 def test_a_text_model_given_audio_says_so(demo_dir, clips):

@@ -382,7 +382,7 @@ def test_every_variant_runs_on_a_tiny_resnet_and_streams_samples(monkeypatch):
     assert counts == sorted(counts) and counts[-1] == by_name["float32"]["iterations"]
     assert all(s["latency_ms"] > 0 and s["samples_per_s"] > 0 for s in samples)
     assert "bench" in stages and "model" in stages  # prepare()'s own stages pass through
-    table = format_bench(doc)
+    table = format_bench(bench.BenchResult.from_json(doc))
     assert "autocast-bfloat16" in table and "says little about a GPU" in table
     assert f"verdict: {doc['verdict'][:40]}" in table
 
@@ -397,7 +397,7 @@ def test_float16_overflow_shows_as_nonfinite_drift_and_bfloat16_does_not():
     assert fp16["ok"] and fp16["nonfinite_outputs"] > 0
     assert fp16["max_abs_diff_vs_float32"] is None and fp16["top1_agreement"] is None
     assert bf16["nonfinite_outputs"] == 0 and bf16["max_abs_diff_vs_float32"] is not None
-    assert "inf/NaN" in format_bench(doc)
+    assert "inf/NaN" in format_bench(bench.BenchResult.from_json(doc))
 
 
 def test_without_float32_in_the_list_drift_still_compares_with_float32():
@@ -426,7 +426,7 @@ def test_a_failing_variant_is_reported_and_the_others_still_run(monkeypatch):
     assert fp32["ok"] and amp["ok"]
     assert not bf16["ok"] and bf16["samples_per_s"] is None and bf16["latency_ms"] is None
     assert bf16["error"] == "RuntimeError: \"addmm_impl_cpu_\" not implemented for 'BFloat16'"
-    assert "bfloat16: RuntimeError" in format_bench(doc)
+    assert "bfloat16: RuntimeError" in format_bench(bench.BenchResult.from_json(doc))
 
 
 def test_a_spec_that_cannot_load_is_bad_input(tmp_path):
@@ -503,7 +503,7 @@ def test_unsupported_variant_is_reported_without_loading(monkeypatch):
     fp32, bf16 = doc["variants"]
     assert fp32["ok"] and not bf16["ok"] and bf16["error"] == "no bfloat16 here"
     assert bf16["support"] == "unsupported" and loads == ["float32"]
-    table = format_bench(doc)
+    table = format_bench(bench.BenchResult.from_json(doc))
     assert "bfloat16: unsupported, no bfloat16 here" in table and "failed" not in table
     assert any(line.split()[:2] == ["bfloat16", "unsupported"] for line in table.splitlines())
     assert bench_device.compute_dtype("autocast-float16") == "float16"
@@ -549,7 +549,7 @@ def test_format_bench_of_a_cuda_document_names_tf32_and_memory_kind():
                 "max_abs_diff_vs_float32": 0.0, "top1_agreement": 1.0,
                 "memory_kind": "cuda-max-allocated"},
                {"name": "bfloat16", "ok": False, "error": "out of memory: CUDA out of memory"}]}
-    table = format_bench(doc)
+    table = format_bench(bench.BenchResult.from_json(doc))
     assert "TF32 matmul on" in table and "precision high" in table
     assert "max_memory_allocated" in table and "3.0 GiB" in table
     assert "bfloat16: out of memory" in table
@@ -570,7 +570,7 @@ def test_on_cuda_memory_comes_from_the_allocator_and_timing_from_events():
         assert v["peak_memory_bytes"] >= v["weights_bytes"] > 0
         assert v["reserved_memory_bytes"] >= v["peak_memory_bytes"]
         assert v["latency_ms"]["min"] > 0
-    assert "max_memory_allocated" in format_bench(doc)
+    assert "max_memory_allocated" in format_bench(bench.BenchResult.from_json(doc))
 
 
 # -- the command line -----------------------------------------------------------------------------
@@ -607,7 +607,7 @@ def test_cli_bench_table_shows_the_spread_and_flags_unstable_figures(demo_dir, c
         {"name": "bfloat16", "ok": True, "samples_per_s": 20.0, "stable": True, "spread": 0.01,
          "latency_ms": {"p50": 200.0, "p90": 210.0, "min": 190.0}, "peak_memory_bytes": None,
          "weights_bytes": None, "max_abs_diff_vs_float32": 0.1, "top1_agreement": None}]}
-    table = format_bench(doc).splitlines()
+    table = format_bench(bench.BenchResult.from_json(doc)).splitlines()
     rows = {line.split()[0]: line for line in table if line.startswith(("float32", "bfloat16"))}
     assert "40.0%" in rows["float32"] and rows["float32"].split()[1] == "!"
     assert "!" not in rows["bfloat16"]
@@ -631,7 +631,7 @@ def test_the_table_of_every_figure_fits_120_columns_with_details_and_verdicts_un
                         {"name": "autocast-bfloat16", "ok": True, **figures, "stable": False,
                          "busy_ms": 1.2, "overhead_ms": 1.39, "bound": "launch",
                          "kernel_speedup": 30.0, "verdict": "autocast-bfloat16 runs " + "x" * 150}]}
-    table = format_bench(doc)
+    table = format_bench(bench.BenchResult.from_json(doc))
     lines = table.splitlines()
     assert max(map(len, lines)) <= 120
     header = next(line for line in lines if line.startswith("Variant"))

@@ -3,6 +3,9 @@ table narrow enough for the page (the other figures under it, with each variant'
 
 import xml.etree.ElementTree as ET
 
+from fp16studio.core.diagnostics.report import Diagnosis
+from fp16studio.core.precision.bench import BenchResult
+from fp16studio.core.spec.value import PipelineSpec
 from fp16studio.core.present.html import render_report
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -21,12 +24,11 @@ BENCH = {"device": "cuda:0", "device_name": "NVIDIA H100 80GB HBM3",
                   overhead_ms=5.8, bound="launch", kernel_speedup=12.4, stable=False,
                   verdict="float16 is launch-bound.",
                   latency_ms={"p50": 8.7, "p90": 9.0, "min": 8.6})]}
-DIAGNOSIS = {"ok": True, "spec": {"model": "m", "dataset": "d"}, "device": "cuda:0",
-             "findings": [], "error": None, "inventory": None, "output": None}
+DIAGNOSIS = Diagnosis(PipelineSpec(model="m", dataset="d"), "cuda:0")
 
 
 def bench_section():
-    text = render_report(DIAGNOSIS, BENCH)
+    text = render_report(DIAGNOSIS, BenchResult.from_json(BENCH))
     return ET.fromstring(text.split("\n", 1)[1]).find(".//section[@id='bench']")
 
 

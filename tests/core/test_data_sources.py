@@ -64,7 +64,7 @@ def test_image_folder(demo_dir, tmp_path):
 @pytest.mark.parametrize("model", ["models/tiny-bert", "models/tiny-resnet"])
 def test_synthetic_rows_from_the_config(demo_dir, model):
     report = diagnose(PipelineSpec(model=str(demo_dir / model), dataset="synthetic"))
-    assert report.ok and report.output["shape"] == [4, 3]
+    assert report.ok and report.output.shape == [4, 3]
 
 
 def test_user_function_failure_is_a_pipeline_error_not_bad_input(demo_dir, tmp_path):
@@ -148,9 +148,9 @@ def test_minilm_fp32_is_healthy_and_bf16_on_cpu_clean(minilm_dir, demo_dir):
     spec = PipelineSpec(model=str(minilm_dir), dataset=str(demo_dir / "data/texts.jsonl"))
     report = diagnose(spec)
     assert report.ok and report.findings == []
-    assert report.output["name"] == "last_hidden_state" and report.output["shape"][2] == 384
+    assert report.output.name == "last_hidden_state" and report.output.shape[2] == 384
     bf16 = diagnose(spec.replace(model_dtype="bfloat16"))
-    assert bf16.ok and bf16.findings == [] and bf16.output["dtype"] == "bfloat16"
+    assert bf16.ok and bf16.findings == [] and bf16.output.dtype == "bfloat16"
 
 
 def test_minilm_half_outputs_stay_close_to_fp32(minilm_dir, demo_dir):

@@ -264,7 +264,7 @@ def test_no_overflow_risk_in_range_or_in_a_float16_run(demo_dir):
     # A float16 run with its float32 island: the island's large float32 values are no risk.
     islands = demo_spec("overflow").replace(run_in_float32=["bert.encoder.layer.0"])
     report = diagnose(islands)
-    assert report.output["finite"] and "overflow-risk" not in codes(report.findings)
+    assert report.output.finite and "overflow-risk" not in codes(report.findings)
 
 
 # -- what the tree's "colour by headroom / drift" reads -----------------------------------------

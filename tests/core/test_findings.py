@@ -10,6 +10,7 @@ import torch
 
 from fp16studio.core import PipelineSpec, apply_fix, diagnose
 from fp16studio.core.demo.pipelines import demo_spec
+from fp16studio.core.diagnostics.report import ModelOutput
 from fp16studio.core.diagnostics.rules import Evidence, run_rules
 from fp16studio.core.run.trace import ModuleCall, TensorInfo
 
@@ -49,7 +50,7 @@ def test_convnext_fp16_mismatch_and_fix_runs_clean(demo_dir, zoo):
     report = diagnose(spec)
     assert "dtype-mismatch" in codes(report)
     fixed = diagnose(apply_fix(spec, report.fix("cast-inputs-bfloat16")))
-    assert fixed.ok and fixed.output["dtype"] == "bfloat16"
+    assert fixed.ok and fixed.output.dtype == "bfloat16"
     assert fixed.spec.applied_fixes[-1]["id"] == "cast-inputs-bfloat16"
 
 
@@ -63,7 +64,7 @@ def test_models_that_cast_their_inputs_are_no_dtype_mismatch(demo_dir, zoo):
 def test_healthy_pipeline_has_no_findings(demo_dir):
     report = diagnose(demo_spec("healthy"))
     assert report.ok and report.findings == [] and report.error is None
-    assert report.output == {"name": "logits", "dtype": "float32", "shape": [4, 3], "finite": True}
+    assert report.output == ModelOutput(name="logits", dtype="float32", shape=[4, 3], finite=True)
 
 
 def test_library_fp32_modules_are_not_findings(demo_dir, zoo):
@@ -163,7 +164,7 @@ def test_fp16_on_cpu_warns_and_bf16_does_not(demo_dir):
     assert report.ok and finding(report, "half-on-cpu").severity == "warning"
     bf16 = diagnose(apply_fix(spec, finding(report, "half-on-cpu").fixes[0]))
     assert bf16.ok and "half-on-cpu" not in codes(bf16)
-    assert bf16.output["dtype"] == "bfloat16"
+    assert bf16.output.dtype == "bfloat16"
 
 
 # -- overflow --------------------------------------------------------------------------------
@@ -173,7 +174,7 @@ def test_fp16_overflow_names_the_first_module(demo_dir):
     f = finding(report, "overflow")
     assert f.severity == "error" and not report.ok and report.error is None
     assert f.location == "bert.encoder.layer.0.intermediate.dense"
-    assert report.output["finite"] is False
+    assert report.output.finite is False
     # Float32 islands first (the rest stays float16), then the model-wide answers.
     assert f.fixes[0].id == "float32-islands"
     assert f.fixes[1].edits["model_dtype"] == "bfloat16"
@@ -183,7 +184,7 @@ def test_fp16_overflow_names_the_first_module(demo_dir):
 
 def test_bfloat16_range_does_not_overflow(demo_dir):
     report = diagnose(demo_spec("overflow").replace(model_dtype="bfloat16"))
-    assert report.ok and "overflow" not in codes(report) and report.output["finite"]
+    assert report.ok and "overflow" not in codes(report) and report.output.finite
 
 
 # -- silent-upcast / autocast-inactive -------------------------------------------------------
@@ -193,7 +194,7 @@ def test_vit_runs_fp16_inputs_silently_in_fp32(demo_dir):
     f = finding(report, "silent-upcast")
     assert report.ok and f.severity == "warning" and f.location == "vit"
     fixed = diagnose(apply_fix(demo_spec("vit-silent"), f.fixes[0]))
-    assert "silent-upcast" not in codes(fixed) and fixed.output["dtype"] == "float16"
+    assert "silent-upcast" not in codes(fixed) and fixed.output.dtype == "float16"
 
 
 def test_autocast_bf16_on_cpu_is_active(demo_dir):

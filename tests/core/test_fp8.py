@@ -4,6 +4,7 @@ exactly the plan's layers, and a traced script's FP8 failures. Models are built 
 fixed seeds (a Llama-style LM and a BERT). The measured SQNR needs torchao (the `fp8` extra):
 those tests skip without it; eligibility, FLOPs and ranges are tested either way."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from fp16studio.core.precision import fp8 as fp8_module
 from fp16studio.core.precision.fp8 import fp8_plan
 from fp16studio.core.common.float8 import recipe_support, shape_reason, supported_recipe
 from fp16studio.core.precision.fp8_plan import (SENSITIVE_SQNR_DB, SMALL_SHARE_OF_LARGEST,
-                                                LayerPlan, decide)
+                                                Fp8Plan, LayerPlan, decide)
 from fp16studio.core.script.trace import trace_script
 
 needs_torchao = pytest.mark.skipif(fp8_module.torchao_float8() is None,
@@ -306,14 +307,12 @@ def test_the_terminal_says_when_a_layer_was_sampled():
     from fp16studio.core.present.terminal import format_fp8
 
     layer = LayerPlan("encoder.dense", 384, 1536, eligible=True, reason="ok", sqnr_db=31.0,
-                      underflow_share=0.01, sample_share=0.25).to_json()
-    doc = {"recipe": "tensorwise", "device": "cpu", "emulated": True, "converted": ["x"],
-           "keep_bf16": [], "threshold_db": 20.0, "preflight": [], "findings": [],
-           "layers": [layer, dict(layer, name="head", sample_share=0.017)]}
-    text = format_fp8(doc)
+                      underflow_share=0.01, sample_share=0.25)
+    head = dataclasses.replace(layer, name="head", sample_share=0.017)
+    text = format_fp8(Fp8Plan("tensorwise", "cpu", None, True, layers=[layer, head]))
     assert "estimated on a sample of each layer's output, down to 1.7% of it" in text
     assert max(len(line) for line in text.splitlines()) <= 120
-    whole = dict(doc, layers=[dict(layer, sample_share=1.0)])
+    whole = Fp8Plan("tensorwise", "cpu", None, True, layers=[dataclasses.replace(layer, sample_share=1.0)])
     assert "sample" not in format_fp8(whole)
 
 

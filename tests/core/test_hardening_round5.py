@@ -114,6 +114,7 @@ def test_trace_imports_nothing_from_the_working_folder(tmp_path):
 # -- class 7: a broken variant gets a finding, never a verdict --------------------------------------
 def test_bench_of_a_variant_whose_output_overflows_makes_a_finding_not_a_verdict(demo_dir, numerics_models):
     from fp16studio.core.precision.bench import benchmark
+    from fp16studio.core.diagnostics.report import Diagnosis
     from fp16studio.core.present.html import render_report
     from fp16studio.core.present.terminal import format_bench
 
@@ -129,11 +130,9 @@ def test_bench_of_a_variant_whose_output_overflows_makes_a_finding_not_a_verdict
     assert "float32's speed" not in half.verdict
     doc = result.to_json()
     assert doc["findings"][0]["code"] == "overflow"
-    text = format_bench(doc)
+    text = format_bench(result)
     assert "overflow" in text and "inf/NaN" in text
-    diagnosis = {"ok": True, "spec": {"model": "m", "dataset": "d"}, "device": "cpu",
-                 "findings": [], "error": None, "inventory": None, "output": None}
-    page = render_report(diagnosis, doc)
+    page = render_report(Diagnosis(spec, "cpu"), result)
     assert "The float16 variant&#x27;s output" in page or "The float16 variant's output" in page
 
 

@@ -2,36 +2,40 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from fp16studio.core.diagnostics.findings import CodeEdit, Finding, Fix
+from fp16studio.core.diagnostics.report import Diagnosis, ModelOutput
+from fp16studio.core.diagnostics.tree import Inventory
+from fp16studio.core.precision.bench import BenchResult
+from fp16studio.core.spec.value import PipelineSpec
 from fp16studio.core.present.html import render_report
 
 EVIL = '<script>alert("x")</script> & <img src=x onerror=1>'
 
 
 def diagnosis(**overrides):
-    doc = {
-        "ok": False,
-        "spec": {"model": f"models/{EVIL}", "dataset": "data", "model_dtype": "float16",
-                 "keep_fp32": [], "applied_fixes": [{"id": "cast-inputs", "title": EVIL}]},
-        "device": "cpu",
-        "findings": [
-            {"code": "dtype-mismatch", "severity": "error", "location": f"encoder.{EVIL}",
-             "message": f"Input was float32, weights float16. {EVIL}",
-             "evidence": {"input_dtype": "float32", EVIL: [1, 2]},
-             "fixes": [{"id": "cast-inputs", "title": f"Cast inputs {EVIL}",
-                        "code": f"    with torch.autocast(device_type=\"cpu\"):\n        y = f({EVIL!r})"},
-                       {"id": "load-fp32", "title": "Load in float32"}]},
-            {"code": "half-on-cpu", "severity": "warning", "location": "model",
-             "message": "Slow.", "evidence": {}, "fixes": []},
+    cast = Fix("cast-inputs", f"Cast inputs {EVIL}", {},
+               code=CodeEdit(f"    with torch.autocast(device_type=\"cpu\"):\n        y = f({EVIL!r})"))
+    values = dict(
+        ok=False,
+        findings=[
+            Finding("dtype-mismatch", "error", f"encoder.{EVIL}",
+                    f"Input was float32, weights float16. {EVIL}",
+                    {"input_dtype": "float32", EVIL: [1, 2]},
+                    (cast, Fix("load-fp32", "Load in float32", {}))),
+            Finding("half-on-cpu", "warning", "model", "Slow."),
         ],
-        "error": {"type": "RuntimeError", "message": EVIL, "stage": "forward", "module": "encoder"},
-        "inventory": {"parameters": 1234567, "tensors": 40, "bytes": 5 * 2**20,
-                      "dtypes": {"float16": 30, "int64": 4, EVIL: 6}, "devices": {"cpu": 40}},
-        "output": {"name": "logits", "dtype": "float16", "shape": [4, 3]},
-        "timings": {"forward": 0.25},
-        "environment": {"torch": "2.13.0"},
-    }
-    doc.update(overrides)
-    return doc
+        error={"type": "RuntimeError", "message": EVIL, "stage": "forward", "module": "encoder"},
+        inventory=Inventory(parameters=1234567, tensors=40, bytes=5 * 2**20,
+                            dtypes={"float16": 30, "int64": 4, EVIL: 6}, devices={"cpu": 40}),
+        output=ModelOutput(name="logits", dtype="float16", shape=[4, 3]),
+        timings={"forward": 0.25},
+        environment={"torch": "2.13.0"},
+    )
+    values.update(overrides)
+    spec = PipelineSpec(model=f"models/{EVIL}", dataset="data", model_dtype="float16",
+                        applied_fixes=({"id": "cast-inputs", "title": EVIL},))
+    values.pop("ok")   # a diagnosis says it from its findings and error
+    return Diagnosis(spec, "cpu", **values)
 
 
 BENCH = {
@@ -61,7 +65,7 @@ def texts(root):
 
 
 def test_user_text_is_escaped_everywhere():
-    html = render_report(diagnosis(), BENCH)
+    html = render_report(diagnosis(), BenchResult.from_json(BENCH))
     assert "<script" not in html and "<img" not in html
     assert "&lt;script&gt;" in html
     root = parse(html)
@@ -71,7 +75,7 @@ def test_user_text_is_escaped_everywhere():
 
 
 def test_self_contained():
-    html = render_report(diagnosis(), BENCH)
+    html = render_report(diagnosis(), BenchResult.from_json(BENCH))
     root = parse(html)
     assert not root.findall(".//script") and not root.findall(".//link")
     assert not [el for el in root.iter() if "src" in el.attrib or "href" in el.attrib]
@@ -80,9 +84,8 @@ def test_self_contained():
 
 def test_findings_in_order_with_severity_in_words_and_fixes():
     # Listed least severe first, as a document from elsewhere may list them: shown errors first.
-    shuffled = diagnosis()["findings"][::-1]
-    shuffled.insert(1, {"code": "half-on-cpu", "severity": "info", "location": "x", "message": "m",
-                        "evidence": {}, "fixes": []})
+    shuffled = diagnosis().findings[::-1]
+    shuffled.insert(1, Finding("half-on-cpu", "info", "x", "m"))
     root = parse(render_report(diagnosis(findings=shuffled)))
     findings = root.findall(".//div[@class='finding']")
     assert [texts(f.find("h3/span")) for f in findings] == ["error", "warning", "info"]
@@ -107,7 +110,7 @@ def test_inventory_bars_by_dtype_and_device():
 
 
 def test_bench_charts_and_table():
-    root = parse(render_report(diagnosis(), BENCH))
+    root = parse(render_report(diagnosis(), BenchResult.from_json(BENCH)))
     section = root.find(".//section[@id='bench']")
     charts = section.findall("figure")
     assert len(charts) == 4
@@ -124,7 +127,7 @@ def test_the_bench_section_reads_as_words_not_json():
     bench = dict(BENCH, device_name="Some CPU", batch={"size": 4, "tokens": 128},
                  tf32={"cuda_matmul_allow_tf32": False}, note="Measured on a CPU.",
                  variants=[dict(v, memory_kind="cpu-live-tensors", spread=0.02) for v in BENCH["variants"]])
-    section = parse(render_report(diagnosis(), bench)).find(".//section[@id='bench']")
+    section = parse(render_report(diagnosis(), BenchResult.from_json(bench))).find(".//section[@id='bench']")
     facts = {texts(row.find("th")): texts(row.find("td")) for row in section.findall("table/tr")}
     assert facts == {"Device": "cpu (Some CPU)", "Batch": "4 samples, 128 tokens", "Note": "Measured on a CPU."}
     words = texts(section)
@@ -137,9 +140,7 @@ def test_no_bench_section_without_bench():
 
 
 def test_clean_run_and_minimal_document():
-    root = parse(render_report({"ok": True, "spec": {"model": "m", "dataset": "d"},
-                                "device": "cpu", "findings": [], "error": None,
-                                "inventory": None, "output": None}))
+    root = parse(render_report(Diagnosis(PipelineSpec(model="m", dataset="d"), "cpu")))
     assert texts(root.find(".//h1/span")) == "ok"
     assert "No findings." in texts(root)
     assert root.find(".//section[@id='error']") is None
@@ -158,3 +159,15 @@ def test_report_command_writes_the_report(demo_dir, tmp_path, capsys):
     # A run with error findings still writes its report, and exits 1 like diagnose.
     assert main(["report", "demo:map-cast", "-o", str(path)]) == 1
     assert "dtype-mismatch" in texts(parse(path.read_text()))
+
+
+def test_a_traced_scripts_report_names_the_spec_recovered_from_it_or_none():
+    from fp16studio.core.script.trace import ScriptTrace
+
+    seen = PipelineSpec(model="seen/model", dataset="d")
+    root = parse(render_report(ScriptTrace(seen, "cpu", script="/work/train.py")))
+    assert texts(root.find("head/title")) == "fp16studio report: pipeline"
+    assert root.find(".//section[@id='spec']") is None   # the script was not described well
+    recovered = ScriptTrace(seen, "cpu", script="/work/train.py", recovered=True)
+    assert texts(parse(render_report(recovered)).find("head/title")) == "fp16studio report: seen/model"
+

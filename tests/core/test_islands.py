@@ -44,7 +44,7 @@ def test_islands_keep_float32_weights_and_cast_at_their_boundaries(demo_dir):
 
 def test_islands_have_no_effect_on_a_float32_model(demo_dir):
     report = diagnose(demo_spec("healthy").replace(run_in_float32=["resnet.encoder*"]))
-    assert report.ok and not report.findings and report.output["dtype"] == "float32"
+    assert report.ok and not report.findings and report.output.dtype == "float32"
 
 
 # -- the search ---------------------------------------------------------------------------------
@@ -93,7 +93,7 @@ def test_overflow_first_fix_keeps_most_of_the_model_half(demo_dir, numerics_mode
     assert evidence["search forward passes"] <= max_passes(evidence["island candidates"])
     assert "forward passes" in finding.message and "float16" in finding.message
     fixed = diagnose(apply_fix(spec, fix))
-    assert fixed.ok and fixed.output["finite"] and fixed.output["dtype"] == "float16"
+    assert fixed.ok and fixed.output.finite and fixed.output.dtype == "float16"
     # Drift against float32 no worse than the bfloat16 fix's.
     islands = drift(apply_fix(spec, fix), "float16", islands=False)
     bf16 = drift(spec, "bfloat16", islands=False)
@@ -195,7 +195,7 @@ def test_a_printed_islands_fix_runs_pasted_after_the_model_is_loaded():
     assert out.dtype == torch.float16 and torch.isfinite(out).all()
     # The command line prints that code, within 120 columns.
     finding = Finding("overflow", "error", "0", "inf in float16", {}, (fix,))
-    printed = format_diagnosis(Diagnosis(spec, "cpu", findings=[finding]).to_json())
+    printed = format_diagnosis(Diagnosis(spec, "cpu", findings=[finding]))
     assert "def run_in_float32(model, dtype, patterns" in printed
     assert max(map(len, printed.splitlines())) <= 120
 

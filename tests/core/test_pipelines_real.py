@@ -122,7 +122,7 @@ def test_autocast_naming_cuda_on_a_cpu_model_is_inactive(demo_dir):
     assert "'cuda'" in f.message and f.evidence["model device"] == "cpu"
     assert f.fixes[0].edits == {"autocast_device": "cpu"}
     fixed = diagnose(apply_fix(spec, f.fixes[0]))
-    assert "autocast-inactive" not in codes(fixed) and fixed.output["dtype"] == "bfloat16"
+    assert "autocast-inactive" not in codes(fixed) and fixed.output.dtype == "bfloat16"
 
 
 def test_autocast_naming_the_models_device_is_active(demo_dir):
@@ -245,7 +245,7 @@ def test_a_text_and_image_model_gets_both_from_its_processor(zoo, captioned_imag
     prepared = prepare(spec)
     assert {"input_ids", "attention_mask", "pixel_values"} <= set(prepared.batch)
     report = diagnose(spec)
-    assert report.ok and report.output["name"] == "logits_per_image"
+    assert report.ok and report.output.name == "logits_per_image"
     # Missing one of the two media is said plainly.
     with pytest.raises(InputError, match="takes text and image together"):
         prepare(spec_for(zoo["clip"], demo_dir / "data/images"))
@@ -293,7 +293,7 @@ def test_auto_loads_a_bf16_checkpoint_that_float32_inputs_then_clash_with(bf16_c
     assert "transformers 5 loads the checkpoint's own dtype, bfloat16" in f.message
     assert f.fixes[0].id == "cast-inputs-bfloat16"
     fixed = diagnose(apply_fix(spec, f.fixes[0]))
-    assert fixed.ok and fixed.output["dtype"] == "bfloat16"
+    assert fixed.ok and fixed.output.dtype == "bfloat16"
 
 
 def test_a_causal_lm_gets_the_labels_its_preprocess_made_from_input_ids(zoo, demo_dir, tmp_path):
@@ -306,4 +306,4 @@ def test_a_causal_lm_gets_the_labels_its_preprocess_made_from_input_ids(zoo, dem
     prepared = prepare(spec)
     assert torch.equal(prepared.batch["labels"], prepared.batch["input_ids"])
     report = diagnose(spec)
-    assert report.ok and report.output["name"] == "logits"
+    assert report.ok and report.output.name == "logits"

@@ -138,7 +138,7 @@ def test_a_nan_made_on_rank_1_at_step_2_names_rank_1_first():
     assert by_rank[1]["status"] == "failed" and by_rank[0]["status"] != "ok"
     assert doc["error"]["rank"] == 1 and not doc["ok"]
     assert finding(doc, "overflow", "loss")["ranks"] == [1]
-    text = format_ranked_trace(doc)
+    text = format_ranked_trace(launched_trace(name))
     assert "first inf/NaN: rank 1, step 2, forward" in text and "rank 1 only" in text
     nothing_left_running(doc)
 

@@ -95,7 +95,7 @@ def test_generate_is_traced_once_and_runs_clean(tmp_path):
     # Only the first pass was traced: one call of the model itself among the records.
     activations = result.tree.find("activations")
     assert sum(1 for node in activations.children if node.note == "model") == 1
-    assert result.output["name"] == "logits"
+    assert result.output.name == "logits"
 
 
 def test_a_model_class_of_the_scripts_own():

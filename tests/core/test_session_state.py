@@ -12,6 +12,7 @@ from fp16studio.core import Finding, Fix, PipelineSpec
 from fp16studio.core.diagnostics.report import Diagnosis
 from fp16studio.core.diagnostics.tree import TensorNode, summary
 from fp16studio.core.diagnostics.tree_index import TreeIndex
+from fp16studio.core.precision.bench import BenchResult, VariantResult
 from fp16studio.core.precision.drift import DriftResult
 from fp16studio.core.precision.fp8_plan import Fp8Plan
 from fp16studio.core.script.trace import ScriptTrace
@@ -132,7 +133,8 @@ def test_saved_findings_are_shown_never_fixed_from_and_go_stale():
     assert not state.stale and not state.fixes_enabled
     assert "saved with this session" in state.findings_notice()
     assert state.plan_fix("cast-inputs") is None
-    assert state.bench.of == SPEC and not state.bench_stale and state.saved_bench() == {"variants": []}
+    assert state.bench.of == SPEC and not state.bench_stale
+    assert state.bench_result == BenchResult() and state.saved_bench() == BenchResult().to_json()
     assert state.title(dirty=False) == "s.fp16studio — fp16studio"
     state.set_spec(SPEC.replace(samples=2))
     assert state.stale and state.bench_stale
@@ -228,15 +230,15 @@ def test_a_drift_alone_is_fixable_without_a_run():
 def test_the_benchmark_is_of_its_spec_and_goes_with_its_model():
     state = SessionState()
     state.start(SPEC)
-    state.took_bench(SPEC, {"variants": [{"name": "float32"}]})
-    assert state.bench_doc and not state.bench_stale
+    state.took_bench(SPEC, BenchResult(variants=[VariantResult("float32")]))
+    assert state.bench_result and not state.bench_stale
     state.set_spec(SPEC.replace(batch_size=8))   # same model: the figures stay, stale
-    assert state.bench_stale and state.bench_doc
+    assert state.bench_stale and state.bench_result
     state.set_spec(SPEC.replace(model="models/other"))   # another model: dropped
     assert state.bench is None and not state.bench_stale
-    state.took_bench(state.spec, {"variants": []})
+    state.took_bench(state.spec, BenchResult())
     state.bench_started()
-    assert state.bench_doc is None
+    assert state.bench_result is None
 
 
 FP8 = Fp8Plan("tensorwise", "cpu", None, True)
@@ -246,7 +248,7 @@ def test_undo_and_redo_bring_back_the_results_each_spec_had_and_say_what_is_show
     state = state_with_run()
     first = state.findings
     state.took_fp8(SPEC, FP8)
-    state.took_bench(SPEC, {"device": "cpu", "variants": []})
+    state.took_bench(SPEC, BenchResult(device="cpu"))
     edited = SPEC.replace(samples=3)
     state.set_spec(edited)                             # an edit: nothing of its own yet
     assert state.stale and state.fp8_stale and state.bench_stale
@@ -293,7 +295,7 @@ def test_each_change_is_announced_once_and_where_results_ran_follows_the_latest(
     assert sorted(said) == sorted(["spec", "findings", "stale", "fp8_plan", "fp8_stale", "device",
                                    "why_not_continue"])
     said.clear()
-    state.took_bench(SPEC, {"device": "cpu", "variants": []})
+    state.took_bench(SPEC, BenchResult(device="cpu"))
     assert said == ["device"] and state.device == "cpu"
     said.clear()
     state.took_fp8(SPEC, FP8)
@@ -337,7 +339,7 @@ def test_the_inventory_is_cores_summary_of_the_tree():
     state = SessionState()
     state.start(SPEC)
     state.took_diagnosis(SPEC, *result)
-    assert state.inventory == summary(root) == result[0].inventory
+    assert state.inventory == summary(root).to_json() == result[0].inventory.to_json()
     assert state.inventory == {"parameters": 16, "tensors": 2, "bytes": 80,
                                "dtypes": {"float32": 1, "float16": 1}, "devices": {"cpu": 2}}
 
@@ -442,4 +444,4 @@ def test_a_session_saved_by_the_version_before_opens_whole(tmp_path, monkeypatch
     assert state.dropped is None and state.spec.keep_fp32 == ("*.norm",)
     [finding] = state.diagnosis.findings
     assert finding.fixes[0].code.text == "model = model.to(torch.bfloat16)"
-    assert state.inventory["tensors"] == 1 and state.bench_doc == opened.bench
+    assert state.inventory["tensors"] == 1 and state.bench_result == BenchResult.from_json(opened.bench)

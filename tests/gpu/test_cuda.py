@@ -33,7 +33,7 @@ def test_fp16_model_on_cuda_reports_the_cuda_wording_and_fixes(demo_dir):
     assert "torch.cuda" in report.error["message"] or "Half" in report.error["message"]
     f = next(f for f in report.findings if f.code == "dtype-mismatch")
     fixed = diagnose(apply_fix(spec, f.fixes[0]))
-    assert fixed.ok and fixed.output["dtype"] == "float16"
+    assert fixed.ok and fixed.output.dtype == "float16"
     assert "half-on-cpu" not in codes(fixed)
 
 

@@ -10,6 +10,7 @@ import sys
 import pytest
 from PySide6.QtCore import Qt
 
+from fp16studio.core.precision.bench import BenchResult
 from fp16studio.gui.compare import CompareView
 from fp16studio.gui.roles import RAW_ROLE
 
@@ -78,7 +79,7 @@ def test_samples_are_plotted_live_on_curves_created_once(view, qtbot):
 def test_result_fills_bars_table_and_says_cpu_gives_no_speed_up(view, qtbot, qtmodeltester):
     view.add_sample({"variant": "float32", "iteration": 1, "latency_ms": 10.0,
                      "samples_per_s": 400.0})
-    view.set_result(DOC)
+    view.set_result(BenchResult.from_json(DOC))
     assert len(view._speed_bars.opts["width"]) == 0     # the bars come an event after the table
     qtbot.waitUntil(lambda: len(view._speed_bars.opts["width"]) == 2)
     qtmodeltester.check(view.model)
@@ -103,7 +104,7 @@ def test_result_fills_bars_table_and_says_cpu_gives_no_speed_up(view, qtbot, qtm
 def test_exports_png_csv_and_json(view, tmp_path):
     view.add_sample({"variant": "float32", "iteration": 1, "latency_ms": 10.0,
                      "samples_per_s": 400.0})
-    view.set_result(DOC)
+    view.set_result(BenchResult.from_json(DOC))
     written = view.export_png(tmp_path / "charts.png")
     assert [p.name for p in written] == ["charts.png", "charts-live.png"]
     for path in written:
@@ -113,13 +114,13 @@ def test_exports_png_csv_and_json(view, tmp_path):
     assert [row["Variant"] for row in rows] == ["float32", "float16", "bfloat16"]
     assert float(rows[0]["Samples/s"]) == 400.0 and int(rows[1]["Weights"]) == 45 * 2**20
     assert rows[2]["Samples/s"] == "" and rows[2]["Status"] == "failed"
-    assert json.loads(view.export_json(tmp_path / "bench.json").read_text()) == DOC
+    assert json.loads(view.export_json(tmp_path / "bench.json").read_text()) == BenchResult.from_json(DOC).to_json()
 
 
 def test_clear_forgets_the_previous_run(view):
     view.add_sample({"variant": "float32", "iteration": 1, "latency_ms": 1.0,
                      "samples_per_s": 4.0})
-    view.set_result(DOC)
+    view.set_result(BenchResult.from_json(DOC))
     view.finish_drawing()
     view.clear()
     assert view.plot.listDataItems() == [] and view.model.rowCount() == 0
@@ -130,14 +131,14 @@ def test_clear_forgets_the_previous_run(view):
 def test_columns_keep_their_widths_when_another_result_arrives(view, qtbot):
     """The widths come from the headers and the font, not the cells: a result with wider
     figures and longer names neither moves the columns nor cuts a header or a variant's name."""
-    view.set_result(DOC)
+    view.set_result(BenchResult.from_json(DOC))
     header = view.table.horizontalHeader()
     widths = {name: header.sectionSize(i) for i, name in enumerate(view.model.headers())}
     wider = json.loads(json.dumps(DOC))
     wider["variants"][0].update(name="autocast-bfloat16", samples_per_s=12345.6,
                                 peak_memory_bytes=987 * 2**20)
     wider["variants"][2]["error"] = "RuntimeError: " + "a long message " * 20
-    view.set_result(wider)
+    view.set_result(BenchResult.from_json(wider))
     assert {name: header.sectionSize(i) for i, name in enumerate(view.model.headers())} == widths
     metrics = header.fontMetrics()
     last = len(widths) - 1   # the last column stretches to the table's edge
@@ -152,7 +153,7 @@ def test_a_real_benchmark_streams_into_the_view(view, qtbot):
 
     result = benchmark(demo_spec("healthy"), variants="float32,bfloat16",
                        on_sample=view.add_sample, warmup=1, min_iterations=3, min_seconds=0.0)
-    view.set_result(result.to_json())
+    view.set_result(result)
     assert {item.name() for item in view.plot.listDataItems()} == {"float32", "bfloat16"}
     assert all(len(item.getData()[0]) == 3 for item in view.plot.listDataItems())
     assert view.model.rowCount() == 2 and _cell(view, 0, "Status") == "ok"
@@ -172,10 +173,10 @@ def test_per_variant_stability_support_and_throughput_are_shown(view):
     """The keys the bench document gained (CONTRACT §3): a badge for a noisy figure, where
     the variant runs natively, and the achieved TFLOP/s."""
     doc = json.loads(json.dumps(DOC))
-    doc["variants"][0].update(stable=True, spread=0.02, support="native", tflops=1.5, flops_per_sample=1e9)
-    doc["variants"][1].update(stable=False, spread=0.4, support="emulated", tflops=0.7, flops_per_sample=1e9)
+    doc["variants"][0].update(stable=True, spread=0.02, support="native", tflops=1.5, flops_per_sample=10**9)
+    doc["variants"][1].update(stable=False, spread=0.4, support="emulated", tflops=0.7, flops_per_sample=10**9)
     doc["variants"][2].update(support="unsupported")
-    view.set_result(doc)
+    view.set_result(BenchResult.from_json(doc))
     view.finish_drawing()
     assert [_cell(view, r, "Stability") for r in range(3)] == ["stable", "noisy", ""]
     assert [_cell(view, r, "Support") for r in range(3)] == ["native", "emulated", "unsupported"]
@@ -195,7 +196,7 @@ def test_every_variant_fits_in_the_table_and_the_charts_save_at_full_size(view, 
     doc["variants"] += [dict(doc["variants"][0], name=n)
                         for n in ("tf32", "autocast-float16", "autocast-bfloat16")]
     view.resize(640, 500)
-    view.set_result(doc)
+    view.set_result(BenchResult.from_json(doc))
     table = view.table
     assert table.minimumHeight() >= table.verticalHeader().defaultSectionSize() * 7
     written = view.export_png(tmp_path / "charts.png")
@@ -232,7 +233,7 @@ CPU_DOC = {"device": "cpu", "verdict": "Half precision does not pay on this CPU 
 
 
 def test_busy_and_the_rest_of_each_step_are_stacked_per_variant(view):
-    view.set_result(GPU_DOC)
+    view.set_result(BenchResult.from_json(GPU_DOC))
     view.finish_drawing()
     assert view._time_plot in view.bars.ci.items
     busy, rest = view._busy_bars.opts, view._overhead_bars.opts
@@ -246,9 +247,9 @@ def test_busy_and_the_rest_of_each_step_are_stacked_per_variant(view):
 
 
 def test_on_a_cpu_there_is_no_time_chart_and_no_gpu_columns(view):
-    view.set_result(GPU_DOC)
+    view.set_result(BenchResult.from_json(GPU_DOC))
     view.finish_drawing()
-    view.set_result(CPU_DOC)
+    view.set_result(BenchResult.from_json(CPU_DOC))
     view.finish_drawing()
     assert view._time_plot not in view.bars.ci.items
     assert not {"Busy ms", "Bound"} & set(view.model.headers())
@@ -256,7 +257,7 @@ def test_on_a_cpu_there_is_no_time_chart_and_no_gpu_columns(view):
 
 
 def test_once_cleared_the_charts_keep_no_names_nor_ranges_of_the_old_figures(view):
-    view.set_result(GPU_DOC)
+    view.set_result(BenchResult.from_json(GPU_DOC))
     view.finish_drawing()
     view.clear()
     for plot in view._result_plots:
@@ -278,7 +279,7 @@ def test_the_log_says_a_variant_this_device_cannot_run_is_unsupported_not_failed
         doc = {"device": "cpu", "variants": [
             {"name": "tf32", "ok": False, "support": "unsupported", "error": why},
             {"name": "float16", "ok": False, "support": "native", "error": "boom"}]}
-        controller._on_benchmark(PipelineSpec(model="m", dataset="synthetic"), doc)
+        controller._on_benchmark(PipelineSpec(model="m", dataset="synthetic"), BenchResult.from_json(doc))
         assert ("warning", f"tf32: unsupported ({why})") in logged
         assert ("warning", "float16: failed (boom)") in logged
     finally:
@@ -293,13 +294,13 @@ def test_an_empty_chart_is_drawn_empty_and_fills_with_figures(view):
     assert values(live) == [False, False]            # no 0.2 ... 0.8 of nothing
     view.add_sample({"variant": "float32", "iteration": 1, "latency_ms": 5.0, "samples_per_s": 800.0})
     assert values(live) == [True, True]
-    view.set_result(DOC)
+    view.set_result(BenchResult.from_json(DOC))
     view.finish_drawing()
     # Each chart's figures shown; the variants' names once, on the first chart (the others
     # share its rows: names on each squeezed the memory chart to nothing at 1024 wide).
     assert values(view._result_plots[0]) == [True, True]
     assert all(values(plot)[1] for plot in view._result_plots)
-    view.set_result(dict(DOC, variants=[dict(v, ok=False) for v in DOC["variants"]]))
+    view.set_result(BenchResult.from_json(dict(DOC, variants=[dict(v, ok=False) for v in DOC["variants"]])))
     view.finish_drawing()                             # every variant failed: nothing to draw
     assert all(values(plot) == [False, False] for plot in view._result_plots)
     view.clear()
@@ -311,7 +312,7 @@ def test_the_verdict_is_one_sentence_and_the_rest_a_click_away(view, qtbot):
     doc = dict(CPU_DOC, note="Measured on a CPU: judge speed on the device you deploy on.",
                batch={"size": 4})
     view.show()
-    view.set_result(doc)
+    view.set_result(BenchResult.from_json(doc))
     view.finish_drawing()
     assert view.summary.text() == "Verdict: Half precision does not pay on this CPU (2 threads)."
     assert not view.details.isVisibleTo(view) and not view.note.isVisibleTo(view)
@@ -329,7 +330,7 @@ def test_the_spread_is_drawn_as_whiskers_and_an_unstable_bar_is_marked(view):
     doc = json.loads(json.dumps(GPU_DOC))
     doc["batch"] = {"size": 8}
     doc["variants"][1].update(stable=False, spread=0.5)
-    view.set_result(doc)
+    view.set_result(BenchResult.from_json(doc))
     view.finish_drawing()
     opts = view._spread.opts
     assert list(opts["x"]) == [880.0, 3674.0]

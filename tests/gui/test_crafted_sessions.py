@@ -8,6 +8,7 @@ import json
 import pytest
 
 from fp16studio.core import PipelineSpec
+from fp16studio.core.precision.bench import BenchResult
 from fp16studio.gui import MainWindow
 from window_steps import listed
 
@@ -108,7 +109,7 @@ def test_a_crafted_session_opens_its_spec_and_says_what_it_dropped(qtbot, tmp_pa
     # What could be read stays: the findings beside a broken benchmark, and the other way round.
     dropped_findings = "findings" in words
     assert (window.diagnosis is None) == dropped_findings
-    assert (window.bench_doc is None) == ("benchmark" in words)
+    assert (window.bench_result is None) == ("benchmark" in words)
     if not dropped_findings:
         assert [f.code for f in listed(window)] == ["half-on-cpu"]
 
@@ -116,8 +117,13 @@ def test_a_crafted_session_opens_its_spec_and_says_what_it_dropped(qtbot, tmp_pa
 def test_a_readable_session_opens_with_its_results_and_drops_nothing(qtbot, tmp_path):
     window = opened(qtbot, session_file(tmp_path, SPEC, DIAGNOSIS, BENCH))
     assert [f.code for f in listed(window)] == ["half-on-cpu"]
-    assert window.bench_doc == BENCH
+    assert window.bench_result == BenchResult.from_json(BENCH)
     assert "without" not in window.controller.status
+    # The report is made from the results read back typed, without the model.
+    page = tmp_path / "report.html"
+    assert window.controller.write_report(page)
+    text = page.read_text()
+    assert "half-on-cpu" in text and 'id="bench"' in text and "no kernel" in text
 
 
 def nested(levels):

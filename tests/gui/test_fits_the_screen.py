@@ -13,6 +13,7 @@ from PySide6.QtCore import QPoint, QSize
 from PySide6.QtGui import QImage, QPainter
 from PySide6.QtWidgets import QApplication, QLabel
 
+from fp16studio.core.precision.bench import BenchResult
 from fp16studio.gui import MainWindow
 from fp16studio.gui.fit import WrappedText
 
@@ -145,8 +146,9 @@ def test_a_benchmark_of_many_variants_scrolls_its_tab_rather_than_grow_the_windo
     names = ("float32", "tf32", "float16", "bfloat16", "autocast-float16", "autocast-bfloat16", "float64")
     doc = {"device": "cpu", "note": "Measured on a CPU: no speed-up is expected.",
            "variants": [dict(variant, name=name) for name in names]}
-    window.controller.state.took_bench(window.spec, doc)
-    window.controller.benchChanged.emit(doc)
+    result = BenchResult.from_json(doc)
+    window.controller.state.took_bench(window.spec, result)
+    window.controller.benchChanged.emit(result)
     window.main_tabs.setCurrentWidget(window.compare)
     assert_fits(qtbot, window, "after a benchmark of seven variants")
     scroller = window.compare.scroller
@@ -179,8 +181,9 @@ def test_at_1024_wide_the_filter_box_and_the_chart_labels_read_well(qtbot, windo
     doc = {"device": "cpu", "variants": [
         dict(variant, name=name, samples_per_s=180.0 + 35 * i, peak_memory_bytes=(610 + 40 * i) * 2**20)
         for i, name in enumerate(names)]}
-    window.controller.state.took_bench(window.spec, doc)
-    window.controller.benchChanged.emit(doc)
+    result = BenchResult.from_json(doc)
+    window.controller.state.took_bench(window.spec, result)
+    window.controller.benchChanged.emit(result)
     window.resize(SMALLEST)
 
     window.main_tabs.setCurrentWidget(window.tensors)

@@ -72,13 +72,12 @@ def test_the_inventory_shown_is_cores(qtbot, window):
 
     doc = run(qtbot, window)
     core = summary(window.diagnosis.tree)
-    assert core["parameters"] > 0 and core["tensors"] > 0 and len(core["dtypes"]) > 1
-    assert doc["inventory"] == core
-    assert window.tensors.inventory == core
+    assert core.parameters > 0 and core.tensors > 0 and len(core.dtypes) > 1
+    assert doc["inventory"] == core.to_json() == window.tensors.inventory
     footer = window.tensors.summary.text()
-    assert footer.startswith(f"{core['parameters']:,} parameters · {core['tensors']:,} tensors (")
-    assert footer.endswith(f" · {format_bytes(core['bytes'])}")
-    for dtype, count in core["dtypes"].items():
+    assert footer.startswith(f"{core.parameters:,} parameters · {core.tensors:,} tensors (")
+    assert footer.endswith(f" · {format_bytes(core.bytes)}")
+    for dtype, count in core.dtypes.items():
         assert f"{dtype} {count:,}" in footer
 
 

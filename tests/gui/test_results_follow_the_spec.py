@@ -4,6 +4,7 @@ mode has its key or says what fills it."""
 
 from PySide6.QtCore import QModelIndex
 
+from fp16studio.core.precision.bench import BenchResult
 from fp16studio.core.precision.fp8_plan import Fp8Plan
 from fp16studio.gui import MainWindow
 from fp16studio.gui.roles import COLOR_ROLE
@@ -77,7 +78,7 @@ def test_a_plan_goes_stale_with_an_edit_and_comes_back_with_undo(qtbot):
 def test_the_status_bar_says_where_a_benchmark_ran(qtbot):
     window = open_window(qtbot)
     assert window.status.device.text() == "device: —"
-    window.controller.state.took_bench(window.spec, {"device": "cpu", "variants": []})
+    window.controller.state.took_bench(window.spec, BenchResult(device="cpu"))
     assert window.status.device.text() == "device: cpu"
 
 

@@ -55,7 +55,7 @@ def test_trace_a_script_cancel_then_continue_as_a_pipeline_and_fix_it(qtbot, win
     script = Path(doc["script"])
     assert script.name == "map_cast.py" and doc["spec"] is not None
     from fp16studio.core.diagnostics.tree import summary   # the inventory is core's, as for a run
-    assert doc["inventory"] == summary(window.diagnosis.tree) == window.tensors.inventory
+    assert doc["inventory"] == summary(window.diagnosis.tree).to_json() == window.tensors.inventory
     # The script's own output reached the Log as it ran (it fails: the float16 model gets
     # float32 pixels).
     assert "stderr: Traceback (most recent call last):" in window.log.toPlainText()

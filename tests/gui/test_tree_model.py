@@ -330,7 +330,7 @@ def test_the_footer_shows_the_inventory_it_is_given_and_counts_nothing_itself(qt
     qtbot.addWidget(panel)
     panel.set_tree(root, TreeIndex(root))
     assert panel.summary.text() == "" and panel.inventory is None
-    panel.set_inventory(summary(root))
+    panel.set_inventory(summary(root).to_json())
     assert panel.summary.text() == "65,536 parameters · 4 tensors (float16 2, float32 2) · 128.0 KiB"
     assert "activations" in panel.summary.toolTip()
     groups = {panel.model.index(r, NAME).data(): panel.model.index(r, SIZE).data()

@@ -36,7 +36,7 @@ def test_benchmark_streams_samples_to_the_plot_and_emits_the_document(qtbot, win
     assert samples and {s["variant"] for s in samples} <= {"float32", "bfloat16"}
     assert window.benchPlot is window.compare.plot
     assert window.main_tabs.currentWidget() is window.compare
-    assert window.bench_doc == doc
+    assert window.bench_result.to_json() == doc
     assert window.act_bench.isEnabled()
 
     # Minutes of measuring that no file holds: closing asks first, and Save keeps them.

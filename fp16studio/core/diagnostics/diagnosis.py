@@ -20,7 +20,7 @@ from ..spec.value import PipelineSpec
 from .findings import by_severity
 from .inventory import mark, pipeline_tree
 from .islands import island_search
-from .report import Diagnosis
+from .report import Diagnosis, ModelOutput
 from .rules import Evidence, run_rules, spec_provenance
 from .rules import fp8 as fp8_rules
 from .rules.placement import device_unavailable
@@ -103,7 +103,7 @@ def _run(spec, loaded, processor, timings, progress, cancel):
     # The spec's training steps, after a clean forward pass (a failed or non-finite one is
     # what the findings are about already). Their failure is the run's error, not evidence.
     train_found, steps, train_error = [], [], None
-    if spec.train is not None and error is None and output["finite"]:
+    if spec.train is not None and error is None and output.finite:
         check_cancel(cancel)
         train_found, steps, train_error = _train(spec, model, batch, device, calls, timings,
                                                  progress)
@@ -192,13 +192,13 @@ def error_doc(exc: BaseException, stage: str, module: str | None) -> dict:
             "module": module}
 
 
-def describe_output(result) -> dict | None:
+def describe_output(result) -> ModelOutput | None:
     name, tensor = primary_output(result)
     if tensor is None:
         return None
     finite = bool(tensor.isfinite().all()) if tensor.is_floating_point() else True
-    return {"name": name, "dtype": dtypes.name_of(tensor.dtype), "shape": list(tensor.shape),
-            "finite": finite}
+    return ModelOutput(name=name, dtype=dtypes.name_of(tensor.dtype), shape=list(tensor.shape),
+                       finite=finite)
 
 
 def parameter_dtypes(model) -> tuple[dict, dict]:

@@ -8,7 +8,7 @@ from typing import TypedDict
 from ..common.codec import Document, meta
 from ..spec.value import PipelineSpec
 from .findings import Finding, Fix, SourceLine
-from .tree import TensorNode, summary
+from .tree import Inventory, TensorNode, summary
 
 
 class RunError(TypedDict, total=False):
@@ -21,23 +21,14 @@ class RunError(TypedDict, total=False):
     source: SourceLine | None
 
 
-class ModelOutput(TypedDict, total=False):
+@dataclass
+class ModelOutput(Document):
     """The model's primary output as the forward pass returned it."""
 
-    name: str | None
-    dtype: str | None
-    shape: list[int] | None
-    finite: bool | None
-
-
-class Inventory(TypedDict, total=False):
-    """The tensor inventory's totals."""
-
-    parameters: int
-    tensors: int
-    bytes: int
-    dtypes: dict[str, int]
-    devices: dict[str, int]
+    name: str | None = None
+    dtype: str | None = None
+    shape: list[int] | None = None
+    finite: bool | None = None
 
 
 class NonFinite(TypedDict):
@@ -100,8 +91,7 @@ class Diagnosis(Document):
     def totals(self) -> Inventory:
         if self.inventory is not None:
             return self.inventory
-        return summary(self.tree) if self.tree is not None else {
-            "parameters": 0, "tensors": 0, "bytes": 0, "dtypes": {}, "devices": {}}
+        return summary(self.tree) if self.tree is not None else Inventory()
 
     @property
     def errors(self) -> list[Finding]:

@@ -57,8 +57,20 @@ class TensorNode(Document):
         return next((node for node in self.walk() if node.path == path), None)
 
 
-def summary(root: TensorNode) -> dict:
-    """CONTRACT inventory: parameter count (elements), tensor count, bytes, tensors per dtype."""
+@dataclass
+class Inventory(Document):
+    """The tensor inventory's totals (CONTRACT inventory)."""
+
+    parameters: int = 0     # elements of the parameters
+    tensors: int = 0
+    bytes: int = 0
+    dtypes: dict[str, int] = field(default_factory=dict)     # tensors per dtype
+    devices: dict[str, int] = field(default_factory=dict)    # tensors per device
+
+
+def summary(root: TensorNode) -> Inventory:
+    """The tree's inventory: parameter count (elements), tensor count, bytes, tensors per dtype
+    and per device."""
     parameters = tensors = total = 0
     by_dtype: dict[str, int] = {}
     by_device: dict[str, int] = {}
@@ -74,8 +86,8 @@ def summary(root: TensorNode) -> dict:
             for dim in node.shape or ():
                 count *= dim
             parameters += count
-    return {"parameters": parameters, "tensors": tensors, "bytes": total,
-            "dtypes": by_dtype, "devices": by_device}
+    return Inventory(parameters=parameters, tensors=tensors, bytes=total, dtypes=by_dtype,
+                     devices=by_device)
 
 
 _FIELDS = tuple(f.name for f in fields(TensorNode))

@@ -16,7 +16,6 @@ import dataclasses
 import functools
 import gc
 from dataclasses import dataclass, field
-from typing import TypedDict
 
 from ..common import dtypes
 from ..common.codec import Document
@@ -93,10 +92,32 @@ def canonical_variant(name: str, command: str = "bench", choices=VARIANTS) -> st
     return variant
 
 
-class Latency(TypedDict):
-    p50: float | None
-    p90: float | None
-    min: float | None
+@dataclass
+class Latency(Document):
+    """A variant's milliseconds per call over its timed calls."""
+
+    p50: float | None = None
+    p90: float | None = None
+    min: float | None = None
+
+
+@dataclass
+class BatchInfo(Document):
+    """The batch every variant ran on (of the float32 variant's build)."""
+
+    size: int = 0
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+    tokens: int | None = None    # the real tokens of a text batch
+
+
+@dataclass
+class Tf32Settings(Document):
+    """Whether float32 matmuls and convolutions could run as TF32: the float32 baseline's
+    settings (measure.tf32_settings)."""
+
+    cuda_matmul_allow_tf32: bool = False
+    cudnn_allow_tf32: bool = False
+    float32_matmul_precision: str | None = None
 
 
 @dataclass
@@ -113,7 +134,8 @@ class VariantResult(Document):
     max_abs_diff_vs_float32: float | None = None
     top1_agreement: float | None = None
     error: str | None = None
-    stable: bool = False
+    # None: a document from before the spread across rounds was measured (nothing to say).
+    stable: bool | None = None
     spread: float | None = None
     support: str | None = None
     support_note: str | None = None
@@ -147,9 +169,9 @@ class BenchResult(Document):
     device: str = ""    # a saved document without one is still read
     variants: list[VariantResult] = field(default_factory=list)
     device_name: str = ""
-    tf32: dict = field(default_factory=dict)
-    # {"size", "shapes": {name: [..]}, "tokens"} of the float32 batch.
-    batch: dict | None = None
+    # None: a document that does not say (the baseline's settings are not known).
+    tf32: Tf32Settings | None = None
+    batch: BatchInfo | None = None
     limits: dict = field(default_factory=dict)
     note: str | None = None
     # Why there is no float32 reference, when float32 was not asked for and could not run.
@@ -158,6 +180,12 @@ class BenchResult(Document):
     verdict: str | None = None
     # A variant whose output is not finite: `overflow`, judged on that before any speed.
     findings: list[Finding] = field(default_factory=list)
+
+    def vs_float32(self, variant: VariantResult) -> float | None:
+        """The variant's throughput over float32's (None without both figures)."""
+        base = next((v.samples_per_s for v in self.variants if v.name == "float32" and v.ok),
+                    None)
+        return variant.samples_per_s / base if base and variant.samples_per_s else None
 
 
 def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_sample=None,
@@ -176,7 +204,7 @@ def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_
                     max_iterations=max_iterations, min_rounds=min_rounds)
     device = _device(spec)
     result = BenchResult(device=str(device), device_name=_device_name(device),
-                         tf32=tf32_settings(), limits=dataclasses.asdict(limits),
+                         tf32=Tf32Settings(**tf32_settings()), limits=dataclasses.asdict(limits),
                          note=CPU_NOTE if device.type == "cpu" else None)
     loader, runs = _Loader(progress, cancel), {}
     try:
@@ -194,7 +222,7 @@ def benchmark(spec: PipelineSpec, variants=None, progress=None, cancel=None, on_
             check_cancel(cancel)
             report_progress(progress, "bench", f"loading {name} ({i + 1} of {len(names)})")
             support, note = variant_support(name, device)
-            out[name] = VariantResult(name=name, support=support, support_note=note)
+            out[name] = VariantResult(name=name, support=support, support_note=note, stable=False)
             if support == "unsupported":
                 out[name].error = note
                 continue
@@ -272,7 +300,7 @@ def _measure(runs, out, reference, device, device_name, limits, progress, cancel
     if not runs:
         return steps
     probes = {name: MemoryProbe(device) for name in runs}
-    sizes = {name: batch_info(run.batch)["size"] for name, run in runs.items()}
+    sizes = {name: batch_info(run.batch).size for name, run in runs.items()}
 
     def on_iteration(name, iteration, ms):
         if on_sample is not None:
@@ -303,9 +331,9 @@ def _measure(runs, out, reference, device, device_name, limits, progress, cancel
             continue
         if flops is None:  # the same work in every variant: count it once
             flops = count_flops(fns[name])
-        size, tokens = sizes[name], batch_info(run.batch)["tokens"]
-        latency = timing.summary()
-        per_s = 1000.0 / latency["p50"] if latency["p50"] > 0 else None
+        size, tokens = sizes[name], batch_info(run.batch).tokens
+        latency = Latency(**timing.summary())
+        per_s = 1000.0 / latency.p50 if latency.p50 > 0 else None
         variant.ok = True
         variant.samples_per_s = size * per_s if per_s else None
         variant.tokens_per_s = tokens * per_s if per_s and tokens else None
@@ -330,7 +358,7 @@ def _measure(runs, out, reference, device, device_name, limits, progress, cancel
         check_cancel(cancel)
         if device.type == "cuda":
             report_progress(progress, "bench", f"GPU busy time of {name}")
-        steps.append(Step(name=name, wall_ms=latency["p50"],
+        steps.append(Step(name=name, wall_ms=latency.p50,
                           busy_ms=device_busy_ms(fns[name], device), flops=flops,
                           bytes=variant.peak_memory_bytes, peak_tflops=peak,
                           peak_gb_per_s=peak_gb_per_s(device, device_name),
@@ -361,7 +389,7 @@ def _device(spec: PipelineSpec):
     return device
 
 
-def batch_info(batch: dict) -> dict:
+def batch_info(batch: dict) -> BatchInfo:
     """Batch size (first dimension of the first tensor), shapes, and real tokens for text."""
     import torch
 
@@ -375,8 +403,8 @@ def batch_info(batch: dict) -> dict:
         tokens = int(tensors["attention_mask"].sum())
     elif "input_ids" in tensors:
         tokens = tensors["input_ids"].numel()
-    return {"size": int(size), "shapes": {k: list(v.shape) for k, v in tensors.items()},
-            "tokens": tokens}
+    return BatchInfo(size=int(size), shapes={k: list(v.shape) for k, v in tensors.items()},
+                     tokens=tokens)
 
 
 def describe(exc: BaseException) -> str:

@@ -238,8 +238,8 @@ def _fmt(pattern):
 
 
 VERDICT_COLUMNS = (
-    ("Busy ms", lambda v: v.get("busy_ms"), _fmt("{:.2f}"), False),
-    ("Overhead ms", lambda v: v.get("overhead_ms"), _fmt("{:.2f}"), False),
-    ("Bound", lambda v: v.get("bound"), lambda x: x or "", False),
-    ("Kernels vs fp32", lambda v: v.get("kernel_speedup"), _fmt("{:.2f}×"), False),
+    ("Busy ms", lambda v: v.busy_ms, _fmt("{:.2f}"), False),
+    ("Overhead ms", lambda v: v.overhead_ms, _fmt("{:.2f}"), False),
+    ("Bound", lambda v: v.bound, lambda x: x or "", False),
+    ("Kernels vs fp32", lambda v: v.kernel_speedup, _fmt("{:.2f}×"), False),
 )

@@ -1,9 +1,10 @@
 """A self-contained HTML report of one run, to share with a colleague.
 
-Rendered from the `diagnose --json` and `bench --json` documents (CONTRACT §3), so a report can be
-made from a saved session without the model. One file: inline CSS, charts as inline SVG bars, no
-scripts, nothing fetched. Every value that came from the user or the model is escaped. The markup
-is also well-formed XML (closed tags, XML-safe entities), which lets tests parse it strictly.
+Rendered from the typed results (a Diagnosis or a ScriptTrace, a BenchResult), which a saved
+session's documents are read back into, so a report can be made without the model. One file:
+inline CSS, charts as inline SVG bars, no scripts, nothing fetched. Every value that came from
+the user or the model is escaped. The markup is also well-formed XML (closed tags, XML-safe
+entities), which lets tests parse it strictly.
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ from datetime import datetime, timezone
 from html import escape
 
 from ... import __version__
-from ..diagnostics.findings import by_severity
-from ..precision.verdict import VERDICT_COLUMNS
+from ..diagnostics.findings import Finding, by_severity
+from ..diagnostics.report import Diagnosis, ModelOutput
+from ..diagnostics.tree import Inventory
+from ..precision.bench import BenchResult
+from ..script.trace import ScriptTrace
+from ..spec.value import PipelineSpec
 from .terminal import bench_details
 from .vocabulary import (OKABE_ITO, SEVERITY_COLORS, bench_columns, bench_notes,
-                         evidence_value, size, stability, with_ratio)
+                         evidence_value, size, stability)
 
 # Okabe–Ito, the window's palette; severity is always spelled out too, never colour alone.
 OK_COLOUR = SEVERITY_COLORS["ok"]
@@ -51,20 +56,21 @@ svg text { font: 12px system-ui, sans-serif; fill: #1d1d1f; }
 SIGNATURE = "<title>fp16studio report: "
 
 
-def render_report(diagnosis_json: dict, bench_json: dict | None = None) -> str:
-    """The HTML text of a report for one diagnosis and, optionally, its benchmark."""
-    d = diagnosis_json
-    spec = d.get("spec") or {}
-    title = f"fp16studio report: {spec.get('model', 'pipeline')}"
+def render_report(diagnosis: Diagnosis, bench: BenchResult | None = None) -> str:
+    """The HTML text of a report for one diagnosis (or a script's trace) and, optionally, its
+    benchmark."""
+    # A trace's spec is the one recovered from the script, if any (its document's `spec`).
+    spec = diagnosis.recovered_spec if isinstance(diagnosis, ScriptTrace) else diagnosis.spec
+    title = f"fp16studio report: {spec.model if spec is not None else 'pipeline'}"
     parts = [
-        _header(title, d),
-        _error(d.get("error")),
-        _findings(d.get("findings") or []),
-        _output(d.get("output")),
-        _inventory(d.get("inventory")),
-        _bench(bench_json) if bench_json else "",
+        _header(title, diagnosis, spec),
+        _error(diagnosis.error),
+        _findings(diagnosis.findings),
+        _output(diagnosis.output),
+        _inventory(diagnosis.totals),
+        _bench(bench) if bench is not None else "",
         _spec(spec),
-        _environment(d.get("environment"), d.get("timings")),
+        _environment(diagnosis.environment, diagnosis.timings),
     ]
     body = "\n".join(part for part in parts if part)
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8" />\n'
@@ -74,20 +80,19 @@ def render_report(diagnosis_json: dict, bench_json: dict | None = None) -> str:
 
 
 # -- sections ------------------------------------------------------------------------------------
-def _header(title: str, d: dict) -> str:
-    findings = d.get("findings") or []
-    errors = sum(1 for f in findings if f.get("severity") == "error")
-    if d.get("ok"):
+def _header(title: str, d: Diagnosis, spec: PipelineSpec | None) -> str:
+    errors = len(d.errors)
+    if d.ok:
         status = _badge("ok", OK_COLOUR)
     else:
         status = _badge(f"{errors} error{'s' if errors != 1 else ''}" if errors else "failed",
                         SEVERITY_COLORS["error"])
-    spec = d.get("spec") or {}
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    count = len(d.findings)
     return (f"<header>\n<h1>{_e(title)} {status}</h1>\n"
-            f'<p class="meta">Dataset <code>{_e(spec.get("dataset", "?"))}</code> on '
-            f'<code>{_e(d.get("device", "?"))}</code>. {len(findings)} finding'
-            f'{"s" if len(findings) != 1 else ""}. Made by fp16studio {_e(__version__)} on {now}.'
+            f'<p class="meta">Dataset <code>{_e(spec.dataset if spec is not None else "?")}</code> on '
+            f'<code>{_e(d.device or "?")}</code>. {count} finding'
+            f'{"s" if count != 1 else ""}. Made by fp16studio {_e(__version__)} on {now}.'
             f"</p>\n</header>")
 
 
@@ -99,31 +104,30 @@ def _error(error: dict | None) -> str:
             f"<pre>{_e(error.get('message', ''))}</pre>\n</section>")
 
 
-def _findings(findings: list) -> str:
+def _findings(findings: list[Finding]) -> str:
     if not findings:
         return '<section id="findings">\n<h2>Findings</h2>\n<p>No findings.</p>\n</section>'
     return ('<section id="findings">\n<h2>Findings</h2>\n'
             + "\n".join(_finding(f) for f in by_severity(findings)) + "\n</section>")
 
 
-def _finding(f: dict) -> str:
-    severity = str(f.get("severity", "info"))
-    colour = SEVERITY_COLORS.get(severity, "#999")
-    evidence = f.get("evidence") or {}
-    fixes = f.get("fixes") or []
+def _finding(f: Finding) -> str:
+    colour = SEVERITY_COLORS.get(f.severity, "#999")
     fix_list = ""
-    if fixes:
-        items = "".join(f"<li>{_e(fix.get('title', ''))} <code>{_e(fix.get('id', ''))}</code>"
-                        f"{_fix_code(fix)}</li>" for fix in fixes)
+    if f.fixes:
+        # the code to write where the fix has some (a spec's fix may have none)
+        items = "".join(f"<li>{_e(fix.title)} <code>{_e(fix.id)}</code>"
+                        f"{_code(fix.code_text() if fix.code is not None else None)}</li>"
+                        for fix in f.fixes)
         fix_list = f"<p>Fixes, best first:</p>\n<ol>{items}</ol>\n"
     evidence_table = _key_table([(key.replace("_", " "), evidence_value(value))
-                                 for key, value in evidence.items() if key != "series"])
-    series = evidence.get("series")
-    chart = _series_chart(series, evidence.get("dtype", "half")) if series else ""
+                                 for key, value in f.evidence.items() if key != "series"])
+    series = f.evidence.get("series")
+    chart = _series_chart(series, f.evidence.get("dtype", "half")) if series else ""
     return (f'<div class="finding" style="border-color: {colour}">\n'
-            f"<h3>{_badge(severity, colour)} <code>{_e(f.get('code', ''))}</code> at "
-            f"<code>{_e(f.get('location', ''))}</code></h3>\n"
-            f"<p>{_e(f.get('message', ''))}</p>\n{chart}{evidence_table}\n{fix_list}</div>")
+            f"<h3>{_badge(f.severity, colour)} <code>{_e(f.code)}</code> at "
+            f"<code>{_e(f.location)}</code></h3>\n"
+            f"<p>{_e(f.message)}</p>\n{chart}{evidence_table}\n{fix_list}</div>")
 
 
 def _series_chart(series: list, dtype: str) -> str:
@@ -163,33 +167,30 @@ def _series_chart(series: list, dtype: str) -> str:
             f"<title>{_e(title)}</title>{''.join(parts)}</svg>\n</figure>\n")
 
 
-def _fix_code(fix: dict) -> str:
+def _code(text: str | None) -> str:
     """The code to write, as the command line and the window show it (dedented: the user's
     indentation belongs to their script, not to the page)."""
-    code = fix.get("code")
-    return f'<pre>{_e(textwrap.dedent(code))}</pre>' if code else ""
+    return f'<pre>{_e(textwrap.dedent(text))}</pre>' if text else ""
 
 
-def _output(output: dict | None) -> str:
-    if not output:
+def _output(output: ModelOutput | None) -> str:
+    if output is None:
         return ""
-    rows = [("name", output.get("name")), ("dtype", output.get("dtype")),
-            ("shape", evidence_value(output.get("shape")))]
-    rows += [(key, evidence_value(value)) for key, value in output.items() if key not in dict(rows)]
+    rows = [("name", output.name), ("dtype", output.dtype), ("shape", evidence_value(output.shape)),
+            ("finite", evidence_value(output.finite))]
     return f'<section id="output">\n<h2>Model output</h2>\n{_key_table(rows)}\n</section>'
 
 
-def _inventory(inventory: dict | None) -> str:
-    if not inventory:
+def _inventory(inventory: Inventory) -> str:
+    if not inventory.tensors:   # no tree was walked (a failed load, a document without one)
         return ""
     totals = _key_table([
-        ("parameters", f"{inventory.get('parameters', 0):,}"),
-        ("tensors", f"{inventory.get('tensors', 0):,}"),
-        ("memory", _bytes(inventory.get("bytes", 0))),
+        ("parameters", f"{inventory.parameters:,}"),
+        ("tensors", f"{inventory.tensors:,}"),
+        ("memory", _bytes(inventory.bytes)),
     ])
     parts = [f'<section id="inventory">\n<h2>Tensor inventory</h2>\n{totals}']
-    for key, label in (("dtypes", "Tensors by dtype"), ("devices", "Tensors by device")):
-        counts = inventory.get(key) or {}
+    for counts, label in ((inventory.dtypes, "Tensors by dtype"), (inventory.devices, "Tensors by device")):
         if counts:
             rows = sorted(counts.items(), key=lambda kv: -kv[1])
             parts.append(_bar_chart(label, [(str(k), v) for k, v in rows], lambda v: f"{v:,}"))
@@ -197,12 +198,12 @@ def _inventory(inventory: dict | None) -> str:
 
 
 _BENCH_CHARTS = (
-    ("Throughput, samples/s (higher is better)", lambda v: v.get("samples_per_s"),
+    ("Throughput, samples/s (higher is better)", lambda v: v.samples_per_s,
      lambda x: f"{x:,.1f}"),
-    ("Latency p50, ms (lower is better)", lambda v: (v.get("latency_ms") or {}).get("p50"),
+    ("Latency p50, ms (lower is better)", lambda v: v.latency_ms.p50 if v.latency_ms else None,
      lambda x: f"{x:,.2f}"),
-    ("Peak memory (lower is better)", lambda v: v.get("peak_memory_bytes"), lambda x: _bytes(x)),
-    ("Weights (lower is better)", lambda v: v.get("weights_bytes"), lambda x: _bytes(x)),
+    ("Peak memory (lower is better)", lambda v: v.peak_memory_bytes, lambda x: _bytes(x)),
+    ("Weights (lower is better)", lambda v: v.weights_bytes, lambda x: _bytes(x)),
 )
 
 # The table's columns, of the shared ones and the verdict's: what fits the page's width; the
@@ -213,81 +214,75 @@ _BENCH_TABLE = ("Variant", "Status", "Samples/s", "vs float32", "p50 ms", "Busy 
 BUSY_COLOURS = (OKABE_ITO["blue"], OKABE_ITO["grey"])
 
 
-def _bench(bench: dict) -> str:
-    variants = bench.get("variants") or []
+def _bench(bench: BenchResult) -> str:
+    ran = [v for v in bench.variants if v.ok]
     parts = [f'<section id="bench">\n<h2>Benchmark</h2>\n{_key_table(_bench_facts(bench))}']
-    if bench.get("verdict"):
-        parts.append(f"<p><strong>Verdict:</strong> {_e(bench['verdict'])}</p>")
-    parts.extend(_finding(f) for f in by_severity(bench.get("findings") or []))
+    if bench.verdict:
+        parts.append(f"<p><strong>Verdict:</strong> {_e(bench.verdict)}</p>")
+    parts.extend(_finding(f) for f in by_severity(bench.findings))
     for title, value_of, fmt in _BENCH_CHARTS:
-        rows = [(str(v.get("name", "?")), value_of(v)) for v in variants if v.get("ok")]
+        rows = [(v.name, value_of(v)) for v in ran]
         rows = [(name, value) for name, value in rows if isinstance(value, (int, float))]
         if rows:
             parts.append(_bar_chart(title, rows, fmt))
-    split = [(str(v["name"]), (v["busy_ms"], max(v["overhead_ms"] or 0.0, 0.0)))
-             for v in variants if v.get("ok") and v.get("busy_ms") is not None]
+    split = [(v.name, (v.busy_ms, max(v.overhead_ms or 0.0, 0.0)))
+             for v in ran if v.busy_ms is not None]
     if split:
         parts.append(_bar_chart("Time per call, ms: GPU busy (dark) + the rest of the step "
                                 "(light)", split, lambda x: f"{x:,.2f}", BUSY_COLOURS))
-    rows = with_ratio(bench)
-    # The error gets a row of its own under a failed variant.
-    columns = sorted((c for c in bench_columns(rows) + VERDICT_COLUMNS
-                      if c[0] in _BENCH_TABLE and (c[3] or any(c[1](v) not in (None, "")
-                                                                for v in rows))),
+    columns = sorted((c for c in bench_columns(bench) if c[0] in _BENCH_TABLE),
                      key=lambda c: _BENCH_TABLE.index(c[0]))
     head = "".join(f'<th class="{"num" if i > 1 else ""}">{_e(name)}</th>'
                    for i, (name, *_) in enumerate(columns))
     body = []
-    for v in rows:
+    for v in bench.variants:
         cells = "".join(f'<td class="{"num" if i > 1 else ""}">{_e(text(raw(v)) or "—")}</td>'
                         for i, (_, raw, text, _) in enumerate(columns))
         body.append(f"<tr>{cells}</tr>")
-        if not v.get("ok") and v.get("error"):
+        if not v.ok and v.error:   # the error gets a row of its own under a failed variant
             body.append(f'<tr><td></td><td colspan="{len(columns) - 1}">'
-                        f"{_e(evidence_value(v['error']))}</td></tr>")
+                        f"{_e(v.error)}</td></tr>")
     # As wide as its columns: it scrolls inside the page rather than widening it.
     parts.append(f'<div class="wide"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n'
                  + "\n".join(body) + "\n</tbody>\n</table></div>")
-    said = [f"<li><strong>{_e(v['name'])}</strong>{' (unstable)' if stability(v) == 'noisy' else ''}: "
-            + _e(" ".join(filter(None, (v.get("verdict"), bench_details(v)))))
-            + "</li>" for v in rows if v.get("ok")]
+    said = [f"<li><strong>{_e(v.name)}</strong>{' (unstable)' if stability(v) == 'noisy' else ''}: "
+            + _e(" ".join(filter(None, (v.verdict, bench_details(bench, v)))))
+            + "</li>" for v in ran]
     if said:
         parts.append('<ul class="verdicts">\n' + "\n".join(said) + "\n</ul>")
     parts.extend(f'<p class="meta">{_e(note)}.</p>' for note in bench_notes(bench))
     return "\n".join(parts) + "\n</section>"
 
 
-def _bench_facts(bench: dict) -> list[tuple[str, str]]:
+def _bench_facts(bench: BenchResult) -> list[tuple[str, str]]:
     """What the benchmark ran on, in words: device, batch, TF32 baseline, notes."""
     facts = []
-    device = bench.get("device")
-    if device:
-        name = bench.get("device_name")
-        facts.append(("Device", f"{device} ({name})" if name else device))
-    batch = bench.get("batch") or {}
-    if batch.get("size"):
-        facts.append(("Batch", f"{batch['size']} samples"
-                      + (f", {batch['tokens']} tokens" if batch.get("tokens") else "")))
-    tf32 = bench.get("tf32") or {}
-    if tf32 and str(device).startswith("cuda"):
+    if bench.device:
+        name = bench.device_name
+        facts.append(("Device", f"{bench.device} ({name})" if name else bench.device))
+    batch = bench.batch
+    if batch is not None and batch.size:
+        facts.append(("Batch", f"{batch.size} samples"
+                      + (f", {batch.tokens} tokens" if batch.tokens else "")))
+    tf32 = bench.tf32
+    if tf32 is not None and bench.device.startswith("cuda"):
         on = {True: "on", False: "off"}
-        facts.append(("float32 baseline", f"TF32 matmul {on[bool(tf32.get('cuda_matmul_allow_tf32'))]}, "
-                      f"cuDNN TF32 {on[bool(tf32.get('cudnn_allow_tf32'))]}"))
-    for key, title in (("reference_error", "No float32 reference"), ("note", "Note")):
-        if bench.get(key):
-            facts.append((title, evidence_value(bench[key])))
+        facts.append(("float32 baseline", f"TF32 matmul {on[tf32.cuda_matmul_allow_tf32]}, "
+                      f"cuDNN TF32 {on[tf32.cudnn_allow_tf32]}"))
+    for title, said in (("No float32 reference", bench.reference_error), ("Note", bench.note)):
+        if said:
+            facts.append((title, said))
     return facts
 
 
-def _spec(spec: dict) -> str:
-    if not spec:
+def _spec(spec: PipelineSpec | None) -> str:
+    if spec is None:
         return ""
-    rows = [(k, evidence_value(v)) for k, v in spec.items() if k != "applied_fixes"]
-    fixes = spec.get("applied_fixes") or []
+    rows = [(k, evidence_value(v)) for k, v in spec.to_dict().items() if k != "applied_fixes"]
     applied = ""
-    if fixes:
+    if spec.applied_fixes:   # the spec's own record of them: {"id", "title", "code"}
         items = "".join(f"<li>{_e(fix.get('title', ''))} <code>{_e(fix.get('id', ''))}</code>"
-                        f"{_fix_code(fix)}</li>" for fix in fixes)
+                        f"{_code(fix.get('code'))}</li>" for fix in spec.applied_fixes)
         applied = f"<p>Fixes applied, oldest first:</p>\n<ol>{items}</ol>\n"
     return f'<section id="spec">\n<h2>Pipeline spec</h2>\n{applied}{_key_table(rows)}\n</section>'
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from ..script.rank_merge import RankedTrace
 from .terminal import format_trace
 
 
@@ -22,17 +23,13 @@ def rank_scope(ranks: list, world_size: int) -> str:
     return "ranks " + ", ".join(map(str, ranks))
 
 
-def format_ranked_trace(doc: dict) -> str:
-    ranks = doc["ranks"]
+def format_ranked_trace(trace: RankedTrace) -> str:
+    ranks = trace.ranks
     world = ranks["world_size"]
-    scoped = dict(doc, findings=[
-        dict(f, location=f"{f['location']} ({rank_scope(f.get('ranks', []), world)})")
-        for f in doc["findings"]])
-    if doc["error"] and "rank" in doc["error"]:
-        scoped["error"] = dict(doc["error"], message=f"rank {doc['error']['rank']}: "
-                               f"{doc['error']['message']}")
-    lines = [format_trace(scoped), "", f"{world} rank(s), launched by: {ranks['launch']}; "
-             + ENDED[ranks["ended"]]]
+    scopes = [rank_scope(list(made_on), world) for made_on in trace.finding_ranks]
+    rank = trace.error.get("rank") if trace.error else None
+    lines = [format_trace(trace, scopes, f"rank {rank}: " if rank is not None else ""), "",
+             f"{world} rank(s), launched by: {ranks['launch']}; " + ENDED[ranks["ended"]]]
     for row in ranks["per_rank"]:
         lines.append(f"  rank {row['rank']}: {rank_line(row)}")
     first = ranks["first_nonfinite"]

@@ -13,6 +13,8 @@ import math
 
 from ..common.units import format_bytes
 from ..diagnostics.findings import SEVERITIES
+from ..precision.bench import BenchResult, VariantResult
+from ..precision.verdict import VERDICT_COLUMNS
 
 OKABE_ITO = {
     "orange": "#E69F00",
@@ -136,13 +138,13 @@ MEMORY_NOTES = {
 }
 
 
-def bench_notes(doc: dict) -> list[str]:
-    """The sentences that explain a bench document's memory and spread figures."""
+def bench_notes(result: BenchResult) -> list[str]:
+    """The sentences that explain a bench result's memory and spread figures."""
     from ..precision.measure import STABLE_SPREAD
 
-    kinds = {v.get("memory_kind") for v in doc.get("variants", []) if v.get("ok")}
+    kinds = {v.memory_kind for v in result.variants if v.ok}
     notes = [MEMORY_NOTES[kind] for kind in sorted(kinds, key=str) if kind in MEMORY_NOTES]
-    if any(v.get("spread") is not None for v in doc.get("variants", [])):
+    if any(v.spread is not None for v in result.variants):
         notes.append("Spread: how far apart the rounds' median latencies lie, (slowest - fastest) "
                      f"/ median; above {STABLE_SPREAD:.0%} something moved the figure between "
                      "rounds (other load, clocks, the host's own jitter) and it is not to be "
@@ -151,73 +153,66 @@ def bench_notes(doc: dict) -> list[str]:
 
 
 # -- the benchmark table -------------------------------------------------------------------------
-def with_ratio(doc: dict) -> list[dict]:
-    """The variants of a bench document, each with "vs_float32": its throughput over float32's
-    (None without a float32 figure)."""
-    variants = doc.get("variants") or []
-    base = next((v.get("samples_per_s") for v in variants
-                 if v.get("name") == "float32" and v.get("ok")), None)
-    return [{**v, "vs_float32": v["samples_per_s"] / base
-             if base and v.get("samples_per_s") else None} for v in variants]
-
-
-def status(variant: dict) -> str:
+def status(variant: VariantResult) -> str:
     """"ok", "unsupported" (the device cannot run the variant: decided before running, not
     tried) or "failed"."""
-    if variant.get("ok"):
+    if variant.ok:
         return "ok"
-    return "unsupported" if variant.get("support") == "unsupported" else "failed"
+    return "unsupported" if variant.support == "unsupported" else "failed"
 
 
-def stability(variant: dict) -> str:
+def stability(variant: VariantResult) -> str:
     """"stable", or "noisy" when the spread says the machine was busy and the figure is not to
     be trusted; "" for a failed variant or a document that predates the `stable` key."""
-    if not variant.get("ok") or variant.get("stable") is None:
+    if not variant.ok or variant.stable is None:
         return ""
-    return "stable" if variant["stable"] else "noisy"
+    return "stable" if variant.stable else "noisy"
 
 
-def _drift(v):
-    return None if v.get("nonfinite_outputs") else v.get("max_abs_diff_vs_float32")
+def _drift(v: VariantResult):
+    return None if v.nonfinite_outputs else v.max_abs_diff_vs_float32
 
 
 def _fmt(pattern):
     return lambda x: number(x, pattern)
 
 
-def _latency(key):
-    return lambda v: (v.get("latency_ms") or {}).get(key)
+def _latency(key: str):
+    return lambda v: getattr(v.latency_ms, key) if v.latency_ms is not None else None
 
 
-# (header, raw value of a variant, text of that value, shown when absent). Raw values feed
-# sorting and CSV exports; optional columns appear only when some variant has the value.
-BENCH_COLUMNS = (
-    ("Variant", lambda v: v.get("name"), str, True),
-    ("Status", status, str, True),
-    ("Stability", stability, str, False),
-    ("Support", lambda v: v.get("support"), lambda x: x or "", False),
-    ("Samples/s", lambda v: v.get("samples_per_s"), _fmt("{:,.1f}"), True),
-    ("vs float32", lambda v: v.get("vs_float32"), _fmt("{:.2f}×"), True),
-    ("Spread", lambda v: v.get("spread"), _fmt("{:.1%}"), False),
-    ("Tokens/s", lambda v: v.get("tokens_per_s"), _fmt("{:,.0f}"), False),
-    ("p50 ms", _latency("p50"), _fmt("{:.2f}"), True),
-    ("p90 ms", _latency("p90"), _fmt("{:.2f}"), True),
-    ("min ms", _latency("min"), _fmt("{:.2f}"), True),
-    ("First call ms", lambda v: v.get("first_call_ms"), _fmt("{:.1f}"), False),
-    ("Peak memory", lambda v: v.get("peak_memory_bytes"), size, True),
-    ("Weights", lambda v: v.get("weights_bytes"), size, True),
-    ("TFLOP/s", lambda v: v.get("tflops"), _fmt("{:.3g}"), False),
-    ("% of peak", lambda v: v.get("peak_fraction"), _fmt("{:.1%}"), False),
-    ("Max |diff| vs fp32", _drift, _fmt("{:.3g}"), True),
-    ("Cosine vs fp32", lambda v: v.get("cosine_vs_float32"), _fmt("{:.6f}"), False),
-    ("Top-1 agreement", lambda v: v.get("top1_agreement"), _fmt("{:.1%}"), True),
-    ("inf/NaN outputs", lambda v: v.get("nonfinite_outputs"), _fmt("{:d}"), False),
-    ("Error", lambda v: v.get("error"), lambda x: x or "", True),
-)
+def _every_column(vs_float32) -> tuple:
+    """Every bench column, shared then the verdict's; `vs_float32` gives a variant's speed-up
+    (the result's: it needs float32's figure)."""
+    return (
+        ("Variant", lambda v: v.name, str, True),
+        ("Status", status, str, True),
+        ("Stability", stability, str, False),
+        ("Support", lambda v: v.support, lambda x: x or "", False),
+        ("Samples/s", lambda v: v.samples_per_s, _fmt("{:,.1f}"), True),
+        ("vs float32", vs_float32, _fmt("{:.2f}×"), True),
+        ("Spread", lambda v: v.spread, _fmt("{:.1%}"), False),
+        ("Tokens/s", lambda v: v.tokens_per_s, _fmt("{:,.0f}"), False),
+        ("p50 ms", _latency("p50"), _fmt("{:.2f}"), True),
+        ("p90 ms", _latency("p90"), _fmt("{:.2f}"), True),
+        ("min ms", _latency("min"), _fmt("{:.2f}"), True),
+        ("First call ms", lambda v: v.first_call_ms, _fmt("{:.1f}"), False),
+        ("Peak memory", lambda v: v.peak_memory_bytes, size, True),
+        ("Weights", lambda v: v.weights_bytes, size, True),
+        ("TFLOP/s", lambda v: v.tflops, _fmt("{:.3g}"), False),
+        ("% of peak", lambda v: v.peak_fraction, _fmt("{:.1%}"), False),
+        ("Max |diff| vs fp32", _drift, _fmt("{:.3g}"), True),
+        ("Cosine vs fp32", lambda v: v.cosine_vs_float32, _fmt("{:.6f}"), False),
+        ("Top-1 agreement", lambda v: v.top1_agreement, _fmt("{:.1%}"), True),
+        ("inf/NaN outputs", lambda v: v.nonfinite_outputs, _fmt("{:d}"), False),
+        ("Error", lambda v: v.error, lambda x: x or "", True),
+    ) + VERDICT_COLUMNS
 
 
-def bench_columns(variants) -> tuple:
-    """The columns worth showing for these variants: the always-shown ones, and each optional
-    one that some variant fills (a document from an older version lacks the newer keys)."""
-    return tuple(c for c in BENCH_COLUMNS
-                 if c[3] or any(c[1](v) not in (None, "") for v in variants))
+def bench_columns(result: BenchResult) -> tuple:
+    """The columns worth showing for a bench result, each (header, raw value of a variant, text
+    of that value, shown when absent): the always-shown ones, and each optional one that some
+    variant fills (a document from an older version lacks the newer keys). Raw values feed
+    sorting and CSV exports."""
+    return tuple(c for c in _every_column(result.vs_float32)
+                 if c[3] or any(c[1](v) not in (None, "") for v in result.variants))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from ..common import dtypes
 from ..common.precision import DEVICE_MISSING_ERRORS, LIST_ERRORS
 from ..data.columns import ColumnFacts
+from ..diagnostics.report import ModelOutput
 from ..diagnostics.diagnosis import (
     adapter_modules,
     describe_output,
@@ -75,7 +76,7 @@ class Snapshot:
     keep_in_fp32: tuple
     adapters: tuple                       # diagnosis.adapter_modules
     tree: TensorNode
-    output: dict | None
+    output: ModelOutput | None
     name: str = ""                        # what from_pretrained loaded, else the class
     compiled: bool = False                # torch.compile's wrapper: its inside ran as one graph
     observed: Observed | None = None
