@@ -245,7 +245,7 @@ def _fixed_copy(result, args) -> tuple[list, str]:
     from ..core.common.files import check_output, keep_backup
     from ..core.script.proof import fixed_script
 
-    text, applied = fixed_script(result, args.apply)
+    text, applied = fixed_script(result.script, result.findings, args.apply)
     path = check_output(args.output, [Path(result.script)], lambda p: p.suffix == ".py",
                         force=args.force)
     keep_backup(path)

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from fp16studio.core.common.codec import Document, decode, encoder
+from fp16studio.core.diagnostics.findings import Finding
 from fp16studio.core.diagnostics.report import Diagnosis
 from fp16studio.core.precision.bench import BenchResult
 from fp16studio.core.precision.drift import DriftResult
 from fp16studio.core.precision.fp8_plan import Fp8Plan
+from fp16studio.core.script.proof import FixedCopy, write_fixed_copy
 from fp16studio.core.script.rank_merge import RankedTrace
 from fp16studio.core.script.trace import ScriptTrace
 from fp16studio.core.spec.value import PipelineSpec
@@ -169,6 +171,13 @@ def trace_launched(launch: str, path: str, args: tuple[str, ...], progress, canc
     check_agreed_script(path)
     return trace_launch(launch, path, tuple(args), progress=progress, cancel=cancel,
                         output=lambda stream, line: on_sample((stream, readable(line))))
+
+
+@task("fixed-copy")
+def fixed_copy(script: str, findings: list[Finding], ask: str) -> FixedCopy:
+    """A traced script's fix written into a copy beside the script, on this engine's machine
+    (the box's, where the script is)."""
+    return write_fixed_copy(script, findings, ask)
 
 
 @task("drift")

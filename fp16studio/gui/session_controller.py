@@ -357,22 +357,33 @@ class SessionController(SessionFiles, QObject):
     def _trace_fixed_copy(self, ask: str) -> bool:
         """A traced script's fix (`ID:LINE`): a copy of the script with it, written beside the
         script under a name no file has (the script itself is never written), then traced as the
-        script was (under its launcher, for a launched run)."""
-        from fp16studio.core.script.proof import fixed_script
+        script was (under its launcher, for a launched run). With the engine on a box, the
+        script is the box's: the engine writes the copy there."""
+        from fp16studio.core.script.proof import write_fixed_copy
 
         trace = self.state.trace
+        given = (trace.script, list(trace.findings), ask)
+        if self.engine_host is not None:
+            self.worker.submit(Job("fixed-copy", "fixed-copy", given,
+                                   on_result=lambda copy: self._trace_copy(trace, copy),
+                                   on_error=lambda message, _detail: self._copy_failed(message)))
+            return True
         try:
-            text, applied = fixed_script(trace, [ask])
-            path = free_name(Path(trace.script))
-            path.write_text(text)
+            copy = write_fixed_copy(*given)
         except (InputError, OSError) as exc:
-            self.logged.emit("error", f"The fix could not be written to a copy of the script: {exc}")
-            return False
-        fixes = ", ".join(f"{a['id']} at line {a['line']}" for a in applied)
-        self.logged.emit("info", f"Wrote {path.name} beside {Path(trace.script).name} with {fixes}; "
-                                 "tracing it.")
+            return self._copy_failed(exc)
+        return self._trace_copy(trace, copy)
+
+    def _copy_failed(self, why) -> bool:
+        self.logged.emit("error", f"The fix could not be written to a copy of the script: {why}")
+        return False
+
+    def _trace_copy(self, trace, copy) -> bool:
+        fixes = ", ".join(f"{a['id']} at line {a['line']}" for a in copy.applied)
+        self.logged.emit("info", f"Wrote {Path(copy.path).name} beside {Path(trace.script).name} "
+                                 f"with {fixes}; tracing it.")
         launch = (getattr(trace, "ranks", None) or {}).get("launch")   # a launched run's launcher
-        return self.run_trace(str(path), trace.args, launch)
+        return self.run_trace(copy.path, trace.args, launch)
 
     def continue_as_pipeline(self) -> bool:
         """Adopt the spec recovered from the shown trace as a new start (a different pipeline
@@ -569,13 +580,3 @@ class SessionController(SessionFiles, QObject):
         if busy != self._busy:
             self._busy = busy
             self.busyChanged.emit(busy)
-
-
-def free_name(script: Path) -> Path:
-    """`train.fixed.py` beside `train.py`, else `train.fixed-2.py`...: a name no file has."""
-    stem = script.stem.split(".fixed")[0]
-    for index in range(1, 1000):
-        path = script.with_name(f"{stem}.fixed{'' if index == 1 else f'-{index}'}.py")
-        if not path.exists():
-            return path
-    raise InputError(f"no free name for a fixed copy beside {script}")

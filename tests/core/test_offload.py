@@ -27,7 +27,7 @@ def test_offloaded_float16_blocks_are_found_shown_in_the_tree_and_bfloat16_fixes
     assert disk.device == "disk" and disk.find("model.layers.1.mlp.up_proj.weight").device == "disk"
     assert result.tree.find("model.layers.0.mlp").device == "cpu"
 
-    text, applied = fixed_script(result, ["model-bfloat16"])
+    text, applied = fixed_script(result.script, result.findings, ["model-bfloat16"])
     assert applied == [{"id": "model-bfloat16", "line": LOAD_LINE, "code": "offload-half"}]
     fixed = tmp_path / "fixed.py"
     fixed.write_text(text)

@@ -5,10 +5,11 @@ never into the script."""
 from pathlib import Path
 
 from fp16studio.core.diagnostics.findings import CodeEdit, Finding, Fix
+from fp16studio.core.script.proof import free_name
 from fp16studio.core.script.trace import ScriptTrace
 from fp16studio.core.spec.value import PipelineSpec
 from fp16studio.gui.findings_panel import FindingDetail
-from fp16studio.gui.session_controller import SessionController, free_name
+from fp16studio.gui.session_controller import SessionController
 
 SCRIPT = "import torch\ntotal = torch.zeros((), dtype=torch.bfloat16)\nfor x in range(3):\n    total += 1\n"
 
@@ -63,3 +64,27 @@ def test_a_traced_script_s_fix_goes_into_a_copy_that_is_traced(qtbot, tmp_path, 
         assert not controller.apply_fix("no-such-fix:4")
     finally:
         controller.shutdown()
+
+
+def test_with_the_engine_on_a_box_the_fixed_copy_is_written_there(qtbot, tmp_path, monkeypatch):
+    """The script of a trace on a box is the box's: the engine writes the copy (the engine here
+    stands in for the box's; the window's own writer fails if it is called)."""
+    def here(*_args):
+        raise AssertionError("the window wrote the copy")
+
+    monkeypatch.setattr("fp16studio.core.script.proof.write_fixed_copy", here)
+    controller = SessionController()
+    try:
+        controller.engine_host = "box"
+        controller.state.took_diagnosis(None, quiet_trace(tmp_path))
+        traced = []
+        monkeypatch.setattr(controller, "run_trace", lambda path, args=(), launch=None:
+                            traced.append((path, args, launch)) or True)
+        assert controller.apply_fix("float32-accumulator:4")
+        qtbot.waitUntil(lambda: bool(traced), timeout=60_000)
+        copy = tmp_path / "train.fixed.py"
+        assert traced == [(str(copy), ("--fast",), None)]
+        assert copy.read_text().splitlines()[3] == "    total = total.float() + 1"
+    finally:
+        controller.shutdown()
+

@@ -91,7 +91,8 @@ def test_a_launched_trace_s_fixed_copy_is_traced_under_its_launcher(qtbot, tmp_p
     state = window.controller.state
     monkeypatch.setattr(type(state), "trace", property(lambda _self: trace))
     monkeypatch.setattr("fp16studio.core.script.proof.fixed_script",
-                        lambda _trace, asks: ("print(2)\n", [{"id": "f", "line": 1, "code": "c"}]))
+                        lambda _script, _findings, asks: ("print(2)\n",
+                                                          [{"id": "f", "line": 1, "code": "c"}]))
     traced = []
     monkeypatch.setattr(window.controller, "run_trace", lambda path, args, launch=None:
                         traced.append((Path(path).name, tuple(args), launch)) or True)

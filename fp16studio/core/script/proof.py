@@ -23,9 +23,12 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..common.codec import Document
 from ..common.errors import InputError
+from ..diagnostics.findings import Finding
 
 PROVE_ENV = "FP16STUDIO_PROVE"          # "0": this run is a proof's, it proves nothing itself
 SCRIPT_HOME_ENV = "FP16STUDIO_SCRIPT_HOME"
@@ -54,20 +57,20 @@ def apply_edits(text: str, edits) -> str:
     return "".join(lines)
 
 
-def fixed_script(result, wanted: list[str]) -> tuple[str, list[dict]]:
+def fixed_script(script: str | Path, findings, wanted: list[str]) -> tuple[str, list[dict]]:
     """The traced script's text with the fixes asked for applied (`ID`: every finding's fix of
     that id; `ID:LINE`: the one at that line), and what was applied; InputError for a fix that
     is not there or has no code in the script."""
-    script = Path(result.script)
+    script = Path(script)
     blocks, applied = {}, []
     for ask in wanted:
         fix_id, _, line = ask.partition(":")
-        found = [(f, x) for f in result.findings for x in f.fixes
+        found = [(f, x) for f in findings for x in f.fixes
                  if x.id == fix_id and (not line or (f.source or {}).get("line") == _int(line))]
         usable = [(f, x) for f, x in found if x.code is not None and x.code.source and
                   Path(x.code.source.get("file", "")).resolve() == script.resolve()]
         if not usable:
-            offered = sorted({f"{x.id}:{(f.source or {}).get('line')}" for f in result.findings
+            offered = sorted({f"{x.id}:{(f.source or {}).get('line')}" for f in findings
                               for x in f.fixes if x.code is not None and f.source})
             raise InputError(f"--apply {ask}: no such fix with code in {script.name}" +
                              (f" (offered: {', '.join(offered)})" if offered else
@@ -80,6 +83,35 @@ def fixed_script(result, wanted: list[str]) -> tuple[str, list[dict]]:
     for (first, last), block in sorted(blocks.items(), reverse=True):
         lines[first - 1:last] = [block + "\n"]
     return "".join(lines), applied
+
+
+@dataclass(frozen=True)
+class FixedCopy(Document):
+    """A copy of a traced script with fixes in it, written beside the script: where, and the
+    fixes applied ({"id", "line", "code"} each)."""
+
+    path: str
+    applied: list[dict]
+
+
+def write_fixed_copy(script: str, findings: list[Finding], ask: str) -> FixedCopy:
+    """The fix `ask` (`ID:LINE`) written into a copy beside the script under a name no file has
+    (`train.fixed.py`, else `train.fixed-2.py`...): the script itself is never written. Run
+    where the script is (the engine on a box writes there)."""
+    text, applied = fixed_script(script, findings, [ask])
+    path = free_name(Path(script))
+    path.write_text(text)
+    return FixedCopy(str(path), applied)
+
+
+def free_name(script: Path) -> Path:
+    """`train.fixed.py` beside `train.py`, else `train.fixed-2.py`...: a name no file has."""
+    stem = script.stem.split(".fixed")[0]
+    for index in range(1, 1000):
+        path = script.with_name(f"{stem}.fixed{'' if index == 1 else f'-{index}'}.py")
+        if not path.exists():
+            return path
+    raise InputError(f"no free name for a fixed copy beside {script}")
 
 
 def _int(text: str) -> int | None:
