@@ -8,6 +8,7 @@ import tokenize
 
 import pytest
 
+from fp16studio.core.diagnostics.findings import CodeEdit, Finding, Fix
 from fp16studio.core.present.code_wrap import wrap_code
 from fp16studio.core.present.terminal import finding_lines
 
@@ -69,8 +70,8 @@ def test_code_that_does_not_tokenize_is_left_as_it_is():
 
 
 def test_the_command_line_prints_fix_code_within_120_columns():
-    finding = {"severity": "error", "code": "overflow", "location": "model", "message": "inf",
-               "fixes": [{"title": "Run in float32", "id": "float32-islands", "code": SAMPLES[-1] * 2}]}
+    fix = Fix("float32-islands", "Run in float32", {}, code=CodeEdit(SAMPLES[-1] * 2))
+    finding = Finding("overflow", "error", "model", "inf", {}, (fix,))
     lines = finding_lines(finding)
     assert all(len(line) <= 120 for line in lines), max(lines, key=len)
     code = "\n".join(lines[lines.index(next(x for x in lines if "[float32-islands]" in x)) + 1:])
