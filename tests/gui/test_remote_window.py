@@ -1,7 +1,8 @@
 """The window's engine on a box, through the real sshd on loopback (tests/remote_box.py): the
-connect dialog and its Test, a run there, the link killed mid-run and re-attached with the whole
-result, Cancel across the link, a host that cannot be reached said in one line, Browse listing
-the box's folders, and consent to the box's code, read and digested there."""
+connect dialog and its Test, a run there, a fix, a benchmark and an export there, the link
+killed mid-run and re-attached with the whole result, Cancel across the link, a host that cannot
+be reached said in one line, Browse listing the box's folders, and consent to the box's code,
+read and digested there."""
 
 import hashlib
 import sys
@@ -134,6 +135,35 @@ def test_a_run_on_the_box_survives_its_link_killed_and_cancel_reaches_it(qtbot, 
         assert window.run_diagnosis()
     assert "\n" not in failed.args[0] and "Could not resolve hostname" in failed.args[0]
     assert window.tensorTree.model().rowCount() > 0 and window.diagnosis is not None
+
+
+def test_a_fix_a_benchmark_and_an_export_each_run_on_the_box(qtbot, ssh_to_the_box, tmp_path):
+    window = MainWindow()
+    qtbot.addWidget(window)
+    qtbot.waitUntil(lambda: window.spec is not None, timeout=RUN_TIMEOUT_MS)
+    window.engine_choice.connect_to("box", ssh_to_the_box.python)
+    runs = ssh_to_the_box.home / ".cache/fp16studio/runs"
+
+    def events_there() -> int:   # what the box's engines wrote, one event a line
+        return sum(len(p.read_text().splitlines()) for p in runs.glob("*/events.jsonl"))
+
+    doc = run(qtbot, window)
+    before = events_there()
+    fix_id = doc["findings"][0]["fixes"][0]["id"]
+    with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS) as fixed:
+        assert window.apply_fix(fix_id)           # the fixed spec runs again, there
+    assert fix_id not in {f["id"] for finding in fixed.args[0]["findings"]
+                          for f in finding["fixes"]}
+    after_fix = events_there()
+    with qtbot.waitSignal(window.benchmarkFinished, timeout=RUN_TIMEOUT_MS) as measured:
+        assert window.run_benchmark(["float32"])
+    assert [v["name"] for v in measured.args[0]["variants"]] == ["float32"]
+    after_bench = events_there()
+    exported = tmp_path / "pipeline.py"               # written here, made there
+    with qtbot.waitSignal(window.exportFinished, timeout=RUN_TIMEOUT_MS):
+        assert window.export_script(str(exported))
+    assert "from_pretrained" in exported.read_text()
+    assert before < after_fix < after_bench < events_there()
 
 
 def test_consent_is_asked_with_the_digest_read_on_the_box_and_only_that_runs(
