@@ -8,6 +8,7 @@ says where the values landed, and its first fix, proven on a copy by the tracer,
 script print float32's answer under plain python.
 """
 
+import dataclasses
 import subprocess
 import sys
 import warnings
@@ -257,14 +258,35 @@ def test_a_line_whose_loss_no_longer_lands_once_another_is_fixed_is_left_out(mon
     def run(script, args, edits, budget):
         left = [line for line in shares if line not in {at for at, _ in edits}]
         error = sum(shares[line] for line in left)
-        return SimpleNamespace(error=None, findings=[SimpleNamespace(
-            code="precision-loss", severity="error", source={"line": line},
-            evidence={"landing": {"line": 9, "error": error}}) for line in left if error])
+        return proof._Rerun(SimpleNamespace(error=None, findings=[SimpleNamespace(
+            code="precision-loss", severity="error", source={"file": "s.py", "line": line},
+            evidence={"landing": {"file": "s.py", "line": 9, "error": error}})
+            for line in left if error]))
 
     monkeypatch.setattr(proof, "_run", run)
     out = proof.prove([record_at(5), record_at(3)], SimpleNamespace(script="s.py"), args=[])
     assert sorted(r.source["line"] for r in out) == kept
     assert all(r.proof[0] == proof.PROVEN for r in out)
+
+
+def test_a_proof_reads_the_copys_places_as_the_scripts(tmp_path):
+    """The copy has its own name, and a fix of several lines moves the lines below it: its
+    places are read back in the script's lines; a module beside it is its own file."""
+    script, copy, helper = tmp_path / "train.py", tmp_path / "copy" / "train.py", tmp_path / "h.py"
+    rerun = proof._Rerun(None, str(copy), str(script), ((4, "a\nb\nc"), (9, "d")))
+    at = [rerun.place({"file": str(copy), "line": line}) for line in (3, 4, 6, 7, 11, 12)]
+    assert [line for _, line in at] == [3, 4, 4, 5, 9, 10]
+    assert {file for file, _ in at} == {str(script)}
+    assert rerun.place({"file": str(helper), "line": 3}) == (str(helper), 3)
+    assert rerun.place({"line": 3}) is None
+
+
+def test_a_line_outside_the_traced_script_is_not_tried_on_its_copy(monkeypatch, tmp_path):
+    """Its fix would be written into the script at another file's line number."""
+    monkeypatch.setattr(proof, "_run", lambda *a: pytest.fail("a run for a line elsewhere"))
+    record = dataclasses.replace(record_at(5), source={"file": str(tmp_path / "h.py"), "line": 5})
+    (out,) = proof.prove([record], SimpleNamespace(script=str(tmp_path / "s.py")), args=[])
+    assert out.proof[0].startswith("not proven:") and "h.py" in out.proof[0]
 
 
 def test_operators_are_said_as_the_script_wrote_them():

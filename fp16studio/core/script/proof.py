@@ -131,6 +131,12 @@ def prove(records: list, user, error=None, args=None) -> list:
     budget = 30.0 + 3 * (time.perf_counter() - _started)
     tried = [0] * len(records)
     verdicts: list[list[str]] = [[] for _ in records]
+    for i, record in enumerate(records):
+        if (_place(record.source) or ("",))[0] != str(script.resolve()):
+            # its fix would be written into a module the copy imports unchanged
+            verdicts[i].append(f"not proven: only the traced script's own lines are tried on "
+                               f"a copy, and this one is in {Path(record.source['file']).name}")
+            tried[i] = len(record.candidates)
     proven: dict[int, tuple] = {}
     for _ in range(ROUNDS):
         trying = [i for i, r in enumerate(records)
@@ -138,13 +144,13 @@ def prove(records: list, user, error=None, args=None) -> list:
         if not trying:
             break
         outcome = _run(script, args, _edits(records, proven, trying, tried), budget)
-        failed = outcome is None or outcome.error is not None and error is None
+        failed = outcome.result is None or outcome.result.error is not None and error is None
         groups = [[i] for i in trying] if failed and len(trying) > 1 else [trying]
         for group in groups:
-            result = outcome if len(groups) == 1 else \
+            rerun = outcome if len(groups) == 1 else \
                 _run(script, args, _edits(records, proven, group, tried), budget)
             for i in group:
-                why = _judge(result, records[i], error)
+                why = _judge(rerun, records[i], error)
                 verdicts[i].append(why)
                 if why == PROVEN:
                     proven[i] = records[i].candidates[tried[i]]
@@ -176,20 +182,20 @@ def _unneeded(records, proven: dict, script: Path, args, budget: float, error) -
     groups: dict = {}
     for i in proven:
         if records[i].landing is not None:
-            key = (records[i].landing.source["file"], records[i].landing.source["line"])
-            groups.setdefault(key, []).append(i)
+            groups.setdefault(_place(records[i].landing.source), []).append(i)
     groups = {key: sorted(group, key=lambda i: records[i].source["line"], reverse=True)
               for key, group in groups.items() if len(group) > 1}
     unneeded: set = set()
     for depth in range(max(map(len, groups.values()), default=1) - 1):
         out = {group[depth] for group in groups.values() if depth < len(group) - 1}
         kept = {i: c for i, c in proven.items() if i not in unneeded | out}
-        result = _run(script, args, _edits(records, kept, (), ()), budget)
+        rerun = _run(script, args, _edits(records, kept, (), ()), budget)
+        result = rerun.result
         if result is None or result.error is not None and error is None:
             break
-        landed = {(f.evidence.get("landing") or {}).get("line") for f in result.findings
+        landed = {rerun.place(f.evidence.get("landing")) for f in result.findings
                   if f.code == "precision-loss"}
-        unneeded |= {i for i in out if records[i].landing.source["line"] not in landed}
+        unneeded |= {i for i in out if _place(records[i].landing.source) not in landed}
     return unneeded
 
 
@@ -206,7 +212,39 @@ def _edits(records, proven: dict, trying, tried) -> list:
     return edits
 
 
-def _run(script: Path, args, edits, budget: float):
+@dataclass(frozen=True)
+class _Rerun:
+    """A proof's run of the fixed copy, and how to read its places as the script's: the
+    copy has another name and, below a fix of several lines, other line numbers."""
+
+    result: object        # the copy's ScriptTrace; None when it could not be traced
+    copy: str = ""
+    script: str = ""
+    edits: tuple = ()
+
+    def place(self, source) -> tuple | None:
+        """(file, line) of a place in this run, in the script's own lines."""
+        file, line = _place(source) or (None, None)
+        if file is None or file != self.copy:
+            return file and (file, line)
+        shift = 0
+        for number, code in sorted(self.edits):
+            start, size = number + shift, max(1, len(code.splitlines()))
+            if line < start:
+                break
+            if line < start + size:
+                return self.script, number
+            shift += size - 1
+        return self.script, line - shift
+
+
+def _place(source) -> tuple | None:
+    if not source or not source.get("file") or not source.get("line"):
+        return None
+    return str(Path(source["file"]).resolve()), source["line"]
+
+
+def _run(script: Path, args, edits, budget: float) -> _Rerun:
     from .trace import trace_script
 
     folder = tempfile.mkdtemp(prefix="fp16studio-proof-")
@@ -216,9 +254,10 @@ def _run(script: Path, args, edits, budget: float):
         copy.write_text(apply_edits(script.read_text(), edits))
         os.environ[PROVE_ENV] = "0"
         os.environ[SCRIPT_HOME_ENV] = str(script.parent)
-        return trace_script(copy, args, timeout=budget, output=_discard)
+        result = trace_script(copy, args, timeout=budget, output=_discard)
+        return _Rerun(result, str(copy.resolve()), str(script.resolve()), tuple(edits))
     except Exception:  # noqa: BLE001 - a proof that cannot run proves nothing, says so
-        return None
+        return _Rerun(None)
     finally:
         for key, value in saved.items():
             if value is None:
@@ -242,24 +281,24 @@ def _better(before, after: dict) -> bool:
     return after.get("error", 0.0) <= before.error / 2 and flipped <= before.flipped / 2
 
 
-def _judge(result, record, error) -> str:
-    line = record.source["line"]
+def _judge(rerun: _Rerun, record, error) -> str:
+    result, here = rerun.result, _place(record.source)
     if result is None:
         return "not proven: the fixed copy of the script could not be traced"
     if result.error is not None and (error is None or
                                      result.error.get("type") != error.get("type")):
         message = (result.error.get("message") or "").split("\n", 1)[0][:160]
         return f"not proven: the fixed script fails ({message})"
-    landing = record.landing.source["line"] if record.landing else None
+    landing = _place(record.landing.source) if record.landing else None
     for finding in result.findings:
-        at = (finding.source or {}).get("line")
-        if finding.code == "precision-loss" and at == line:
+        at = rerun.place(finding.source)
+        if finding.code == "precision-loss" and at == here:
             return "not proven: the line still loses values in the fixed script"
         after = finding.evidence.get("landing") or {}
         if finding.code == "precision-loss" and landing is not None and \
-                after.get("line") == landing and not _better(record.landing, after):
-            return (f"not proven: what line {landing} uses is still off from float32 in the "
+                rerun.place(after) == landing and not _better(record.landing, after):
+            return (f"not proven: what line {landing[1]} uses is still off from float32 in the "
                     "fixed script")
-        if finding.severity == "error" and at == line:
+        if finding.severity == "error" and at == here:
             return f"not proven: the fixed line fails ({finding.code})"
     return PROVEN
