@@ -118,9 +118,7 @@ def _imports(plan: ExportPlan) -> str:
         stdlib |= {"fnmatch", "re"}
     third = {"torch": None}
     names: dict[str, set] = {"torch.utils.data": {"DataLoader"},
-                             "transformers": {plan.model_class}}
-    if plan.processor_class:
-        names["transformers"].add(plan.processor_class)
+                             "transformers": {plan.model_class, plan.processor_class} - {None}}
     if plan.audio and plan.audio.undecode:
         names.setdefault("datasets", set()).add("Audio")
     if plan.fp8:
