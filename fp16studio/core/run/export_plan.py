@@ -202,8 +202,8 @@ def export_plan(spec: PipelineSpec, fp8: Fp8Conversion | None = None) -> ExportP
         audio_input = AudioInput(
             column=roles["audio"], kwargs=audio.extractor_kwargs(processor),
             rate=spec.sampling_rate or processor.sampling_rate,
-            # A folder's rows are undecoded already; a stored Audio column needs the cast.
             decoder=inspect.getsource(audio.decode),
+            # A folder's rows are undecoded already; a stored Audio column needs the cast.
             undecode=() if source.kind == "audio-folder" else tuple(
                 c for c in rows.column_names if _is_audio(rows, c)))
     if multimodal == ("image",):
