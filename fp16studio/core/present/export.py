@@ -5,28 +5,26 @@ user sees in plain code what the app ran) with every applied fix in place and na
 It is written the way a careful engineer writes it today: `dtype=` (never `torch_dtype=`),
 `torch.autocast(device_type, dtype=...)`, `with_format("torch")`, floating-only casts,
 `torch.inference_mode()`; a spec with `train` also gets its training step, in the order a
-correct mixed-precision loop runs it (or the user's own wrong order, commented as such). Choices
-the spec leaves open (model class, processor, columns) are
-resolved once here, the same way core/pipeline.py resolves them, and written as literals.
+correct mixed-precision loop runs it (or the user's own wrong order, commented as such).
 
-The text is assembled from one small function per section; `_Plan` holds what they need.
+What the script does is decided below this layer, by `core/run/export_plan.py` (the choices the
+spec leaves open resolved the way the pipeline resolves them); this module only writes that
+plan's text, its choices as literals.
+
+The text is assembled from one small function per section, each reading the plan.
 """
 
 from __future__ import annotations
 
 import json
 import textwrap
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ... import __version__
-from ..common.errors import InputError
 from ..common.files import write_text_atomic
 from ..common.island_code import ISLAND_HELPERS
 from ..common.library_logs import CHATTY
-from ..data import columns, sources, user_code
-from ..data.columns import LABEL_NAMES
-from ..hf.loading import islands_load_float32
+from ..run.export_plan import ExportPlan, Fp8Conversion, export_plan
 from ..spec.value import PipelineSpec
 
 
@@ -34,34 +32,9 @@ from ..spec.value import PipelineSpec
 SIGNATURE = "as its fp16studio spec describes it"
 
 
-@dataclass
-class _Plan:
-    """What the spec resolves to: the pipeline's own choices, as literals for the script."""
-
-    spec: PipelineSpec
-    model_ref: str                    # absolute local folder, or the Hub id
-    model_class: str                  # transformers class used for from_pretrained
-    processor_class: str | None       # None when the rows already hold the model's main input
-    main_input: str                   # the model's main input name (input_ids, pixel_values...)
-    read_rows: str                    # the expression that reads the split
-    read_imports: tuple               # (module, name) pairs that expression needs
-    dataset_ref: str | None           # absolute local path, the Hub id, or None (synthetic)
-    process_images: bool = False      # the processor gets the image column (else the texts)
-    roles: dict = field(default_factory=dict)
-    preprocess: tuple | None = None   # (absolute file, function name)
-    synthetic: dict | None = None     # {"kind": "text"|"image", "num_labels", "side"}
-    has_labels_column: bool = False   # a "labels" column exists before the rename
-    decoder_start: int | None = None  # encoder-decoder models: the decoder start token
-    multimodal: tuple = ()            # ("image",) or ("audio",): the processor also gets that
-    audio: dict | None = None         # {"column", "rate", "kwargs", "undecode"}: audio processed
-    # {"recipe", "converted", "keep_bf16", "training"}: the Linear layers converted to FP8, an
-    # FP8 plan's (for the whole script) or the spec's train.fp8 (for its training steps).
-    fp8: dict | None = None
-
-
 def export_script(spec: PipelineSpec, path: str | Path | None = None) -> str:
     """The script's text; also written (atomically) to `path` when given."""
-    return _checked(render(_plan(spec)), path)
+    return _checked(render(export_plan(spec)), path)
 
 
 def _checked(text: str, path: str | Path | None) -> str:
@@ -76,15 +49,14 @@ def export_fp8_script(spec: PipelineSpec, plan, path: str | Path | None = None) 
     layers converted by torchao's `convert_to_float8_training` (`plan`: an fp8 Fp8Plan)."""
     from ..precision.fp8 import plan_spec
 
-    resolved = _plan(plan_spec(spec))
-    resolved.fp8 = {"recipe": plan.recipe, "converted": plan.converted,
-                    "keep_bf16": plan.keep_bf16, "training": False}
-    return _checked(render(resolved), path)
+    layers = Fp8Conversion(plan.recipe, tuple(plan.converted), tuple(plan.keep_bf16),
+                           training=False)
+    return _checked(render(export_plan(plan_spec(spec), fp8=layers)), path)
 
 
-def render(plan: _Plan) -> str:
-    head = [_docstring(plan), _fix_list(plan.spec), _imports(plan), _constants(plan)]
-    functions = [_pick_device(), _run_in_float32(plan.spec), _load_model(plan),
+def render(plan: ExportPlan) -> str:
+    head = [_docstring(plan), _fix_list(plan), _imports(plan), _constants(plan)]
+    functions = [_pick_device(), _run_in_float32(plan), _load_model(plan),
                  _load_preprocess(plan), _read_rows(plan), _build_batch(plan), _main_output(),
                  _train(plan), _main(plan)]
     # PEP 8 spacing: one blank line in the header, two around top-level functions.
@@ -92,130 +64,24 @@ def render(plan: _Plan) -> str:
             + "\n\n\n".join(part.strip("\n") for part in functions if part) + "\n")
 
 
-# -- resolving the spec (no weights read) --------------------------------------------------------
-def _plan(spec: PipelineSpec) -> _Plan:
-    import torch
-    import transformers
-
-    from ..data import audio
-    from ..hf import loading
-    from ..run.float8 import fp8_layers
-
-    with loading.quiet_hf():
-        folder = loading.model_folder(spec)
-        config = loading.load_config(folder, spec)
-        task, arch = loading.resolve_task(config, spec)
-        model_class = loading.model_class_name(spec, task, arch)
-        auto = model_class.startswith("Auto")
-        cls = getattr(transformers, model_class)
-        # A skeleton on the meta device: the real model class, its main input, no memory.
-        with torch.device("meta"):
-            skeleton = (cls.from_config(config, trust_remote_code=spec.trust_remote_code)
-                        if auto else cls(config))
-        processor = loading.load_processor(folder, skeleton, spec)
-        rows = sources.load_rows(spec, config, processor)
-        audio_columns = [c for c in rows.column_names if _is_audio(rows, c)]
-        roles = columns.detect_columns(rows, spec, preprocessed=False)
-    main_input = getattr(skeleton, "main_input_name", "input_ids")
-    preprocess = None
-    if spec.preprocess:
-        # Never run the user's code to learn its columns (CONTRACT §6): the script checks at run
-        # time whether the function already made the model's input.
-        preprocess = (str(user_code.preprocess_file(spec).resolve()), spec.preprocess.rpartition(":")[2])
-    else:
-        columns.check_roles(spec, rows.column_names, roles, processor, main_input)
-    if columns.processor_roles(processor)[1:] == ("audio",):
-        raise InputError("export: a processor that takes text and audio together (CLAP-like) "
-                         "cannot be exported yet; diagnose runs it")
-    local_model = spec.local_path(spec.model)
-    read_rows, read_imports, dataset_ref, synthetic = _source(spec, config, processor)
-    fp8 = None
-    if spec.train and spec.train["fp8"]:   # the layers the app's training steps convert
-        keep = list(spec.train["fp8_keep"])
-        fp8 = {"recipe": spec.train["fp8"], "converted": fp8_layers(skeleton, keep),
-               "keep_bf16": keep, "training": True}
-    return _Plan(
-        spec=spec,
-        model_ref=str(local_model.resolve()) if local_model else spec.model,
-        model_class=model_class,
-        processor_class=(None if main_input in rows.column_names
-                         else loading.processor_class(skeleton)),
-        multimodal=columns.processor_roles(processor)[1:],
-        main_input=main_input,
-        process_images="image" in roles and hasattr(processor, "size"),
-        read_rows=read_rows, read_imports=read_imports, dataset_ref=dataset_ref,
-        roles=roles,
-        preprocess=preprocess, synthetic=synthetic,
-        has_labels_column="labels" in rows.column_names and roles.get("label") != "labels",
-        decoder_start=((getattr(config, "decoder_start_token_id", None) or 0)
-                       if getattr(config, "is_encoder_decoder", False) else None),
-        audio=({"column": roles["audio"], "kwargs": audio.extractor_kwargs(processor),
-                "rate": spec.sampling_rate or processor.sampling_rate,
-                # A folder's rows are undecoded already; a stored Audio column needs the cast.
-                "undecode": [] if read_rows.startswith("folder_rows(") else audio_columns}
-               if columns.processor_input(processor) == "audio" and "audio" in roles else None),
-        fp8=fp8,
-    )
-
-
-def _is_audio(rows, column: str) -> bool:
-    import datasets
-
-    return isinstance(rows.features[column], datasets.Audio)
-
-
-def _source(spec: PipelineSpec, config, processor):
-    """(expression, imports, dataset reference, synthetic facts) that read the split's rows."""
-    source = sources.data_source(spec)
-    if source.kind == "synthetic":
-        return _synthetic_source(spec, config, processor)
-    split = _q(spec.split)
-    load = (("datasets", "load_dataset"),)
-    if source.kind == "hub":  # datasets finds it in its cache or downloads it
-        return (f"load_dataset(DATASET, {_q(spec.dataset_config)}, split={split})",
-                load, spec.dataset, None)
-    ref = str(source.path.resolve())
-    if source.kind == "file":
-        return (f"load_dataset({_q(source.builder)}, data_files={{{split}: DATASET}}, "
-                f"split={split})", load, ref, None)
-    if source.kind == "saved-dict":
-        return f"load_from_disk(DATASET)[{split}]", (("datasets", "load_from_disk"),), ref, None
-    if source.kind == "saved":
-        return "load_from_disk(DATASET)", (("datasets", "load_from_disk"),), ref, None
-    if source.kind == "audio":  # audiofolder needs torchcodec: see core/audio.py
-        return "folder_rows(Path(DATASET))", (("pathlib", "Path"),), ref, None
-    if source.builder:
-        return (f"load_dataset({_q(source.builder)}, data_dir=DATASET, split={split})",
-                load, ref, None)
-    return f"load_dataset(DATASET, {_q(spec.dataset_config)}, split={split})", load, ref, None
-
-
-def _synthetic_source(spec: PipelineSpec, config, processor):
-    facts = sources.synthetic_plan(config, processor)
-    imports = (("datasets", "Dataset"),)
-    if facts["kind"] == "image":
-        imports += (("datasets", "Image"), ("numpy", None), ("PIL", "Image as PILImage"))
-    return "synthetic_rows()", imports, None, facts
-
-
 # -- sections ------------------------------------------------------------------------------------
-def _docstring(plan: _Plan) -> str:
+def _docstring(plan: ExportPlan) -> str:
     s = plan.spec
     precision = f"{s.model_dtype} weights" + (f" cast to {s.model_cast}" if s.model_cast else "")
     if s.autocast:
         precision += f", autocast to {s.autocast}"
-    if _islands_rendered(s):
-        precision += f", {len(s.run_in_float32)} float32 island pattern(s)"
-    fp8 = (f"{len(plan.fp8['converted'])} Linear layer(s) in FP8 (torchao float8, "
-           f"{plan.fp8['recipe']})" if plan.fp8 else "")
-    if fp8 and not plan.fp8["training"]:
+    if plan.islands:
+        precision += f", {len(plan.islands)} float32 island pattern(s)"
+    fp8 = (f"{len(plan.fp8.converted)} Linear layer(s) in FP8 (torchao float8, "
+           f"{plan.fp8.recipe})" if plan.fp8 else "")
+    if fp8 and not plan.fp8.training:
         precision += f", {fp8}"
     what = "One forward pass"
     prints = ("Prints a summary of the output, then the same as one JSON\nline; --save-output "
               "also saves the output tensor (torch.save).")
-    if s.train:
-        what += f" and {s.train['steps']} training step(s)"
-        if fp8 and plan.fp8["training"]:
+    if plan.train:
+        what += f" and {plan.train.steps} training step(s)"
+        if fp8 and plan.fp8.training:
             what += f" with {fp8}"
         prints = ("Prints a summary of the output, then the same as one JSON\nline; then the "
                   'loss of each training step, and {"steps": [...]} as one JSON line.\n'
@@ -228,38 +94,36 @@ Exported by fp16studio {__version__}. {prints}
 """'''
 
 
-def _fix_list(spec: PipelineSpec) -> str:
-    if not spec.applied_fixes:
+def _fix_list(plan: ExportPlan) -> str:
+    if not plan.fixes:
         return ""
     lines = ["# Fixes applied in fp16studio, oldest first:"]
-    for i, fix in enumerate(spec.applied_fixes, 1):
-        lines.append(f"#   {i}. {_comment_text(fix['title'])} [{_comment_text(fix['id'])}]")
-        if fix.get("explain"):
-            lines.append(f"#      {_comment_text(fix['explain'])}")
+    for i, fix in enumerate(plan.fixes, 1):
+        lines.append(f"#   {i}. {_comment_text(fix.title)} [{_comment_text(fix.id)}]")
+        if fix.explain:
+            lines.append(f"#      {_comment_text(fix.explain)}")
     return "\n".join(lines)
 
 
-def _imports(plan: _Plan) -> str:
+def _imports(plan: ExportPlan) -> str:
     s = plan.spec
     stdlib = {"argparse", "inspect", "json"} | ({"dataclasses"} if plan.fp8 else set())
-    if s.train:
+    if plan.train:
         stdlib.add("math")
     if plan.preprocess:
         stdlib |= {"importlib.util", "sys"}
     if s.keep_fp32:
         stdlib.add("fnmatch")
-    if _islands_rendered(s):
+    if plan.islands:
         stdlib |= {"fnmatch", "re"}
     third = {"torch": None}
     names: dict[str, set] = {"torch.utils.data": {"DataLoader"},
-                             "transformers": {plan.model_class}}
-    if plan.processor_class:
-        names["transformers"].add(plan.processor_class)
-    if plan.audio and plan.audio["undecode"]:
+                             "transformers": {plan.model_class, plan.processor_class} - {None}}
+    if plan.audio and plan.audio.undecode:
         names.setdefault("datasets", set()).add("Audio")
     if plan.fp8:
         names["torchao.float8"] = {"Float8LinearConfig", "convert_to_float8_training"}
-    for module, name in plan.read_imports:
+    for module, name in _READ_IMPORTS[plan.rows.kind] + _synthetic_imports(plan):
         if name is None:
             third[module] = None
         else:
@@ -276,44 +140,42 @@ def _imports(plan: _Plan) -> str:
     return "\n".join(lines)
 
 
-def _constants(plan: _Plan) -> str:
+def _constants(plan: ExportPlan) -> str:
     s = plan.spec
     lines = [f"MODEL = {_q(plan.model_ref)}"]
     if s.revision:
         lines.append(f"REVISION = {_q(s.revision)}")
-    if plan.dataset_ref is not None:
-        lines.append(f"DATASET = {_q(plan.dataset_ref)}")
+    if plan.rows.ref is not None:
+        lines.append(f"DATASET = {_q(plan.rows.ref)}")
     lines += [f"SAMPLES = {s.samples}", f"BATCH_SIZE = {s.batch_size}"]
-    if s.train:
-        lines.append(f"TRAIN_STEPS = {s.train['steps']}")
+    if plan.train:
+        lines.append(f"TRAIN_STEPS = {plan.train.steps}")
     if s.keep_fp32:
         lines.append(f"KEEP_FP32 = {_q(list(s.keep_fp32))}  # module-name patterns (fnmatch)")
-    if _islands_rendered(s):
-        lines.append(f"RUN_IN_FLOAT32 = {_q(list(s.run_in_float32))}  # module-name patterns "
+    if plan.islands:
+        lines.append(f"RUN_IN_FLOAT32 = {_q(list(plan.islands))}  # module-name patterns "
                      "(fnmatch)")
     if plan.fp8:
         lines += _fp8_constants(plan.fp8)
     return "\n".join(lines)
 
 
-def _fp8_constants(fp8: dict) -> list[str]:
-    from ..common.float8 import RECIPE_CAPABILITY
-
-    if fp8["training"]:
-        head = [f"# FP8 training (the spec's train.fp8, recipe {fp8['recipe']}): these Linear "
+def _fp8_constants(fp8: Fp8Conversion) -> list[str]:
+    if fp8.training:
+        head = [f"# FP8 training (the spec's train.fp8, recipe {fp8.recipe}): these Linear "
                 "layers go to FP8 for the",
                 "# training steps; the rest stay as loaded (shapes FP8 refuses, or KEEP_BF16).",
-                f"FP8_LAYERS = {_q(fp8['converted'])}",
-                f"KEEP_BF16 = {_q(fp8['keep_bf16'])}  # train.fp8_keep"]
+                f"FP8_LAYERS = {_q(list(fp8.converted))}",
+                f"KEEP_BF16 = {_q(list(fp8.keep_bf16))}  # train.fp8_keep"]
     else:
-        head = [f"# The FP8 plan (fp16studio fp8, recipe {fp8['recipe']}): these Linear layers "
+        head = [f"# The FP8 plan (fp16studio fp8, recipe {fp8.recipe}): these Linear layers "
                 "go to FP8; the rest stay",
                 "# bfloat16 (shapes FP8 refuses, too small to gain, or sensitive: KEEP_BF16).",
-                f"FP8_LAYERS = {_q(fp8['converted'])}",
-                f"KEEP_BF16 = {_q(fp8['keep_bf16'])}  # FP8 SQNR under the threshold on the "
+                f"FP8_LAYERS = {_q(list(fp8.converted))}",
+                f"KEEP_BF16 = {_q(list(fp8.keep_bf16))}  # FP8 SQNR under the threshold on the "
                 "plan's batch"]
-    return head + [f"FP8_RECIPE = {_q(fp8['recipe'])}",
-                   f"FP8_CAPABILITY = {RECIPE_CAPABILITY[fp8['recipe']]}  # the recipe's compute "
+    return head + [f"FP8_RECIPE = {_q(fp8.recipe)}",
+                   f"FP8_CAPABILITY = {fp8.capability}  # the recipe's compute "
                    "capability; below it, emulated"]
 
 
@@ -343,22 +205,17 @@ def pick_device(name):
     return torch.device(name)'''
 
 
-def _islands_rendered(s: PipelineSpec) -> bool:
-    """run_in_float32 acts on a half model; on a float32 one it has nothing to do."""
-    return bool(s.run_in_float32) and (s.model_dtype != "float32" or bool(s.model_cast))
+def _run_in_float32(plan: ExportPlan) -> str:
+    return "\n" + ISLAND_HELPERS if plan.islands else ""
 
 
-def _run_in_float32(s: PipelineSpec) -> str:
-    return "\n" + ISLAND_HELPERS if _islands_rendered(s) else ""
-
-
-def _load_model(plan: _Plan) -> str:
+def _load_model(plan: ExportPlan) -> str:
     s = plan.spec
-    load_dtype = "float32" if islands_load_float32(s) else s.model_dtype
-    args = ["MODEL", "dtype=" + ('"auto"' if load_dtype == "auto" else _torch_dtype(load_dtype))]
+    load = plan.load_dtype
+    args = ["MODEL", "dtype=" + ('"auto"' if load == "auto" else _torch_dtype(load))]
     args += _hub_args(s)
-    body = _fix_notes(s, ("model_dtype", "device_map", "device"))
-    if load_dtype != s.model_dtype:
+    body = _fix_notes(plan, ("model_dtype", "device_map", "device"))
+    if load != s.model_dtype:
         body += ["# Loaded in float32 so the float32 islands keep the checkpoint's own weights;",
                  f"# the rest is cast to {s.model_dtype} below."]
     if s.device_map:
@@ -367,24 +224,24 @@ def _load_model(plan: _Plan) -> str:
     body.append(f"model = {plan.model_class}.from_pretrained({', '.join(args)})")
     if not s.device_map:
         body.append("model.to(device)")
-    if s.model_cast and not _islands_rendered(s):  # else run_in_float32() below casts the rest
-        body += _fix_notes(s, ("model_cast",))
-        body += [f"# The whole model cast after loading (model_cast: {s.model_cast}): every "
-                 "floating parameter and buffer,",
-                 "# the library's own float32 modules included.", _model_cast(s.model_cast)]
-    if _islands_rendered(s):
-        body += _fix_notes(s, ("run_in_float32",))
-        half = s.model_cast or s.model_dtype
+    if plan.cast_after_load:
+        body += _fix_notes(plan, ("model_cast",))
+        body += [f"# The whole model cast after loading (model_cast: {plan.cast_after_load}): "
+                 "every floating parameter and buffer,",
+                 "# the library's own float32 modules included.", _model_cast(plan.cast_after_load)]
+    if plan.islands:
+        body += _fix_notes(plan, ("run_in_float32",))
+        half = plan.island_dtype
         dtype = _torch_dtype(half) if half != "auto" else "model.dtype"
         library = ", library_float32=False" if s.model_cast else ""
         body.append(f"run_in_float32(model, {dtype}, RUN_IN_FLOAT32{library})")
     if s.keep_fp32:
-        body += _fix_notes(s, ("keep_fp32",))
+        body += _fix_notes(plan, ("keep_fp32",))
         body += ["# Modules kept in float32 whatever the model's dtype.",
                  "for name, module in model.named_modules():",
                  "    if name and any(fnmatch.fnmatchcase(name, p) for p in KEEP_FP32):",
                  "        module.float()"]
-    if plan.fp8 and not plan.fp8["training"]:
+    if plan.fp8 and not plan.fp8.training:
         body += _fp8_conversion()
     body += ["model.eval()", "return model"]
     return "def load_model(device):\n" + _indent(body)
@@ -395,7 +252,7 @@ def _model_cast(dtype: str) -> str:
     return f"model.{short}()" if short else f"model.to({_torch_dtype(dtype)})"
 
 
-def _load_preprocess(plan: _Plan) -> str:
+def _load_preprocess(plan: ExportPlan) -> str:
     if not plan.preprocess:
         return ""
     file, function = plan.preprocess
@@ -409,35 +266,58 @@ def load_preprocess():
     return module.{function}'''
 
 
-def _read_rows(plan: _Plan) -> str:
-    import inspect
-
-    from ..data import audio
-
+def _read_rows(plan: ExportPlan) -> str:
     parts = []
     if plan.synthetic:
         parts.append(_synthetic_rows(plan))
     # The app's own audio helpers, verbatim: the script reads and decodes audio as the app does.
-    if plan.read_rows.startswith("folder_rows("):
-        parts.append(inspect.getsource(audio.folder_rows))
-        parts.append(f"AUDIO_SUFFIXES = {sorted(audio.AUDIO_SUFFIXES)!r}")
+    if plan.rows.folder_reader:
+        parts.append(plan.rows.folder_reader)
+        parts.append(f"AUDIO_SUFFIXES = {list(plan.rows.audio_suffixes)!r}")
     if plan.audio:
-        parts.append(inspect.getsource(audio.decode))
+        parts.append(plan.audio.decoder)
     parts.append(f'''
 def read_rows():
     """The first SAMPLES rows of the split."""
-    ds = {plan.read_rows}
+    ds = {_read_expression(plan.rows)}
     return ds.select(range(min(SAMPLES, len(ds))))''')
     return "\n\n\n".join(part.strip("\n") for part in parts)
 
 
-def _synthetic_rows(plan: _Plan) -> str:
-    from ..data.sources import SYNTHETIC_TEXTS
+def _read_expression(rows) -> str:
+    """The expression that reads the split's rows."""
+    split = _q(rows.split)
+    return {
+        "by-name": f"load_dataset(DATASET, {_q(rows.config)}, split={split})",
+        "file": f"load_dataset({_q(rows.builder)}, data_files={{{split}: DATASET}}, split={split})",
+        "folder": f"load_dataset({_q(rows.builder)}, data_dir=DATASET, split={split})",
+        "saved-dict": f"load_from_disk(DATASET)[{split}]",
+        "saved": "load_from_disk(DATASET)",
+        "audio-folder": "folder_rows(Path(DATASET))",
+        "synthetic": "synthetic_rows()",
+    }[rows.kind]
 
+
+# (module, name) pairs each way of reading the rows needs (name None: `import module`).
+_READ_IMPORTS = {
+    "by-name": (("datasets", "load_dataset"),), "file": (("datasets", "load_dataset"),),
+    "folder": (("datasets", "load_dataset"),), "saved-dict": (("datasets", "load_from_disk"),),
+    "saved": (("datasets", "load_from_disk"),), "audio-folder": (("pathlib", "Path"),),
+    "synthetic": (("datasets", "Dataset"),),
+}
+
+
+def _synthetic_imports(plan: ExportPlan) -> tuple:
+    if plan.synthetic and plan.synthetic.kind == "image":
+        return (("datasets", "Image"), ("numpy", None), ("PIL", "Image as PILImage"))
+    return ()
+
+
+def _synthetic_rows(plan: ExportPlan) -> str:
     facts = plan.synthetic
-    labels = f"[i % {facts['num_labels']} for i in range(SAMPLES)]"
-    if facts["kind"] == "text":
-        texts = "\n".join(f"    {_q(text)}," for text in SYNTHETIC_TEXTS)
+    labels = f"[i % {facts.num_labels} for i in range(SAMPLES)]"
+    if facts.kind == "text":
+        texts = "\n".join(f"    {_q(text)}," for text in facts.texts)
         return f'''
 TEXTS = [
 {texts}
@@ -448,7 +328,7 @@ def synthetic_rows():
     """Rows made up for a model with no dataset at hand (the spec's dataset: synthetic)."""
     texts = [TEXTS[i % len(TEXTS)] for i in range(SAMPLES)]
     return Dataset.from_dict({{"text": texts, "label": {labels}}})'''
-    side = facts["side"]
+    side = facts.side
     return f'''
 def synthetic_rows():
     """Random images made up for a model with no dataset at hand (dataset: synthetic)."""
@@ -459,15 +339,15 @@ def synthetic_rows():
     return ds.cast_column("image", Image())'''
 
 
-def _build_batch(plan: _Plan) -> str:
+def _build_batch(plan: ExportPlan) -> str:
     s = plan.spec
     body = ["ds = read_rows()"]
-    if plan.audio and plan.audio["undecode"]:
+    if plan.audio and plan.audio.undecode:
         body.append("# datasets decodes Audio with torchcodec (needs FFmpeg): keep the files, "
                     "decode with soundfile.")
-        body += [f"ds = ds.cast_column({_q(c)}, Audio(decode=False))" for c in plan.audio["undecode"]]
+        body += [f"ds = ds.cast_column({_q(c)}, Audio(decode=False))" for c in plan.audio.undecode]
     if plan.preprocess:
-        body += _fix_notes(s, ("preprocess",))
+        body += _fix_notes(plan, ("preprocess",))
         body.append("ds = ds.map(load_preprocess())")
     if plan.processor_class and plan.preprocess:
         body += [f"# The model's input, unless the function above made {_q(plan.main_input)} "
@@ -477,11 +357,11 @@ def _build_batch(plan: _Plan) -> str:
     elif plan.processor_class:
         body += _process(plan)
     body += _labels(plan)
-    body += _fix_notes(s, ("format", "format_dtype"))
+    body += _fix_notes(plan, ("format", "format_dtype"))
     body += _format(s)
     body += ["loader = DataLoader(ds, batch_size=BATCH_SIZE, shuffle=False)",
              "batch = dict(next(iter(loader)))"]
-    body += _fix_notes(s, ("input_dtype", "input_cast", "input_device", "label_dtype"))
+    body += _fix_notes(plan, ("input_dtype", "input_cast", "input_device", "label_dtype"))
     body += _cast_and_move(s)
     if plan.decoder_start is not None:
         body += ["# An encoder-decoder model: the decoder starts from its start token.",
@@ -501,28 +381,29 @@ _NO_INPUT = ("the preprocess function did not make {main_input!r}, and the datas
 _NO_LABELS = "with_labels: neither the dataset nor the preprocess function made a label column"
 
 
-def _process(plan: _Plan) -> list[str]:
-    s, roles = plan.spec, plan.roles
-    if plan.multimodal == ("image",):
-        inner = [f'images = [image.convert("RGB") for image in rows[{_q(roles["image"])}]]',
+def _process(plan: ExportPlan) -> list[str]:
+    s, columns = plan.spec, plan.columns
+    if plan.processor_input == "text-and-image":
+        inner = [f'images = [image.convert("RGB") for image in rows[{_q(columns.image)}]]',
                  "# The processor gets the texts and the images at once, as users call it.",
-                 f"out = processor(text=rows[{_q(roles['text'])}], images=images, padding=True, "
+                 f"out = processor(text=rows[{_q(columns.text)}], images=images, padding=True, "
                  'truncation=True, return_tensors="pt")']
-    elif plan.audio:
+    elif plan.processor_input == "audio":
         a = plan.audio
-        kwargs = "".join(f", {k}={v!r}" for k, v in a["kwargs"].items())
-        inner = [f"arrays = [decode(value, {a['rate']}) for value in rows[{_q(a['column'])}]]",
-                 f'out = processor(arrays, sampling_rate={a["rate"]}, return_tensors="pt"{kwargs})']
-    elif plan.process_images:
-        inner = [f'images = [image.convert("RGB") for image in rows[{_q(roles["image"])}]]',
+        kwargs = "".join(f", {k}={v!r}" for k, v in a.kwargs.items())
+        inner = [f"arrays = [decode(value, {a.rate}) for value in rows[{_q(a.column)}]]",
+                 f'out = processor(arrays, sampling_rate={a.rate}, return_tensors="pt"{kwargs})']
+    elif plan.processor_input == "image":
+        inner = [f'images = [image.convert("RGB") for image in rows[{_q(columns.image)}]]',
                  'out = processor(images=images, return_tensors="pt")']
-    elif roles.get("text"):
-        texts = ", ".join(f"rows[{_q(roles[r])}]" for r in ("text", "text_pair") if roles.get(r))
+    elif plan.processor_input == "text":
+        texts = ", ".join(f"rows[{_q(column)}]" for column in (columns.text, columns.text_pair)
+                          if column)
         inner = [f'out = processor({texts}, padding=True, truncation=True, return_tensors="pt")']
-    else:  # only with a preprocess (else check_roles refused): its function must make the input
+    else:  # the preprocess function must make the input
         return [f"raise SystemExit({_q(_NO_INPUT.format(main_input=plan.main_input))})"]
     if s.map_dtype:
-        inner += _fix_notes(s, ("map_dtype",))
+        inner += _fix_notes(plan, ("map_dtype",))
         inner += [f"# A cast to {s.map_dtype} inside Dataset.map (the spec's map_dtype). Arrow "
                   "stores the values,",
                   "# and what with_format gives back may not be that dtype.",
@@ -532,18 +413,17 @@ def _process(plan: _Plan) -> list[str]:
         inner.append("return dict(out)")
     return (["", "def process(rows):"] + ["    " + line for line in inner]
             + ["", "# One map call over all rows"
-               + (" (as the pipeline does)." if plan.process_images
+               + (" (as the pipeline does)." if plan.processor_input == "image"
                   else ", so texts pad to one length and the batch collates."),
                "ds = ds.map(process, batched=True, batch_size=None)"])
 
 
-def _labels(plan: _Plan) -> list[str]:
-    s = plan.spec
-    lines = _fix_notes(s, ("with_labels",))
+def _labels(plan: ExportPlan) -> list[str]:
+    labels = plan.labels
+    lines = _fix_notes(plan, ("with_labels",))
     accepted = "set(inspect.signature(model.forward).parameters)"
-    if s.with_labels and "label" not in plan.roles:
-        # Only with a preprocess (else check_roles refused): its function makes the labels.
-        names = (s.columns["label"],) if "label" in s.columns else LABEL_NAMES
+    if labels and labels.column is None:   # the preprocess function makes them
+        names = labels.candidates
         lines += [f"# with_labels: the labels come from the preprocess function ({', '.join(names)}).",
                   f"label = next((c for c in {names!r} if c in ds.column_names), None)",
                   "if label is None:",
@@ -553,16 +433,16 @@ def _labels(plan: _Plan) -> list[str]:
                   '        ds = ds.remove_columns("labels")',
                   '    ds = ds.rename_column(label, "labels")']
         accepted += ' | {"labels"}'
-    elif s.with_labels:
-        label = plan.roles["label"]
+    elif labels:
+        label = labels.column
         lines.append(f"# with_labels: the {_q(label)} column goes in as labels, so the model computes "
                      "its loss.")
+        if labels.drop_existing == "if-present":
+            lines += ['if "labels" in ds.column_names:',
+                      '    ds = ds.remove_columns("labels")']
+        elif labels.drop_existing == "always":
+            lines.append('ds = ds.remove_columns("labels")')
         if label != "labels":
-            if plan.preprocess:  # the function may have made a labels column of its own
-                lines += ['if "labels" in ds.column_names:',
-                          '    ds = ds.remove_columns("labels")']
-            elif plan.has_labels_column:
-                lines.append('ds = ds.remove_columns("labels")')
             lines.append(f'ds = ds.rename_column({_q(label)}, "labels")')
         accepted += ' | {"labels"}'
     return lines + ["# Keep the columns model.forward() takes; drop the rest.",
@@ -614,24 +494,14 @@ def main_output(outputs):
     return pairs[0]'''
 
 
-_OPTIMIZER_CLASSES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
-
-
-def _weights_float32(s: PipelineSpec) -> bool:
-    """Whether every weight the optimizer sees is float32 as the spec loads the model."""
-    return s.model_dtype == "float32" and s.model_cast in (None, "float32")
-
-
-def _train(plan: _Plan) -> str:
+def _train(plan: ExportPlan) -> str:
     """The training step of the spec's `train`, as its loop runs it (CONTRACT §1)."""
-    s = plan.spec
-    t = s.train
+    s, t = plan.spec, plan.train
     if not t:
         return ""
-    scaler, clip = t["grad_scaler"], t["clip_grad_norm"]
-    masters = t["master_weights"] and not _weights_float32(s)
-    body = _fix_notes(s, ("train",))
-    if plan.fp8 and plan.fp8["training"]:   # the forward pass ran as loaded; the steps in FP8
+    scaler, clip, masters = t.grad_scaler, t.clip_grad_norm, t.master_copies
+    body = _fix_notes(plan, ("train",))
+    if plan.fp8 and plan.fp8.training:   # the forward pass ran as loaded; the steps in FP8
         body += ["device = next(model.parameters()).device", *_fp8_conversion()]
     body.append('params = [p for p in model.parameters() if p.requires_grad and p.is_floating_point()]')
     if masters:
@@ -644,15 +514,15 @@ def _train(plan: _Plan) -> str:
                  "           else p for p in params]"]
         updated = "masters"
     else:
-        if t["master_weights"]:
+        if t.master_weights:
             body.append("# Master weights: the weights are float32 and the optimizer updates "
                         "them; the forward pass")
             body.append("# runs in half precision under autocast.")
         updated = "params"
-    kwargs = [f"lr={t['lr']!r}"]
-    if t["eps"] is not None and t["optimizer"] != "sgd":
-        kwargs.append(f"eps={t['eps']!r}")
-    body.append(f"optimizer = torch.optim.{_OPTIMIZER_CLASSES[t['optimizer']]}({updated}, "
+    kwargs = [f"lr={t.lr!r}"]
+    if t.eps is not None:
+        kwargs.append(f"eps={t.eps!r}")
+    body.append(f"optimizer = torch.optim.{t.optimizer_class}({updated}, "
                 f"{', '.join(kwargs)})")
     if s.autocast:
         device = _q(s.autocast_device) if s.autocast_device else \
@@ -681,7 +551,7 @@ def _train(plan: _Plan) -> str:
                  "        p.grad = None"]
     clip_line = f"torch.nn.utils.clip_grad_norm_({updated}, {clip!r})"
     if scaler:
-        if clip is not None and t["clip_before_unscale"]:
+        if clip is not None and t.clip_before_unscale:
             loop += ["# As the pipeline does it, in this order: clip_grad_norm_ BEFORE "
                      "scaler.unscale_. A mistake:",
                      "# the gradients are still multiplied by the scale, so clipping sees a "
@@ -714,7 +584,7 @@ def _train(plan: _Plan) -> str:
             + _indent(body))
 
 
-def _main(plan: _Plan) -> str:
+def _main(plan: ExportPlan) -> str:
     s = plan.spec
     body = [
         "parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])",
@@ -733,7 +603,7 @@ def _main(plan: _Plan) -> str:
         body.append("batch = build_batch(model, processor)")
     else:
         body.append("batch = build_batch(model)")
-    body += _fix_notes(s, ("autocast", "autocast_device"))
+    body += _fix_notes(plan, ("autocast", "autocast_device"))
     if s.autocast and s.autocast_device:
         body += [f"# Autocast for device type {s.autocast_device!r}, as the pipeline names it: on "
                  "another device it does nothing.",
@@ -759,7 +629,7 @@ def _main(plan: _Plan) -> str:
         "if args.save_output:",
         "    torch.save(value.cpu(), args.save_output)",
     ]
-    if s.train:
+    if plan.train:
         body += ["",
                  "steps = train(model, batch)",
                  'print(json.dumps({"steps": steps}))']
@@ -775,15 +645,14 @@ def _hub_args(s: PipelineSpec) -> list[str]:
     return args
 
 
-def _fix_notes(spec: PipelineSpec, keys: tuple) -> list[str]:
+def _fix_notes(plan: ExportPlan, keys: tuple) -> list[str]:
     """A comment naming each applied fix that edited one of `keys`, where the edit acts.
 
     Fix entries carry their edited keys under "edits" when the engine records them; the list at
     the top of the script names every fix either way.
     """
-    return [f"# Fix applied: {_comment_text(fix['title'])} [{_comment_text(fix['id'])}]"
-            for fix in spec.applied_fixes
-            if set(fix.get("edits") or ()) & set(keys)]
+    return [f"# Fix applied: {_comment_text(fix.title)} [{_comment_text(fix.id)}]"
+            for fix in plan.fixes if fix.edits & set(keys)]
 
 
 def _q(value) -> str:
