@@ -9,7 +9,7 @@ written (CONTRACT §6), so writing records the consent.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -42,6 +42,10 @@ class Session:
     # Where the last save kept the file it replaced (NAME.bak, or NAME.N.bak beside a NAME.bak
     # of the user's); None when there was none.
     kept_as: Path | None = None
+    # The host whose engine the session was made with, and the Python there (None: this
+    # computer): the spec's paths are that machine's, so opening it offers that engine.
+    host: str | None = None
+    remote_python: str | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,9 @@ class SessionDocument(Document):
     bench: dict | None = None
     # An autosave's: the file the window had open.
     source: str | None = None
+    # The engine's host and the Python there (Session.host); absent: this computer.
+    host: str | None = None
+    remote_python: str | None = None
 
 
 def load_spec(path: str | Path) -> PipelineSpec:
@@ -103,21 +110,31 @@ def read_session(path: Path) -> tuple[Session, dict]:
     except InputError as exc:
         raise InputError(f"{path}: {exc}") from None
     session = Session(spec=spec, diagnosis=data.get("diagnosis"), bench=data.get("bench"),
-                      path=path, saved_at=data.get("saved_at"))
+                      path=path, saved_at=data.get("saved_at"),
+                      host=_text(data.get("host")), remote_python=_text(data.get("remote_python")))
     return session, data
 
 
 def write_session(session: Session, path: Path, **extra) -> str:
-    """Write the session document to `path` (spec paths made valid from its folder), with
-    `extra` keys; returns the time it was saved at."""
+    """Write the session document to `path` (this computer's spec paths made valid from its
+    folder; a host's are written as they are), with `extra` keys; returns the time it was
+    saved at."""
     folder = path.parent
+    spec = (session.spec.rebased(folder) if session.host is None
+            else replace(session.spec, base_dir=str(folder)))
     document = SessionDocument(
-        fp16studio_session=FORMAT, spec=session.spec.rebased(folder), version=__version__,
+        fp16studio_session=FORMAT, spec=spec, version=__version__,
         saved_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        diagnosis=session.diagnosis, bench=session.bench, **extra)
+        diagnosis=session.diagnosis, bench=session.bench, host=session.host,
+        remote_python=session.remote_python, **extra)
     write_text_atomic(path, json.dumps(document.to_json(), indent=2) + "\n")
-    trust.trust(path, session.spec.rebased(folder))  # the app wrote it: the user's own
+    trust.trust(path, spec)  # the app wrote it: the user's own
     return document.saved_at
+
+
+def _text(value) -> str | None:
+    """A document's optional text (a crafted file's other value: none)."""
+    return value if isinstance(value, str) and value else None
 
 
 def _is_session(data) -> bool:
