@@ -97,3 +97,34 @@ def test_a_session_of_the_engine_now_serving_asks_nothing(window, tmp_path, monk
     window.controller.open_path(str(tmp_path / "here.fp16studio"))
     assert open_session(tmp_path / "here.fp16studio").host == "gpu1"
     assert window.controller.state.path == tmp_path / "here.fp16studio"
+
+
+def test_a_folder_of_this_computer_dropped_on_a_picker_is_no_path_on_the_box(qtbot, tmp_path):
+    from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+    from PySide6.QtGui import QDropEvent
+
+    from fp16studio.gui.pickers import SourcePicker
+
+    picker = SourcePicker("model")
+    qtbot.addWidget(picker)
+    picker.browse.on_host("box")
+    data = QMimeData()
+    data.setUrls([QUrl.fromLocalFile(str(tmp_path))])
+    event = QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, data, Qt.MouseButton.NoButton,
+                       Qt.KeyboardModifier.NoModifier)
+    committed = []
+    picker.committed.connect(committed.append)
+    picker.dropEvent(event)
+    assert committed == [] and picker.text() == ""
+
+
+def test_a_crash_copy_made_on_a_host_offers_that_host(window, monkeypatch):
+    from fp16studio.core.spec.documents import Session
+
+    asked = []
+    monkeypatch.setattr(window.engine_choice, "ask_where", lambda *offered: asked.append(offered))
+    restored = Session(PipelineSpec.from_dict({**SPEC, "samples": 2}), host="gpu1",
+                       remote_python="python3")
+    window.restore_session(restored)
+    assert asked == [("gpu1", "python3", "the restored session")]
+    assert window.spec == PipelineSpec.from_dict(SPEC)   # declined: not adopted
