@@ -161,3 +161,56 @@ def test_a_box_whose_engine_went_away_is_said_in_one_line(box, detached_engine):
     assert isinstance(ending, m.Failed) and "\n" not in ending.message
     assert "could not be reached again after 3 tries" in ending.message
     assert said.count("Reconnecting…") == 3
+
+
+# What a second run of the same command measures differently: left out of the comparison.
+MEASURED = {"timings", "first_call_ms", "latency_ms", "samples_per_s", "tflops", "verdict"}
+
+
+def unmeasured(doc):
+    if isinstance(doc, dict):
+        return {key: unmeasured(value) for key, value in doc.items() if key not in MEASURED}
+    return [unmeasured(value) for value in doc] if isinstance(doc, list) else doc
+
+
+def test_every_host_command_prints_here_what_it_prints_there(box, tmp_path, monkeypatch, capsys):
+    """fix, bench, drift, fp8 and report with --host (diagnose and trace: above): the same
+    exit code as a run on that machine, the same --json document (fitting its schema), and
+    an output file written on the box. The runs there go at once (each starts its own
+    Python there); here, in this process."""
+    from json_schemas import parsed
+
+    from fp16studio.cli import main
+
+    monkeypatch.setenv("FP16STUDIO_CONFIG_DIR", str(tmp_path / "config"))
+    assert main(["demo", str(tmp_path / "demo")]) == 0
+    capsys.readouterr()
+    for side in ("here", "there"):
+        (tmp_path / side).mkdir()
+    healthy, overflow = tmp_path / "demo/healthy.json", tmp_path / "demo/overflow.json"
+    commands = {   # name: (its command line, OUT for the side's folder; the schema, if --json)
+        "fix": (["fix", overflow, "-o", "OUT/fixed.json", "--json"], "fix"),
+        "bench": (["bench", healthy, "--json", "--variants", "float32", "--warmup", "0",
+                   "--min-iterations", "1", "--min-seconds", "0", "--min-rounds", "1"], "bench"),
+        "drift": (["drift", healthy, "--json"], "drift"),
+        "fp8": (["fp8", healthy, "--json"], "fp8"),
+        "report": (["report", healthy, "-o", "OUT/report.html"], None),
+    }
+
+    def line(argv, side):
+        return [str(word).replace("OUT", str(tmp_path / side)) for word in argv]
+    there = {name: subprocess.Popen(
+        [sys.executable, "-m", "fp16studio", *line(argv, "there"), "--host", "box",
+         "--remote-python", box.python], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, text=True, env=box.env()) for name, (argv, _) in commands.items()}
+    for name, (argv, schema) in commands.items():
+        code = main(line(argv, "here"))
+        here = capsys.readouterr().out
+        out, err = there[name].communicate(timeout=300)
+        assert there[name].returncode == code, f"{name}: {err}"
+        if schema is None:
+            assert out == here.replace(str(tmp_path / "here"), str(tmp_path / "there")), name
+        else:
+            assert unmeasured(parsed(schema, out)) == unmeasured(parsed(schema, here)), name
+    assert (tmp_path / "there/fixed.json").read_text() == (tmp_path / "here/fixed.json").read_text()
+    assert (tmp_path / "there/report.html").stat().st_size > 0
