@@ -26,7 +26,7 @@ def window(qtbot, tmp_path, monkeypatch):
     window.controller.shutdown()
 
 
-def test_a_session_saved_on_a_host_names_it_and_keeps_the_host_s_paths(window, tmp_path):
+def test_a_session_saved_on_a_host_names_it_and_keeps_the_host_s_paths_and_folder(window, tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data/texts.jsonl").write_text("{}\n")   # the same name here is not the box's
     window.engine_choice.connect_to("gpu1", "~/venvs/train/bin/python")
@@ -37,6 +37,9 @@ def test_a_session_saved_on_a_host_names_it_and_keeps_the_host_s_paths(window, t
     document = json.loads(path.read_text())
     assert (document["host"], document["remote_python"]) == ("gpu1", "~/venvs/train/bin/python")
     assert document["spec"]["dataset"] == "data/texts.jsonl"   # not rebased onto this computer
+    # ... and read again from the folder the box read it from (a demo's cache there, say)
+    assert document["host_folder"] == str(tmp_path)
+    assert open_session(path).spec.base_dir == str(tmp_path)
     assert recent_files() == [path]   # the recent list is this computer's
 
 

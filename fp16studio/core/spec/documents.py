@@ -9,7 +9,7 @@ written (CONTRACT §6), so writing records the consent.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -63,9 +63,12 @@ class SessionDocument(Document):
     bench: dict | None = None
     # An autosave's: the file the window had open.
     source: str | None = None
-    # The engine's host and the Python there (Session.host); absent: this computer.
+    # The engine's host and the Python there (Session.host); absent: this computer. With a
+    # host, `host_folder` is the folder there that the spec's relative paths are read from
+    # (the spec's own, as the host read it), or null: the engine's working folder there.
     host: str | None = None
     remote_python: str | None = None
+    host_folder: str | None = None
 
 
 def load_spec(path: str | Path) -> PipelineSpec:
@@ -105,23 +108,25 @@ def read_session(path: Path) -> tuple[Session, dict]:
     if not _is_session(data):
         return Session(spec=load_spec(path), path=path), {}
     _check_format(data, path)
+    host = _text(data.get("host"))
     try:
-        spec = PipelineSpec.from_dict(data.get("spec"), base_dir=path.parent)
+        spec = PipelineSpec.from_dict(data.get("spec"), base_dir=_text(data.get("host_folder"))
+                                      if host else path.parent)
     except InputError as exc:
         raise InputError(f"{path}: {exc}") from None
     session = Session(spec=spec, diagnosis=data.get("diagnosis"), bench=data.get("bench"),
                       path=path, saved_at=data.get("saved_at"),
-                      host=_text(data.get("host")), remote_python=_text(data.get("remote_python")))
+                      host=host, remote_python=_text(data.get("remote_python")))
     return session, data
 
 
 def write_session(session: Session, path: Path, **extra) -> str:
     """Write the session document to `path` (this computer's spec paths made valid from its
-    folder; a host's are written as they are), with `extra` keys; returns the time it was
-    saved at."""
-    folder = path.parent
-    spec = (session.spec.rebased(folder) if session.host is None
-            else replace(session.spec, base_dir=str(folder)))
+    folder; a host's written as they are, with the folder there they are read from), with
+    `extra` keys; returns the time it was saved at."""
+    spec = session.spec.rebased(path.parent) if session.host is None else session.spec
+    if session.host is not None:
+        extra["host_folder"] = spec.base_dir
     document = SessionDocument(
         fp16studio_session=FORMAT, spec=spec, version=__version__,
         saved_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
