@@ -70,7 +70,8 @@ class FileActions:
         and the launcher of a run on many processes (may be empty)."""
         start = self._dialog_dir() if self.browse.host is None else ""   # the box's: its home
         self.browse.choose(self, "Trace a Python script", start, self._trace_chosen,
-                           suffixes=(".py",), name_filter="Python scripts (*.py);;All files (*)")
+                           suffixes=(".py",), name_filter="Python scripts (*.py);;All files (*)",
+                           sendable=True)
 
     def _trace_chosen(self, path: str):
         from .trace_dialog import TraceDialog

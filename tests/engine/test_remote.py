@@ -109,6 +109,16 @@ def test_a_host_that_cannot_run_it_is_one_line_and_exit_2(box, host, python, sai
     assert line.startswith(f"fp16studio: {said}")
 
 
+def test_a_script_sent_to_a_python_without_fp16studio_is_said_so_in_one_line(box, tmp_path):
+    script = tmp_path / "mine.py"
+    script.write_text("print('never run')\n")
+    python = f"{sys.executable} -S"
+    done = cli("trace", str(script), "--host", "box", "--remote-python", python, env=box.env())
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"fp16studio: --host box: no fp16studio for {python} there"), line
+
+
 def test_remote_python_without_a_host_is_bad_input():
     done = cli("diagnose", "demo:healthy", "--remote-python", "python3", env=None)
     assert done.returncode == 2
