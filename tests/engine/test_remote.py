@@ -1,10 +1,12 @@
 """fp16studio on a box over the user's ssh: the engine's protocol through the channel, and
 `--host` on the command line, against the real sshd on loopback (conftest.box)."""
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -45,8 +47,27 @@ def test_a_task_runs_on_the_box_through_ssh_with_its_progress(remote_engine):
     assert ending.value["bytes"] == 2**40 + 5 and ending.value["pid"] != remote_engine.pid
     assert [(e.stage, e.message) for e in events[1:]] == [("model", "loading"), ("forward", "")]
     # The same engine serves the next job; what a task prints stays out of the protocol.
+    there = ending.value["pid"]
     ending = remote_engine.run("engine_jobs:chatty", (), {}, CancelToken(), events.append)
     assert ending.value == {"shape": [2, 3], "png": b"\x89PNG"}   # engine_jobs.Picture
+    # No port opened on either side: the engine there, the ssh and the window's process here.
+    assert [listening(pid) for pid in (there, remote_engine.pid, os.getpid())] == [[], [], []]
+
+
+def listening(pid: int) -> list[str]:
+    """The TCP ports process `pid` listens on (Linux: /proc)."""
+    ports = {}
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A":   # LISTEN
+                ports[fields[9]] = int(fields[1].rsplit(":", 1)[1], 16)   # inode -> port
+    held = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):   # closed meanwhile (the listing's own, say)
+            held.append(os.readlink(fd))
+    return sorted(str(ports[link[8:-1]]) for link in held
+                  if link.startswith("socket:[") and link[8:-1] in ports)
 
 
 def test_cancel_reaches_a_task_on_the_box(remote_engine):
