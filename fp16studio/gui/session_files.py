@@ -53,7 +53,10 @@ class SessionFiles:
         """A session made with an engine on a host (`opened.host`, `opened.remote_python`) names
         that machine's paths: unless that engine is this one, `engine_for` offers it (and may
         switch to it). False: the user cancelled the open."""
-        made_with = (opened.host, opened.remote_python) if opened.host else None
+        from fp16studio.engine.transport import DEFAULT_REMOTE_PYTHON
+
+        made_with = ((opened.host, opened.remote_python or DEFAULT_REMOTE_PYTHON)
+                     if opened.host else None)
         return made_with is None or made_with == self.engine_where or self.engine_for(
             *made_with, name)
 

@@ -96,6 +96,9 @@ def test_the_engine_here_reads_which_host_a_session_was_made_on(tmp_path, monkey
 def test_a_session_of_the_engine_now_serving_asks_nothing(window, tmp_path, monkeypatch):
     window.engine_choice.connect_to("gpu1", "python3")
     window.save_session(path=str(tmp_path / "here.fp16studio"))
+    document = json.loads((tmp_path / "here.fp16studio").read_text())
+    del document["remote_python"]   # a host without its Python: the default one there
+    (tmp_path / "here.fp16studio").write_text(json.dumps(document))
     monkeypatch.setattr(window.engine_choice, "ask_where", lambda *offered: pytest.fail(offered))
     window.controller.open_path(str(tmp_path / "here.fp16studio"))
     assert open_session(tmp_path / "here.fp16studio").host == "gpu1"
