@@ -159,7 +159,9 @@ def test_a_dropped_connection_loses_nothing_the_engine_on_the_box_goes_on(box, d
     assert isinstance(ending, m.Result) and ending.value == "done", ending
     assert said == ["Starting the engine process…", "first", "Reconnecting…", "second"]
     # The next job runs on the same engine, over the new link.
-    assert isinstance(client.run("engine_jobs:pid", (), {}, CancelToken(), said.append), m.Result)
+    there = client.run("engine_jobs:pid", (), {}, CancelToken(), said.append)
+    assert isinstance(there, m.Result)
+    assert listening(there.value) == listening(client.pid) == []   # its FIFO and ssh: no port
     client.close(grace_s=5)   # asks it to quit: its journal is whole
     journal = max((box.home / ".cache/fp16studio/runs").glob("*/events.jsonl"),
                   key=lambda path: path.stat().st_mtime)   # this client's run
