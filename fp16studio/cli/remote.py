@@ -30,23 +30,11 @@ READY = "\x1efp16studio-remote-ready"
 _RUN = ("import sys; import fp16studio; from fp16studio.cli import main; "
         f"print({READY!r}, fp16studio.__version__, file=sys.stderr, flush=True); "
         "sys.exit(main(sys.argv[1:]))")
-# Run there to receive a script: its content on stdin, checked against its hash, written once.
-_RECEIVE = """\
-import hashlib, os, sys
-from pathlib import Path
-name, digest = sys.argv[1:3]
-data = sys.stdin.buffer.read()
-if hashlib.sha256(data).hexdigest() != digest:
-    sys.exit("the script arrived damaged (its SHA-256 differs)")
-folder = Path.home() / ".cache" / "fp16studio" / "runs" / digest[:16]
-folder.mkdir(parents=True, exist_ok=True)
-path = folder / name
-if not path.exists():
-    part = path.with_suffix(".part")
-    part.write_bytes(data)
-    os.replace(part, path)
-print(path)
-"""
+# Run there to receive a script: its content on stdin, checked against its hash, written once
+# (engine/remote_files.py: received, as the window's scripts are).
+_RECEIVE = ("import sys; from fp16studio.engine.remote_files import received; "
+            "print(received(sys.argv[1], sys.stdin.buffer.read(), sys.argv[2]))")
+_NO_FP16STUDIO = "No module named 'fp16studio'"
 
 
 def run_on_host(args, argv: list[str]) -> int:
@@ -139,9 +127,8 @@ def _with_script_sent(args, argv: list[str], python: list[str]) -> list[str]:
                           input=data, capture_output=True)
     if sent.returncode != 0:
         said = sent.stderr.decode("utf-8", "replace").strip().splitlines()
-        if sent.returncode == SSH_FAILED:
-            raise InputError(f"--host {args.host}: cannot connect"
-                             + (f" ({said[-1]})" if said else ""))
+        if sent.returncode == SSH_FAILED or any(_NO_FP16STUDIO in line for line in said):
+            raise InputError(_why_not(args.host, python, sent.returncode, said))
         raise InputError(f"--host {args.host}: cannot send {path.name} there"
                          + (f" ({said[-1]})" if said else ""))
     there = sent.stdout.decode().strip()

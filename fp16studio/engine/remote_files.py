@@ -1,9 +1,14 @@
 """A folder of the machine the engine runs on, listed for the window's Browse buttons: while the
 engine runs on a box, the pickers choose the box's files (gui/remote_browser.py). A task the
-window names ("module:function"); it reads names and sizes, never a file's content."""
+window names ("module:function"); it reads names and sizes, never a file's content.
+
+And a script sent from the window's machine (or `trace --host`'s), written there into a run
+folder of its own once its SHA-256 is checked: what the window then traces is that copy."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import stat
 from dataclasses import dataclass, field
@@ -14,6 +19,7 @@ from fp16studio.core.common.errors import InputError
 from fp16studio.core.common.files import expand_user
 
 LIST_FOLDER_TASK = "fp16studio.engine.remote_files:list_folder"
+RECEIVE_SCRIPT_TASK = "fp16studio.engine.remote_files:receive_script"
 MAX_ENTRIES = 5000   # a folder of a million files is named, not sent
 
 
@@ -78,3 +84,30 @@ def _places() -> dict[str, str]:
     if Path(constants.HF_HUB_CACHE).is_dir():
         places["Hugging Face cache"] = constants.HF_HUB_CACHE
     return places
+
+
+def receive_script(name: str, content: str, digest: str) -> str:
+    """The path here of the script `name` sent from another machine (`content`: its bytes in
+    base64; `digest`: their SHA-256), written by `received`."""
+    try:
+        data = base64.b64decode(content, validate=True)
+    except ValueError:
+        raise InputError(f"{name} arrived damaged (not base64)") from None
+    return str(received(name, data, digest))
+
+
+def received(name: str, data: bytes, digest: str) -> Path:
+    """`data` checked against its SHA-256 and written once as `name` in a run folder of its own,
+    ~/.cache/fp16studio/runs/<digest>/ (the same content sent again lands on the same copy)."""
+    if Path(name).name != name or name in ("", ".", ".."):
+        raise InputError(f"not a script's name: {name!r}")
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise InputError(f"{name} arrived damaged (its SHA-256 differs)")
+    folder = Path.home() / ".cache" / "fp16studio" / "runs" / digest[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    if not path.exists():
+        part = path.with_suffix(".part")
+        part.write_bytes(data)
+        os.replace(part, path)
+    return path

@@ -124,6 +124,10 @@ class Opened(Document):
     spec: PipelineSpec
     diagnosis: Any = None
     bench: Any = None
+    # The host whose engine the session was made with, and the Python there (None: this
+    # computer, or a plain spec file): its paths are that machine's.
+    host: str | None = None
+    remote_python: str | None = None
 
 
 @task("diagnose")
@@ -251,7 +255,8 @@ def open_source(path: str, progress) -> Opened:
     from fp16studio.core.spec.session import open_session
 
     session = open_session(path)
-    return Opened(session.spec, session.diagnosis, session.bench)
+    return Opened(session.spec, session.diagnosis, session.bench, session.host,
+                  session.remote_python)
 
 
 @task("preview")

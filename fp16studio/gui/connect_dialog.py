@@ -7,7 +7,8 @@ worker's EngineClient the new transport; its next job starts that engine, and th
 would execute is read and digested there before the user is asked (the controller's
 `engine_host`; what was agreed to on the other machine is forgotten). The Test button asks
 a fresh engine on the host for its report on a thread of its own, so the window never waits
-for ssh, and says the outcome in one line.
+for ssh, and says the outcome in one line. A session file (always this computer's) made with
+another engine names that machine's paths: opening it offers that engine (`offer`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import threading
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLineEdit,
-                               QPushButton, QVBoxLayout)
+                               QMessageBox, QPushButton, QVBoxLayout)
 
 from fp16studio import __version__
 from fp16studio.core.common.errors import CancelToken, InputError
@@ -34,6 +35,7 @@ from .worker import Job
 
 REPORT_TASK = "fp16studio.engine.lookups:engine_report"
 CONNECT = "Connect to a host…"
+CONNECT_THERE, STAY = "connect", "stay"   # EngineChoice.ask_where's answers
 PROBE_TIMEOUT_S = 120.0   # a host that has not answered by then (a stuck ProxyJump) is said so
 # What the client says of an engine that ended before it answered (client.EngineClient._ended).
 _STOPPED = re.compile(r"stopped unexpectedly \((?:exit code (?P<code>-?\d+)(?:: )?)?(?P<said>.*)\)\. ")
@@ -227,6 +229,30 @@ class EngineChoice(QObject):
         dialog.open()
         return dialog
 
+    def offer(self, host: str, python: str, file: str) -> bool:
+        """A session made with the engine on `host` (its `python`) is being opened while
+        another engine serves: its model, dataset and preprocess are that host's paths. The
+        user chooses (`ask_where`): connect to it (then open), open it with the engine now
+        serving (its paths read there), or not at all (False)."""
+        answer = self.ask_where(host, python, file)
+        if answer == CONNECT_THERE:
+            self.connect_to(host, python)
+        return answer is not None
+
+    def ask_where(self, host: str, python: str, file: str) -> str | None:
+        """CONNECT_THERE, STAY, or None (Cancel, Escape)."""
+        now = self.host or THIS_COMPUTER.lower()
+        made = host if python == DEFAULT_REMOTE_PYTHON else f"{host} ({python})"
+        box = QMessageBox(QMessageBox.Icon.Question, "Open on which engine?",
+                          f"{file} was made with the engine on {made}: its model, dataset and "
+                          f"preprocess are {host}'s paths. The engine now runs on {now}.",
+                          QMessageBox.StandardButton.Cancel, self.selector.window())
+        there = box.addButton(f"Connect to {host}", QMessageBox.ButtonRole.AcceptRole)
+        stay = box.addButton(f"Open on {now}", QMessageBox.ButtonRole.ActionRole)
+        box.setDefaultButton(there)
+        box.exec()
+        return {there: CONNECT_THERE, stay: STAY}.get(box.clickedButton())
+
     def read_report(self):
         """Ask the engine for its report (a look-up: the latest asked wins)."""
         host = self.host
@@ -253,6 +279,7 @@ class EngineChoice(QObject):
         self.controller.state.environment = None   # the next run's engine says its own versions
         # What the user agreed to run is pinned by path: another machine's files are others.
         self.controller.engine_host = host
+        self.controller.engine_where = self._serving
         trust.agree(())
         self.host = host
         self.status.set_engine(host)

@@ -68,8 +68,10 @@ class FileActions:
     def _trace_dialog(self):
         """File → Trace Script…: a .py file, then its command-line arguments (may be empty)
         and the launcher of a run on many processes (may be empty)."""
-        self.browse.choose(self, "Trace a Python script", self._dialog_dir(), self._trace_chosen,
-                           suffixes=(".py",), name_filter="Python scripts (*.py);;All files (*)")
+        start = self._dialog_dir() if self.browse.host is None else ""   # the box's: its home
+        self.browse.choose(self, "Trace a Python script", start, self._trace_chosen,
+                           suffixes=(".py",), name_filter="Python scripts (*.py);;All files (*)",
+                           sendable=True)
 
     def _trace_chosen(self, path: str):
         from .trace_dialog import TraceDialog

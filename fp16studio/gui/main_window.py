@@ -76,6 +76,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.status = StatusInfo(self.statusBar())
         self.status.watch_engine(lambda: self.worker.engine.pid)
         self.engine_choice = EngineChoice(c, self.status, self)   # this computer, or a host
+        c.engine_for = self.engine_choice.offer   # a session made on another engine's machine
         self.diagnosis_shown = DiagnosisInTurns(c, self.tensors, self.findings, self.status,
                                                 self._say_what_the_form_is, self)
         self.lookups = SourceLookups(self.form, self.preview, self.worker, self.log.log, self)

@@ -130,6 +130,8 @@ class SourcePicker(QWidget):
     # -- drag and drop --------------------------------------------------------------------------
     def _dropped_path(self, event) -> str | None:
         urls = event.mimeData().urls() if event.mimeData().hasUrls() else []
+        if self.browse.host is not None:   # this computer's folder names nothing on the box
+            return None
         if len(urls) != 1 or not urls[0].isLocalFile():
             return None
         path = Path(urls[0].toLocalFile())

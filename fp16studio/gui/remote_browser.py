@@ -1,6 +1,7 @@
 """Where the Browse buttons look: this computer's file dialog, or, while the engine runs on a box,
 the box's folders, listed there by the engine (engine/remote_files.py) in a small dialog. A
-spec's model, dataset and preprocess, and a traced script, are the box's paths then.
+spec's model, dataset and preprocess, and a traced script, are the box's paths then; a script of
+this computer can be sent there to be traced (From this computer…).
 
 The listing is an engine job like the pickers' other look-ups: the window never waits for ssh,
 and the latest folder asked for wins. A job under way on the box (a run) is ahead of it.
@@ -8,6 +9,8 @@ and the latest folder asked for wins. A job under way on the box (a run) is ahea
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -18,7 +21,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog
 
 from fp16studio.core.common.files import expand_user
 from fp16studio.core.present.vocabulary import size
-from fp16studio.engine.remote_files import LIST_FOLDER_TASK
+from fp16studio.engine.remote_files import LIST_FOLDER_TASK, RECEIVE_SCRIPT_TASK
 from .worker import Job
 
 ENTRY_ROLE = Qt.ItemDataRole.UserRole
@@ -40,10 +43,11 @@ class Browse(QObject):
         self.host = host
 
     def choose(self, parent, title: str, start: str, then, folder: bool = False,
-               suffixes: tuple[str, ...] = (), name_filter: str = ""):
+               suffixes: tuple[str, ...] = (), name_filter: str = "", sendable: bool = False):
         """A folder (`folder`) or a file (ending with one of `suffixes`, any without) from
         `start` (the field's text: where it points, or its folder); `name_filter` is the local
-        dialog's."""
+        dialog's. `sendable`: on a box, a file of this computer may be sent there instead (a
+        script to trace), and its copy there is what is chosen."""
         if self.host is None or self.worker is None:
             here = _start_here(start)
             path = (QFileDialog.getExistingDirectory(parent, title, here) if folder else
@@ -52,7 +56,7 @@ class Browse(QObject):
                 then(path)
             return
         self.dialog = RemoteFileDialog(self.worker, self.host, title, start, folder, suffixes,
-                                       parent)
+                                       parent, name_filter if sendable else None)
         self.dialog.chosen.connect(then)
         self.dialog.open()
 
@@ -72,7 +76,7 @@ class RemoteFileDialog(QDialog):
     listed = Signal(object)   # the FolderListing shown, or None: the folder could not be listed
 
     def __init__(self, worker, host: str, title: str, start: str, folder: bool,
-                 suffixes: tuple[str, ...] = (), parent=None):
+                 suffixes: tuple[str, ...] = (), parent=None, send_filter: str | None = None):
         super().__init__(parent)
         self.worker, self.host, self.folder_mode = worker, host, folder
         self.suffixes = tuple(s.lower() for s in suffixes)
@@ -91,6 +95,12 @@ class RemoteFileDialog(QDialog):
         self.note = QLabel(objectName="muted", wordWrap=True)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.choose_button = buttons.addButton("Choose", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.send_button = buttons.addButton("From this computer…",
+                                             QDialogButtonBox.ButtonRole.ActionRole)
+        self.send_button.setToolTip(f"Send a file of this computer to {host} and choose its copy "
+                                    "there (a run folder of its own, its SHA-256 checked there)")
+        self.send_button.setVisible(send_filter is not None)
+        self.send_button.clicked.connect(lambda: self._send_chosen(send_filter))
         buttons.accepted.connect(self._choose)
         buttons.rejected.connect(self.reject)
         row = QHBoxLayout()
@@ -162,6 +172,27 @@ class RemoteFileDialog(QDialog):
             self._done(self._there(entry.name))
         elif self.folder_mode and self.listing is not None:
             self._done(self.listing.path)
+
+    def _send_chosen(self, name_filter: str):
+        path, _ = QFileDialog.getOpenFileName(self, f"Send a file to {self.host}",
+                                              _start_here(""), name_filter)
+        if path:
+            self.send(path)
+
+    def send(self, path: str):
+        """Send this computer's file `path` to the box (engine/remote_files.py: received) and
+        choose its copy there."""
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            self.note.setText(f"Cannot read {path}: {exc.strerror or exc}")
+            return
+        name = Path(path).name
+        self.note.setText(f"Sending {name} to {self.host}…")
+        self.worker.submit(Job(
+            "send-file", RECEIVE_SCRIPT_TASK,
+            (name, base64.b64encode(data).decode("ascii"), hashlib.sha256(data).hexdigest()),
+            on_result=self._done, on_error=lambda message, _detail: self.note.setText(message)))
 
     def _there(self, name: str) -> str:
         """A name in the listed folder, as the box names paths (not as this computer does)."""

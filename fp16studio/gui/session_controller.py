@@ -114,6 +114,10 @@ class SessionController(SessionFiles, QObject):
         # The host whose engine runs the jobs (None: this computer; EngineChoice sets it): the
         # code a run would execute there is read and digested by that engine, on the box.
         self.engine_host: str | None = None
+        self.engine_where: tuple[str, str] | None = None   # (host, its Python), None: here
+        # Asked to open a session made with the engine on (host, python) named `file` while
+        # another engine serves: True to open it (the window may switch engines first).
+        self.engine_for = lambda host, python, file: True
         self._code_read = None   # (spec or script, trust.CodeToRun) the box read, for one start
         from fp16studio.core.spec.session import autosave_owner
 
@@ -206,8 +210,10 @@ class SessionController(SessionFiles, QObject):
             self._update_busy()   # not started after all: nothing is queued any more
 
     def restore_session(self, session):
-        """Adopt a session (fp16studio.core.spec.session.Session): its spec, findings and figures."""
-        self.start_with(session.spec, session.diagnosis, session.bench, session.path)
+        """Adopt a session (fp16studio.core.spec.session.Session): its spec, findings and figures
+        (after `engine_for` agreed, when another engine than this one made it)."""
+        if self._engine_agreed(session, session.path.name if session.path else "the restored session"):
+            self.start_with(session.spec, session.diagnosis, session.bench, session.path)
 
     def edit(self, new, text: str):
         """Replace the spec with `new` (undoably)."""

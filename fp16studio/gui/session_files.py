@@ -21,9 +21,16 @@ class SessionFiles:
                                on_error=self._on_open_error))
 
     def open_path(self, path: str):
-        """Open a spec, a session or `demo:NAME` (read in the engine: a demo imports torch)."""
+        """Open a spec, a session or `demo:NAME`. Files are this computer's: read by the local
+        engine, or here while the engine runs on a box (which has its own files); a demo is
+        made by the engine (it imports torch). A session made with another engine than this
+        one is adopted once `engine_for` agreed (its paths are that machine's)."""
         def done(opened):
-            local = None if str(path).startswith("demo:") else Path(path).absolute()
+            demo = str(path).startswith("demo:")
+            if not demo and not self._engine_agreed(opened, Path(path).name):
+                self._say("")
+                return
+            local = None if demo else Path(path).absolute()
             self.start_with(opened.spec, opened.diagnosis, opened.bench, local)
             if self.state.dropped:   # a crafted or damaged file: its spec opens all the same
                 note = f"Opened {Path(path).name} without its saved {self.state.dropped}."
@@ -32,7 +39,26 @@ class SessionFiles:
             else:
                 self.logged.emit("info", f"Opened {path}")
         self._say(f"Opening {path}…")
+        if self.engine_host is not None and not str(path).startswith("demo:"):
+            from fp16studio.core.spec.session import open_session
+
+            try:
+                session = open_session(path)
+            except InputError as exc:
+                return self._on_open_error(str(exc), "")
+            return done(session)
         self.worker.submit(Job("open", "open", (path,), on_result=done, on_error=self._on_open_error))
+
+    def _engine_agreed(self, opened, name: str) -> bool:
+        """A session made with an engine on a host (`opened.host`, `opened.remote_python`) names
+        that machine's paths: unless that engine is this one, `engine_for` offers it (and may
+        switch to it). False: the user cancelled the open."""
+        from fp16studio.engine.transport import DEFAULT_REMOTE_PYTHON
+
+        made_with = ((opened.host, opened.remote_python or DEFAULT_REMOTE_PYTHON)
+                     if opened.host else None)
+        return made_with is None or made_with == self.engine_where or self.engine_for(
+            *made_with, name)
 
     def new_pipeline(self):
         """A blank pipeline: every key at its default, the model to be chosen."""
@@ -106,8 +132,10 @@ class SessionFiles:
     def _session(self, with_path=True):
         from fp16studio.core.spec.documents import Session
 
+        host, python = self.engine_where or (None, None)
         return Session(self.spec, self.state.saved_findings(), self.state.saved_bench(),
-                       path=self.state.path if with_path else None)
+                       path=self.state.path if with_path else None, host=host,
+                       remote_python=python)
 
     def autosave(self):
         """The crash copy of this window's session, written in order on a thread of its own: a

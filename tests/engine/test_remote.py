@@ -1,10 +1,12 @@
 """fp16studio on a box over the user's ssh: the engine's protocol through the channel, and
 `--host` on the command line, against the real sshd on loopback (conftest.box)."""
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -45,8 +47,27 @@ def test_a_task_runs_on_the_box_through_ssh_with_its_progress(remote_engine):
     assert ending.value["bytes"] == 2**40 + 5 and ending.value["pid"] != remote_engine.pid
     assert [(e.stage, e.message) for e in events[1:]] == [("model", "loading"), ("forward", "")]
     # The same engine serves the next job; what a task prints stays out of the protocol.
+    there = ending.value["pid"]
     ending = remote_engine.run("engine_jobs:chatty", (), {}, CancelToken(), events.append)
     assert ending.value == {"shape": [2, 3], "png": b"\x89PNG"}   # engine_jobs.Picture
+    # No port opened on either side: the engine there, the ssh and the window's process here.
+    assert [listening(pid) for pid in (there, remote_engine.pid, os.getpid())] == [[], [], []]
+
+
+def listening(pid: int) -> list[str]:
+    """The TCP ports process `pid` listens on (Linux: /proc)."""
+    ports = {}
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A":   # LISTEN
+                ports[fields[9]] = int(fields[1].rsplit(":", 1)[1], 16)   # inode -> port
+    held = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):   # closed meanwhile (the listing's own, say)
+            held.append(os.readlink(fd))
+    return sorted(str(ports[link[8:-1]]) for link in held
+                  if link.startswith("socket:[") and link[8:-1] in ports)
 
 
 def test_cancel_reaches_a_task_on_the_box(remote_engine):
@@ -109,6 +130,16 @@ def test_a_host_that_cannot_run_it_is_one_line_and_exit_2(box, host, python, sai
     assert line.startswith(f"fp16studio: {said}")
 
 
+def test_a_script_sent_to_a_python_without_fp16studio_is_said_so_in_one_line(box, tmp_path):
+    script = tmp_path / "mine.py"
+    script.write_text("print('never run')\n")
+    python = f"{sys.executable} -S"
+    done = cli("trace", str(script), "--host", "box", "--remote-python", python, env=box.env())
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"fp16studio: --host box: no fp16studio for {python} there"), line
+
+
 def test_remote_python_without_a_host_is_bad_input():
     done = cli("diagnose", "demo:healthy", "--remote-python", "python3", env=None)
     assert done.returncode == 2
@@ -128,7 +159,9 @@ def test_a_dropped_connection_loses_nothing_the_engine_on_the_box_goes_on(box, d
     assert isinstance(ending, m.Result) and ending.value == "done", ending
     assert said == ["Starting the engine process…", "first", "Reconnecting…", "second"]
     # The next job runs on the same engine, over the new link.
-    assert isinstance(client.run("engine_jobs:pid", (), {}, CancelToken(), said.append), m.Result)
+    there = client.run("engine_jobs:pid", (), {}, CancelToken(), said.append)
+    assert isinstance(there, m.Result)
+    assert listening(there.value) == listening(client.pid) == []   # its FIFO and ssh: no port
     client.close(grace_s=5)   # asks it to quit: its journal is whole
     journal = max((box.home / ".cache/fp16studio/runs").glob("*/events.jsonl"),
                   key=lambda path: path.stat().st_mtime)   # this client's run
@@ -161,3 +194,56 @@ def test_a_box_whose_engine_went_away_is_said_in_one_line(box, detached_engine):
     assert isinstance(ending, m.Failed) and "\n" not in ending.message
     assert "could not be reached again after 3 tries" in ending.message
     assert said.count("Reconnecting…") == 3
+
+
+# What a second run of the same command measures differently: left out of the comparison.
+MEASURED = {"timings", "first_call_ms", "latency_ms", "samples_per_s", "tflops", "verdict"}
+
+
+def unmeasured(doc):
+    if isinstance(doc, dict):
+        return {key: unmeasured(value) for key, value in doc.items() if key not in MEASURED}
+    return [unmeasured(value) for value in doc] if isinstance(doc, list) else doc
+
+
+def test_every_host_command_prints_here_what_it_prints_there(box, tmp_path, monkeypatch, capsys):
+    """fix, bench, drift, fp8 and report with --host (diagnose and trace: above): the same
+    exit code as a run on that machine, the same --json document (fitting its schema), and
+    an output file written on the box. The runs there go at once (each starts its own
+    Python there); here, in this process."""
+    from json_schemas import parsed
+
+    from fp16studio.cli import main
+
+    monkeypatch.setenv("FP16STUDIO_CONFIG_DIR", str(tmp_path / "config"))
+    assert main(["demo", str(tmp_path / "demo")]) == 0
+    capsys.readouterr()
+    for side in ("here", "there"):
+        (tmp_path / side).mkdir()
+    healthy, overflow = tmp_path / "demo/healthy.json", tmp_path / "demo/overflow.json"
+    commands = {   # name: (its command line, OUT for the side's folder; the schema, if --json)
+        "fix": (["fix", overflow, "-o", "OUT/fixed.json", "--json"], "fix"),
+        "bench": (["bench", healthy, "--json", "--variants", "float32", "--warmup", "0",
+                   "--min-iterations", "1", "--min-seconds", "0", "--min-rounds", "1"], "bench"),
+        "drift": (["drift", healthy, "--json"], "drift"),
+        "fp8": (["fp8", healthy, "--json"], "fp8"),
+        "report": (["report", healthy, "-o", "OUT/report.html"], None),
+    }
+
+    def line(argv, side):
+        return [str(word).replace("OUT", str(tmp_path / side)) for word in argv]
+    there = {name: subprocess.Popen(
+        [sys.executable, "-m", "fp16studio", *line(argv, "there"), "--host", "box",
+         "--remote-python", box.python], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, text=True, env=box.env()) for name, (argv, _) in commands.items()}
+    for name, (argv, schema) in commands.items():
+        code = main(line(argv, "here"))
+        here = capsys.readouterr().out
+        out, err = there[name].communicate(timeout=300)
+        assert there[name].returncode == code, f"{name}: {err}"
+        if schema is None:
+            assert out == here.replace(str(tmp_path / "here"), str(tmp_path / "there")), name
+        else:
+            assert unmeasured(parsed(schema, out)) == unmeasured(parsed(schema, here)), name
+    assert (tmp_path / "there/fixed.json").read_text() == (tmp_path / "here/fixed.json").read_text()
+    assert (tmp_path / "there/report.html").stat().st_size > 0

@@ -80,3 +80,47 @@ def test_a_listing_says_where_it_is_and_refuses_what_is_no_folder(tmp_path):
     assert "Home" in listing.places
     with pytest.raises(Exception, match="no such folder"):
         list_folder(str(tmp_path / "gone/deeper"))
+
+
+def test_a_script_of_this_computer_is_sent_to_a_run_folder_there_and_its_copy_chosen(
+        qtbot, tmp_path, monkeypatch):
+    import hashlib
+
+    from fp16studio.gui.remote_browser import RemoteFileDialog
+
+    monkeypatch.setenv("HOME", str(tmp_path / "box-home"))   # the engine's, standing in for the box's
+    script = tmp_path / "here" / "train.py"
+    script.parent.mkdir()
+    script.write_bytes(b"print('trained')\r\n# \xc3\xa9 and no newline at the end")
+    worker = WorkerHost()
+    try:
+        dialog = RemoteFileDialog(worker, "box", "Trace a Python script", "", False, (".py",),
+                                  send_filter="Python scripts (*.py)")
+        qtbot.addWidget(dialog)
+        assert not dialog.send_button.isHidden()
+        with qtbot.waitSignal(dialog.chosen, timeout=TIMEOUT_MS) as chosen:
+            dialog.send(str(script))
+        digest = hashlib.sha256(script.read_bytes()).hexdigest()
+        copy = tmp_path / "box-home/.cache/fp16studio/runs" / digest[:16] / "train.py"
+        assert chosen.args == [str(copy)] and copy.read_bytes() == script.read_bytes()
+        plain = RemoteFileDialog(worker, "box", "Choose a folder", "", True)
+        qtbot.addWidget(plain)
+        assert plain.send_button.isHidden()   # only a script to trace is sent
+    finally:
+        assert worker.shutdown(5000)
+
+
+def test_what_arrives_damaged_or_names_another_folder_is_refused(tmp_path, monkeypatch):
+    import base64
+    import hashlib
+
+    from fp16studio.engine.remote_files import receive_script
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    data = b"print(1)\n"
+    content, digest = base64.b64encode(data).decode(), hashlib.sha256(data).hexdigest()
+    with pytest.raises(Exception, match="arrived damaged"):
+        receive_script("a.py", base64.b64encode(b"print(2)\n").decode(), digest)
+    with pytest.raises(Exception, match="not a script's name"):
+        receive_script("../a.py", content, digest)
+    assert not (tmp_path / ".cache").exists()

@@ -42,6 +42,10 @@ class Session:
     # Where the last save kept the file it replaced (NAME.bak, or NAME.N.bak beside a NAME.bak
     # of the user's); None when there was none.
     kept_as: Path | None = None
+    # The host whose engine the session was made with, and the Python there (None: this
+    # computer): the spec's paths are that machine's, so opening it offers that engine.
+    host: str | None = None
+    remote_python: str | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,12 @@ class SessionDocument(Document):
     bench: dict | None = None
     # An autosave's: the file the window had open.
     source: str | None = None
+    # The engine's host and the Python there (Session.host); absent: this computer. With a
+    # host, `host_folder` is the folder there that the spec's relative paths are read from
+    # (the spec's own, as the host read it), or null: the engine's working folder there.
+    host: str | None = None
+    remote_python: str | None = None
+    host_folder: str | None = None
 
 
 def load_spec(path: str | Path) -> PipelineSpec:
@@ -98,26 +108,38 @@ def read_session(path: Path) -> tuple[Session, dict]:
     if not _is_session(data):
         return Session(spec=load_spec(path), path=path), {}
     _check_format(data, path)
+    host = _text(data.get("host"))
     try:
-        spec = PipelineSpec.from_dict(data.get("spec"), base_dir=path.parent)
+        spec = PipelineSpec.from_dict(data.get("spec"), base_dir=_text(data.get("host_folder"))
+                                      if host else path.parent)
     except InputError as exc:
         raise InputError(f"{path}: {exc}") from None
     session = Session(spec=spec, diagnosis=data.get("diagnosis"), bench=data.get("bench"),
-                      path=path, saved_at=data.get("saved_at"))
+                      path=path, saved_at=data.get("saved_at"),
+                      host=host, remote_python=_text(data.get("remote_python")))
     return session, data
 
 
 def write_session(session: Session, path: Path, **extra) -> str:
-    """Write the session document to `path` (spec paths made valid from its folder), with
+    """Write the session document to `path` (this computer's spec paths made valid from its
+    folder; a host's written as they are, with the folder there they are read from), with
     `extra` keys; returns the time it was saved at."""
-    folder = path.parent
+    spec = session.spec.rebased(path.parent) if session.host is None else session.spec
+    if session.host is not None:
+        extra["host_folder"] = spec.base_dir
     document = SessionDocument(
-        fp16studio_session=FORMAT, spec=session.spec.rebased(folder), version=__version__,
+        fp16studio_session=FORMAT, spec=spec, version=__version__,
         saved_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        diagnosis=session.diagnosis, bench=session.bench, **extra)
+        diagnosis=session.diagnosis, bench=session.bench, host=session.host,
+        remote_python=session.remote_python, **extra)
     write_text_atomic(path, json.dumps(document.to_json(), indent=2) + "\n")
-    trust.trust(path, session.spec.rebased(folder))  # the app wrote it: the user's own
+    trust.trust(path, spec)  # the app wrote it: the user's own
     return document.saved_at
+
+
+def _text(value) -> str | None:
+    """A document's optional text (a crafted file's other value: none)."""
+    return value if isinstance(value, str) and value else None
 
 
 def _is_session(data) -> bool:
