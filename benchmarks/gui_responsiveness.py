@@ -71,6 +71,9 @@ def main(argv=None) -> int:
                         help="N busy processes beside the app for the whole session")
     parser.add_argument("--why", action="store_true",
                         help="name the longest event handlers inside the stalls over the target")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="cProfile the GUI thread during the run phase into FILE (pstats); "
+                             "its Python calls run slower, so read its stalls as the profile's")
     parser.add_argument("--remote", action="store_true",
                         help="the engine on a box over ssh: an sshd on 127.0.0.1 started for it")
     parser.add_argument("--host", help="the engine on HOST over your ssh")
@@ -125,6 +128,7 @@ def _session(args) -> int:
     torch_at_ready = {}
     QTimer.singleShot(0, lambda: torch_at_ready.setdefault("loaded", "torch" in sys.modules))
 
+    profile = _RunProfile(args.profile)
     gaps: list[tuple[str, float, float, float]] = []   # (phase, gap ms, its CPU ms, its end)
     phase = ["startup"]
     clock = QElapsedTimer()
@@ -159,7 +163,7 @@ def _session(args) -> int:
         mark("apply fix + diagnose" + (" (clean)" if doc["ok"] else " (still errors)"))
         # The next phase after a pause, as a user's next click would come: the result's own
         # handling and paint stay in the run phase.
-        QTimer.singleShot(STEP_PAUSE_MS, bench if args.bench else large)
+        QTimer.singleShot(STEP_PAUSE_MS, lambda: (profile.stop(), (bench if args.bench else large)()))
 
     def bench():
         phase[0] = "bench"
@@ -217,6 +221,7 @@ def _session(args) -> int:
         starter.stop()
         mark("startup: demo + torch loaded (worker)")
         phase[0] = "run"
+        profile.start()
         window.diagnosisFinished.connect(after_first)
         window.run_diagnosis()
 
@@ -225,6 +230,7 @@ def _session(args) -> int:
     window.diagnosisFailed.connect(lambda message: (print("run failed:", message), app.quit()))
     app.exec()
     heartbeat.stop()
+    profile.stop()
     window.close()
 
     tree_ms = _tree_costs(args.tree) if args.tree else None
@@ -253,6 +259,27 @@ def _session(args) -> int:
         for key, value in result.items():
             print(f"{key:>24}: {value}")
     return 0
+
+
+class _RunProfile:
+    """cProfile of the GUI thread from Run to the clean result's paint (--profile): a handler's
+    own time and the Qt calls it makes (a C++ call's time counts in its Python caller)."""
+
+    def __init__(self, path: str | None):
+        import cProfile
+
+        self._path = path
+        self._profiler = cProfile.Profile() if path else None
+
+    def start(self):
+        if self._profiler:
+            self._profiler.enable()
+
+    def stop(self):
+        if self._profiler:
+            self._profiler.disable()
+            self._profiler.dump_stats(self._path)
+            self._profiler = None
 
 
 def _large_session(window):
