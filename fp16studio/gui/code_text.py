@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFontDatabase, QFontMetrics, QTextDocument
+from PySide6.QtGui import QFontDatabase, QFontMetricsF, QTextDocument
 
 from fp16studio.core.present.code_wrap import wrap_lines
 from .fit import WrappedText
@@ -53,10 +53,13 @@ class CodeText(WrappedText):
         return f"{self._heading}{PRE}{chr(10).join(rows)}</pre>"
 
     def columns(self, width: int) -> int:
-        """The characters of code a line `width` wide holds."""
+        """The characters of code a line `width` wide holds: in the fixed font at the widget's
+        size, as rich text sets a <pre>, its fractional advance (rounded to whole pixels a
+        line held two characters less than it shows, and short lines were wrapped)."""
         font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         font.setPointSizeF(self.font().pointSizeF())
-        return max(LEAST_COLUMNS, (width - 2 * self.frameWidth()) // QFontMetrics(font).horizontalAdvance("m") - 1)
+        advance = QFontMetricsF(font).horizontalAdvance("m")
+        return max(LEAST_COLUMNS, int((width - 2 * self.frameWidth()) / advance))
 
     def heightForWidth(self, width: int) -> int:
         if width not in self._heights:
