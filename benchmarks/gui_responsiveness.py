@@ -21,6 +21,8 @@ phase: the window's longest piece of work, which a load stretches but does not c
 names the outermost GUI-thread events that ran longest inside the stalls over the target
 (receiver, event, how many events were delivered inside it, wall and CPU milliseconds), and the
 garbage collector's passes that ended inside them (generation, thread, objects freed).
+--profile FILE writes a cProfile of the GUI thread from Run to the clean result (pstats; the
+profiled Python runs slower, so that run's stalls are the profile's, not the window's).
 
 With --remote, the window's engine runs on a box over ssh (the Engine selector's host): an
 OpenSSH server started on 127.0.0.1 for the run (tests/remote_box.py), or --host HOST (with
@@ -30,6 +32,7 @@ channel, and "startup" includes connecting and the box's engine loading torch.
 The imported package's bytecode is compiled first, as `pip install` leaves it.
 
     python benchmarks/gui_responsiveness.py [--bench] [--large] [--load N] [--why] [--json]
+                                            [--profile FILE]
                                             [--remote | --host HOST [--remote-python PY]]
 
 Run by hand (or on a GPU machine); this is a measurement, not a test with timed asserts.
