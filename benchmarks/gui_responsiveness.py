@@ -353,9 +353,28 @@ def _tree_costs(tensors: int) -> dict:
     timed("expand_model", lambda: panel.tree.expand(net))
     timed("filter_only_problems", lambda: panel.only_problems.setChecked(True))
     timed("filter_clear", lambda: panel.only_problems.setChecked(False))
+    costs.update(_fit_costs(panel.tree))
     timed("refresh_after_rerun", lambda: panel.set_tree(second, second_index))
     panel.close()
     return {"tensors": tensors, **costs}
+
+
+def _fit_costs(tree, rounds: int = 20) -> dict:
+    """GUI-thread CPU ms (least of `rounds`) to measure the tree's columns on the rows in view:
+    as fit_columns does (the rows' cells, one model call per row), and through the view's
+    sizeHintForColumn (the delegate per cell), the way before issue 43's fix, for reference."""
+    columns = [c for c in range(tree.header().count()) if c != 0]
+
+    def least(measure):
+        spent = []
+        for _ in range(rounds):
+            start = time.thread_time()
+            measure()
+            spent.append(time.thread_time() - start)
+        return round(min(spent) * 1000, 2)
+
+    return {"fit_measure": least(tree._content_widths),
+            "fit_measure_by_delegate": least(lambda: [tree.sizeHintForColumn(c) for c in columns])}
 
 
 def _arrival_costs(index) -> dict:
