@@ -21,6 +21,8 @@ phase: the window's longest piece of work, which a load stretches but does not c
 names the outermost GUI-thread events that ran longest inside the stalls over the target
 (receiver, event, how many events were delivered inside it, wall and CPU milliseconds), and the
 garbage collector's passes that ended inside them (generation, thread, objects freed).
+--profile FILE writes a cProfile of the GUI thread from Run to the clean result (pstats; the
+profiled Python runs slower, so that run's stalls are the profile's, not the window's).
 
 With --remote, the window's engine runs on a box over ssh (the Engine selector's host): an
 OpenSSH server started on 127.0.0.1 for the run (tests/remote_box.py), or --host HOST (with
@@ -30,6 +32,7 @@ channel, and "startup" includes connecting and the box's engine loading torch.
 The imported package's bytecode is compiled first, as `pip install` leaves it.
 
     python benchmarks/gui_responsiveness.py [--bench] [--large] [--load N] [--why] [--json]
+                                            [--profile FILE]
                                             [--remote | --host HOST [--remote-python PY]]
 
 Run by hand (or on a GPU machine); this is a measurement, not a test with timed asserts.
@@ -71,6 +74,9 @@ def main(argv=None) -> int:
                         help="N busy processes beside the app for the whole session")
     parser.add_argument("--why", action="store_true",
                         help="name the longest event handlers inside the stalls over the target")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="cProfile the GUI thread during the run phase into FILE (pstats); "
+                             "its Python calls run slower, so read its stalls as the profile's")
     parser.add_argument("--remote", action="store_true",
                         help="the engine on a box over ssh: an sshd on 127.0.0.1 started for it")
     parser.add_argument("--host", help="the engine on HOST over your ssh")
@@ -125,6 +131,7 @@ def _session(args) -> int:
     torch_at_ready = {}
     QTimer.singleShot(0, lambda: torch_at_ready.setdefault("loaded", "torch" in sys.modules))
 
+    profile = _RunProfile(args.profile)
     gaps: list[tuple[str, float, float, float]] = []   # (phase, gap ms, its CPU ms, its end)
     phase = ["startup"]
     clock = QElapsedTimer()
@@ -159,7 +166,7 @@ def _session(args) -> int:
         mark("apply fix + diagnose" + (" (clean)" if doc["ok"] else " (still errors)"))
         # The next phase after a pause, as a user's next click would come: the result's own
         # handling and paint stay in the run phase.
-        QTimer.singleShot(STEP_PAUSE_MS, bench if args.bench else large)
+        QTimer.singleShot(STEP_PAUSE_MS, lambda: (profile.stop(), (bench if args.bench else large)()))
 
     def bench():
         phase[0] = "bench"
@@ -217,6 +224,7 @@ def _session(args) -> int:
         starter.stop()
         mark("startup: demo + torch loaded (worker)")
         phase[0] = "run"
+        profile.start()
         window.diagnosisFinished.connect(after_first)
         window.run_diagnosis()
 
@@ -225,6 +233,7 @@ def _session(args) -> int:
     window.diagnosisFailed.connect(lambda message: (print("run failed:", message), app.quit()))
     app.exec()
     heartbeat.stop()
+    profile.stop()
     window.close()
 
     tree_ms = _tree_costs(args.tree) if args.tree else None
@@ -253,6 +262,27 @@ def _session(args) -> int:
         for key, value in result.items():
             print(f"{key:>24}: {value}")
     return 0
+
+
+class _RunProfile:
+    """cProfile of the GUI thread from Run to the clean result's paint (--profile): a handler's
+    own time and the Qt calls it makes (a C++ call's time counts in its Python caller)."""
+
+    def __init__(self, path: str | None):
+        import cProfile
+
+        self._path = path
+        self._profiler = cProfile.Profile() if path else None
+
+    def start(self):
+        if self._profiler:
+            self._profiler.enable()
+
+    def stop(self):
+        if self._profiler:
+            self._profiler.disable()
+            self._profiler.dump_stats(self._path)
+            self._profiler = None
 
 
 def _large_session(window):
@@ -323,9 +353,29 @@ def _tree_costs(tensors: int) -> dict:
     timed("expand_model", lambda: panel.tree.expand(net))
     timed("filter_only_problems", lambda: panel.only_problems.setChecked(True))
     timed("filter_clear", lambda: panel.only_problems.setChecked(False))
+    costs.update(_fit_costs(panel.tree))
     timed("refresh_after_rerun", lambda: panel.set_tree(second, second_index))
     panel.close()
     return {"tensors": tensors, **costs}
+
+
+def _fit_costs(tree, rounds: int = 20) -> dict:
+    """GUI-thread CPU ms (least of `rounds`) to measure the tree's columns on the rows in view:
+    as fit_columns does (the rows' cells, one model call per row), and through the view's
+    sizeHintForColumn (the delegate per cell), the way before issue 43's fix, for reference."""
+    columns = [c for c in range(tree.header().count()) if c != 0]
+
+    def least(measure):
+        spent = []
+        for _ in range(rounds):
+            start = time.thread_time()
+            measure()
+            spent.append(time.thread_time() - start)
+        return round(min(spent) * 1000, 2)
+
+    # content_width measures every column in one pass over the rows (and returns one).
+    return {"fit_measure": least(lambda: tree.content_width(columns[0])),
+            "fit_measure_by_delegate": least(lambda: [tree.sizeHintForColumn(c) for c in columns])}
 
 
 def _arrival_costs(index) -> dict:

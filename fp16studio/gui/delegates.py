@@ -54,16 +54,25 @@ class TensorCellDelegate(QStyledItemDelegate):
         painter.restore()
 
     def sizeHint(self, option, index):
-        """As wide as the painter needs: the text in its font (bold where a finding names the
-        row) and its chip's room, or the badge."""
-        hint = super().sizeHint(option, index)
+        """As wide as the painter needs (cell_width)."""
         cell = self._cell_of(index)
-        if index.column() == DEVICE:
-            return QSize(hint.width() + 16, hint.height())
         font = QFont(option.font)
         font.setBold(cell.bold)
-        room = option.rect.width() - text_rect(cell, option.rect, index.column()).width()
-        return QSize(QFontMetrics(font).horizontalAdvance(cell.text) + room + 1, hint.height())
+        return QSize(cell_width(cell, index.column(), QFontMetrics(font)),
+                     super().sizeHint(option, index).height())
+
+
+def cell_width(cell: Cell, column: int, metrics: QFontMetrics) -> int:
+    """The width the painter needs for `cell`: its text in `metrics` (the row's font, bold
+    where a finding names it) and the room beside it: its chip, or the device's pill."""
+    if column == DEVICE:
+        return metrics.horizontalAdvance(cell.text) + 2 * TEXT_MARGIN + BADGE_ROOM
+    room = _PROBE.width() - text_rect(cell, _PROBE, column).width()
+    return metrics.horizontalAdvance(cell.text) + room + 1
+
+
+_PROBE = QRect(0, 0, 1000, 20)   # any cell's rect: text_rect's margins are the same in all
+BADGE_ROOM = 16   # the pill's inset and padding
 
 
 def text_rect(cell: Cell, rect: QRect, column: int) -> QRect:

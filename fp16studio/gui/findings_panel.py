@@ -14,14 +14,13 @@ import html
 from pathlib import Path
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QFontDatabase, QFontMetrics, QTextDocument
 from PySide6.QtWidgets import (QAbstractItemView, QCommandLinkButton, QFrame, QHBoxLayout, QHeaderView, QLabel,
                                QPushButton, QSplitter, QToolButton, QTreeView, QVBoxLayout, QWidget)
 
 from fp16studio.core.diagnostics.findings import by_severity, severity_rank
-from fp16studio.core.present.code_wrap import wrap_code
 from fp16studio.core.present.evidence_words import evidence_rows
 from fp16studio.core.present.vocabulary import severity_counts, steps_summary
+from .code_text import CodeText
 from .shadow_sketch import ShadowSketch
 from .fit import ElidedLabel, VerticalScrollArea, WrappedText, stale_note, whole_cell_tips
 from .roles import NODE_ROLE, RAW_ROLE
@@ -29,9 +28,6 @@ from .theme import icon, set_icon
 
 PLAIN = Qt.TextFormat.PlainText   # the user's exception text is never read as markup
 SOURCE_CONTEXT = 2                # lines shown either side of a finding's script line
-# Code keeps its line breaks and indentation and wraps where a line is wider than the panel.
-PRE = "<pre style='white-space:pre-wrap; margin:2px 0'>"
-CODE_LEAST_COLUMNS = 24   # a fix's code never wrapped narrower (a narrower panel wraps it anywhere)
 # The panel's narrowest: a fix card's heading and its icon whole, the rest wraps.
 PANEL_MIN_PX = 230
 
@@ -95,7 +91,7 @@ class FindingDetail(QFrame):
         self.message = WrappedText("", PLAIN)
         self.evidence = QLabel(wordWrap=True, textFormat=Qt.TextFormat.RichText,
                                textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.source = WrappedText("", Qt.TextFormat.RichText, objectName="sourceExcerpt")
+        self.source = CodeText(objectName="sourceExcerpt")
         self.sketch = ShadowSketch()    # a quiet value against its float32 shadow
         self.reveal = QPushButton("Show in tensor tree")
         self.reveal.clicked.connect(lambda: self.revealRequested.emit(self._location))
@@ -145,9 +141,12 @@ class FindingDetail(QFrame):
             k: v for k, v in finding.evidence.items() if k != "series"}))
         self.evidence.show()
         self.sketch.set_series(finding.evidence.get("series"), finding.evidence.get("dtype", ""))
-        excerpt = source_excerpt(finding.source) if finding.source else ""
-        self.source.setText(excerpt)
-        self.source.setVisible(bool(excerpt))
+        excerpt = source_excerpt(finding.source) if finding.source else None
+        if excerpt is not None:
+            heading, code, first = excerpt
+            self.source.set_code(heading, code, first=first, marked=finding.source["line"],
+                                 fragment=True)
+        self.source.setVisible(excerpt is not None)
         self.reveal.setVisible(finding.location in self.revealable)
         self._set_fixes(finding.fixes, enabled)
 
@@ -194,42 +193,13 @@ class FindingDetail(QFrame):
             _enable_fix(button, enabled, i == 0)
 
 
-class FixCode(WrappedText):
-    """A fix's title and its code, the code wrapped between tokens to the columns the panel's
-    width holds (core.present.code_wrap: never inside a name or a string, so it still runs where
-    it is pasted), again at each width. `text()` is the code unwrapped."""
+class FixCode(CodeText):
+    """A fix's title and its code, wrapped between tokens to the panel's width (CodeText), so it
+    still runs where it is pasted."""
 
     def __init__(self, title: str, code: str):
-        self._title, self._code, self._columns = title, code, None
-        super().__init__(self._html(None), Qt.TextFormat.RichText, objectName="fixCode")
-
-    def _html(self, columns: int | None) -> str:
-        code = self._code if columns is None else wrap_code(self._code, columns)
-        return f"<b>{html.escape(self._title)}</b>{PRE}{html.escape(code)}</pre>"
-
-    def columns(self, width: int) -> int:
-        """The characters of code a line `width` wide holds."""
-        font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
-        font.setPointSizeF(self.font().pointSizeF())
-        return max(CODE_LEAST_COLUMNS, (width - 2 * self.frameWidth()) // QFontMetrics(font).horizontalAdvance("m") - 1)
-
-    def heightForWidth(self, width: int) -> int:
-        if width not in self._heights:
-            shown = self.document()
-            document = QTextDocument()
-            document.setDefaultFont(shown.defaultFont())
-            document.setDocumentMargin(shown.documentMargin())
-            document.setHtml(self._html(self.columns(width)))
-            document.setTextWidth(max(1, width - 2 * self.frameWidth()))
-            self._heights[width] = int(document.size().height() + 0.999) + 2 * self.frameWidth()
-        return self._heights[width]
-
-    def resizeEvent(self, event):
-        columns = self.columns(event.size().width())
-        if columns != self._columns:
-            self._columns = columns
-            self.setHtml(self._html(columns))   # what is shown; text() stays the whole code
-        super().resizeEvent(event)
+        super().__init__(objectName="fixCode")
+        self.set_code(f"<b>{html.escape(title)}</b>", code)
 
 
 class FindingsPanel(QWidget):
@@ -424,19 +394,17 @@ def _where(source: dict) -> str:
     return f"{name}:{line}" if line else name
 
 
-def source_excerpt(source: dict, context: int = SOURCE_CONTEXT) -> str:
-    """The finding's line of the user's script with its neighbours, numbered, the line itself
-    marked. The script is the user's own small text file, read when a finding is shown."""
+def source_excerpt(source: dict, context: int = SOURCE_CONTEXT) -> tuple[str, str, int] | None:
+    """The finding's line of the user's script with its neighbours: (a heading that names the
+    file, the lines, the first one's number), or None. The script is the user's own small text
+    file, read when a finding is shown."""
     line = source.get("line")
     try:
         lines = Path(source["file"]).read_text(encoding="utf-8", errors="replace").splitlines()
     except (OSError, KeyError, TypeError):
-        return ""
+        return None
     if not line or not 1 <= line <= len(lines):
-        return ""
-    rows = []
-    for number in range(max(1, line - context), min(len(lines), line + context) + 1):
-        text = f"{number:>4}  {html.escape(lines[number - 1])}"
-        rows.append(f"<b>{text}</b>" if number == line else text)
-    return (f"<span style='color:#6b717b'>{html.escape(_where(source))}</span>"
-            f"{PRE}{chr(10).join(rows)}</pre>")
+        return None
+    first = max(1, line - context)
+    return (f"<span style='color:#6b717b'>{html.escape(_where(source))}</span>",
+            "\n".join(lines[first - 1:line + context]), first)

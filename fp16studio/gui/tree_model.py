@@ -285,6 +285,15 @@ class TensorTreeModel(QAbstractItemModel):
         column = index.column()
         return Cell(self._text(item, column), self._color(item, column), self._bolded(item))
 
+    def row_cells(self, index: QModelIndex) -> list[Cell]:
+        """The cells of `index`'s whole row, in one call (the tree measures its columns so)."""
+        item = self._items.get(index.internalId()) if index.isValid() else None
+        if item is None:
+            return [Cell("", None, False)] * len(COLUMNS)
+        bold = self._bolded(item)
+        return [Cell(self._text(item, column), self._color(item, column), bold)
+                for column in range(len(COLUMNS))]
+
     def _text(self, item: _Item, column: int) -> str:
         return _name(item) if column == NAME else self._display(item.head, column)
 

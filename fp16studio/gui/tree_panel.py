@@ -7,13 +7,13 @@ wrap, and the tree scrolls sideways."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
+from PySide6.QtCore import QItemSelectionModel, QPoint, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QGridLayout, QHBoxLayout, QHeaderView,
                                QLabel, QLineEdit, QMenu, QTreeView, QVBoxLayout, QWidget)
 
 from fp16studio.core.present import vocabulary
-from .delegates import TensorCellDelegate, text_rect
+from .delegates import TensorCellDelegate, cell_width, text_rect
 from .fit import ShrinkingComboBox, WholeCellTips, stale_note
 from .palette import colour_key
 from .roles import NODE_ROLE
@@ -51,8 +51,11 @@ def inventory_text(inventory: dict) -> str:
 
 
 class TensorTreeView(QTreeView):
-    def __init__(self, parent=None):
+    """`row_cells(index)`: the Cells of a view's index's row (through the view's proxy)."""
+
+    def __init__(self, row_cells, parent=None):
         super().__init__(parent)
+        self._row_cells = row_cells
         self.setObjectName("tensorTree")
         self.setUniformRowHeights(True)  # lets the view skip measuring 10 000 rows
         self.setAlternatingRowColors(True)
@@ -84,11 +87,30 @@ class TensorTreeView(QTreeView):
             self.fit_columns()
 
     def content_width(self, column: int) -> int:
-        """The width `column` needs for its title and the rows loaded."""
-        header = self.header()
-        title = self.model().headerData(column, Qt.Orientation.Horizontal) if self.model() else ""
-        least = header.fontMetrics().horizontalAdvance(title or "") + TITLE_ROOM_PX
-        return max(least, self.sizeHintForColumn(column))
+        """The width `column` (not Name) needs for its title and the rows in view."""
+        return self._content_widths()[column]
+
+    def _content_widths(self) -> dict[int, int]:
+        """Each column's (but Name's) width for its title and the widest of its cells in the
+        rows in view, as the painter draws them (delegates.cell_width): one call into the
+        model per row. The view's own sizeHintForColumn asks the delegate for each cell, and
+        the delegate's style for each of its roles: 20-30 ms of the GUI thread per result."""
+        header, model = self.header(), self.model()
+        title_metrics = header.fontMetrics()
+        widths = {c: title_metrics.horizontalAdvance(model.headerData(c, Qt.Orientation.Horizontal) or "")
+                  + TITLE_ROOM_PX for c in range(header.count()) if c != NAME}
+        font = QFont(self.font())
+        plain = QFontMetrics(font)
+        font.setBold(True)
+        bold = QFontMetrics(font)
+        index, bottom = self.indexAt(QPoint(0, 0)), self.viewport().height()
+        while index.isValid() and self.visualRect(index).top() < bottom:
+            for column, cell in enumerate(self._row_cells(index)):
+                if column in widths:
+                    widths[column] = max(widths[column],
+                                         cell_width(cell, column, bold if cell.bold else plain))
+            index = self.indexBelow(index)
+        return widths
 
     def fit_columns(self):
         """Size the columns to their contents within the viewport's width (module docstring)."""
@@ -100,7 +122,8 @@ class TensorTreeView(QTreeView):
             foldable = [c for c in FOLDED if c not in self.chosen_columns]
             shown = {c for c in range(header.count())
                      if c != NAME and (c in foldable or not header.isSectionHidden(c))}
-            width = {c: header.sectionSize(c) if c in self.sized_columns else self.content_width(c)
+            contents = self._content_widths()
+            width = {c: header.sectionSize(c) if c in self.sized_columns else contents[c]
                      for c in shown}
             for column in foldable:   # first to last, while Name is short of room
                 if self.viewport().width() - sum(width[c] for c in shown) >= NAME_ROOM_PX:
@@ -157,7 +180,8 @@ class TensorPanel(QWidget):
         self.model = TensorTreeModel(self)
         self.proxy = TensorFilterProxy(self)
         self.proxy.setSourceModel(self.model)
-        self.tree = TensorTreeView(self)
+        self.tree = TensorTreeView(
+            lambda index: self.model.row_cells(self.proxy.mapToSource(index)), self)
         self.tree.setModel(self.proxy)
         self.tree.setItemDelegate(TensorCellDelegate(
             lambda index: self.model.cell(self.proxy.mapToSource(index)), self.tree))
@@ -166,7 +190,8 @@ class TensorPanel(QWidget):
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setMinimumSectionSize(40)
-        # A column's contents are measured on the rows in view (fit_columns), not a thousand.
+        # A column's contents are measured on the rows in view (fit_columns), not a thousand,
+        # also when its edge is double-clicked.
         header.setResizeContentsPrecision(0)
         # Every column as wide as its contents, within the tab's width (TensorTreeView.fit_columns);
         # each can be dragged wider or narrower, and stays so.

@@ -9,7 +9,7 @@ import tokenize
 import pytest
 
 from fp16studio.core.diagnostics.findings import CodeEdit, Finding, Fix
-from fp16studio.core.present.code_wrap import wrap_code
+from fp16studio.core.present.code_wrap import wrap_code, wrap_lines
 from fp16studio.core.present.terminal import finding_lines
 
 SAMPLES = [
@@ -76,3 +76,16 @@ def test_the_command_line_prints_fix_code_within_120_columns():
     assert all(len(line) <= 120 for line in lines), max(lines, key=len)
     code = "\n".join(lines[lines.index(next(x for x in lines if "[float32-islands]" in x)) + 1:])
     assert program(code) == program(SAMPLES[-1] * 2)
+
+
+def test_a_fragment_of_a_file_wraps_as_far_as_it_tokenizes_each_line_apart():
+    """An excerpt (shown, not run) may end inside a call: its lines still break between tokens,
+    each line's pieces apart so the caller can number them; whole code that does not tokenize
+    is still left as it is."""
+    fragment = ("    value = compute_the_projection(hidden_states_of_the_block, attention_mask)\n"
+                "    scores = torch.softmax(value * scaling_factor_of_model, dim=-1,")
+    lines = wrap_lines(fragment, 36, fragment=True)
+    assert len(lines) == 2 and all(len(pieces) > 1 for pieces in lines)
+    assert all(len(piece) <= 36 for pieces in lines for piece in pieces)
+    assert program("\n".join(p for pieces in lines for p in pieces) + ")") == program(fragment + ")")
+    assert wrap_lines(fragment, 36) == [[line] for line in fragment.splitlines()]

@@ -46,3 +46,33 @@ def test_the_code_breaks_between_tokens_qt_only_what_they_could_not(qtbot, width
     # Qt broke only a run of tokens with no place to break, longer than a line holds.
     assert all(len(text) > fix.columns(width) for text in broken)
     assert width < 640 or not broken
+
+
+@pytest.mark.parametrize("width", [230, 300, 420])
+def test_a_line_the_panel_holds_is_not_wrapped_and_one_more_character_is(qtbot, width):
+    """Wrapped at the columns the panel shows, not fewer: a line as long as a line of the
+    panel holds stays whole (no backslash), one character more is wrapped by us, not by Qt."""
+    probe = FixCode("t", "x")
+    qtbot.addWidget(probe)
+    probe.resize(width, 300)
+    probe.show()
+    QApplication.processEvents()
+    held = 1
+    while True:   # the characters a line of the panel shows before Qt breaks it
+        probe.setHtml(f"<b>t</b><pre style='white-space:pre-wrap; margin:2px 0'>{'x' * (held + 1)}</pre>")
+        if probe.document().lastBlock().layout().lineCount() > 1:
+            break
+        held += 1
+    for extra, lines in ((0, 1), (1, 2)):
+        code = "result = " + "y" * (held + extra - len("result = "))
+        fix = FixCode("t", code)
+        qtbot.addWidget(fix)
+        fix.resize(width, 300)
+        fix.show()
+        QApplication.processEvents()
+        block, shown, laid_out = fix.document().firstBlock().next(), [], 0   # past the title
+        while block.isValid():
+            shown += block.text().split("\u2028")
+            laid_out += block.layout().lineCount()
+            block = block.next()
+        assert len(shown) == laid_out == lines, (held, shown)

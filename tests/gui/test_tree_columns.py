@@ -92,3 +92,18 @@ def test_rows_turned_bold_are_measured_again_and_a_narrow_status_is_its_chip(qtb
     status = panel.proxy.index(0, STATUS)   # the model's row, its chip alone: the word on hover
     if panel.tree.header().sectionSize(STATUS) < panel.tree.content_width(STATUS):
         assert panel.tips.cut_text(status) == status.data()
+
+
+def test_fitting_the_columns_asks_the_delegate_nothing(qtbot, make_tree):
+    """The columns are measured from the rows' cells, one call into the model per row in view:
+    the delegate's sizeHint (its style's, per cell and role) held each result 20-30 ms."""
+    panel = panel_at(qtbot, make_tree, 640)
+    delegate, asked = panel.tree.itemDelegate(), []
+    size_hint = delegate.sizeHint
+    delegate.sizeHint = lambda *args: (asked.append(args[1].column()), size_hint(*args))[1]
+    rows = []
+    row_cells = panel.tree._row_cells
+    panel.tree._row_cells = lambda index: (rows.append(index), row_cells(index))[1]
+    panel.tree.fit_columns()
+    assert asked == []
+    assert 0 < len(rows) <= panel.tree.viewport().height() // panel.tree.visualRect(rows[0]).height() + 1

@@ -5,7 +5,9 @@ A line breaks where Python lets it: inside brackets after a comma or an opening 
 before an operator (the continuation indented one level); outside brackets before an operator
 or after an assignment's `=`, with a backslash. A comment too long for its line goes on lines
 of its own above it, wrapped between words. A token longer than the width (a long string) stays whole and its line long:
-cut, it would no longer be the same code. Code that does not tokenize is returned as it is.
+cut, it would no longer be the same code. Code that does not tokenize is returned as it is,
+unless it is a fragment (a few lines of a file, shown, not run: wrap_lines): then its lines
+break where the tokens read before the first error allow.
 """
 
 from __future__ import annotations
@@ -28,19 +30,28 @@ _OPERANDS = {tokenize.NAME, tokenize.NUMBER, tokenize.STRING, *_STRING_ENDS}
 
 def wrap_code(code: str, width: int) -> str:
     """`code` with each line longer than `width` broken between tokens (module docstring)."""
-    if width <= 0 or all(len(line) <= width for line in code.splitlines()):
-        return code
+    wrapped = "\n".join(piece for pieces in wrap_lines(code, width) for piece in pieces)
+    return wrapped + "\n" if code.endswith("\n") else wrapped
+
+
+def wrap_lines(code: str, width: int, fragment: bool = False) -> list[list[str]]:
+    """Each line of `code` as the lines it wraps to within `width` (module docstring), so a
+    caller can number or mark them; `fragment`: code cut out of a file, which may start or
+    end inside a statement or a string."""
+    lines = code.splitlines()
+    if width <= 0 or all(len(line) <= width for line in lines):
+        return [[line] for line in lines]
     body = textwrap.dedent(code)
     margin = _common_indent(code, body)
+    breaks: dict[int, list] = {}
     try:
-        breaks = _breaks(body)
+        _breaks(body, breaks)
     except (tokenize.TokenError, SyntaxError):   # IndentationError is one
-        return code
-    lines = []
-    for number, line in enumerate(body.splitlines(), 1):
-        lines += _wrap_line(line, breaks.get(number, ()), width - len(margin))
-    wrapped = "\n".join(margin + line if line.strip() else line for line in lines)
-    return wrapped + "\n" if code.endswith("\n") else wrapped
+        if not fragment:
+            return [[line] for line in lines]
+    return [[margin + piece if piece.strip() else piece
+             for piece in _wrap_line(line, breaks.get(number, ()), width - len(margin))]
+            for number, line in enumerate(body.splitlines(), 1)]
 
 
 def _common_indent(code: str, body: str) -> str:
@@ -50,10 +61,9 @@ def _common_indent(code: str, body: str) -> str:
     return ""
 
 
-def _breaks(body: str) -> dict[int, list[tuple[int, bool, bool]]]:
-    """line number -> the places it may break: (column, inside brackets?, a comment starts
-    there?), in order."""
-    breaks: dict[int, list] = {}
+def _breaks(body: str, breaks: dict[int, list[tuple[int, bool, bool]]]):
+    """Fills `breaks`, line number -> the places it may break: (column, inside brackets?, a
+    comment starts there?), in order, as far as `body` tokenizes."""
     depth = strings = 0
     previous = None
     for token in tokenize.generate_tokens(io.StringIO(body).readline):
@@ -76,7 +86,6 @@ def _breaks(body: str) -> dict[int, list[tuple[int, bool, bool]]]:
         elif kind == tokenize.OP and text == "," and depth:
             breaks.setdefault(end_row, []).append((end_column, True, False))
         previous = token
-    return breaks
 
 
 def _after_operand(previous, row: int) -> bool:
