@@ -1,13 +1,15 @@
 """The window's engine on a box, through the real sshd on loopback (tests/remote_box.py): the
 connect dialog and its Test, a run there, a fix, a benchmark and an export there, the link
 killed mid-run and re-attached with the whole result, Cancel across the link, a host that cannot
-be reached said in one line, Browse listing the box's folders, and consent to the box's code,
-read and digested there."""
+be reached said in one line, Browse listing the box's folders, a script of this computer sent
+there and traced (Trace Script…, From this computer…), and consent to the box's code, read and
+digested there."""
 
 import hashlib
 import sys
 
 import pytest
+from PySide6.QtWidgets import QFileDialog
 from remote_box import NoSshd, running_box
 from window_steps import RUN_TIMEOUT_MS, run
 
@@ -16,6 +18,7 @@ from fp16studio.core.present.vocabulary import STAGES
 from fp16studio.engine import messages as m
 from fp16studio.gui import MainWindow
 from fp16studio.gui.connect_dialog import ConnectDialog
+from fp16studio.gui.trace_dialog import TraceDialog
 
 from tests.received_code import marking, received_spec
 
@@ -137,7 +140,8 @@ def test_a_run_on_the_box_survives_its_link_killed_and_cancel_reaches_it(qtbot, 
     assert window.tensorTree.model().rowCount() > 0 and window.diagnosis is not None
 
 
-def test_a_fix_a_benchmark_and_an_export_each_run_on_the_box(qtbot, ssh_to_the_box, tmp_path):
+def test_a_fix_a_benchmark_an_export_and_a_trace_each_run_on_the_box(
+        qtbot, ssh_to_the_box, tmp_path, monkeypatch):
     window = MainWindow()
     qtbot.addWidget(window)
     qtbot.waitUntil(lambda: window.spec is not None, timeout=RUN_TIMEOUT_MS)
@@ -164,6 +168,23 @@ def test_a_fix_a_benchmark_and_an_export_each_run_on_the_box(qtbot, ssh_to_the_b
         assert window.export_script(str(exported))
     assert "from_pretrained" in exported.read_text()
     assert before < after_fix < after_bench < events_there()
+
+    # Trace Script…, From this computer…: the script here goes through the engine's channel to a
+    # run folder of its own on the box, is asked about as read there, and is traced there.
+    script = tmp_path / "mine.py"
+    script.write_text("import sys\nprint('hello from', sys.argv[1:])\n")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *_: (str(script), ""))
+    monkeypatch.setattr(TraceDialog, "exec", lambda dialog: dialog.args.setText("a --b") or True)
+    questions = []
+    window.controller.ask_consent = lambda question: questions.append(question) or True
+    window.act_trace.trigger()
+    with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS) as traced:
+        window.browse.dialog.send_button.click()
+    [copy] = runs.glob("*/mine.py")
+    assert traced.args[0]["script"] == str(copy) and copy.read_text() == script.read_text()
+    digest = hashlib.sha256(script.read_bytes()).hexdigest()
+    assert questions == [f"On box: the script {copy} (SHA-256 {digest[:16]}…)"]
+    assert "hello from ['a', '--b']" in window.log.toPlainText()
 
 
 def test_consent_is_asked_with_the_digest_read_on_the_box_and_only_that_runs(
