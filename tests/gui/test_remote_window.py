@@ -6,7 +6,8 @@ there and traced (Trace Script…, From this computer…), and consent to the bo
 digested there."""
 
 import hashlib
-import sys
+import sysconfig
+import venv
 
 import pytest
 from PySide6.QtWidgets import QFileDialog
@@ -47,7 +48,19 @@ def probed(qtbot, dialog, host, python):
     return said.args[0]
 
 
-def test_the_connect_dialog_lists_the_config_s_hosts_and_tests_one_in_a_line(
+def a_python_without_fp16studio(box, folder):
+    """A venv on the box that sees the box's torch, pip and libraries (the folders they are in,
+    on its path) but not fp16studio (installed editable here: its hook is not read from there).
+    Its pip installs without an index (the box's is not reachable here), and past fp16studio's
+    metadata in those folders."""
+    venv.create(folder)   # its pip is the box's, from that folder
+    [site] = folder.glob("lib/python*/site-packages")
+    paths = sysconfig.get_paths()
+    (site / "the_box_s_libraries.pth").write_text("\n".join({paths["purelib"], paths["platlib"]}))
+    return f"env HOME={box.home} PIP_NO_DEPS=1 PIP_IGNORE_INSTALLED=1 {folder / 'bin/python'}"
+
+
+def test_the_connect_dialog_lists_the_config_s_hosts_tests_one_in_a_line_and_installs_there(
         qtbot, ssh_to_the_box, tmp_path, monkeypatch):
     (tmp_path / ".ssh").mkdir()
     (tmp_path / ".ssh/config").write_text("Host gpu1 gpu2\n  HostName 10.0.0.1\nHost *.lab !x\n"
@@ -61,12 +74,26 @@ def test_the_connect_dialog_lists_the_config_s_hosts_and_tests_one_in_a_line(
     line = probed(qtbot, dialog, "box", ssh_to_the_box.python)
     assert line.startswith(f"box: fp16studio {__version__} · torch ") and "no CUDA" in line
     assert dialog.install_button.isHidden()
-    line = probed(qtbot, dialog, "box", f"{sys.executable} -S")
-    assert line == f"box: no fp16studio for {sys.executable} -S there: install {__version__} into it"
-    assert not dialog.install_button.isHidden()   # the offer: this version into that Python
     line = probed(qtbot, dialog, "nosuchhost.invalid", "python3")
     assert line.startswith("nosuchhost.invalid: cannot connect (ssh: Could not resolve hostname")
     assert "\n" not in line and dialog.test_button.isEnabled() and dialog.install_button.isHidden()
+
+    # A Python there without fp16studio: the offer, Install, the Test again, then a run there.
+    python = a_python_without_fp16studio(ssh_to_the_box, tmp_path / "venv")
+    line = probed(qtbot, dialog, "box", python)
+    assert line == f"box: no fp16studio for {python} there: install {__version__} into it"
+    assert not dialog.install_button.isHidden()   # the offer: this version into that Python
+    with qtbot.waitSignal(dialog.tested, timeout=RUN_TIMEOUT_MS) as tested:
+        dialog.install_button.click()
+    assert tested.args[0].startswith(f"box: fp16studio {__version__} · torch ")
+    assert dialog.install_button.isHidden()
+    window = MainWindow()
+    qtbot.addWidget(window)
+    qtbot.waitUntil(lambda: window.spec is not None, timeout=RUN_TIMEOUT_MS)
+    window.engine_choice.connect_to("box", python)
+    assert run(qtbot, window)["inventory"]
+    installed = list(tmp_path.glob("venv/lib/python*/site-packages/fp16studio/__init__.py"))
+    assert installed and list((ssh_to_the_box.home / ".cache/fp16studio/runs").glob("*/events.jsonl"))
 
 
 def test_a_run_on_the_box_survives_its_link_killed_and_cancel_reaches_it(qtbot, ssh_to_the_box):
