@@ -49,10 +49,11 @@ def test_an_engine_lost_mid_job_keeps_every_view_s_result_and_says_so_in_one_lin
     before = shown(window)
     assert before["findings"] == ["half-on-cpu"] and before["bench"] == (BenchResult.from_json(BENCH), 2)
     assert before["drift"][1] == 3 and before["fp8"][1] == 2 and before["stale"] == [False] * 3
-    lost_as_sent(window.worker.engine, ("diagnose", "drift", "fp8", "bench"))
+    lost_as_sent(window.worker.engine, ("diagnose", "trace", "drift", "fp8", "bench"))
 
-    starts = {"diagnose": window.run_diagnosis, "drift": window.compare_with_float32,
-              "fp8": window.plan_fp8, "bench": window.run_benchmark}
+    starts = {"diagnose": window.run_diagnosis, "trace": lambda: window.open_script("demo:map-cast"),
+              "drift": window.compare_with_float32, "fp8": window.plan_fp8,
+              "bench": window.run_benchmark}
     lost, failed = [], []
     window.controller.engineLost.connect(lambda *said: lost.append(said))
     window.diagnosisFailed.connect(failed.append)   # a run's end is still announced, as failed
@@ -64,5 +65,5 @@ def test_an_engine_lost_mid_job_keeps_every_view_s_result_and_says_so_in_one_lin
         assert said_kind == kind and line.startswith(ENGINE_LOST) and "\n" not in line
         assert window.controller.status == line and line in window.log.toPlainText()
         assert shown(window) == before, kind
-        assert failed == ([line] if kind == "diagnose" else [])
+        assert failed == ([line] if kind in ("diagnose", "trace") else [])
         lost.clear(), failed.clear()
