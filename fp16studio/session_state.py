@@ -126,6 +126,7 @@ class SessionState(Evented):
         # the engine's versions (Diagnosis.environment) once it has loaded torch.
         self.run_when_ready = False            # Run was asked for before there was a spec
         self._saved_bench: Slot | None = None  # the figures the session's file holds
+        self._bench_replaced: Slot | None = None  # the figures a benchmark under way replaces
         self.dropped: str | None = None        # what the session opened last could not read
         self._kept: dict[PipelineSpec, dict[str, Any]] = {}   # spec -> its results left behind
 
@@ -460,9 +461,18 @@ class SessionState(Evented):
 
     def bench_started(self):
         """A new benchmark replaces the figures: the old ones are not shown meanwhile."""
-        self.bench = None
+        self._bench_replaced, self.bench = self.bench, None
+
+    def engine_lost(self):
+        """A job ended with its engine (a box gone, a process that died): no result of it came,
+        and none of what is shown was wrong, so every result stays, and the figures a
+        benchmark under way had replaced come back (unless the model changed meanwhile)."""
+        replaced, self._bench_replaced = self._bench_replaced, None
+        if self.bench is None and replaced is not None and _model(replaced.of) == _model(self.spec):
+            self.bench = replaced
 
     def took_bench(self, spec: PipelineSpec, result):
+        self._bench_replaced = None
         with self.events.blocker():
             self.bench = Slot(result, spec)
             self.device = result.device or self.device

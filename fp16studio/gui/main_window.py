@@ -32,7 +32,7 @@ from .placement import place, remember
 from .preview_panel import PreviewPanel
 from .remote_browser import Browse
 from .rank_picker import RankPicker
-from .session_controller import SessionController
+from .session_controller import DIAGNOSES, SessionController
 from .source_lookups import SourceLookups
 from .spec_form import SpecForm
 from .status_bar import StatusInfo
@@ -256,6 +256,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.diagnosis_shown.finished.connect(self.diagnosisFinished)
         c.benchmarkFinished.connect(self.benchmarkFinished)
         c.diagnosisFailed.connect(self.diagnosisFailed)
+        c.engineLost.connect(lambda kind, line: kind in DIAGNOSES and self.diagnosisFailed.emit(line))
         c.exportFinished.connect(self.exportFinished)
 
     def _on_spec(self, spec):

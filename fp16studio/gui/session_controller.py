@@ -30,11 +30,13 @@ from .long_lived import keep_out_of_collections
 from .session_files import SessionFiles
 from .worker import Job, WorkerHost
 
-__all__ = ["NO_MODEL", "RUNS", "SCRIPT_LINES_SHOWN", "SessionController"]
+__all__ = ["DIAGNOSES", "NO_MODEL", "RUNS", "SCRIPT_LINES_SHOWN", "SessionController"]
 
 # A script's output lines per batch (one every 50 ms at most) that reach the Log.
 SCRIPT_LINES_SHOWN = 200
 RUNS = ("diagnose", "bench", "trace", "drift", "fp8")   # the jobs Run/Cancel and the progress bar are about
+# The jobs whose failure is diagnosisFailed (reading the code a run runs, on the box, too).
+DIAGNOSES = ("diagnose", "trace", "trace-launch", "code-to-run")
 STALE = "The spec changed since the last run: Run to refresh."
 PROGRESS = {"bench": "Benchmarking…", "trace": "Tracing the script…", "drift": "Comparing with float32…",
             "fp8": "Planning FP8…"}
@@ -100,6 +102,9 @@ class SessionController(SessionFiles, QObject):
     benchmarkFinished = Signal(object)
     diagnosisFailed = Signal(str)
     exportFinished = Signal(str)
+    # A job ended with its engine (a box gone, its process dead): the job's kind, one line.
+    # Nothing shown is cleared; the window announces a lost run as failed (CONTRACT §5).
+    engineLost = Signal(str, str)
     # The engine's versions (Diagnosis.environment) once it has loaded torch, whatever job did.
     environmentChanged = Signal(object)
 
@@ -326,12 +331,26 @@ class SessionController(SessionFiles, QObject):
         return True
 
     def _submit(self, kind, args, on_result, on_error, cancelled: str, **more):
-        job = self.worker.submit(Job(kind, kind, args, on_result=on_result, on_error=on_error,
+        job = self.worker.submit(Job(kind, kind, args, on_result=on_result,
+                                     on_error=self._unless_engine_lost(kind, on_error),
                                      on_cancel=lambda: self.logged.emit("warning", cancelled), **more))
         ahead = next((other for other in self.worker.pending() if other.id < job.id), None)
         if ahead is not None:   # it starts when that one is done: say so, and Cancel reaches it
             self._queued(AHEAD.get(ahead.kind, "the engine is free"))
         self._update_busy()
+
+    def _unless_engine_lost(self, kind: str, on_error):
+        """`on_error` for a job that failed; an engine lost is no failure of the run: every
+        result shown stays (they are still of their spec), and one line says what happened."""
+        def failed(message, detail):
+            if not message.startswith(ENGINE_LOST):
+                return on_error(message, detail)
+            self.state.engine_lost()
+            line = " ".join(message.split())
+            self.logged.emit("error", line)
+            self._say(line)
+            self.engineLost.emit(kind, line)
+        return failed
 
     def _queued(self, until: str):
         self.progressChanged.emit(0, 0, "Queued…")
@@ -433,8 +452,7 @@ class SessionController(SessionFiles, QObject):
         self.diagnosisFinished.emit(self.diagnosis_doc)
 
     def _on_diagnosis_error(self, message, detail):
-        if not message.startswith(ENGINE_LOST):   # an engine lost, not the run: its results stay
-            self.state.diagnosis_failed()
+        self.state.diagnosis_failed()
         self.logged.emit("error", message + (f"\n{detail}" if detail else ""))
         self._say("The run failed: see the Findings panel and the Log.")
         self.diagnosisFailed.emit(message)
@@ -545,7 +563,8 @@ class SessionController(SessionFiles, QObject):
             self.diagnosisFailed.emit(message)
         self._say(f"Reading on {self.engine_host} the code this runs…")
         self.worker.submit(Job("code-to-run", task, args, supersede=True, on_result=took,
-                               on_error=failed, on_cancel=lambda: self._say("")))
+                               on_error=self._unless_engine_lost("code-to-run", failed),
+                               on_cancel=lambda: self._say("")))
         return None
 
     def _on_job_started(self, job):

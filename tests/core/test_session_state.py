@@ -241,6 +241,22 @@ def test_the_benchmark_is_of_its_spec_and_goes_with_its_model():
     assert state.bench_result is None
 
 
+def test_an_engine_lost_keeps_every_result_and_brings_back_the_figures_a_benchmark_replaced():
+    state = state_with_run()
+    figures = BenchResult(variants=[VariantResult("float32")])
+    state.took_bench(SPEC, figures)
+    state.took_drift(SPEC, drift())
+    state.bench_started()
+    state.engine_lost()
+    assert state.bench_result is figures and not state.bench_stale
+    assert state.diagnosis is not None and state.drift_result is not None
+    state.engine_lost()   # nothing under way: nothing more comes back
+    state.bench_started()
+    state.set_spec(SPEC.replace(model="models/other"))   # another model's figures are not its
+    state.engine_lost()
+    assert state.bench is None
+
+
 FP8 = Fp8Plan("tensorwise", "cpu", None, True)
 
 

@@ -1,13 +1,16 @@
 """The window's engine on a box, through the real sshd on loopback (tests/remote_box.py): the
 connect dialog and its Test, a run there, a fix, a benchmark and an export there, the link
 killed mid-run and re-attached with the whole result, Cancel across the link, a host that cannot
-be reached said in one line, Browse listing the box's folders, and consent to the box's code,
-read and digested there."""
+be reached said in one line, Browse listing the box's folders, a script of this computer sent
+there and traced (Trace Script…, From this computer…), and consent to the box's code, read and
+digested there."""
 
 import hashlib
-import sys
+import sysconfig
+import venv
 
 import pytest
+from PySide6.QtWidgets import QFileDialog
 from remote_box import NoSshd, running_box
 from window_steps import RUN_TIMEOUT_MS, run
 
@@ -16,6 +19,7 @@ from fp16studio.core.present.vocabulary import STAGES
 from fp16studio.engine import messages as m
 from fp16studio.gui import MainWindow
 from fp16studio.gui.connect_dialog import ConnectDialog
+from fp16studio.gui.trace_dialog import TraceDialog
 
 from tests.received_code import marking, received_spec
 
@@ -44,7 +48,19 @@ def probed(qtbot, dialog, host, python):
     return said.args[0]
 
 
-def test_the_connect_dialog_lists_the_config_s_hosts_and_tests_one_in_a_line(
+def a_python_without_fp16studio(box, folder):
+    """A venv on the box that sees the box's torch, pip and libraries (the folders they are in,
+    on its path) but not fp16studio (installed editable here: its hook is not read from there).
+    Its pip installs without an index (the box's is not reachable here), and past fp16studio's
+    metadata in those folders."""
+    venv.create(folder)   # its pip is the box's, from that folder
+    [site] = folder.glob("lib/python*/site-packages")
+    paths = sysconfig.get_paths()
+    (site / "the_box_s_libraries.pth").write_text("\n".join({paths["purelib"], paths["platlib"]}))
+    return f"env HOME={box.home} PIP_NO_DEPS=1 PIP_IGNORE_INSTALLED=1 {folder / 'bin/python'}"
+
+
+def test_the_connect_dialog_lists_the_config_s_hosts_tests_one_in_a_line_and_installs_there(
         qtbot, ssh_to_the_box, tmp_path, monkeypatch):
     (tmp_path / ".ssh").mkdir()
     (tmp_path / ".ssh/config").write_text("Host gpu1 gpu2\n  HostName 10.0.0.1\nHost *.lab !x\n"
@@ -58,12 +74,26 @@ def test_the_connect_dialog_lists_the_config_s_hosts_and_tests_one_in_a_line(
     line = probed(qtbot, dialog, "box", ssh_to_the_box.python)
     assert line.startswith(f"box: fp16studio {__version__} · torch ") and "no CUDA" in line
     assert dialog.install_button.isHidden()
-    line = probed(qtbot, dialog, "box", f"{sys.executable} -S")
-    assert line == f"box: no fp16studio for {sys.executable} -S there: install {__version__} into it"
-    assert not dialog.install_button.isHidden()   # the offer: this version into that Python
     line = probed(qtbot, dialog, "nosuchhost.invalid", "python3")
     assert line.startswith("nosuchhost.invalid: cannot connect (ssh: Could not resolve hostname")
     assert "\n" not in line and dialog.test_button.isEnabled() and dialog.install_button.isHidden()
+
+    # A Python there without fp16studio: the offer, Install, the Test again, then a run there.
+    python = a_python_without_fp16studio(ssh_to_the_box, tmp_path / "venv")
+    line = probed(qtbot, dialog, "box", python)
+    assert line == f"box: no fp16studio for {python} there: install {__version__} into it"
+    assert not dialog.install_button.isHidden()   # the offer: this version into that Python
+    with qtbot.waitSignal(dialog.tested, timeout=RUN_TIMEOUT_MS) as tested:
+        dialog.install_button.click()
+    assert tested.args[0].startswith(f"box: fp16studio {__version__} · torch ")
+    assert dialog.install_button.isHidden()
+    window = MainWindow()
+    qtbot.addWidget(window)
+    qtbot.waitUntil(lambda: window.spec is not None, timeout=RUN_TIMEOUT_MS)
+    window.engine_choice.connect_to("box", python)
+    assert run(qtbot, window)["inventory"]
+    installed = list(tmp_path.glob("venv/lib/python*/site-packages/fp16studio/__init__.py"))
+    assert installed and list((ssh_to_the_box.home / ".cache/fp16studio/runs").glob("*/events.jsonl"))
 
 
 def test_a_run_on_the_box_survives_its_link_killed_and_cancel_reaches_it(qtbot, ssh_to_the_box):
@@ -137,7 +167,8 @@ def test_a_run_on_the_box_survives_its_link_killed_and_cancel_reaches_it(qtbot, 
     assert window.tensorTree.model().rowCount() > 0 and window.diagnosis is not None
 
 
-def test_a_fix_a_benchmark_and_an_export_each_run_on_the_box(qtbot, ssh_to_the_box, tmp_path):
+def test_a_fix_a_benchmark_an_export_and_a_trace_each_run_on_the_box(
+        qtbot, ssh_to_the_box, tmp_path, monkeypatch):
     window = MainWindow()
     qtbot.addWidget(window)
     qtbot.waitUntil(lambda: window.spec is not None, timeout=RUN_TIMEOUT_MS)
@@ -164,6 +195,23 @@ def test_a_fix_a_benchmark_and_an_export_each_run_on_the_box(qtbot, ssh_to_the_b
         assert window.export_script(str(exported))
     assert "from_pretrained" in exported.read_text()
     assert before < after_fix < after_bench < events_there()
+
+    # Trace Script…, From this computer…: the script here goes through the engine's channel to a
+    # run folder of its own on the box, is asked about as read there, and is traced there.
+    script = tmp_path / "mine.py"
+    script.write_text("import sys\nprint('hello from', sys.argv[1:])\n")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *_: (str(script), ""))
+    monkeypatch.setattr(TraceDialog, "exec", lambda dialog: dialog.args.setText("a --b") or True)
+    questions = []
+    window.controller.ask_consent = lambda question: questions.append(question) or True
+    window.act_trace.trigger()
+    with qtbot.waitSignal(window.diagnosisFinished, timeout=RUN_TIMEOUT_MS) as traced:
+        window.browse.dialog.send_button.click()
+    [copy] = runs.glob("*/mine.py")
+    assert traced.args[0]["script"] == str(copy) and copy.read_text() == script.read_text()
+    digest = hashlib.sha256(script.read_bytes()).hexdigest()
+    assert questions == [f"On box: the script {copy} (SHA-256 {digest[:16]}…)"]
+    assert "hello from ['a', '--b']" in window.log.toPlainText()
 
 
 def test_consent_is_asked_with_the_digest_read_on_the_box_and_only_that_runs(
