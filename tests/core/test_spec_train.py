@@ -201,7 +201,7 @@ def test_a_healthy_training_spec_is_clean(tiny):
 
 def test_a_grad_scaler_on_half_weights_is_a_finding_not_a_crash(tiny):
     report = diagnose(tiny.replace(model_cast="float16", train={"grad_scaler": True}))
-    assert report.error["stage"] == "train" and "unscale FP16" in report.error["message"]
+    assert report.error.stage == "train" and "unscale FP16" in report.error.message
     finding = next(f for f in report.errors if f.code == "scaler-misuse")
     assert finding.fixes[0].id == "master-weights-float16"
 

@@ -84,7 +84,7 @@ def test_healthy_training_and_a_shape_error_have_no_precision_finding(name):
     if name == "train_healthy.py":
         assert result.ok and [s["finite"] for s in result.to_json()["steps"]] == [True, True]
     else:
-        assert result.error["type"] == "ValueError" and result.steps == []
+        assert result.error.type == "ValueError" and result.steps == []
 
 
 def test_steps_zero_follows_nothing_after_the_first_forward():

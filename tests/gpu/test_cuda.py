@@ -30,7 +30,7 @@ def test_inputs_left_on_the_cpu_are_a_device_mismatch(demo_dir):
 def test_fp16_model_on_cuda_reports_the_cuda_wording_and_fixes(demo_dir):
     spec = demo_spec("fp16-model").replace(device="cuda")
     report = diagnose(spec)
-    assert "torch.cuda" in report.error["message"] or "Half" in report.error["message"]
+    assert "torch.cuda" in report.error.message or "Half" in report.error.message
     f = next(f for f in report.findings if f.code == "dtype-mismatch")
     fixed = diagnose(apply_fix(spec, f.fixes[0]))
     assert fixed.ok and fixed.output.dtype == "float16"

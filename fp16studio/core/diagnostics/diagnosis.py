@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 
 from ..common import dtypes
-from ..common.errors import PipelineFailure, check_cancel, first_line, raise_if_disk_full, report_progress
+from ..common.errors import PipelineFailure, check_cancel, raise_if_disk_full, report_progress
 from ..common.gc_pause import gc_paused
 from ..hf.loading import is_oom, resolve_device
 from ..hf.offload import offloaded_blocks
@@ -20,7 +20,7 @@ from ..spec.value import PipelineSpec
 from .findings import by_severity
 from .inventory import mark, pipeline_tree
 from .islands import island_search
-from .report import Diagnosis, ModelOutput
+from .report import Diagnosis, ModelOutput, RunError
 from .rules import Evidence, run_rules, spec_provenance
 from .rules import fp8 as fp8_rules
 from .rules.placement import device_unavailable
@@ -47,8 +47,7 @@ def diagnose(spec: PipelineSpec, progress=None, cancel=None, warm=None) -> Diagn
         finding = device_unavailable(spec, environment["devices"])
         return Diagnosis(spec=spec, device=spec.device, findings=[finding], timings=timings,
                          environment=environment,
-                         error={"type": "DeviceUnavailable", "stage": "model", "module": None,
-                                "message": finding.message})
+                         error=RunError("DeviceUnavailable", finding.message, "model"))
     except Exception as exc:  # the weights did not fit: a finding, not a crash
         if not is_oom(exc):
             raise
@@ -97,8 +96,7 @@ def _run(spec, loaded, processor, timings, progress, cancel):
         else:
             output = describe_output(result)
             if output is None:  # nothing a pipeline could use: a failure, said as such
-                error = {"type": "NoTensorOutput", "message": no_tensor(result), "stage": "forward",
-                         "module": None}
+                error = RunError("NoTensorOutput", no_tensor(result), "forward")
         del result
     # The spec's training steps, after a clean forward pass (a failed or non-finite one is
     # what the findings are about already). Their failure is the run's error, not evidence.
@@ -181,15 +179,10 @@ def _timed(timings: dict, stage: str):
         timings[stage] = round(time.perf_counter() - start, 4)
 
 
-def _failed(exc: BaseException, stage: str, module: str | None) -> dict:
+def _failed(exc: BaseException, stage: str, module: str | None) -> RunError:
     """The pipeline's failure as the diagnosis's error; a full disk is not one (DiskFull)."""
     raise_if_disk_full(exc)
-    return error_doc(exc, stage, module)
-
-
-def error_doc(exc: BaseException, stage: str, module: str | None) -> dict:
-    return {"type": type(exc).__name__, "message": first_line(exc, 500), "stage": stage,
-            "module": module}
+    return RunError.raised(exc, stage, module)
 
 
 def describe_output(result) -> ModelOutput | None:

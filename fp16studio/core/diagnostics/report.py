@@ -6,19 +6,28 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from ..common.codec import Document, meta
+from ..common.errors import first_line
 from ..spec.value import PipelineSpec
 from .findings import Finding, Fix, SourceLine
 from .tree import Inventory, TensorNode, summary
 
 
-class RunError(TypedDict, total=False):
+@dataclass(frozen=True)
+class RunError(Document):
     """The pipeline's (or the script's) own failure."""
 
     type: str
     message: str
-    stage: str | None      # model, dataset, batch, forward, backward, optimizer, script, ...
-    module: str | None
-    source: SourceLine | None
+    stage: str | None = None   # model, dataset, batch, forward, backward, optimizer, script, ...
+    module: str | None = None
+    source: SourceLine | None = None   # the user's line, where known
+    rank: int | None = None            # trace --launch: the rank it happened on
+
+    @classmethod
+    def raised(cls, exc: BaseException, stage: str | None, module: str | None = None,
+               source: SourceLine | None = None) -> RunError:
+        """The failure an exception says: its class and the first line of its message."""
+        return cls(type(exc).__name__, first_line(exc, 500), stage, module, source)
 
 
 @dataclass

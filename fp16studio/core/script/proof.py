@@ -247,8 +247,8 @@ def _judge(result, record, error) -> str:
     if result is None:
         return "not proven: the fixed copy of the script could not be traced"
     if result.error is not None and (error is None or
-                                     result.error.get("type") != error.get("type")):
-        message = (result.error.get("message") or "").split("\n", 1)[0][:160]
+                                     result.error.type != error.type):
+        message = result.error.message.split("\n", 1)[0][:160]
         return f"not proven: the fixed script fails ({message})"
     landing = record.landing.source["line"] if record.landing else None
     for finding in result.findings:
