@@ -573,7 +573,7 @@ class SessionController(SessionFiles, QObject):
             self.worker.submit(Job("environment", ENVIRONMENT_TASK, on_result=self._took_environment))
         self._update_busy()
 
-    def _took_environment(self, environment: dict):
+    def _took_environment(self, environment):   # an Environment
         self.state.environment = environment   # announced by the state (environmentChanged)
 
     def _update_busy(self):

@@ -105,11 +105,11 @@ def test_steps_on_the_command_line_and_exit_1_for_a_nan_the_script_only_prints()
 
 
 def test_the_steps_in_one_line_say_the_losses_and_where_inf_nan_came_first():
+    from fp16studio.core.diagnostics.report import NonFinite, StepRecord
     from fp16studio.core.present.vocabulary import steps_summary
 
-    steps = [{"index": 0, "loss": 0.6943, "finite": True, "first_nonfinite": None},
-             {"index": 1, "loss": None, "finite": False,
-              "first_nonfinite": {"phase": "forward", "location": "loss"}}]
+    steps = [StepRecord(0, 0.6943, True, 0),
+             StepRecord(1, None, False, 0, NonFinite("forward", "loss"))]
     assert steps_summary(steps) == ("Training steps (loss): 0: 0.6943, 1: inf/NaN; inf/NaN "
                                     "first at step 1, forward, loss")
     assert steps_summary(steps[:1]).endswith("all finite")

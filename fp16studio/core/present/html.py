@@ -15,7 +15,7 @@ from html import escape
 
 from ... import __version__
 from ..diagnostics.findings import Finding, by_severity
-from ..diagnostics.report import Diagnosis, ModelOutput, RunError
+from ..diagnostics.report import Diagnosis, Environment, ModelOutput, RunError
 from ..diagnostics.tree import Inventory
 from ..precision.bench import BenchResult
 from ..script.trace import ScriptTrace
@@ -288,8 +288,9 @@ def _spec(spec: PipelineSpec | None) -> str:
     return f'<section id="spec">\n<h2>Pipeline spec</h2>\n{applied}{_key_table(rows)}\n</section>'
 
 
-def _environment(environment: dict | None, timings: dict | None) -> str:
-    rows = [(k, evidence_value(v)) for k, v in (environment or {}).items()]
+def _environment(environment: Environment | None, timings: dict | None) -> str:
+    said = environment.to_json() if environment is not None else {}
+    rows = [(k, evidence_value(v)) for k, v in said.items() if v is not None]
     rows += [(f"{stage} time", f"{seconds:.2f} s") for stage, seconds in (timings or {}).items()
              if isinstance(seconds, (int, float))]
     if not rows:

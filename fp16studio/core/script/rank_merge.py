@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..common.codec import DecodeError, meta
+from ..common.codec import DecodeError, decode, meta
 from ..diagnostics.findings import Finding
-from ..diagnostics.report import RunError
+from ..diagnostics.report import RunError, StepRecord
 from ..diagnostics.tree import TensorNode
 from ..diagnostics.rules.distributed import rank_mismatch
 from ..spec.value import PipelineSpec
@@ -125,22 +125,28 @@ def _severity(finding: Finding) -> int:
     return {"error": 0, "warning": 1}.get(finding.severity, 2)
 
 
-def _steps(record: RankRecord) -> list:
+def _steps(record: RankRecord) -> list[StepRecord]:
     """The steps the rank followed: its last heartbeat's, when it says more than its document
     (a rank killed before its final document)."""
-    written = (record.document or {}).get("steps") or []
-    beat = (record.beat or {}).get("steps") or []
+    written = _step_records((record.document or {}).get("steps"))
+    beat = _step_records((record.beat or {}).get("steps"))
     return beat if len(beat) > len(written) else written
+
+
+def _step_records(docs) -> list[StepRecord]:
+    try:
+        return decode(list[StepRecord], docs or [])
+    except DecodeError:   # written by another fp16studio (the launcher's Python's)
+        return []
 
 
 def _row(record: RankRecord, stopped, over_before, timeout, rank_wait) -> RankRow:
     doc = record.document or {}
     steps = _steps(record)
-    first = next((FirstNonfinite(s["index"], s["first_nonfinite"]["phase"],
-                                 s["first_nonfinite"]["location"], s.get("source"))
-                  for s in steps if s.get("first_nonfinite")), None)
+    first = next((FirstNonfinite(s.index, s.first_nonfinite.phase, s.first_nonfinite.location,
+                                 s.source) for s in steps if s.first_nonfinite), None)
     at = (record.beat or {}).get("at")
-    last = steps[-1]["index"] if steps else None
+    last = steps[-1].index if steps else None
     inside = bool((record.beat or {}).get("in_step", True))
     ended_by_us = stopped is not None and record.rank not in over_before
     if not record.started:

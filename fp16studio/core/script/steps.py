@@ -19,7 +19,7 @@ import weakref
 from dataclasses import dataclass
 
 from ..common import dtypes
-from ..diagnostics.report import RunError
+from ..diagnostics.report import RunError, StepRecord
 from ..diagnostics.rules.dtypes import recomputed_mismatch
 from ..diagnostics.rules.edits import Names, names_at, source_line
 from ..diagnostics.rules.training import training_findings, training_stalled
@@ -297,8 +297,8 @@ class StepWatch:
             training_findings(self.steps, dtype, error=error, names=names) + \
             training_stalled(self.steps, self.scaler_runs(), dtype, names)
 
-    def documents(self) -> list[dict]:
-        return [step.to_json() for step in self.steps]
+    def documents(self) -> list[StepRecord]:
+        return [StepRecord.of(step) for step in self.steps]
 
 
 def _innermost_forward(tb):
