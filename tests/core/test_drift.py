@@ -50,7 +50,7 @@ def test_bfloat16_of_the_same_model_is_within_tolerance(demo_dir):
     result = drift(demo_spec("overflow"), "bfloat16")
     assert result.ok and not result.findings and result.error is None
     assert result.output.finite and result.output.sqnr_db >= DRIFT_SQNR_DB
-    assert result.output["top1_agreement"] == 1.0
+    assert result.output.top1_agreement == 1.0
 
 
 def test_finite_but_drifting_float16_is_precision_drift(demo_dir, numerics_models):
@@ -201,9 +201,9 @@ def test_resnet_in_bfloat16_drifts_nowhere_and_reports_the_output_as_its_own_row
     assert min(m.sqnr_db for m in result.modules) > 35
     # One definition of each distance: the output's figures are those of the model's own row.
     model_row, output = result.modules[0], result.output
-    assert (model_row.name, output["name"]) == ("", "logits")
+    assert (model_row.name, output.name) == ("", "logits")
     assert (model_row.max_abs_diff, model_row.cosine, model_row.sqnr_db) == pytest.approx(
-        (output["max_abs_diff"], output["cosine"], output["sqnr_db"]))
+        (output.max_abs_diff, output.cosine, output.sqnr_db))
 
 
 def test_cli_drift_exit_codes_and_json(demo_dir, capsys):
