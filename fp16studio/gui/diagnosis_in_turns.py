@@ -97,7 +97,7 @@ class DiagnosisInTurns(QObject):
         self.show_findings(choose_first=False)   # the detail in a turn of its own
         state, diagnosis = self._controller.state, self._controller.diagnosis
         if diagnosis is not None and diagnosis.error and not diagnosis.findings and state.tracing is None:
-            self._findings.show_failure(diagnosis.error.get("message", ""))
+            self._findings.show_failure(diagnosis.error.message)
 
     def _no_findings_later(self):
         """What is shown next replaces a result's findings still to come (a failure, nothing)."""

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QLabel, QSplitter, QTableView, QVBoxLayout, QWidge
 from fp16studio.core.diagnostics.inventory import range_used
 from fp16studio.core.precision.drift import DriftResult
 from fp16studio.core.present import vocabulary
-from fp16studio.core.run.compare import DRIFT_SQNR_DB
+from fp16studio.core.run.compare import DRIFT_SQNR_DB, OutputDrift
 from fp16studio.core.run.distance import SQNR_CEILING_DB
 from .document_rows import DocumentRows
 from .fit import share_the_width
@@ -207,15 +207,15 @@ def verdict(result: DriftResult) -> str:
     """One sentence over the table: within tolerance, or where it parts and how far."""
     variant = result.variant
     if result.error:
-        return f"The {variant} run could not be compared: {result.error['message']}"
-    output = result.output or {}
+        return f"The {variant} run could not be compared: {result.error.message}"
+    output = result.output or OutputDrift()
     where = (f" The first module that parts from float32: {result.first_divergent}."
              if result.first_divergent else "")
     if result.ok:
         return (f"{variant} stays within tolerance of float32 on {result.device} (output "
-                f"SQNR {sqnr_text(output.get('sqnr_db'))} dB).{where}")
-    if not output.get("finite", True):
-        return f"{variant} overflows: its output holds {output.get('nonfinite')} inf/NaN values.{where}"
-    return (f"{variant} drifts from float32: output SQNR {sqnr_text(output.get('sqnr_db'))} dB, "
+                f"SQNR {sqnr_text(output.sqnr_db)} dB).{where}")
+    if not output.finite:
+        return f"{variant} overflows: its output holds {output.nonfinite} inf/NaN values.{where}"
+    return (f"{variant} drifts from float32: output SQNR {sqnr_text(output.sqnr_db)} dB, "
             f"under the {DRIFT_SQNR_DB:.0f} dB tolerance.{where}")
 

@@ -172,7 +172,7 @@ class FileActions:
 
         from fp16studio.core.demo.pipelines import DEMOS
 
-        env = self.diagnosis.environment if self.diagnosis else {}
+        env = self.diagnosis.environment.to_json() if self.diagnosis else {}
         engine = ", ".join(f"{k} {v}" for k, v in env.items() if isinstance(v, (str, int, float)))
         demos = "".join(f"<li><b>{name}</b>: {html.escape(text)}</li>" for name, text in DEMOS.items())
         QMessageBox.about(self, "About fp16studio", (

@@ -224,7 +224,7 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         self.findings.revealRequested.connect(self.reveal_location)
         c.specChanged.connect(self._on_spec)
         c.diagnosisChanged.connect(self.diagnosis_shown.show_diagnosis)
-        c.diagnosisChanged.connect(lambda _diagnosis: self.ranks.set_doc(self.diagnosis_doc))
+        c.diagnosisChanged.connect(self.ranks.set_trace)
         self.ranks.rankChosen.connect(self._show_rank_tree)
         c.findingsChanged.connect(self.diagnosis_shown.findings_changed)
         c.benchChanged.connect(self._on_bench)

@@ -1,8 +1,9 @@
 """The rank picker of a launched run's trace (`trace --launch`): a row per rank (its status,
 where its first inf/NaN was, its findings), and the chosen rank's findings.
 
-Plain dicts in (the trace document's `ranks`, and its findings, each with the ranks it was made
-on): no torch here. The words are core.present.ranks', as the command line says them.
+A launched run's trace in (core.script.rank_merge.RankedTrace: its `ranks`, and its findings,
+each with the ranks it was made on): no torch here. The words are core.present.ranks', as the
+command line says them.
 """
 
 from __future__ import annotations
@@ -17,19 +18,20 @@ COLUMNS = ("Rank", "Status", "First inf/NaN", "Findings")
 
 
 class RanksModel(QAbstractTableModel):
-    """One row per rank of the document's `ranks.per_rank`."""
+    """One row per rank of the trace's `ranks.per_rank`."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self._rows: list[dict] = []
+        self._rows: list = []   # RankRow
 
-    def set_doc(self, doc: dict | None):
+    def set_ranks(self, ranks):
+        """A RankSummary, or None."""
         self.beginResetModel()
-        self._rows = list(((doc or {}).get("ranks") or {}).get("per_rank") or ())
+        self._rows = list(ranks.per_rank) if ranks is not None else []
         self.endResetModel()
 
     def rank_at(self, row: int) -> int | None:
-        return self._rows[row]["rank"] if 0 <= row < len(self._rows) else None
+        return self._rows[row].rank if 0 <= row < len(self._rows) else None
 
     def rowCount(self, parent=QModelIndex()):
         return 0 if parent.isValid() else len(self._rows)
@@ -47,11 +49,11 @@ class RanksModel(QAbstractTableModel):
             return None
         row = self._rows[index.row()]
         if role == Qt.ToolTipRole:
-            return (row.get("error") or {}).get("message")
-        first = row.get("first_nonfinite")
-        return (str(row["rank"]), row["status"],
+            return row.error.message if row.error else None
+        first = row.first_nonfinite
+        return (str(row.rank), row.status,
                 first_nonfinite_words(first) if first else "—",
-                ", ".join(dict.fromkeys(row.get("findings") or ())) or "—")[index.column()]
+                ", ".join(dict.fromkeys(row.findings)) or "—")[index.column()]
 
 
 class RankPicker(QWidget):
@@ -74,35 +76,36 @@ class RankPicker(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.table)
         layout.addWidget(self.findings)
-        self._doc: dict | None = None
+        self._trace = None
         self.table.selectionModel().currentRowChanged.connect(
             lambda current, _previous: self.choose(self.model.rank_at(current.row())))
 
-    def set_doc(self, doc: dict | None):
-        """A trace document: shown (and the first bad rank chosen) when it has `ranks`."""
-        self._doc = doc if doc and doc.get("ranks") else None
-        self.model.set_doc(self._doc)
-        self.setVisible(self._doc is not None)
-        if self._doc is not None:
-            first = self._doc["ranks"].get("first_nonfinite") or \
-                self._doc["ranks"].get("first_failed") or {"rank": self.model.rank_at(0)}
-            row = next(i for i in range(self.model.rowCount())
-                       if self.model.rank_at(i) == first["rank"])
+    def set_trace(self, trace):
+        """A diagnosis: shown (and the first bad rank chosen) when it is a launched run's trace,
+        one with `ranks`."""
+        self._trace = trace if getattr(trace, "ranks", None) else None
+        self.model.set_ranks(self._trace.ranks if self._trace is not None else None)
+        self.setVisible(self._trace is not None)
+        if self._trace is not None:
+            ranks = self._trace.ranks
+            first = ranks.first_nonfinite or ranks.first_failed
+            rank = first.rank if first is not None else self.model.rank_at(0)
+            row = next(i for i in range(self.model.rowCount()) if self.model.rank_at(i) == rank)
             with QSignalBlocker(self.table.selectionModel()):   # chosen once, here
                 self.table.selectRow(row)
-            self.choose(first["rank"])
+            self.choose(rank)
 
     def choose(self, rank: int | None):
         """Show `rank`'s findings (each with the ranks it was made on)."""
         self.findings.clear()
-        if self._doc is None or rank is None:
+        if self._trace is None or rank is None:
             return
-        world = self._doc["ranks"]["world_size"]
-        for finding in self._doc["findings"]:
-            if rank in finding.get("ranks", ()):
-                self.findings.addItem(f"{finding['severity']}  {finding['code']}  at "
-                                      f"{finding['location']} "
-                                      f"({rank_scope(finding['ranks'], world)})")
+        world = self._trace.ranks.world_size
+        for finding in self._trace.findings:
+            if rank in finding.ranks:
+                self.findings.addItem(f"{finding.severity}  {finding.code}  at "
+                                      f"{finding.location} "
+                                      f"({rank_scope(list(finding.ranks), world)})")
         self.rankChosen.emit(rank)
 
     def chosen_findings(self) -> list[str]:

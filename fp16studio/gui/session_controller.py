@@ -407,7 +407,8 @@ class SessionController(SessionFiles, QObject):
         fixes = ", ".join(f"{a['id']} at line {a['line']}" for a in copy.applied)
         self.logged.emit("info", f"Wrote {Path(copy.path).name} beside {Path(trace.script).name} "
                                  f"with {fixes}; tracing it.")
-        launch = (getattr(trace, "ranks", None) or {}).get("launch")   # a launched run's launcher
+        ranks = getattr(trace, "ranks", None)   # a launched run's: its launcher
+        launch = ranks.launch if ranks is not None else None
         return self.run_trace(copy.path, trace.args, launch)
 
     def continue_as_pipeline(self) -> bool:
@@ -465,7 +466,7 @@ class SessionController(SessionFiles, QObject):
     def _on_drift(self, spec, result):
         self.state.took_drift(spec, result)
         if result.error:
-            self.logged.emit("error", f"Compare with float32 failed: {result.error['message']}")
+            self.logged.emit("error", f"Compare with float32 failed: {result.error.message}")
         elif result.ok:
             self.logged.emit("info", f"{result.variant} stays within tolerance of float32.")
         self._log_findings(result.findings)
@@ -597,7 +598,7 @@ class SessionController(SessionFiles, QObject):
             self.worker.submit(Job("environment", ENVIRONMENT_TASK, on_result=self._took_environment))
         self._update_busy()
 
-    def _took_environment(self, environment: dict):
+    def _took_environment(self, environment):   # an Environment
         self.state.environment = environment   # announced by the state (environmentChanged)
 
     def _update_busy(self):

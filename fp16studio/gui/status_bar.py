@@ -13,12 +13,14 @@ once, by the Engine selector; the engine label beside it adds only what the sele
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 
 from PySide6.QtCore import QSize, QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar
 
+from fp16studio.core.diagnostics.report import Environment
 from fp16studio.core.present import vocabulary
 from .fit import ElidedLabel
 
@@ -83,7 +85,7 @@ class StatusInfo:
         for label in (self.engine, self.device, self.versions, self.memory):
             bar.addPermanentWidget(label)
         self._gpu = ""
-        self._env: dict = {}
+        self._env = Environment()
         self._device: str | None = None
         self._engine_pid = lambda: None
         self._host: str | None = None     # the engine's host; None: this computer
@@ -102,18 +104,19 @@ class StatusInfo:
         """Where the latest result ran (any run: a diagnosis, a benchmark, a comparison, a
         plan), with the GPU's name once the engine has said it."""
         self._device = device
-        name = self._env.get("gpu") if device and device.startswith("cuda") else None
+        name = self._env.gpu if device and device.startswith("cuda") else None
         self.device.setText(f"device: {device or '—'}" + (f" ({name})" if name else ""))
 
-    def set_environment(self, env: dict, device: str | None = None, gpu_memory: int | None = None):
+    def set_environment(self, env: Environment | None, device: str | None = None,
+                        gpu_memory: int | None = None):
         """Show the engine's environment report (Diagnosis.environment) and the GPU's memory."""
         if env is None:
             return   # not reported yet (a new session announces every field of the state)
         self._env = env
         self.set_device(device or self._device)
-        parts = [f"torch {env['torch']}" if env.get("torch") else None,
-                 f"transformers {env['transformers']}" if env.get("transformers") else None,
-                 f"CUDA {env['cuda']}" if env.get("cuda") else "no CUDA"]
+        parts = [f"torch {env.torch}" if env.torch else None,
+                 f"transformers {env.transformers}" if env.transformers else None,
+                 f"CUDA {env.cuda}" if env.cuda else "no CUDA"]
         self.versions.setText(" · ".join(p for p in parts if p))
         self._gpu = f" · GPU {vocabulary.size(gpu_memory)} reserved" if gpu_memory else ""
         self._sample()
@@ -128,15 +131,16 @@ class StatusInfo:
     def set_engine(self, host: str | None):
         """The engine now runs on `host` (None: this computer): what was said of the last one
         goes until its report comes (set_engine_report)."""
-        self._host, self._env = host, {}
+        self._host, self._env = host, Environment()
         self._say_engine("")
         self.versions.setText("torch not loaded yet")
         self._sample()
 
     def set_engine_report(self, report: dict):
         """The engine's report, read where it runs: its host, torch, CUDA and GPUs."""
-        self._env = {**self._env, **{key: report.get(key) for key in
-                                     ("torch", "transformers", "cuda")}}
+        # The engine's report is the engine's own object (engine.lookups.engine_report).
+        self._env = dataclasses.replace(self._env, **{key: report.get(key) for key in
+                                                      ("torch", "transformers", "cuda")})
         self.set_environment(self._env)
         self._say_engine(gpus_summary(report.get("gpus") or []))
 

@@ -15,16 +15,20 @@ from hypothesis import strategies as st
 from fp16studio.core.common import codec
 from fp16studio.core.common.codec import DecodeError
 from fp16studio.core.diagnostics.findings import CodeEdit, Finding, Fix
-from fp16studio.core.diagnostics.report import ModelOutput
+from fp16studio.core.diagnostics.report import Environment, ModelOutput, NonFinite, RunError, StepRecord
 from fp16studio.core.diagnostics.tree import Inventory, TensorNode
 from fp16studio.core.precision.bench import BatchInfo, Latency, Tf32Settings, VariantResult
+from fp16studio.core.run.compare import OutputDrift
+from fp16studio.core.script.rank_summary import (Disagreement, FirstFailed, FirstNonfinite,
+                                                 RankedFinding, RankRow, RankSummary)
 from fp16studio.core.present.schemas import document_types
 from fp16studio.core.spec.value import PipelineSpec
 from json_schemas import valid
 
 NAMES = document_types()
 INNER = (Finding, Fix, CodeEdit, TensorNode, VariantResult, Latency, BatchInfo, Tf32Settings,
-         Inventory, ModelOutput)
+         Inventory, ModelOutput, RunError, OutputDrift, RankSummary, RankRow, FirstNonfinite,
+         FirstFailed, Disagreement, RankedFinding, StepRecord, NonFinite, Environment)
 
 JSON_SCALARS = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=6) \
     | st.floats(allow_nan=False, allow_infinity=False, width=32)

@@ -73,8 +73,8 @@ def test_user_function_failure_is_a_pipeline_error_not_bad_input(demo_dir, tmp_p
                         dataset=str(demo_dir / "data/images"), preprocess="pre.py:broken",
                         base_dir=str(tmp_path))
     report = diagnose(spec)
-    assert not report.ok and report.error["stage"] == "batch"
-    assert report.error["type"] == "KeyError"
+    assert not report.ok and report.error.stage == "batch"
+    assert report.error.type == "KeyError"
 
 
 def test_user_file_that_does_not_import_is_bad_input(demo_dir, tmp_path):

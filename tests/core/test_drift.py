@@ -49,14 +49,14 @@ def test_float16_overflow_parts_at_the_first_module_that_overflows(demo_dir):
 def test_bfloat16_of_the_same_model_is_within_tolerance(demo_dir):
     result = drift(demo_spec("overflow"), "bfloat16")
     assert result.ok and not result.findings and result.error is None
-    assert result.output["finite"] and result.output["sqnr_db"] >= DRIFT_SQNR_DB
-    assert result.output["top1_agreement"] == 1.0
+    assert result.output.finite and result.output.sqnr_db >= DRIFT_SQNR_DB
+    assert result.output.top1_agreement == 1.0
 
 
 def test_finite_but_drifting_float16_is_precision_drift(demo_dir, numerics_models):
     result = drift(text_spec(demo_dir, numerics_models["drift-bert4"]), "float16")
-    assert not result.ok and result.output["finite"]
-    assert result.output["sqnr_db"] < DRIFT_SQNR_DB
+    assert not result.ok and result.output.finite
+    assert result.output.sqnr_db < DRIFT_SQNR_DB
     finding = result.findings[0]
     assert (finding.code, finding.severity) == ("precision-drift", "warning")
     # The offset sits in layer 1's attention output; its LayerNorm is where the signal is lost.
@@ -67,7 +67,7 @@ def test_finite_but_drifting_float16_is_precision_drift(demo_dir, numerics_model
 def test_a_healthy_model_does_not_drift(demo_dir, numerics_models):
     result = drift(text_spec(demo_dir, numerics_models["plain-bert4"]))
     assert result.ok and not result.findings
-    assert result.output["sqnr_db"] >= DRIFT_SQNR_DB
+    assert result.output.sqnr_db >= DRIFT_SQNR_DB
 
 
 def test_autocast_variant_and_default_from_the_spec(demo_dir):
@@ -201,9 +201,9 @@ def test_resnet_in_bfloat16_drifts_nowhere_and_reports_the_output_as_its_own_row
     assert min(m.sqnr_db for m in result.modules) > 35
     # One definition of each distance: the output's figures are those of the model's own row.
     model_row, output = result.modules[0], result.output
-    assert (model_row.name, output["name"]) == ("", "logits")
+    assert (model_row.name, output.name) == ("", "logits")
     assert (model_row.max_abs_diff, model_row.cosine, model_row.sqnr_db) == pytest.approx(
-        (output["max_abs_diff"], output["cosine"], output["sqnr_db"]))
+        (output.max_abs_diff, output.cosine, output.sqnr_db))
 
 
 def test_cli_drift_exit_codes_and_json(demo_dir, capsys):
@@ -291,7 +291,7 @@ def test_a_variant_that_cannot_run_is_reported_not_raised(demo_dir, zoo, capsys,
     spec = PipelineSpec.from_dict({"model": str(zoo["fnet"]), "dataset": "data/texts.jsonl",
                                    "device": "cpu"}, base_dir=demo_dir)
     result = drift(spec, "float16")
-    assert not result.ok and result.error["stage"] == "float16 forward"
+    assert not result.ok and result.error.stage == "float16 forward"
     assert not result.modules and not result.findings
     save_spec(spec, tmp_path / "fnet.json")
     assert main(["drift", str(tmp_path / "fnet.json")]) == 1

@@ -8,6 +8,7 @@ real in tests/gpu.
 import pytest
 import torch
 
+from fp16studio.core.diagnostics.report import RunError
 from fp16studio.core import PipelineSpec, apply_fix, diagnose
 from fp16studio.core.demo.pipelines import demo_spec
 from fp16studio.core.diagnostics.report import ModelOutput
@@ -133,8 +134,8 @@ def test_python_format_gives_lists(demo_dir):
     spec = demo_spec("healthy").replace(format="python")
     report = diagnose(spec)
     f = finding(report, "list-batch")
-    assert f.severity == "error" and report.error["stage"] == "batch"
-    assert "'list' object has no attribute 'to'" in report.error["message"]
+    assert f.severity == "error" and report.error.stage == "batch"
+    assert "'list' object has no attribute 'to'" in report.error.message
     assert diagnose(apply_fix(spec, f.fixes[0])).ok
 
 
@@ -246,8 +247,8 @@ def test_inputs_left_on_another_device_are_a_device_mismatch():
                "cuda:0 and cpu!")
     ev = _evidence(calls=[_linear("float32", None, device="cpu", completed=False,
                                   params_device="cuda:0")],
-                   error={"type": "RuntimeError", "message": message, "stage": "forward",
-                          "module": "fc"})
+                   error=RunError(type="RuntimeError", message=message, stage="forward",
+                          module="fc"))
     f = next(f for f in run_rules(ev) if f.code == "device-mismatch")
     assert f.severity == "error" and f.location == "fc"
     assert f.evidence == {"inputs on": ["cpu"], "parameters on": ["cuda:0"]}
@@ -275,13 +276,13 @@ def test_present_device_is_available(demo_dir):
 def test_out_of_memory_suggests_half_weights_then_a_smaller_batch():
     exc = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     ev = _evidence(device_type="cuda", exception=exc,
-                   error={"type": "OutOfMemoryError", "message": str(exc), "stage": "forward",
-                          "module": "fc"})
+                   error=RunError(type="OutOfMemoryError", message=str(exc), stage="forward",
+                          module="fc"))
     f = next(f for f in run_rules(ev) if f.code == "out-of-memory")
     assert f.severity == "error" and f.location == "fc"
     assert [fix.id for fix in f.fixes] == ["model-float16", "halve-batch"]
-    other = _evidence(error={"type": "RuntimeError", "message": "boom", "stage": "forward",
-                             "module": "fc"}, exception=RuntimeError("boom"))
+    other = _evidence(error=RunError(type="RuntimeError", message="boom", stage="forward",
+                             module="fc"), exception=RuntimeError("boom"))
     assert "out-of-memory" not in {f.code for f in run_rules(other)}
 
 
@@ -308,7 +309,7 @@ def test_out_of_memory_while_loading_is_a_finding_not_a_crash(demo_dir, monkeypa
     monkeypatch.setattr("fp16studio.core.diagnostics.diagnosis.prepare_model", too_big)
     report = diagnose(demo_spec("healthy"))
     assert [f.code for f in report.findings] == ["out-of-memory"]
-    assert report.error["stage"] == "model" and not report.ok
+    assert report.error.stage == "model" and not report.ok
 
 
 @pytest.mark.parametrize("key", ["keep_fp32", "run_in_float32"])

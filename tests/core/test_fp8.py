@@ -602,7 +602,7 @@ def test_a_specs_fp8_gradient_flushed_is_grad_underflow_and_its_fix_clears_it(
     assert fixed.train == dict(spec.train, fp8_keep=(*keep, OUTLIER_IN))
     after = diagnose(fixed, warm=warm)
     assert "grad-underflow" not in {f.code for f in after.findings}
-    assert after.ok and [s["finite"] for s in after.steps] == [True]
+    assert after.ok and [s.finite for s in after.steps] == [True]
     assert warm.loads == 1          # the conversion left the warm model as it found it
 
 

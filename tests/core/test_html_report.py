@@ -2,6 +2,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from fp16studio.core.diagnostics.report import Environment, RunError
 from fp16studio.core.diagnostics.findings import CodeEdit, Finding, Fix
 from fp16studio.core.diagnostics.report import Diagnosis, ModelOutput
 from fp16studio.core.diagnostics.tree import Inventory
@@ -24,12 +25,12 @@ def diagnosis(**overrides):
                     (cast, Fix("load-fp32", "Load in float32", {}))),
             Finding("half-on-cpu", "warning", "model", "Slow."),
         ],
-        error={"type": "RuntimeError", "message": EVIL, "stage": "forward", "module": "encoder"},
+        error=RunError(type="RuntimeError", message=EVIL, stage="forward", module="encoder"),
         inventory=Inventory(parameters=1234567, tensors=40, bytes=5 * 2**20,
                             dtypes={"float16": 30, "int64": 4, EVIL: 6}, devices={"cpu": 40}),
         output=ModelOutput(name="logits", dtype="float16", shape=[4, 3]),
         timings={"forward": 0.25},
-        environment={"torch": "2.13.0"},
+        environment=Environment(torch="2.13.0"),
     )
     values.update(overrides)
     spec = PipelineSpec(model=f"models/{EVIL}", dataset="data", model_dtype="float16",

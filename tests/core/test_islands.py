@@ -97,7 +97,7 @@ def test_overflow_first_fix_keeps_most_of_the_model_half(demo_dir, numerics_mode
     # Drift against float32 no worse than the bfloat16 fix's.
     islands = drift(apply_fix(spec, fix), "float16", islands=False)
     bf16 = drift(spec, "bfloat16", islands=False)
-    assert islands.ok and islands.output["sqnr_db"] >= bf16.output["sqnr_db"]
+    assert islands.ok and islands.output.sqnr_db >= bf16.output.sqnr_db
 
 
 def test_two_overflowing_layers_need_two_islands(demo_dir, numerics_models):

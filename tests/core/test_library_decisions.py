@@ -93,8 +93,8 @@ def test_a_recomputation_without_the_forwards_autocast_is_named_at_the_backward_
     result = trace_script(script)
     backward, recompute = at(script, "MARK: backward"), at(script, "MARK: recompute")
     # Placed at loss.backward(), not at the line the backward pass ran again.
-    assert result.error["source"] == backward and result.error["stage"] == "backward"
-    assert result.error["module"] == "block.0"
+    assert result.error.source == backward and result.error.stage == "backward"
+    assert result.error.module == "block.0"
     (finding,) = result.findings
     assert (finding.code, finding.severity, finding.location, finding.source) == (
         "dtype-mismatch", "error", "block.0", backward)

@@ -4,6 +4,7 @@ columns a preprocess makes, and the diagnoses that used to name the wrong thing.
 import pytest
 import torch
 
+from fp16studio.core.diagnostics.report import RunError
 from fp16studio.core import InputError, PipelineSpec, apply_fix, diagnose
 from fp16studio.core.demo.pipelines import demo_spec
 from fp16studio.core.diagnostics.rules import Evidence, run_rules
@@ -184,12 +185,12 @@ def test_integer_cast_is_located_at_the_tensor_the_failing_module_received():
                   device_type="cpu", param_dtypes={"float16": 10},
                   module_param_dtypes={"encoder.embed_tokens": "float16"}, facts=facts,
                   calls=[embed],
-                  error={"type": "RuntimeError", "stage": "forward",
-                         "module": "encoder.embed_tokens",
-                         "message": "Expected tensor for argument #1 'indices' to have one of the "
+                  error=RunError(type="RuntimeError", stage="forward",
+                         module="encoder.embed_tokens",
+                         message="Expected tensor for argument #1 'indices' to have one of the "
                                     "following scalar types: Long, Int; but got "
                                     "torch.HalfTensor instead (while checking arguments for "
-                                    "embedding)"})
+                                    "embedding)"))
     f = next(f for f in run_rules(ev) if f.code == "integer-cast")
     assert f.location == "input_ids"
 

@@ -52,7 +52,7 @@ def test_bf16_training_arguments_on_a_cpu_is_the_scripts_error_explained(tmp_pat
     result = trace_script(script, [tmp_path / "out"])
     made = at(script, "# the flag")
     # The script's own error stays what it was, with its line.
-    assert result.error["type"] == "ValueError" and result.error["source"] == made
+    assert result.error.type == "ValueError" and result.error.source == made
     (flag,) = flags(result)
     assert (flag.severity, flag.location, flag.source) == ("error", "TrainingArguments.bf16", made)
     assert "doesn't support bf16/gpu" in flag.message

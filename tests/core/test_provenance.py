@@ -81,7 +81,7 @@ def test_from_config_takes_the_configs_bfloat16_and_the_first_fix_builds_in_floa
     result = trace_script(script)
     f = the_mismatch(result)
     assert f.location == "resnet.embedder.embedder.convolution"
-    assert f.source == at(script, "# the forward") == result.error["source"]
+    assert f.source == at(script, "# the forward") == result.error.source
     assert f.evidence["provenance"] == {"dtype": "bfloat16", "from": "config",
                                         "source": at(script, "# the build"), "training": True}
     assert "from_config took the config's dtype" in f.message

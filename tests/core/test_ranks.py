@@ -17,8 +17,9 @@ import pytest
 
 from fp16studio.core.diagnostics.rules import distributed as rules
 from fp16studio.core.present.ranks import format_ranked_trace, rank_scope
-from fp16studio.core.script.rank_merge import RankRecord, merged_trace
+from fp16studio.core.script.rank_merge import RankedTrace, RankRecord, merged_trace
 from fp16studio.core.script.ranks import trace_launch
+from json_schemas import valid
 
 SCRIPTS = Path(__file__).parent.parent / "scripts"
 TORCHRUN = "torchrun --nproc-per-node 2"
@@ -261,6 +262,22 @@ def test_a_rank_that_never_started_is_missing_and_the_run_is_not_ok():
     doc = merged_trace(records, "train.py", (), TORCHRUN, 1, None, None, 60).to_json()
     assert rows(doc)[1]["status"] == "missing" and not doc["ok"]
     assert doc["ranks"]["ended"] == "failed"
+
+
+def test_a_launched_run_s_document_fits_its_schema_and_reads_back_as_it_was():
+    """The trace --launch document is derived from its definition (RankedTrace): each finding
+    with its ranks, the error with its rank, and nothing its schema does not say."""
+    hook = {"code": "half-reduction", "severity": "warning", "location": "DDP.comm_hook",
+            "message": "m", "evidence": {}, "fixes": [], "source": None}
+    failed = {"type": "RuntimeError", "message": "boom", "stage": "script", "module": None,
+              "source": {"file": "train.py", "line": 7}}
+    records = [record(0, [step(0)], [hook]), record(1, [step(0, LOSS)], [hook], error=failed)]
+    trace = merged_trace(records, "train.py", (), TORCHRUN, 1, None, None, 60)
+    doc = valid("trace-launch", json.loads(json.dumps(trace.to_json())))
+    assert [f["ranks"] for f in doc["findings"]] == [[0, 1]]
+    assert doc["error"] == dict(failed, rank=1) and doc["ranks"]["first_failed"]["rank"] == 1
+    crossed = json.loads(json.dumps(trace.to_json(full=True)))   # as the engine sends it
+    assert RankedTrace.from_json(crossed).to_json() == doc
 
 
 def test_a_setting_that_differs_is_named_and_the_dtypes_it_explains_are_not():

@@ -21,6 +21,7 @@ import fp16studio
 from fp16studio.core.data.columns import ColumnFacts
 from fp16studio.core.diagnostics import rules
 from fp16studio.core.diagnostics.findings import CODES, Finding
+from fp16studio.core.diagnostics.report import RunError
 from fp16studio.core.diagnostics.rules import Evidence, run_rules
 from fp16studio.core.diagnostics.rules.edits import NAMES, Batch, Names
 from fp16studio.core.run.trace import ModuleCall, TensorInfo
@@ -123,8 +124,7 @@ def evidences(draw):
                 "device": "Expected all tensors to be on the same device, but found at least two "
                           "devices, cuda:0 and cpu!",
                 "kernel": f"\"addmm\" not implemented for '{'Half' if model == 'float16' else 'BFloat16'}'"}
-    error = {"type": "RuntimeError", "message": messages[failure], "stage": "forward",
-             "module": "encoder"} if failure else None
+    error = RunError("RuntimeError", messages[failure], "forward", "encoder") if failure else None
     calls = [call(0, "encoder", "Linear", [tensor(given_in, batch_device)],
                   [tensor(model, device)], model, device, completed=failure is None)]
     facts = {"pixel_values": ColumnFacts("pixel_values", stored="float32", loaded="float32",
@@ -196,6 +196,7 @@ def test_drift_says_where_inf_first_appears_only_where_it_does(rows):
     holds some (the evidence's "non-finite values")."""
     from fp16studio.core.diagnostics.rules.ranges import drift_finding
     from fp16studio.core.precision.drift import DriftResult, ModuleDrift
+    from fp16studio.core.run.compare import OutputDrift
 
     modules = [ModuleDrift(f"layer{i}", "Linear", 0, 0.1, 0.9, sqnr, 1.0, 1.0, nonfinite)
                for i, (nonfinite, sqnr) in enumerate(rows)]
@@ -203,8 +204,7 @@ def test_drift_says_where_inf_first_appears_only_where_it_does(rows):
     if not diverged or not any(m.nonfinite for m in modules):
         return
     result = DriftResult("float16", "cpu", first_divergent=diverged[0].name, modules=modules,
-                         output={"sqnr_db": 5.0, "cosine": 0.5, "max_abs_diff": 1.0,
-                                 "finite": False, "nonfinite": 3})
+                         output=OutputDrift(sqnr_db=5.0, cosine=0.5, max_abs_diff=1.0, nonfinite=3))
     finding = drift_finding(PipelineSpec(model="m", dataset="synthetic"), result, "float16", None)
     said = re.search(r"first appear in the output of ([\w.]+?)[,.]", finding.message)
     if said:

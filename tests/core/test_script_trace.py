@@ -31,8 +31,8 @@ def test_image_demo_recovers_a_spec_whose_first_fix_runs_clean(demo_dir, name):
     result = trace_script(f"demo:{name}")
     script = Path(result.script)
     call = line_of(script, "output = model(input_tensor)")
-    assert result.error["module"] == "resnet.embedder.embedder.convolution"
-    assert result.error["source"] == {"file": str(script), "line": call}
+    assert result.error.module == "resnet.embedder.embedder.convolution"
+    assert result.error.source == {"file": str(script), "line": call}
     mismatch = result.findings[0]
     assert (mismatch.code, mismatch.location) == ("dtype-mismatch",
                                                   "resnet.embedder.embedder.convolution")
@@ -54,7 +54,7 @@ def test_image_demo_recovers_a_spec_whose_first_fix_runs_clean(demo_dir, name):
 def test_blind_half_demo_names_the_cast_line_and_says_the_fix_in_code(demo_dir):
     result = trace_script("demo:blind-half")
     script = Path(result.script)
-    assert result.error["module"] == "bert.embeddings.word_embeddings"
+    assert result.error.module == "bert.embeddings.word_embeddings"
     cast = result.findings[0]
     assert (cast.code, cast.severity, cast.location) == ("integer-cast", "error", "input_ids")
     assert cast.source["line"] == line_of(script, "tensor.half() for name")
@@ -113,20 +113,20 @@ def test_a_script_that_fails_before_any_model_runs():
     script = SCRIPTS / "fails_early.py"
     result = trace_script(script)
     assert not result.ok and result.models == []
-    assert result.error["type"] == "IndexError" and result.error["stage"] == "script"
-    assert result.error["source"]["line"] == line_of(script, "first = rows[0]")
+    assert result.error.type == "IndexError" and result.error.stage == "script"
+    assert result.error.source["line"] == line_of(script, "first = rows[0]")
 
 
 def test_sys_exit_in_the_script():
     failed = trace_script(SCRIPTS / "exits.py")
-    assert not failed.ok and failed.error["type"] == "SystemExit"
-    assert "sys.exit(3)" in failed.error["message"]
+    assert not failed.ok and failed.error.type == "SystemExit"
+    assert "sys.exit(3)" in failed.error.message
     assert trace_script(SCRIPTS / "exits.py", ["0"]).ok
 
 
 def test_a_script_that_hangs_is_stopped_and_what_ran_is_diagnosed():
     result = trace_script(SCRIPTS / "hangs.py", timeout=20)
-    assert result.error["type"] == "Timeout" and "20 s" in result.error["message"]
+    assert result.error.type == "Timeout" and "20 s" in result.error.message
     assert result.models[0]["class"] == "Linear" and not result.ok
 
 
@@ -139,7 +139,7 @@ def test_cancel_stops_the_script():
 
 def test_a_script_that_needs_arguments():
     missing = trace_script(SCRIPTS / "needs_args.py")
-    assert not missing.ok and "after --" in missing.error["message"]
+    assert not missing.ok and "after --" in missing.error.message
     assert trace_script(SCRIPTS / "needs_args.py", ["--width", "3"]).ok
 
 
@@ -229,7 +229,7 @@ def test_a_timeout_during_fp16studios_own_start_shows_none_of_its_internals(tmp_
     lines = []
     result = trace_script(tmp_path / "sleep.py", timeout=0.3,
                           output=lambda stream, line: lines.append(line))
-    assert not result.ok and result.error["type"] in ("Timeout", "KeyboardInterrupt")
+    assert not result.ok and result.error.type in ("Timeout", "KeyboardInterrupt")
     assert not any("fp16studio" in line for line in lines)
 
 
@@ -448,12 +448,12 @@ def test_the_frozen_program_says_to_trace_under_your_own_python(tmp_path, monkey
     script = tmp_path / "needs_yours.py"
     script.write_text("import a_package_only_you_have\n")
     plain = trace_script(script)
-    assert plain.error["type"] == "ModuleNotFoundError" and "--python" not in plain.error["message"]
+    assert plain.error.type == "ModuleNotFoundError" and "--python" not in plain.error.message
     monkeypatch.setattr(trace_module, "frozen", lambda: True)   # ran in the bundled Python
     bundled = trace_script(script)
-    assert bundled.error["message"].startswith("No module named 'a_package_only_you_have' (")
-    assert "fp16studio trace --python /path/to/python SCRIPT" in bundled.error["message"]
-    assert "--python" not in trace_script(script, python=sys.executable).error["message"]
+    assert bundled.error.message.startswith("No module named 'a_package_only_you_have' (")
+    assert "fp16studio trace --python /path/to/python SCRIPT" in bundled.error.message
+    assert "--python" not in trace_script(script, python=sys.executable).error.message
 
 
 def test_a_reader_that_goes_away_ends_the_trace_with_141_silently(tmp_path):

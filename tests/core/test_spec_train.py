@@ -159,7 +159,7 @@ def test_adam_on_half_weights_breaks_at_step_0_and_master_weights_fix_it(tiny):
     assert after.ok and after.error is None, [f.code for f in after.findings]
     assert not [f for f in after.findings if f.code in ("optimizer-precision", "grad-overflow",
                                                         "scaler-misuse", "overflow")]
-    assert [s["finite"] for s in after.steps] == [True, True]
+    assert [s.finite for s in after.steps] == [True, True]
 
 
 def test_clip_before_unscale_is_scaler_misuse_and_its_fix_reorders(tiny):
@@ -193,15 +193,15 @@ def test_a_healthy_training_spec_is_clean(tiny):
     spec = tiny.replace(autocast="bfloat16", train={"optimizer": "adamw", "clip_grad_norm": 1.0})
     report = diagnose(spec)
     assert report.ok and report.findings == [] and report.error is None
-    assert [s["finite"] for s in report.steps] == [True, True]
-    assert report.steps[1]["loss"] != report.steps[0]["loss"]   # the weights moved
+    assert [s.finite for s in report.steps] == [True, True]
+    assert report.steps[1].loss != report.steps[0].loss   # the weights moved
     assert "train" in report.timings
     assert diagnose(tiny).steps == []                           # no train: inference only
 
 
 def test_a_grad_scaler_on_half_weights_is_a_finding_not_a_crash(tiny):
     report = diagnose(tiny.replace(model_cast="float16", train={"grad_scaler": True}))
-    assert report.error["stage"] == "train" and "unscale FP16" in report.error["message"]
+    assert report.error.stage == "train" and "unscale FP16" in report.error.message
     finding = next(f for f in report.errors if f.code == "scaler-misuse")
     assert finding.fixes[0].id == "master-weights-float16"
 
@@ -246,10 +246,10 @@ def test_the_exported_training_step_runs_as_the_app_ran_it(tiny, tmp_path):
     for name, spec in (("broken", broken), ("fixed", fixed)):
         text, steps = run_exported(spec, tmp_path, name)
         in_app = diagnose(spec).steps
-        assert [s["finite"] for s in steps] == [s["finite"] for s in in_app], name
+        assert [s["finite"] for s in steps] == [s.finite for s in in_app], name
         for mine, app in zip(steps, in_app):
-            if app["finite"]:
-                assert mine["loss"] == pytest.approx(app["loss"], rel=1e-4), name
+            if app.finite:
+                assert mine["loss"] == pytest.approx(app.loss, rel=1e-4), name
     assert [s["finite"] for s in steps] == [True, True]
     assert "torch.optim.Adam(params, lr=0.001)" in text
     assert "torch.amp.GradScaler(" in text and "torch.autocast(device_type, dtype=torch.float16)" in text
@@ -266,7 +266,7 @@ def test_the_export_reproduces_the_users_wrong_order_and_says_so(tiny, tmp_path)
     assert "scaler.unscale_(" not in text
     assert in_order(text, "scaler.scale(loss).backward()", "BEFORE scaler.unscale_. A mistake",
                     "clip_grad_norm_(params, 1.0)", "scaler.step(optimizer)")
-    assert [s["loss"] for s in steps] == pytest.approx([s["loss"] for s in diagnose(spec).steps],
+    assert [s["loss"] for s in steps] == pytest.approx([s.loss for s in diagnose(spec).steps],
                                                        rel=1e-4)
 
 
@@ -278,7 +278,7 @@ def test_master_weights_over_half_weights_export_a_float32_copy(tiny, tmp_path):
     assert "torch.optim.SGD(masters, lr=0.0001)" in text and "p.copy_(master)" in text
     report = diagnose(spec)
     assert report.ok and not [f for f in report.findings if f.code == "optimizer-precision"]
-    assert [s["loss"] for s in steps] == pytest.approx([s["loss"] for s in report.steps], rel=1e-4)
+    assert [s["loss"] for s in steps] == pytest.approx([s.loss for s in report.steps], rel=1e-4)
 
 
 # -- a traced script's recovered spec -------------------------------------------------------------
@@ -328,6 +328,7 @@ def test_a_loop_whose_loss_a_spec_cannot_say_offers_no_spec(demo_dir):
 
 def test_a_spec_that_does_not_come_to_the_scripts_outcome_is_refused_with_the_reason(tiny):
     from fp16studio.core.diagnostics.findings import Finding
+    from fp16studio.core.diagnostics.report import RunError
     from fp16studio.core.script.recover import outcome_difference, reproduction
 
     spec = tiny.replace(autocast="bfloat16", train={"optimizer": "adamw"})
@@ -339,7 +340,7 @@ def test_a_spec_that_does_not_come_to_the_scripts_outcome_is_refused_with_the_re
     assert outcome_difference([half], None, [half], None) == ""
     assert outcome_difference([], None, [broke], None) == \
         "diagnosing the recovered spec finds optimizer-precision, which the script did not show"
-    assert outcome_difference([], {"type": "ValueError"}, [half], None) == \
+    assert outcome_difference([], RunError("ValueError", "boom"), [half], None) == \
         "diagnosing the recovered spec runs clean where the script failed (ValueError)"
 
 

@@ -31,7 +31,7 @@ def test_code_at_the_users_indentation_prints_dedented_under_the_title(tmp_path)
 
 def test_fp8_rows_and_errors_stay_within_120_columns_with_names_and_messages_whole():
     from fp16studio.core import PipelineSpec
-    from fp16studio.core.diagnostics.report import Diagnosis
+    from fp16studio.core.diagnostics.report import Diagnosis, RunError
     from fp16studio.core.precision.fp8_plan import Fp8Plan, LayerPlan
     from fp16studio.core.present.terminal import format_diagnosis, format_fp8
 
@@ -43,8 +43,8 @@ def test_fp8_rows_and_errors_stay_within_120_columns_with_names_and_messages_who
     printed = format_fp8(plan).splitlines()
     assert f"  {name}" in printed and max(map(len, printed)) <= 120
     message = "mat1 and mat2 must have the same dtype, but got Float and Half " * 4
-    error = {"type": "RuntimeError", "message": message.strip(), "stage": "forward",
-             "module": "model.encoder.layers.0.attention.self.query"}
+    error = RunError("RuntimeError", message.strip(), "forward",
+                     "model.encoder.layers.0.attention.self.query")
     spec = PipelineSpec(model="m", dataset="synthetic")
     printed = format_diagnosis(Diagnosis(spec, "cpu", findings=[], error=error))
     assert max(map(len, printed.splitlines())) <= 120

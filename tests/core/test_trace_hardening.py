@@ -46,7 +46,7 @@ def test_the_timeout_counts_from_the_script_start_and_keeps_the_model_that_ran()
     # 1 s is shorter than fp16studio's own start in the child (torch loads): the script still
     # gets its second, runs its model, and is stopped in its sleep.
     result = trace_script(SCRIPTS / "model_then_sleeps.py", timeout=1.0)
-    assert result.error["type"] == "Timeout"
+    assert result.error.type == "Timeout"
     assert [m["class"] for m in result.models] == ["Sequential"]
     assert result.output is not None
 

@@ -84,7 +84,7 @@ def test_healthy_training_and_a_shape_error_have_no_precision_finding(name):
     if name == "train_healthy.py":
         assert result.ok and [s["finite"] for s in result.to_json()["steps"]] == [True, True]
     else:
-        assert result.error["type"] == "ValueError" and result.steps == []
+        assert result.error.type == "ValueError" and result.steps == []
 
 
 def test_steps_zero_follows_nothing_after_the_first_forward():
@@ -105,11 +105,11 @@ def test_steps_on_the_command_line_and_exit_1_for_a_nan_the_script_only_prints()
 
 
 def test_the_steps_in_one_line_say_the_losses_and_where_inf_nan_came_first():
+    from fp16studio.core.diagnostics.report import NonFinite, StepRecord
     from fp16studio.core.present.vocabulary import steps_summary
 
-    steps = [{"index": 0, "loss": 0.6943, "finite": True, "first_nonfinite": None},
-             {"index": 1, "loss": None, "finite": False,
-              "first_nonfinite": {"phase": "forward", "location": "loss"}}]
+    steps = [StepRecord(0, 0.6943, True, 0),
+             StepRecord(1, None, False, 0, NonFinite("forward", "loss"))]
     assert steps_summary(steps) == ("Training steps (loss): 0: 0.6943, 1: inf/NaN; inf/NaN "
                                     "first at step 1, forward, loss")
     assert steps_summary(steps[:1]).endswith("all finite")

@@ -83,7 +83,7 @@ def test_a_failing_operation_of_the_users_is_one_finding_at_its_line(
     # The script ran as it does under python: its output, and the same exception.
     assert out == before.stdout.splitlines()
     assert err[-1] == raised and not any(OURS in line for line in err)
-    assert not result.ok and result.error["message"] == raised.split(": ", 1)[1]
+    assert not result.ok and result.error.message == raised.split(": ", 1)[1]
     # One error finding for the one failure: the precise one, at the line, fixing one tensor.
     (finding,) = [f for f in result.findings if f.severity == "error"]
     assert finding.code == code

@@ -93,7 +93,7 @@ def test_a_tensor_made_on_another_device_in_the_users_forward_is_fixed_where_it_
 def test_the_gradscaler_refusing_fp16_gradients_is_answered_with_master_weights():
     script = SCRIPTS / "train_scaler_fp16_weights.py"
     result = trace_script(script)
-    assert "Attempting to unscale FP16 gradients" in result.error["message"]
+    assert "Attempting to unscale FP16 gradients" in result.error.message
     (finding,) = [f for f in result.findings if f.code == "scaler-misuse"]
     assert finding.severity == "error"
     assert finding.source == at(script, "# unscales")

@@ -30,7 +30,7 @@ def test_inputs_left_on_the_cpu_are_a_device_mismatch(demo_dir):
 def test_fp16_model_on_cuda_reports_the_cuda_wording_and_fixes(demo_dir):
     spec = demo_spec("fp16-model").replace(device="cuda")
     report = diagnose(spec)
-    assert "torch.cuda" in report.error["message"] or "Half" in report.error["message"]
+    assert "torch.cuda" in report.error.message or "Half" in report.error.message
     f = next(f for f in report.findings if f.code == "dtype-mismatch")
     fixed = diagnose(apply_fix(spec, f.fixes[0]))
     assert fixed.ok and fixed.output.dtype == "float16"
@@ -160,7 +160,7 @@ def test_a_healthy_float16_amp_loop_with_a_grad_scaler_gives_no_warning():
     script = Path(__file__).parent.parent / "scripts" / "amp_scaler_healthy.py"
     result = trace_script(script, steps=3)
     assert result.error is None and result.findings == [] and result.ok
-    assert result.device.startswith("cuda") and all(s["finite"] for s in result.steps)
+    assert result.device.startswith("cuda") and all(s.finite for s in result.steps)
 
 
 FP8_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
@@ -192,4 +192,4 @@ def test_fp8_runs_on_the_gpus_own_fp8_matmul(demo_dir, tmp_path, recipe):
     assert all(layer.sqnr_db > 20 for layer in plan.layers if layer.eligible)
     report = diagnose(spec.replace(with_labels=True, model_dtype="bfloat16",
                                    train={"steps": 2, "fp8": recipe}))
-    assert report.ok and [s["finite"] for s in report.steps] == [True, True]
+    assert report.ok and [s.finite for s in report.steps] == [True, True]

@@ -4,13 +4,14 @@ so the two plots' rotated titles never run into each other; the whole title on h
 from PySide6.QtWidgets import QApplication
 
 from fp16studio.core.precision.drift import DriftResult, ModuleDrift
+from fp16studio.core.run.compare import OutputDrift
 from fp16studio.gui.drift_view import DriftView
 
 
 def a_result(modules=40):
     rows = [ModuleDrift(f"encoder.layer.{i}", "Linear", 0, 1e-3, 0.9999, 60.0 - i / 4, 3.0, 3.0, 0)
             for i in range(modules)]
-    return DriftResult("float16", "cpu", ok=True, output={"sqnr_db": 60.0}, modules=rows)
+    return DriftResult("float16", "cpu", ok=True, output=OutputDrift(sqnr_db=60.0), modules=rows)
 
 
 def titles(view):

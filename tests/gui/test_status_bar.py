@@ -4,9 +4,10 @@ while the versions and the memory beside it shrink to an ellipsis."""
 
 from PySide6.QtWidgets import QApplication, QComboBox, QLabel, QMainWindow
 
+from fp16studio.core.diagnostics.report import Environment
 from fp16studio.gui.status_bar import THIS_COMPUTER, StatusInfo
 
-LONG_VERSIONS = {"torch": "2.13.0+cpu", "transformers": "5.24.0", "cuda": None}
+LONG_VERSIONS = Environment(torch="2.13.0+cpu", transformers="5.24.0", cuda=None)
 
 
 def a_window(qtbot, width=1024):

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
+from fp16studio.core.diagnostics.report import RunError
+from fp16studio.core.run.compare import OutputDrift
 from fp16studio.gui import MainWindow
 from fp16studio.gui.roles import NODE_ROLE
 from window_steps import shown
@@ -171,8 +173,8 @@ def test_a_comparison_that_failed_before_any_module_is_shown_not_raised(qtbot):
 
     view = DriftView()
     qtbot.addWidget(view)
-    view.set_result(DriftResult("float16", "cpu", error={
-        "type": "OSError", "message": "no such model", "stage": "model"}))
+    view.set_result(DriftResult("float16", "cpu", error=RunError(
+        type="OSError", message="no such model", stage="model")))
     assert view.model.rowCount() == 0
     assert "could not be compared: no such model" in view.verdict.text()
     xs, _ = view.sqnr_curve.getData()
@@ -187,6 +189,6 @@ def test_the_verdict_says_the_output_sqnr_as_a_number():
     from fp16studio.core.precision.drift import DriftResult
 
     result = DriftResult("float16", "cpu", first_divergent="encoder.layer.3",
-                         output={"sqnr_db": 17.25, "finite": True})
+                         output=OutputDrift(sqnr_db=17.25))
     assert "output SQNR 17.2 dB, under the" in verdict(result)
     assert "(output SQNR 17.2 dB)" in verdict(replace(result, ok=True))

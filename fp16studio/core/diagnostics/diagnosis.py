@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 
 from ..common import dtypes
-from ..common.errors import PipelineFailure, check_cancel, first_line, raise_if_disk_full, report_progress
+from ..common.errors import PipelineFailure, check_cancel, raise_if_disk_full, report_progress
 from ..common.gc_pause import gc_paused
 from ..hf.loading import is_oom, resolve_device
 from ..hf.offload import offloaded_blocks
@@ -20,7 +20,7 @@ from ..spec.value import PipelineSpec
 from .findings import by_severity
 from .inventory import mark, pipeline_tree
 from .islands import island_search
-from .report import Diagnosis, ModelOutput
+from .report import Diagnosis, Environment, ModelOutput, RunError, StepRecord
 from .rules import Evidence, run_rules, spec_provenance
 from .rules import fp8 as fp8_rules
 from .rules.placement import device_unavailable
@@ -44,11 +44,10 @@ def diagnose(spec: PipelineSpec, progress=None, cancel=None, warm=None) -> Diagn
             loaded, processor = (warm.load(spec, progress) if warm is not None
                                  else prepare_model(spec, progress))
     except DeviceUnavailable:
-        finding = device_unavailable(spec, environment["devices"])
+        finding = device_unavailable(spec, environment.devices)
         return Diagnosis(spec=spec, device=spec.device, findings=[finding], timings=timings,
                          environment=environment,
-                         error={"type": "DeviceUnavailable", "stage": "model", "module": None,
-                                "message": finding.message})
+                         error=RunError("DeviceUnavailable", finding.message, "model"))
     except Exception as exc:  # the weights did not fit: a finding, not a crash
         if not is_oom(exc):
             raise
@@ -97,8 +96,7 @@ def _run(spec, loaded, processor, timings, progress, cancel):
         else:
             output = describe_output(result)
             if output is None:  # nothing a pipeline could use: a failure, said as such
-                error = {"type": "NoTensorOutput", "message": no_tensor(result), "stage": "forward",
-                         "module": None}
+                error = RunError("NoTensorOutput", no_tensor(result), "forward")
         del result
     # The spec's training steps, after a clean forward pass (a failed or non-finite one is
     # what the findings are about already). Their failure is the run's error, not evidence.
@@ -135,7 +133,7 @@ def _run(spec, loaded, processor, timings, progress, cancel):
 
 
 def _train(spec, model, batch, device, calls, timings, progress):
-    """(findings, Step documents, error) of the spec's training steps after a clean forward."""
+    """(findings, StepRecords, error) of the spec's training steps after a clean forward."""
     report_progress(progress, "forward", f"{spec.train['steps']} training steps on {device}")
     order: dict = {}
     for call in calls:
@@ -148,7 +146,7 @@ def _train(spec, model, batch, device, calls, timings, progress):
         run.exception.__traceback__ = None  # its frames hold the model's activations
     found = (fp8_rules.training_unsupported(run.fp8_support, spec.train, str(device))
              + training_findings(run.steps, run.compute_dtype, spec.train, error))
-    return found, [step.to_json() for step in run.steps], error
+    return found, [StepRecord.of(step) for step in run.steps], error
 
 
 def _traced_forward(spec, model, batch, device):
@@ -181,15 +179,10 @@ def _timed(timings: dict, stage: str):
         timings[stage] = round(time.perf_counter() - start, 4)
 
 
-def _failed(exc: BaseException, stage: str, module: str | None) -> dict:
+def _failed(exc: BaseException, stage: str, module: str | None) -> RunError:
     """The pipeline's failure as the diagnosis's error; a full disk is not one (DiskFull)."""
     raise_if_disk_full(exc)
-    return error_doc(exc, stage, module)
-
-
-def error_doc(exc: BaseException, stage: str, module: str | None) -> dict:
-    return {"type": type(exc).__name__, "message": first_line(exc, 500), "stage": stage,
-            "module": module}
+    return RunError.raised(exc, stage, module)
 
 
 def describe_output(result) -> ModelOutput | None:
@@ -240,7 +233,7 @@ def adapter_modules(model) -> list[str]:
             if isinstance(module, BaseTunerLayer) for attr in module.adapter_layer_names]
 
 
-def environment_info() -> dict:
+def environment_info() -> Environment:
     import datasets
     import torch
     import transformers
@@ -248,14 +241,11 @@ def environment_info() -> dict:
     cuda = torch.cuda.is_available()
     devices = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())] if cuda else ["cpu"]
     # str(): torch's TorchVersion would make whoever unpickles this (the window) import torch.
-    info = {"torch": str(torch.__version__), "transformers": transformers.__version__,
-            "datasets": datasets.__version__, "cuda": torch.version.cuda if cuda else None,
-            "devices": devices}
-    if cuda:
-        info["gpu"] = torch.cuda.get_device_name(0)
-        info["bf16_supported"] = torch.cuda.is_bf16_supported()
-        info["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
-    return info
+    gpu = {"cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(0),
+           "bf16_supported": torch.cuda.is_bf16_supported(),
+           "tf32_matmul": torch.backends.cuda.matmul.allow_tf32} if cuda else {}
+    return Environment(torch=str(torch.__version__), transformers=transformers.__version__,
+                       datasets=datasets.__version__, devices=devices, **gpu)
 
 
 def _release_memory(device):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..run.compare import OutputRecorder, cast_batch, output_drift, within_tolerance
+from ..run.compare import OutputDrift, OutputRecorder, cast_batch, output_drift, within_tolerance
 from ..spec.value import PipelineSpec
 from .findings import CodeEdit, Fix
 from ..common.island_code import islands_code
@@ -36,13 +36,13 @@ class IslandSearch:
     half_share: float            # share of parameters (elements) that stay half
     passes: int                  # forward passes the search took, float32 reference included
     candidates: int              # N
-    output: dict                 # the output's drift from float32 with the islands
+    output: OutputDrift          # the output's drift from float32 with the islands
     dtype: str                   # the half dtype around them
 
     def evidence(self) -> dict:
         return {"islands": list(self.modules), "parameters kept half": round(self.half_share, 4),
                 "search forward passes": self.passes, "island candidates": self.candidates,
-                "output sqnr dB with islands": self.output.get("sqnr_db")}
+                "output sqnr dB with islands": self.output.sqnr_db}
 
     def summary(self) -> str:
         return (f"Running {_names(self.modules)} in float32 keeps "

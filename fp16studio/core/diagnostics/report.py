@@ -6,19 +6,29 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from ..common.codec import Document, meta
+from ..common.errors import first_line
+from ..run.training import Step
 from ..spec.value import PipelineSpec
 from .findings import Finding, Fix, SourceLine
 from .tree import Inventory, TensorNode, summary
 
 
-class RunError(TypedDict, total=False):
+@dataclass(frozen=True)
+class RunError(Document):
     """The pipeline's (or the script's) own failure."""
 
     type: str
     message: str
-    stage: str | None      # model, dataset, batch, forward, backward, optimizer, script, ...
-    module: str | None
-    source: SourceLine | None
+    stage: str | None = None   # model, dataset, batch, forward, backward, optimizer, script, ...
+    module: str | None = None
+    source: SourceLine | None = None   # the user's line, where known
+    rank: int | None = None            # trace --launch: the rank it happened on
+
+    @classmethod
+    def raised(cls, exc: BaseException, stage: str | None, module: str | None = None,
+               source: SourceLine | None = None) -> RunError:
+        """The failure an exception says: its class and the first line of its message."""
+        return cls(type(exc).__name__, first_line(exc, 500), stage, module, source)
 
 
 @dataclass
@@ -31,20 +41,30 @@ class ModelOutput(Document):
     finite: bool | None = None
 
 
-class NonFinite(TypedDict):
+@dataclass(frozen=True)
+class NonFinite(Document):
+    """Where a step first produced inf/NaN."""
+
     phase: str             # forward, backward, optimizer
     location: str
 
 
-class StepRecord(TypedDict, total=False):
+@dataclass(frozen=True)
+class StepRecord(Document):
     """One training step followed (CONTRACT §3 `steps`)."""
 
     index: int
-    loss: float | None
+    loss: float | None     # None where it was not finite
     finite: bool
     grad_nonfinite: int
-    first_nonfinite: NonFinite | None
-    source: SourceLine | None
+    first_nonfinite: NonFinite | None = None
+    source: SourceLine | None = None
+
+    @classmethod
+    def of(cls, step: Step) -> StepRecord:
+        where = step.first_nonfinite()
+        return cls(step.index, step.loss if step.finite else None, step.finite,
+                   step.grad_nonfinite, NonFinite(**where) if where else None, step.source)
 
 
 class AppliedFix(TypedDict):
@@ -55,6 +75,20 @@ class AppliedFix(TypedDict):
     fix: str
 
 
+
+
+@dataclass(frozen=True)
+class Environment(Document):
+    """The versions and devices of the machine a run ran on (CONTRACT §3 `environment`)."""
+
+    torch: str | None = None
+    transformers: str | None = None
+    datasets: str | None = None
+    cuda: str | None = None           # CUDA's version; None without CUDA
+    devices: list[str] = field(default_factory=list)
+    gpu: str | None = None            # the first GPU's name
+    bf16_supported: bool | None = None
+    tf32_matmul: bool | None = None
 
 
 @dataclass
@@ -75,7 +109,7 @@ class Diagnosis(Document):
     tree: TensorNode | None = field(default=None, metadata=meta(internal=True))
     # Seconds per stage ("model", "dataset", "batch", "forward", "rules").
     timings: dict[str, float] = field(default_factory=dict)
-    environment: dict = field(default_factory=dict)
+    environment: Environment = field(default_factory=Environment)
     # CONTRACT inventory totals when known without walking the tree (a TreeIndex's, or a saved
     # document's); None: summarised from `tree`.
     inventory: Inventory | None = None

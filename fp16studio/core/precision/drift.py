@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..common.codec import Document, meta
-from ..common.errors import (Cancelled, InputError, check_cancel, first_line, raise_if_disk_full,
+from ..common.errors import (Cancelled, InputError, check_cancel, raise_if_disk_full,
                              report_progress)
 from ..diagnostics.findings import Finding
 from ..diagnostics.report import RunError
 from ..diagnostics.rules.ranges import drift_finding, drift_reference_broken
-from ..run.compare import (DRIFT_SQNR_DB, OutputRecorder, cast_batch, output_drift,
+from ..run.compare import (DRIFT_SQNR_DB, OutputDrift, OutputRecorder, cast_batch, output_drift,
                            within_tolerance)
 from ..spec.value import PipelineSpec
 
@@ -52,7 +52,7 @@ class DriftResult(Document):
     device: str
     ok: bool = False
     first_divergent: str | None = None
-    output: dict | None = None       # {"name", "max_abs_diff", "cosine", "top1_agreement", ...}
+    output: OutputDrift | None = None
     modules: list[ModuleDrift] = field(default_factory=list)   # in call order
     findings: list[Finding] = field(default_factory=list)      # precision-drift / overflow
     error: RunError | None = None    # when a run failed
@@ -209,10 +209,10 @@ def _traced_forward(spec, loaded, batch, recorder, stage):
     except Exception as exc:  # noqa: BLE001 - the run failed: say why, no comparison
         return None, _error(exc, stage)
     if primary_output(output)[1] is None:
-        return None, {"type": "NoTensorOutput", "message": no_tensor(output), "stage": stage}
+        return None, RunError("NoTensorOutput", no_tensor(output), stage)
     return output, None
 
 
-def _error(exc, stage) -> dict:
+def _error(exc, stage) -> RunError:
     raise_if_disk_full(exc)   # not the run's failure: the user's disk
-    return {"type": type(exc).__name__, "message": first_line(exc, 500), "stage": stage}
+    return RunError.raised(exc, stage)

@@ -15,7 +15,7 @@ from html import escape
 
 from ... import __version__
 from ..diagnostics.findings import Finding, by_severity
-from ..diagnostics.report import Diagnosis, ModelOutput
+from ..diagnostics.report import Diagnosis, Environment, ModelOutput, RunError
 from ..diagnostics.tree import Inventory
 from ..precision.bench import BenchResult
 from ..script.trace import ScriptTrace
@@ -96,12 +96,13 @@ def _header(title: str, d: Diagnosis, spec: PipelineSpec | None) -> str:
             f"</p>\n</header>")
 
 
-def _error(error: dict | None) -> str:
+def _error(error: RunError | None) -> str:
     if not error:
         return ""
-    rows = [(key, error[key]) for key in ("type", "stage", "module") if error.get(key)]
+    rows = [(key, value) for key, value in (("type", error.type), ("stage", error.stage),
+                                            ("module", error.module)) if value]
     return (f'<section id="error">\n<h2>The pipeline failed</h2>\n{_key_table(rows)}\n'
-            f"<pre>{_e(error.get('message', ''))}</pre>\n</section>")
+            f"<pre>{_e(error.message)}</pre>\n</section>")
 
 
 def _findings(findings: list[Finding]) -> str:
@@ -287,8 +288,9 @@ def _spec(spec: PipelineSpec | None) -> str:
     return f'<section id="spec">\n<h2>Pipeline spec</h2>\n{applied}{_key_table(rows)}\n</section>'
 
 
-def _environment(environment: dict | None, timings: dict | None) -> str:
-    rows = [(k, evidence_value(v)) for k, v in (environment or {}).items()]
+def _environment(environment: Environment | None, timings: dict | None) -> str:
+    said = environment.to_json() if environment is not None else {}
+    rows = [(k, evidence_value(v)) for k, v in said.items() if v is not None]
     rows += [(f"{stage} time", f"{seconds:.2f} s") for stage, seconds in (timings or {}).items()
              if isinstance(seconds, (int, float))]
     if not rows:

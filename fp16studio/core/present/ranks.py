@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from ..script.rank_merge import RankedTrace
+from ..script.rank_summary import FirstNonfinite, RankRow
 from .terminal import format_trace
 
 
@@ -25,36 +26,36 @@ def rank_scope(ranks: list, world_size: int) -> str:
 
 def format_ranked_trace(trace: RankedTrace) -> str:
     ranks = trace.ranks
-    world = ranks["world_size"]
-    scopes = [rank_scope(list(made_on), world) for made_on in trace.finding_ranks]
-    rank = trace.error.get("rank") if trace.error else None
+    world = ranks.world_size
+    scopes = [rank_scope(list(finding.ranks), world) for finding in trace.findings]
+    rank = trace.error.rank if trace.error else None
     lines = [format_trace(trace, scopes, f"rank {rank}: " if rank is not None else ""), "",
-             f"{world} rank(s), launched by: {ranks['launch']}; " + ENDED[ranks["ended"]]]
-    for row in ranks["per_rank"]:
-        lines.append(f"  rank {row['rank']}: {rank_line(row)}")
-    first = ranks["first_nonfinite"]
+             f"{world} rank(s), launched by: {ranks.launch}; " + ENDED[ranks.ended]]
+    for row in ranks.per_rank:
+        lines.append(f"  rank {row.rank}: {rank_line(row)}")
+    first = ranks.first_nonfinite
     if first:
         lines.append(f"first inf/NaN: {first_nonfinite_words(first)}")
     return "\n".join(lines)
 
 
-def rank_line(row: dict) -> str:
+def rank_line(row: RankRow) -> str:
     """One rank's status, last step, first non-finite value and findings, in words."""
-    parts = [row["status"]]
-    if row["last_step"] is not None and row["status"] == "ok":
-        parts.append(f"last step {row['last_step']}")
-    if row["error"] and row["status"] != "ok":
-        parts.append(row["error"]["message"])
-    if row["first_nonfinite"]:
-        parts.append("inf/NaN " + first_nonfinite_words(row["first_nonfinite"]))
-    if row["findings"]:
-        parts.append("findings: " + ", ".join(dict.fromkeys(row["findings"])))
+    parts = [row.status]
+    if row.last_step is not None and row.status == "ok":
+        parts.append(f"last step {row.last_step}")
+    if row.error and row.status != "ok":
+        parts.append(row.error.message)
+    if row.first_nonfinite:
+        parts.append("inf/NaN " + first_nonfinite_words(row.first_nonfinite))
+    if row.findings:
+        parts.append("findings: " + ", ".join(dict.fromkeys(row.findings)))
     return "; ".join(parts)
 
 
-def first_nonfinite_words(first: dict) -> str:
-    where = first.get("source")
+def first_nonfinite_words(first: FirstNonfinite) -> str:
+    where = first.source
     line = f" ({os.path.basename(where['file'])}:{where['line']})" if where else ""
-    rank = f"rank {first['rank']}, " if "rank" in first else ""
-    came = f", from rank {first['from_rank']}" if "from_rank" in first else ""
-    return (f"{rank}step {first['step']}, {first['phase']}{came}, at {first['location']}{line}")
+    rank = f"rank {first.rank}, " if first.rank is not None else ""
+    came = f", from rank {first.from_rank}" if first.from_rank is not None else ""
+    return f"{rank}step {first.step}, {first.phase}{came}, at {first.location}{line}"

@@ -18,11 +18,13 @@ def document_types() -> dict:
     from ..precision.bench import BenchResult
     from ..precision.drift import DriftResult
     from ..precision.fp8_plan import Fp8Plan
+    from ..script.rank_merge import RankedTrace
     from ..script.trace import ScriptTrace
     from ..spec.documents import SessionDocument
     from ..spec.value import PipelineSpec
 
-    return {"diagnose": Diagnosis, "fix": FixRun, "trace": ScriptTrace, "bench": BenchResult,
+    return {"diagnose": Diagnosis, "fix": FixRun, "trace": ScriptTrace,
+            "trace-launch": RankedTrace, "bench": BenchResult,
             "drift": DriftResult, "fp8": Fp8Plan, "inspect": ModelInventory,
             "session": SessionDocument, "spec": PipelineSpec}
 

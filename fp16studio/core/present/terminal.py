@@ -48,8 +48,8 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
     verdict = "ok" if diagnosis.ok else "problems found"
     lines.append(f"{diagnosis.spec.model} on {diagnosis.device}: {verdict}")
     if error:
-        where = f" in {error['module']}" if error.get("module") else ""
-        lines += _wrapped(f"the pipeline failed at {error['stage']}{where}: {error['message']}", "  ")
+        where = f" in {error.module}" if error.module else ""
+        lines += _wrapped(f"the pipeline failed at {error.stage}{where}: {error.message}", "  ")
     if diagnosis.output is not None:
         lines.append(_output_line(diagnosis.output))
     steps = vocabulary.steps_summary(diagnosis.steps)
@@ -78,9 +78,9 @@ def format_trace(trace: ScriptTrace, scopes=None, error_said: str = "") -> str:
         lines.append(f"  model {model['name']} ({model['class']}): {model['calls']} call(s)")
     error = trace.error
     if error:
-        where = f" in {error['module']}" if error.get("module") else ""
-        lines += _wrapped(f"failed{where}{at_line(error.get('source'))}: {error_said}"
-                          f"{error['message']}", "  ")
+        where = f" in {error.module}" if error.module else ""
+        lines += _wrapped(f"failed{where}{at_line(error.source)}: {error_said}"
+                          f"{error.message}", "  ")
     if trace.output is not None:
         lines.append(_output_line(trace.output))
     steps = vocabulary.steps_summary(trace.steps)
@@ -210,12 +210,12 @@ def format_drift(result: DriftResult) -> str:
     lines = [f"float32 against {result.variant} on {result.device}: "
              + ("within tolerance" if result.ok else "NOT within tolerance")]
     if result.error:
-        lines.append(f"  the {result.variant} run failed: {result.error['message']}")
+        lines.append(f"  the {result.variant} run failed: {result.error.message}")
         return "\n".join(lines)
     out = result.output
-    lines.append(f"  output {out['name']}: " + (
-        f"SQNR {out['sqnr_db']:.1f} dB, cosine {out['cosine']:.6f}, max |diff| "
-        f"{out['max_abs_diff']:.3g}" if out["finite"] else f"{out['nonfinite']} inf/NaN values"))
+    lines.append(f"  output {out.name}: " + (
+        f"SQNR {out.sqnr_db:.1f} dB, cosine {out.cosine:.6f}, max |diff| "
+        f"{out.max_abs_diff:.3g}" if out.finite else f"{out.nonfinite} inf/NaN values"))
     parted = [m for m in result.modules if m.nonfinite or
               (m.sqnr_db is not None and m.sqnr_db < DRIFT_SQNR_DB)]
     if result.first_divergent:

@@ -43,7 +43,7 @@ def severity_counts(findings) -> str:
     """'1 error · 2 warnings', the kinds present only."""
     counts = {s: 0 for s in SEVERITIES}
     for f in findings:
-        counts[f["severity"] if isinstance(f, dict) else f.severity] += 1
+        counts[f.severity] += 1
     return " · ".join(count(n, s) for s, n in counts.items() if n)
 
 
@@ -78,14 +78,14 @@ def steps_summary(steps) -> str:
     (the `steps` of a trace document); "" for a script that only infers."""
     if not steps:
         return ""
-    losses = ", ".join(f"{s['index']}: " + (number(s["loss"]) if s["finite"] else "inf/NaN")
+    losses = ", ".join(f"{s.index}: " + (number(s.loss) if s.finite else "inf/NaN")
                        for s in steps)
-    first = next((s for s in steps if s["first_nonfinite"]), None)
+    first = next((s for s in steps if s.first_nonfinite), None)
     if first is None:
         return f"Training steps (loss): {losses}; all finite"
-    where = first["first_nonfinite"]
-    return (f"Training steps (loss): {losses}; inf/NaN first at step {first['index']}, "
-            f"{where['phase']}, {where['location']}")
+    where = first.first_nonfinite
+    return (f"Training steps (loss): {losses}; inf/NaN first at step {first.index}, "
+            f"{where.phase}, {where.location}")
 
 
 def spec_value(value) -> str:

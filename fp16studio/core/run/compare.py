@@ -10,7 +10,9 @@ lines up where it can.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+from ..common.codec import Document
 from .distance import DISTANCES, distance_sums, distances, output_distance, reference_copy
 from .module_hooks import ModuleHooks
 from .named_tensors import named_tensors
@@ -142,18 +144,34 @@ def _largest(values: list) -> float:
     return math.nan if any(value != value for value in values) else max(values)
 
 
-def output_drift(reference_output, variant_output) -> dict:
-    """Two runs' primary outputs compared (`output_distance`), and whether the variant's is
-    finite."""
-    out = output_distance(reference_copy(reference_output), reference_copy(variant_output))
-    out["finite"] = not out["nonfinite"]
-    return out
+@dataclass(frozen=True)
+class OutputDrift(Document):
+    """The variant's primary output against float32's (`drift --json`'s `output`): None where
+    not measured (the variant holds inf/NaN, or the outputs are not the same one)."""
+
+    __json_computed__ = ("finite",)
+
+    name: str | None = None
+    max_abs_diff: float | None = None
+    cosine: float | None = None
+    sqnr_db: float | None = None
+    top1_agreement: float | None = None
+    nonfinite: int | None = None
+
+    @property
+    def finite(self) -> bool:
+        return not self.nonfinite
 
 
-def within_tolerance(output: dict) -> bool:
+def output_drift(reference_output, variant_output) -> OutputDrift:
+    """Two runs' primary outputs compared (`output_distance`)."""
+    return OutputDrift(**output_distance(reference_copy(reference_output),
+                                         reference_copy(variant_output)))
+
+
+def within_tolerance(output: OutputDrift) -> bool:
     """Whether an `output_drift` is finite and within DRIFT_SQNR_DB of float32."""
-    return bool(output["finite"]) and output["sqnr_db"] is not None \
-        and output["sqnr_db"] >= DRIFT_SQNR_DB
+    return output.finite and output.sqnr_db is not None and output.sqnr_db >= DRIFT_SQNR_DB
 
 
 def cast_batch(batch: dict, dtype: str | None) -> dict:

@@ -101,10 +101,6 @@ class Step:
             return {"phase": "optimizer", "location": broke}
         return None
 
-    def to_json(self) -> dict:
-        return {"index": self.index, "loss": self.loss if self.finite else None,
-                "finite": self.finite, "grad_nonfinite": self.grad_nonfinite,
-                "first_nonfinite": self.first_nonfinite(), "source": self.source}
 
 
 def loss_value(loss, scale: float | None) -> float | None:

@@ -26,6 +26,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..diagnostics.report import RunError
 from ..common import dtypes
 from ..diagnostics.findings import Finding
 from ..diagnostics.rules.distributed import (
@@ -164,7 +165,7 @@ class DistributedWatch:
         return __init__
 
     # -- reading -------------------------------------------------------------------------------
-    def findings(self, error: dict | None = None) -> list[Finding]:
+    def findings(self, error: RunError | None = None) -> list[Finding]:
         out = [ddp_half_hook(h["hook"], h["dtype"], h["source"], h["loss"]) for h in self.hooks]
         for p in self.policies:
             reduced = policy_half_reduction(p["engine"], p["cls"], p["policy"], p["source"])

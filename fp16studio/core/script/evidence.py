@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from ..common import dtypes
 from ..common.precision import DEVICE_MISSING_ERRORS, LIST_ERRORS
 from ..data.columns import ColumnFacts
-from ..diagnostics.report import ModelOutput
+from ..diagnostics.report import ModelOutput, RunError
 from ..diagnostics.diagnosis import (
     adapter_modules,
     describe_output,
-    error_doc,
     keep_in_fp32_modules,
     parameter_dtypes,
     environment_info,
@@ -80,7 +79,7 @@ class Snapshot:
     name: str = ""                        # what from_pretrained loaded, else the class
     compiled: bool = False                # torch.compile's wrapper: its inside ran as one graph
     observed: Observed | None = None
-    error: dict | None = None             # the forward pass's failure, with its source line
+    error: RunError | None = None         # the forward pass's failure, with its source line
     findings: list = field(default_factory=list)
     offloaded: dict = field(default_factory=dict)   # hf.offload.offloaded_blocks
 
@@ -250,7 +249,7 @@ def _checked_spec(watch: ScriptWatch, primary: Snapshot, findings: list, error,
         return observed
     if not complete:
         why = "the script did not end: its recovered spec could not be checked against it"
-    elif error is not None and error.get("type") == "KeyboardInterrupt":
+    elif error is not None and error.type == "KeyboardInterrupt":
         why = "the script was interrupted: its recovered spec could not be checked against it"
     else:
         # Findings of other models the script ran are not this spec's to reproduce.
@@ -282,13 +281,13 @@ def _interruptible():
 def _model_findings(snap: Snapshot, user: UserCode) -> list[Finding]:
     trace = snap.trace
     exc = trace.exception if isinstance(trace.exception, Exception) else None
-    error = error_doc(exc, "forward", trace.failed_module) if exc is not None else None
+    error = RunError.raised(exc, "forward", trace.failed_module) if exc is not None else None
     # Read while the exception is still inside the model: its traceback holds the frames from
     # the model's call inwards (the user's own forward code, if any); else the calling line.
     failing = (user.traceback_source(exc.__traceback__) or trace.source) if exc is not None \
         else None
     if error is not None:
-        snap.error = dict(error, source=failing)
+        snap.error = RunError(error.type, error.message, error.stage, error.module, failing)
     sources = dict(snap.observed.sources)
     if trace.source:
         sources["call"] = trace.source
@@ -325,12 +324,11 @@ def _source_for(finding: Finding, snap: Snapshot, failing: dict | None) -> dict 
     return failing or snap.trace.source
 
 
-def _script_failure_findings(exc: BaseException, error: dict, names: Names) -> list[Finding]:
+def _script_failure_findings(exc: BaseException, error: RunError, names: Names) -> list[Finding]:
     """What the rules can say about a failure outside any model's forward pass (`names`: the
     user's, at the first model's call)."""
-    message = error["message"]
-    source = error.get("source")
-    fp8 = fp8_rules.failure_findings(error["type"], message, source, names)
+    message, source = error.message, error.source
+    fp8 = fp8_rules.failure_findings(error.type, message, source, names)
     if fp8:
         return fp8
     if DEVICE_MISSING_ERRORS.search(message):
@@ -342,7 +340,7 @@ def _script_failure_findings(exc: BaseException, error: dict, names: Names) -> l
         evidence = Evidence(spec=PipelineSpec(model="script", dataset="script", format="python"),
                             device_type="cpu", param_dtypes={}, module_param_dtypes={},
                             facts={"batch": ColumnFacts("batch", loaded="list")},
-                            error=dict(error, stage="batch"), exception=exc,
+                            error=dataclasses.replace(error, stage="batch"), exception=exc,
                             place=lambda finding: source)
         return findings_of(rule_list_batch, evidence)
     return []

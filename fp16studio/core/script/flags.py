@@ -35,6 +35,7 @@ import weakref
 from pathlib import Path
 from dataclasses import dataclass
 
+from ..diagnostics.report import RunError
 from ..diagnostics.findings import Finding
 from ..diagnostics.rules import Evidence
 from ..diagnostics.rules.flags import (
@@ -217,7 +218,7 @@ class FlagWatch:
         return __init__
 
     # -- findings -------------------------------------------------------------------------------
-    def findings(self, error: dict | None = None) -> list[Finding]:
+    def findings(self, error: RunError | None = None) -> list[Finding]:
         ran = self._ran()
         out = []
         for setting in self.settings:

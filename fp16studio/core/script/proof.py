@@ -286,8 +286,8 @@ def _judge(rerun: _Rerun, record, error) -> str:
     if result is None:
         return "not proven: the fixed copy of the script could not be traced"
     if result.error is not None and (error is None or
-                                     result.error.get("type") != error.get("type")):
-        message = (result.error.get("message") or "").split("\n", 1)[0][:160]
+                                     result.error.type != error.type):
+        message = result.error.message.split("\n", 1)[0][:160]
         return f"not proven: the fixed script fails ({message})"
     landing = _place(record.landing.source) if record.landing else None
     for finding in result.findings:

@@ -86,7 +86,7 @@ class RankFiles:
 
     def _write_beat(self, watch, identity: dict, thread_id):
         try:
-            steps = watch.steps.documents()
+            steps = [step.to_json() for step in watch.steps.documents()]
             open_step = bool(watch.steps.steps) and not watch.steps.steps[-1].done
             precision = {name: setting for w in watch.watchers if hasattr(w, "facts")
                          for name, setting in w.facts().items()}

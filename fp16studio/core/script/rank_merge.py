@@ -16,13 +16,16 @@ Plain JSON in, one ScriptTrace out: nothing here imports torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ..common.codec import DecodeError, meta
+from ..common.codec import DecodeError, decode, meta
 from ..diagnostics.findings import Finding
+from ..diagnostics.report import RunError, StepRecord
 from ..diagnostics.tree import TensorNode
 from ..diagnostics.rules.distributed import rank_mismatch
 from ..spec.value import PipelineSpec
+from .rank_summary import (Disagreement, FirstFailed, FirstNonfinite, RankedFinding, RankRow,
+                           RankSummary)
 from .trace import ScriptTrace
 
 PHASES = ("forward", "backward", "collective", "optimizer")
@@ -45,22 +48,15 @@ class RankedTrace(ScriptTrace):
     """The merged trace of a launched run: the document of the first bad rank (else of the
     lowest), with every rank's findings merged and `ranks` (CONTRACT: trace --launch)."""
 
-    ranks: dict = field(default_factory=dict)
-    # per finding: the ranks it was made on (said in each finding's "ranks")
-    finding_ranks: list = field(default_factory=list, metadata=meta(internal=True))
+    findings: list[RankedFinding] = field(default_factory=list)   # each with its ranks
+    ranks: RankSummary | None = None
     # rank -> its tensor tree, for the window's rank picker (`tree` is the chosen base rank's)
     rank_trees: dict[int, TensorNode] = field(default_factory=dict, metadata=meta(internal=True))
 
     @property
     def ok(self) -> bool:
-        return super().ok and all(r["status"] == "ok" for r in self.ranks.get("per_rank", ()))
-
-    def to_json(self, full: bool = False) -> dict:
-        doc = super().to_json(full)
-        for out, ranks in zip(doc["findings"], self.finding_ranks):
-            out["ranks"] = list(ranks)
-        doc["ranks"] = self.ranks
-        return doc
+        return super().ok and all(r.status == "ok" for r in
+                                  (self.ranks.per_rank if self.ranks else ()))
 
 
 def merged_trace(records: list[RankRecord], script: str, args, launch: str,
@@ -71,26 +67,24 @@ def merged_trace(records: list[RankRecord], script: str, args, launch: str,
     over_before = {r.rank for r in records if r.done} if over_before is None else over_before
     rows = [_row(r, stopped, over_before, timeout, rank_wait) for r in records]
     _collective_phase(rows)
-    first = min((row["first_nonfinite"] | {"rank": row["rank"]} for row in rows
-                 if row["first_nonfinite"]), key=_order, default=None)
+    rows = _collective_phase(rows)
+    first = min((replace(row.first_nonfinite, rank=row.rank) for row in rows
+                 if row.first_nonfinite), key=_order, default=None)
     failed = _first_failed(rows, records)
-    base = next((r for r in records if first and r.rank == first["rank"] and r.document), None) \
-        or next((r for r in records if failed and r.rank == failed["rank"] and r.document),
+    base = next((r for r in records if first and r.rank == first.rank and r.document), None) \
+        or next((r for r in records if failed and r.rank == failed.rank and r.document),
                 None) or next((r for r in records if r.document), None)
-    findings, finding_ranks = _merged_findings(records)
+    findings = _merged_findings(records)
     disagreements = _disagreements(records)
     for what, values, sources, argument in disagreements:
-        findings.append(rank_mismatch(what, values, sources, argument))
-        finding_ranks.append(sorted(values))
-    ranks = {
-        "launch": launch, "world_size": len(records),
-        "ended": stopped or ("failed" if launcher_code or failed else "completed"),
-        "launcher_exit": launcher_code,
-        "first_nonfinite": first, "first_failed": _failure(failed),
-        "disagreements": [{"what": what, "values": {str(k): v for k, v in values.items()}}
-                          for what, values, _, _ in disagreements],
-        "per_rank": rows,
-    }
+        findings.append(_ranked(rank_mismatch(what, values, sources, argument), sorted(values)))
+    ranks = RankSummary(
+        launch=launch, world_size=len(records), launcher_exit=launcher_code,
+        ended=stopped or ("failed" if launcher_code or failed else "completed"),
+        first_nonfinite=first, first_failed=_failure(failed),
+        disagreements=[Disagreement(what, {str(k): v for k, v in values.items()})
+                       for what, values, _, _ in disagreements],
+        per_rank=rows)
     doc = base.document if base else None
     result = _from_document(doc, script, args) if doc else ScriptTrace(
         spec=PipelineSpec(model="script", dataset="script"), device="unknown", script=script,
@@ -100,17 +94,16 @@ def merged_trace(records: list[RankRecord], script: str, args, launch: str,
         result.steps = _steps(base)
         result.tree = trees.get(base.rank)
         row = rows[records.index(base)]
-        if row["status"] != "ok" and row["error"]:
-            result.error = dict(row["error"], rank=base.rank)
+        if row.status != "ok" and row.error:
+            result.error = replace(row.error, rank=base.rank)
     elif failed is not None:
-        result.error = dict(failed["error"] or {}, rank=failed["rank"])
+        result.error = replace(failed.error, rank=failed.rank)
     if not any(r.document for r in records):
         result.notes.append("no rank reported: the launcher ended before fp16studio's runner "
                             "started in any rank (its own output says why)")
     order = sorted(range(len(findings)), key=lambda i: _severity(findings[i]))
     return RankedTrace(**{**result.__dict__, "findings": [findings[i] for i in order]},
-                       ranks=ranks, finding_ranks=[finding_ranks[i] for i in order],
-                       rank_trees={rank: tree for rank, tree in trees.items() if tree})
+                       ranks=ranks, rank_trees={rank: tree for rank, tree in trees.items() if tree})
 
 
 def _from_document(doc: dict, script: str, args) -> ScriptTrace:
@@ -132,48 +125,65 @@ def _severity(finding: Finding) -> int:
     return {"error": 0, "warning": 1}.get(finding.severity, 2)
 
 
-def _steps(record: RankRecord) -> list:
+def _steps(record: RankRecord) -> list[StepRecord]:
     """The steps the rank followed: its last heartbeat's, when it says more than its document
     (a rank killed before its final document)."""
-    written = (record.document or {}).get("steps") or []
-    beat = (record.beat or {}).get("steps") or []
+    written = _step_records((record.document or {}).get("steps"))
+    beat = _step_records((record.beat or {}).get("steps"))
     return beat if len(beat) > len(written) else written
 
 
-def _row(record: RankRecord, stopped, over_before, timeout, rank_wait) -> dict:
+def _step_records(docs) -> list[StepRecord]:
+    try:
+        return decode(list[StepRecord], docs or [])
+    except DecodeError:   # written by another fp16studio (the launcher's Python's)
+        return []
+
+
+def _row(record: RankRecord, stopped, over_before, timeout, rank_wait) -> RankRow:
     doc = record.document or {}
     steps = _steps(record)
-    first = next((dict(s["first_nonfinite"], step=s["index"], source=s.get("source"))
-                  for s in steps if s.get("first_nonfinite")), None)
+    first = next((FirstNonfinite(s.index, s.first_nonfinite.phase, s.first_nonfinite.location,
+                                 s.source) for s in steps if s.first_nonfinite), None)
     at = (record.beat or {}).get("at")
-    last = steps[-1]["index"] if steps else None
+    last = steps[-1].index if steps else None
     inside = bool((record.beat or {}).get("in_step", True))
     ended_by_us = stopped is not None and record.rank not in over_before
     if not record.started:
-        status, error = "missing", {"type": "NotStarted", "message": "the rank never started "
-                                    "fp16studio's runner (the launcher's output says why)"}
+        status, error = "missing", RunError("NotStarted", "the rank never started fp16studio's "
+                                            "runner (the launcher's output says why)", "script",
+                                            source=at)
     elif ended_by_us and stopped == "hung":
-        status, error = "hung", {"type": "Hung", "message": (
+        status, error = "hung", RunError("Hung", (
             f"still running {rank_wait:g} s after another rank was over"
-            + _where(last, inside, at))}
+            + _where(last, inside, at)), "script", source=at)
     elif ended_by_us:
-        status, error = "timeout", {"type": "Timeout", "message": (
-            f"still running after {timeout:g} s (--timeout)" + _where(last, inside, at))}
+        status, error = "timeout", RunError("Timeout", (
+            f"still running after {timeout:g} s (--timeout)" + _where(last, inside, at)),
+            "script", source=at)
     elif not record.done:
-        status, error = "stopped", {"type": "Stopped", "message": (
+        status, error = "stopped", RunError("Stopped", (
             "ended before its script was over (by the launcher, after another rank failed, "
-            "or killed)" + _where(last, inside, at))}
+            "or killed)" + _where(last, inside, at)), "script", source=at)
     elif doc.get("error"):
-        status, error = "failed", doc["error"]
+        status, error = "failed", _rank_error(doc["error"], at)
     else:
         status, error = "ok", None
-    if error is not None and "source" not in error:
-        error = dict(error, stage="script", module=None, source=at)
-    return {"rank": record.rank, "status": status, "last_step": last, "in_step": inside,
-            "at": at,
-            "first_nonfinite": first, "error": error,
-            "findings": [f["code"] for f in doc.get("findings", ())],
-            "pid": (record.beat or {}).get("pid")}
+    return RankRow(rank=record.rank, status=status, last_step=last, in_step=inside, at=at,
+                   first_nonfinite=first, error=error,
+                   findings=[f["code"] for f in doc.get("findings", ())],
+                   pid=(record.beat or {}).get("pid"))
+
+
+def _rank_error(doc: dict, at) -> RunError | None:
+    """A rank's own error, as its document wrote it (by another fp16studio, perhaps: None
+    where it does not read); at the line the rank was at when it says none."""
+    try:
+        error = RunError.from_json(doc)
+    except DecodeError:
+        return None
+    return error if error.source is not None or "source" in doc else replace(
+        error, stage="script", module=None, source=at)
 
 
 def _where(step, inside: bool, at) -> str:
@@ -185,48 +195,53 @@ def _where(step, inside: bool, at) -> str:
     return said
 
 
-def _order(first: dict) -> tuple:
-    return first["step"], PHASES.index(first["phase"]), first["rank"]
+def _order(first: FirstNonfinite) -> tuple:
+    return first.step, PHASES.index(first.phase), first.rank
 
 
-def _collective_phase(rows: list[dict]):
+def _collective_phase(rows: list[RankRow]) -> list[RankRow]:
     """A backward's non-finite gradients on a rank whose loss was finite, in the step where
     another rank's loss was not, came through the gradient all-reduce from that rank."""
+    out = []
     for row in rows:
-        first = row["first_nonfinite"]
-        if first is None or first["phase"] != "backward":
-            continue
-        source = next((other for other in rows if other is not row and other["first_nonfinite"]
-                       and other["first_nonfinite"]["step"] == first["step"]
-                       and other["first_nonfinite"]["phase"] == "forward"), None)
-        if source is not None:
-            row["first_nonfinite"] = dict(first, phase="collective", from_rank=source["rank"])
+        first = row.first_nonfinite
+        source = None if first is None or first.phase != "backward" else next(
+            (other for other in rows if other is not row and other.first_nonfinite
+             and other.first_nonfinite.step == first.step
+             and other.first_nonfinite.phase == "forward"), None)
+        out.append(row if source is None else replace(row, first_nonfinite=replace(
+            first, phase="collective", from_rank=source.rank)))
+    return out
 
 
-def _first_failed(rows: list[dict], records: list[RankRecord]) -> dict | None:
+def _first_failed(rows: list[RankRow], records: list[RankRecord]) -> RankRow | None:
     """The rank whose script failed first (the others then fail in the collective it left),
     else the first that did not run to its end."""
     ended = {r.rank: r.ended if r.ended is not None else float("inf") for r in records}
-    failed = sorted((r for r in rows if r["status"] == "failed"), key=lambda r: ended[r["rank"]])
-    return next(iter(failed), None) or next((r for r in rows if r["status"] != "ok"), None)
+    failed = sorted((r for r in rows if r.status == "failed" and r.error),
+                    key=lambda r: ended[r.rank])
+    return next(iter(failed), None) or next((r for r in rows if r.status != "ok" and r.error),
+                                            None)
 
 
-def _failure(row: dict | None) -> dict | None:
+def _failure(row: RankRow | None) -> FirstFailed | None:
     if row is None:
         return None
-    return {"rank": row["rank"], "step": row["last_step"], "type": row["error"]["type"],
-            "message": row["error"]["message"], "source": row["error"].get("source")}
+    return FirstFailed(rank=row.rank, step=row.last_step, type=row.error.type,
+                       message=row.error.message, source=row.error.source)
 
 
-def _merged_findings(records: list[RankRecord]):
+def _ranked(finding: Finding, ranks: list[int]) -> RankedFinding:
+    return RankedFinding.from_json({**finding.to_json(full=True), "ranks": ranks})
+
+
+def _merged_findings(records: list[RankRecord]) -> list[RankedFinding]:
+    """The ranks' findings, one per code and location, each with the ranks it was made on."""
     merged: dict = {}
     for record in records:
         for doc in (record.document or {}).get("findings", ()):
-            key = (doc["code"], doc["location"])
-            if key not in merged:
-                merged[key] = (Finding.from_json(doc), [])
-            merged[key][1].append(record.rank)
-    return [f for f, _ in merged.values()], [ranks for _, ranks in merged.values()]
+            merged.setdefault((doc["code"], doc["location"]), (doc, []))[1].append(record.rank)
+    return [RankedFinding.from_json({**doc, "ranks": ranks}) for doc, ranks in merged.values()]
 
 
 def _facts(record: RankRecord) -> tuple[dict, dict]:

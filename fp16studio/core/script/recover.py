@@ -21,6 +21,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..diagnostics.report import RunError
 from ..common import dtypes
 from ..common.errors import InputError
 from ..common.files import expand_user
@@ -642,7 +643,7 @@ def _observed_train(steps: list, clips: list, param_dtypes: dict) -> tuple[dict 
             "clip_grad_norm": clip, "clip_before_unscale": before, "master_weights": master}, ""
 
 
-def reproduction(spec: PipelineSpec, findings: list, error: dict | None) -> str:
+def reproduction(spec: PipelineSpec, findings: list, error: RunError | None) -> str:
     """"" when diagnosing `spec` comes to what the traced script came to (`findings`, and its
     `error`), else why not, in words for the trace's notes."""
     from ..common.errors import first_line
@@ -696,8 +697,8 @@ def _imported_function(preprocess: str):
     return None
 
 
-def outcome_difference(script: list, script_error: dict | None, spec: list,
-                       spec_error: dict | None) -> str:
+def outcome_difference(script: list, script_error: RunError | None, spec: list,
+                       spec_error: RunError | None) -> str:
     """How the spec's diagnosis differs from the script's outcome; "" when it does not. The
     same codes of error findings; with none, the script's warnings are all found again; a
     script that failed must fail as a spec too."""
@@ -714,5 +715,5 @@ def outcome_difference(script: list, script_error: dict | None, spec: list,
     if extra:
         parts.append(f"finds {', '.join(sorted(extra))}, which the script did not show")
     if script_error is not None and not parts and spec_error is None and not got:
-        parts.append(f"runs clean where the script failed ({script_error.get('type')})")
+        parts.append(f"runs clean where the script failed ({script_error.type})")
     return ("diagnosing the recovered spec " + " and ".join(parts)) if parts else ""

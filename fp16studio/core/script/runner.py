@@ -24,6 +24,7 @@ from ..common.errors import first_line
 from ..common.frames import FrameWriter, child_end
 from ..common.library_logs import quiet_library_logs
 from ..common.precision import is_ours
+from ..diagnostics.report import RunError
 from .entry import CHECK_ARG, DEFAULT_STEPS, NEEDS, STEPS_ENV, restore_library_path
 from .proof import SCRIPT_HOME_ENV
 from . import warning_place
@@ -204,10 +205,10 @@ def _failure_outcome(exc: BaseException, user) -> dict:
     if isinstance(exc, SyntaxError) and exc.filename and user.owns(exc.filename):
         source = {"file": exc.filename, "line": exc.lineno}
     if isinstance(exc, KeyboardInterrupt):
-        error = {"type": "KeyboardInterrupt", "message": "the script was interrupted"}
+        error = RunError("KeyboardInterrupt", "the script was interrupted", "script", None, source)
     else:
-        error = {"type": type(exc).__name__, "message": first_line(exc, 500)}
-    return {"error": dict(error, stage="script", module=None, source=source),
+        error = RunError.raised(exc, "script", None, source)
+    return {"error": error,
             "exception": exc if isinstance(exc, Exception) else None}
 
 
@@ -225,5 +226,4 @@ def _exit_outcome(exc: SystemExit, user) -> dict:
         status = code if isinstance(code, int) else f"1: {first_line(Exception(code))}"
         where = f" at line {source['line']}" if source else ""
         message = f"the script called sys.exit({code!r}){where} (exit status {status})"
-    return {"error": {"type": "SystemExit", "message": message, "stage": "script",
-                      "module": None, "source": source}}
+    return {"error": RunError("SystemExit", message, "script", None, source)}

@@ -19,6 +19,7 @@ import weakref
 from dataclasses import dataclass
 
 from ..common import dtypes
+from ..diagnostics.report import RunError, StepRecord
 from ..diagnostics.rules.dtypes import recomputed_mismatch
 from ..diagnostics.rules.edits import Names, names_at, source_line
 from ..diagnostics.rules.training import training_findings, training_stalled
@@ -183,18 +184,18 @@ class StepWatch:
             recomputed_at=self.user.traceback_source(exc.__traceback__),
             autocast=trace.autocast)
 
-    def _raised(self, error: dict | None) -> bool:
+    def _raised(self, error: RunError | None) -> bool:
         """Whether the script's error is the one its backward pass raised."""
         return (error is not None and self.failure is not None
-                and self.failure.message == error.get("message"))
+                and self.failure.message == error.message)
 
-    def placed(self, error: dict | None) -> dict | None:
+    def placed(self, error: RunError | None) -> RunError | None:
         """The script's error, at its loss.backward() line when the backward pass raised it
         (the innermost line of the user's would be code the backward ran again)."""
         if not self._raised(error):
             return error
         failure = self.failure
-        return dict(error, stage="backward", module=failure.module, source=failure.source)
+        return dataclasses.replace(error, stage="backward", module=failure.module, source=failure.source)
 
     def _scaler_call(self, original, name):
         watch = self
@@ -288,7 +289,7 @@ class StepWatch:
         return names_at(call, source_line(step.source), source_line(stepped),
                         scaler_step=scaled is not None, bound=bound)
 
-    def findings(self, error: dict | None = None):
+    def findings(self, error: RunError | None = None):
         dtype = self.compute_dtype()
         names = self.names()
         recomputed = recomputed_mismatch(self.failure) if self._raised(error) else None
@@ -296,8 +297,8 @@ class StepWatch:
             training_findings(self.steps, dtype, error=error, names=names) + \
             training_stalled(self.steps, self.scaler_runs(), dtype, names)
 
-    def documents(self) -> list[dict]:
-        return [step.to_json() for step in self.steps]
+    def documents(self) -> list[StepRecord]:
+        return [StepRecord.of(step) for step in self.steps]
 
 
 def _innermost_forward(tb):

@@ -31,7 +31,7 @@ from ..common.codec import DecodeError
 from ..common.frames import FrameError, pipe_to_child, read_frame
 from ..common.processes import signal_group
 from ..demo.pipelines import DEMO_PREFIX
-from ..diagnostics.report import Diagnosis
+from ..diagnostics.report import Diagnosis, RunError
 from ..spec.value import PipelineSpec
 from .entry import (
     CHECK_ARG,
@@ -175,8 +175,8 @@ def trace_script(path, args=(), timeout: float | None = None, progress=None, can
             _not_started(script, child.returncode, lines.held, python, named)
         result = _without_result(script, args, child.returncode, timed_out, timeout)
     elif timed_out:
-        result.error = dict(result.error or {}, type="Timeout", stage="script",
-                            message=_timeout_message(timeout), module=None)
+        result.error = RunError("Timeout", _timeout_message(timeout), "script",
+                                source=result.error.source if result.error else None)
     elif not result.complete:
         _ended_early(result, child.returncode)
     if python is None and frozen():
@@ -317,10 +317,11 @@ def _not_started(script: Path, code: int | None, held, python: str | None, named
 def _say_use_your_python(result: ScriptTrace):
     """The frozen program ran the script in its bundled Python: a package of the user's that is
     missing there is missing from the bundle, not from the user's machine."""
-    error = result.error or {}
-    if error.get("type") in ("ModuleNotFoundError", "ImportError") and USE_YOUR_PYTHON not in \
-            error.get("message", ""):
-        result.error = dict(error, message=f"{error.get('message', '')} ({USE_YOUR_PYTHON})")
+    error = result.error
+    if error is not None and error.type in ("ModuleNotFoundError", "ImportError") and \
+            USE_YOUR_PYTHON not in error.message:
+        result.error = RunError(error.type, f"{error.message} ({USE_YOUR_PYTHON})", error.stage,
+                                error.module, error.source, error.rank)
 
 
 def script_bytes(line: str) -> bytes:
@@ -432,27 +433,27 @@ def _ended_early(result: ScriptTrace, code: int | None):
         result.notes.append("the script ended its process itself (os._exit(0)?) before its end: "
                             "what ran until then is diagnosed")
     else:
-        result.error = dict(_ended_error(code), stage="script", module=None, source=None)
+        result.error = _ended_error(code)
 
 
-def _ended_error(code: int | None) -> dict:
+def _ended_error(code: int | None) -> RunError:
     if code is not None and code < 0:
         name = _signal_name(-code)
-        return {"type": "Crashed", "message": f"the script's process was ended by signal {name}"
-                + (" (out of memory?)" if name == "SIGKILL" else "")}
-    return {"type": "Exited", "message": f"the script ended its process (status {code}) before "
-            "fp16studio could collect the evidence (os._exit?)"}
+        return RunError("Crashed", f"the script's process was ended by signal {name}"
+                        + (" (out of memory?)" if name == "SIGKILL" else ""), "script")
+    return RunError("Exited", f"the script ended its process (status {code}) before "
+                    "fp16studio could collect the evidence (os._exit?)", "script")
 
 
 def _without_result(script: Path, args, code: int | None, timed_out: bool, timeout) -> ScriptTrace:
     """The child ended without reporting, before any model ran: killed, crashed, or `os._exit`
     in the script."""
     if timed_out:
-        error = {"type": "Timeout", "message": _timeout_message(timeout) + " (nothing came back)"}
+        error = RunError("Timeout", _timeout_message(timeout) + " (nothing came back)", "script")
     else:
         error = _ended_error(code)
     return ScriptTrace(spec=PipelineSpec(model="script", dataset="script"), device="unknown",
-                       error=dict(error, stage="script", module=None, source=None),
+                       error=error,
                        script=str(script), args=tuple(args))
 
 

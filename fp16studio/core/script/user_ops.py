@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace as Record
 
+from ..diagnostics.report import RunError
 from ..common.precision import (
     DEVICE_ERRORS,
     FP16_MAX,
@@ -167,7 +168,7 @@ class UserOps:
         for other in reversed(above):
             _push_mode(other)
 
-    def findings(self, error: dict | None = None) -> list[Finding]:
+    def findings(self, error: RunError | None = None) -> list[Finding]:
         out = []
         for seen in self._seen.values():
             if seen.exc is not None:     # read once: the traceback holds the script's frames

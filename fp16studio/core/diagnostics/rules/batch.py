@@ -19,7 +19,7 @@ def rule_list_batch(ev: Evidence) -> list[Finding]:
     lists = [k for k, f in ev.facts.items() if f.loaded == "list" and not _strings(f)]
     if not lists:
         return []
-    broke = ev.failed and (LIST_ERRORS.search(ev.message) or ev.error["stage"] == "batch")
+    broke = ev.failed and (LIST_ERRORS.search(ev.message) or ev.error.stage == "batch")
     return [Finding(
         "list-batch", "error" if broke else "warning", lists[0],
         f"The batch holds Python lists instead of tensors ({', '.join(lists)}): the dataset's "

@@ -172,7 +172,7 @@ def rule_half_unsupported(ev: Evidence) -> list[Finding]:
     if not match:
         return []
     call = ev.failed_call
-    module = (call.name if call else ev.error.get("module")) or "model"
+    module = (call.name if call else ev.error.module) or "model"
     half = match.group(1) or ev.half_requested() or "float16"
     half = "bfloat16" if half.lower() == "bfloat16" else "float16"
     # Autocast keeps half precision for the matmuls and runs ops without half kernels in fp32.

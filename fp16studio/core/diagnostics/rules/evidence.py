@@ -12,6 +12,7 @@ from typing import Callable
 from ...common.dtypes import HALF_NAMES
 from ...run.trace import ModuleCall
 from ...spec.value import PipelineSpec
+from ..report import RunError
 from .edits import NAMES, Names
 
 # Modules that do the floating work; their output dtype is the compute dtype of a run.
@@ -28,7 +29,7 @@ class Evidence:
     adapters: tuple = ()                  # modules a library keeps float32 on purpose (PEFT's)
     facts: dict = field(default_factory=dict)    # batch key -> ColumnFacts
     calls: list = field(default_factory=list)    # ModuleCall, in call order
-    error: dict | None = None             # {"type", "message", "stage", "module"}
+    error: RunError | None = None
     exception: BaseException | None = None
     # Where the model's dtype came from: {"dtype", "from", "source", "training"} (CONTRACT §2;
     # core/script/provenance.py, spec_provenance for a spec run); None where unknown.
@@ -54,11 +55,11 @@ class Evidence:
 
     @property
     def message(self) -> str:
-        return self.error["message"] if self.error else ""
+        return self.error.message if self.error else ""
 
     @property
     def failed_call(self) -> ModuleCall | None:
-        if not self.error or self.error.get("stage") != "forward":
+        if not self.error or self.error.stage != "forward":
             return None
         return next((c for c in reversed(self.calls) if not c.completed), None)
 

@@ -27,7 +27,7 @@ def rule_device_mismatch(ev: Evidence) -> list[Finding]:
                                                  "parameters on": list(call.param_devices)})]
     if not (ev.failed and DEVICE_ERRORS.search(ev.message)):
         return []
-    module = ev.error.get("module") or "model"
+    module = ev.error.module or "model"
     params = sorted({d for c in ev.calls for d in c.param_devices})
     batch = sorted({f.device for f in ev.facts.values() if f.device})
     if params and batch and set(batch) <= set(params):
@@ -112,7 +112,7 @@ def rule_out_of_memory(ev: Evidence) -> list[Finding]:
     if ev.spec.model_dtype in ("float32", "auto"):
         fixes.insert(0, edits.model_dtype(ev.low_precision(), ev.spec, names=ev.names))
     return [Finding(
-        "out-of-memory", "error", ev.error.get("module") or "model",
-        f"The {ev.device_type} device ran out of memory during {ev.error['stage']}. Half "
+        "out-of-memory", "error", ev.error.module or "model",
+        f"The {ev.device_type} device ran out of memory during {ev.error.stage}. Half "
         "precision halves the weights; a smaller batch shrinks the activations.",
         {"error": ev.message, "batch_size": ev.spec.batch_size}, tuple(fixes))]

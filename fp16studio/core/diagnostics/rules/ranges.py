@@ -164,13 +164,13 @@ def drift_finding(spec, result, dtype: str, search) -> Finding:
     output = result.output
     # Where inf/NaN first appear, when the output holds some: the first module whose output does
     # (not the first that parts from float32, which may hold none); else where it parts.
-    first_nonfinite = _first_holding_nonfinite(result.modules) if not output["finite"] else None
+    first_nonfinite = _first_holding_nonfinite(result.modules) if not output.finite else None
     location = (first_nonfinite.name or "model") if first_nonfinite is not None else \
         result.first_divergent or "model"
     module = next((m for m in result.modules if (m.name or "model") == location), None)
     fixes = [islands_fix(spec, search)] if search is not None else []
-    evidence = {"variant": result.variant, "output sqnr dB": output["sqnr_db"],
-                "output cosine": output["cosine"], "output max abs diff": output["max_abs_diff"],
+    evidence = {"variant": result.variant, "output sqnr dB": output.sqnr_db,
+                "output cosine": output.cosine, "output max abs diff": output.max_abs_diff,
                 "tolerance sqnr dB": DRIFT_SQNR_DB}
     if module is not None:
         evidence |= {"float32 abs-max": module.abs_max_float32,
@@ -178,7 +178,7 @@ def drift_finding(spec, result, dtype: str, search) -> Finding:
                      "non-finite values": module.nonfinite, "module sqnr dB": module.sqnr_db}
     if search is not None:
         evidence |= search.evidence()
-    if not output["finite"]:
+    if not output.finite:
         if dtype == "float16":
             fixes.append(edits.model_dtype("bfloat16", spec))
         where = (f"they first appear in the output of {location}"
@@ -186,12 +186,12 @@ def drift_finding(spec, result, dtype: str, search) -> Finding:
                  if first_nonfinite is not None else
                  f"no module's output was seen holding them; the first that parts from float32 "
                  f"is {location}")
-        message = (f"The {result.variant} run's output holds {output['nonfinite']} inf/NaN "
+        message = (f"The {result.variant} run's output holds {output.nonfinite} inf/NaN "
                    f"values; {where}.")
         code, severity = "overflow", "error"
     else:
         message = (f"The {result.variant} run is finite but its output drifts from float32 "
-                   f"(SQNR {output['sqnr_db']:.1f} dB, under the {DRIFT_SQNR_DB:.0f} dB "
+                   f"(SQNR {output.sqnr_db:.1f} dB, under the {DRIFT_SQNR_DB:.0f} dB "
                    f"tolerance); the first module whose output parts from float32 is "
                    f"{location}.")
         code, severity = "precision-drift", "warning"

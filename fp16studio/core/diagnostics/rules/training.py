@@ -16,6 +16,7 @@ from ...common.dtypes import HALF_NAMES
 from ...common.precision import UNSCALE_BF16_ERRORS, UNSCALE_FP16_ERRORS
 from ...run.training import Step
 from ..findings import Finding
+from ..report import RunError
 from . import edits, fp8
 from .edits import NAMES, Names
 from .ranges import loss_overflow
@@ -31,11 +32,11 @@ STALLED_SCALE = 1.0
 
 
 def training_findings(steps: list[Step], compute_dtype: str | None, train=None,
-                      error: dict | None = None, names: Names = NAMES) -> list[Finding]:
+                      error: RunError | None = None, names: Names = NAMES) -> list[Finding]:
     """Findings over the followed steps. `compute_dtype`: the half dtype the forward ran in
     (the autocast's, else the weights'), None for float32. `train`: the spec's `train` when a
-    spec ran the steps (its fixes then edit it). `error`: a step's failure ({"type",
-    "message"}), when the loop stopped on one. `names`: the user's, as a script's lines say
+    spec ran the steps (its fixes then edit it). `error`: a step's failure (its RunError),
+    when the loop stopped on one. `names`: the user's, as a script's lines say
     them (edits.names_at), for the fixes' code."""
     out: list[Finding] = []
     for step in steps:
@@ -47,7 +48,7 @@ def training_findings(steps: list[Step], compute_dtype: str | None, train=None,
     out.extend(_optimizer_risks(steps, out, train, names))
     if not any(f.code in ("overflow", "grad-overflow") for f in out):
         out.extend(_grad_underflow(steps, compute_dtype, train, names))  # else a consequence
-    message = str((error or {}).get("message", ""))
+    message = error.message if error else ""
     if UNSCALE_FP16_ERRORS.search(message):
         out.append(_scaler_refused(steps, error, train, "float16", names))
     elif UNSCALE_BF16_ERRORS.search(message):
@@ -67,7 +68,7 @@ def _first_of_each(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _scaler_refused(steps: list[Step], error: dict, train, dtype: str, names: Names) -> Finding:
+def _scaler_refused(steps: list[Step], error: RunError, train, dtype: str, names: Names) -> Finding:
     """The GradScaler failing on half gradients: the weights themselves are half. float16's
     answer is float32 master weights under autocast with the scaler; bfloat16 needs no scaler
     (on CUDA its unscale kernel has no bfloat16 at all)."""
@@ -84,10 +85,10 @@ def _scaler_refused(steps: list[Step], error: dict, train, dtype: str, names: Na
                  edits.master_weights("bfloat16", train, names))
     return Finding(
         "scaler-misuse", "error", "GradScaler.unscale_",
-        f"Training step {index}: the GradScaler {what[0]} ({error.get('message')}): the weights "
+        f"Training step {index}: the GradScaler {what[0]} ({error.message}): the weights "
         f"themselves are {dtype}, so their gradients are too. {what[1]}",
-        {"step": index, "phase": "optimizer", "error": error.get("message"),
-         "gradient dtype": dtype}, fixes, source=error.get("source"))
+        {"step": index, "phase": "optimizer", "error": error.message,
+         "gradient dtype": dtype}, fixes, source=error.source)
 
 
 def _first_nonfinite(step: Step, steps: list[Step], compute_dtype, train,
