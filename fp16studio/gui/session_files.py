@@ -46,8 +46,21 @@ class SessionFiles:
                 session = open_session(path)
             except InputError as exc:
                 return self._on_open_error(str(exc), "")
-            return done(session)
+            done(session)
+            if session.host is None and self.state.path == session.path:
+                self._warn_files_here(session.spec, Path(path).name)
+            return
         self.worker.submit(Job("open", "open", (path,), on_result=done, on_error=self._on_open_error))
+
+    def _warn_files_here(self, spec: PipelineSpec, name: str):
+        """A spec written here, opened while the engine runs on a box: the box reads the paths
+        it names as its own, and the files here that they name never reach it."""
+        named = (spec.model, spec.dataset, (spec.preprocess or "").rpartition(":")[0])
+        here = [value for value in named if value and spec.local_path(value) is not None]
+        if here:
+            self.logged.emit("warning", f"{name} names files of this computer "
+                             f"({', '.join(here)}); {self.engine_host} reads these paths on "
+                             "its own disk: choose its files with Browse….")
 
     def _engine_agreed(self, opened, name: str) -> bool:
         """A session made with an engine on a host (`opened.host`, `opened.remote_python`) names

@@ -56,6 +56,23 @@ def test_open_with_the_engine_on_a_host_reads_the_file_here(window, tmp_path, mo
     assert recent_files() == [path]
 
 
+def test_a_spec_made_here_opened_with_the_engine_on_a_host_says_its_files_stay_here(
+        window, tmp_path):
+    """The box reads a plain spec's paths as its own: files that exist here are named, once."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/texts.jsonl").write_text("{}\n")
+    path = tmp_path / "here.json"
+    path.write_text(json.dumps(SPEC))
+    window.engine_choice.connect_to("box", "python3")
+    logged = []
+    window.controller.logged.connect(lambda level, text: logged.append((level, text)))
+    window.controller.open_path(str(path))     # read here, at once: nothing asked of the box
+    assert window.controller.state.path == path
+    warnings = [text for level, text in logged if level == "warning"]
+    assert len(warnings) == 1 and "data/texts.jsonl" in warnings[0] and "box" in warnings[0]
+    assert "bert-on-the-box" not in warnings[0]    # not a file here: the box's own, maybe
+
+
 def made_on_gpu1(tmp_path):
     path = tmp_path / "made-on-gpu1.fp16studio"
     path.write_text(json.dumps({"fp16studio_session": 1, "version": "0", "spec": SPEC,
