@@ -22,7 +22,8 @@ names the outermost GUI-thread events that ran longest inside the stalls over th
 (receiver, event, how many events were delivered inside it, wall and CPU milliseconds), and the
 garbage collector's passes that ended inside them (generation, thread, objects freed).
 --profile FILE writes a cProfile of the GUI thread from Run to the clean result (pstats; the
-profiled Python runs slower, so that run's stalls are the profile's, not the window's).
+profiled Python runs slower, so that run's stalls are the profile's, not the window's);
+--profile-phase startup or bench profiles that phase instead (bench: to the result's paint).
 
 With --remote, the window's engine runs on a box over ssh (the Engine selector's host): an
 OpenSSH server started on 127.0.0.1 for the run (tests/remote_box.py), or --host HOST (with
@@ -32,7 +33,7 @@ channel, and "startup" includes connecting and the box's engine loading torch.
 The imported package's bytecode is compiled first, as `pip install` leaves it.
 
     python benchmarks/gui_responsiveness.py [--bench] [--large] [--load N] [--why] [--json]
-                                            [--profile FILE]
+                                            [--profile FILE [--profile-phase PHASE]]
                                             [--remote | --host HOST [--remote-python PY]]
 
 Run by hand (or on a GPU machine); this is a measurement, not a test with timed asserts.
@@ -77,6 +78,8 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", metavar="FILE",
                         help="cProfile the GUI thread during the run phase into FILE (pstats); "
                              "its Python calls run slower, so read its stalls as the profile's")
+    parser.add_argument("--profile-phase", choices=("startup", "run", "bench"), default="run",
+                        help="the phase --profile covers (default: run)")
     parser.add_argument("--remote", action="store_true",
                         help="the engine on a box over ssh: an sshd on 127.0.0.1 started for it")
     parser.add_argument("--host", help="the engine on HOST over your ssh")
@@ -131,7 +134,7 @@ def _session(args) -> int:
     torch_at_ready = {}
     QTimer.singleShot(0, lambda: torch_at_ready.setdefault("loaded", "torch" in sys.modules))
 
-    profile = _RunProfile(args.profile)
+    profile = _PhaseProfile(args.profile, args.profile_phase)
     gaps: list[tuple[str, float, float, float]] = []   # (phase, gap ms, its CPU ms, its end)
     phase = ["startup"]
     clock = QElapsedTimer()
@@ -145,6 +148,7 @@ def _session(args) -> int:
 
     heartbeat = QTimer(interval=HEARTBEAT_MS, timeout=beat)
     heartbeat.start()
+    profile.start("startup")   # the window shown: the later pages' parts, the engine's start
     steps: list[tuple[str, float]] = []
     step_start = [time.perf_counter()]
 
@@ -166,12 +170,14 @@ def _session(args) -> int:
         mark("apply fix + diagnose" + (" (clean)" if doc["ok"] else " (still errors)"))
         # The next phase after a pause, as a user's next click would come: the result's own
         # handling and paint stay in the run phase.
-        QTimer.singleShot(STEP_PAUSE_MS, lambda: (profile.stop(), (bench if args.bench else large)()))
+        QTimer.singleShot(STEP_PAUSE_MS, lambda: (profile.stop("run"), (bench if args.bench else large)()))
 
     def bench():
         phase[0] = "bench"
+        profile.start("bench")
         window.benchmarkFinished.connect(
-            lambda _doc: (mark("benchmark"), QTimer.singleShot(STEP_PAUSE_MS, large)))
+            lambda _doc: (mark("benchmark"),
+                          QTimer.singleShot(STEP_PAUSE_MS, lambda: (profile.stop("bench"), large()))))
         window.run_benchmark()
 
     def large():
@@ -223,8 +229,9 @@ def _session(args) -> int:
             return
         starter.stop()
         mark("startup: demo + torch loaded (worker)")
+        profile.stop("startup")
         phase[0] = "run"
-        profile.start()
+        profile.start("run")
         window.diagnosisFinished.connect(after_first)
         window.run_diagnosis()
 
@@ -233,7 +240,7 @@ def _session(args) -> int:
     window.diagnosisFailed.connect(lambda message: (print("run failed:", message), app.quit()))
     app.exec()
     heartbeat.stop()
-    profile.stop()
+    profile.stop(args.profile_phase)
     window.close()
 
     tree_ms = _tree_costs(args.tree) if args.tree else None
@@ -264,22 +271,22 @@ def _session(args) -> int:
     return 0
 
 
-class _RunProfile:
-    """cProfile of the GUI thread from Run to the clean result's paint (--profile): a handler's
-    own time and the Qt calls it makes (a C++ call's time counts in its Python caller)."""
+class _PhaseProfile:
+    """cProfile of the GUI thread during one phase (--profile, --profile-phase): a handler's own
+    time and the Qt calls it makes (a C++ call's time counts in its Python caller)."""
 
-    def __init__(self, path: str | None):
+    def __init__(self, path: str | None, phase: str):
         import cProfile
 
-        self._path = path
+        self._path, self._phase = path, phase
         self._profiler = cProfile.Profile() if path else None
 
-    def start(self):
-        if self._profiler:
+    def start(self, phase: str):
+        if self._profiler and phase == self._phase:
             self._profiler.enable()
 
-    def stop(self):
-        if self._profiler:
+    def stop(self, phase: str):
+        if self._profiler and phase == self._phase:
             self._profiler.disable()
             self._profiler.dump_stats(self._path)
             self._profiler = None

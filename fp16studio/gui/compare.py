@@ -31,7 +31,7 @@ from .bench_table import BenchTable
 from .fit import ElidedLabel, VerticalScrollArea
 from .later_pages import MadeInParts, all_parts
 from .palette import DTYPE_COLORS, OKABE_ITO
-from .plot_style import SpacedAxis, follow_palette, menus_in_parts, restyle, show_values
+from .plot_style import MenuOnFirstUse, SpacedAxis, follow_palette, menus_in_parts, restyle, show_values
 from .turns import Turns
 
 REDRAW_MS = 66  # ~15 Hz: smooth enough to watch, cheap enough for the GUI thread
@@ -107,13 +107,15 @@ class CompareView(MadeInParts, QWidget):
             all_parts(self._make())
 
     def _make(self):
-        # Each plot's context menus come in a part of their own, at the end (menus_in_parts).
+        # The plots' context menus are enabled in a part of their own, at the end, and made when
+        # first opened (menus_in_parts, MenuOnFirstUse).
         # The live plot's axes in a part before it: the window's first rich text (an axis
         # label's) and the plot at once were one 15-20 ms part (issue 31). Only the two shown:
         # an axis given to a plot is shown.
         axes = {side: pg.AxisItem(side) for side in ("left", "bottom")}
         yield
-        self.plot = pg.PlotWidget(title="Throughput while measuring", enableMenu=False, axisItems=axes)
+        self.plot = pg.PlotWidget(title="Throughput while measuring", enableMenu=False, axisItems=axes,
+                                 viewBox=MenuOnFirstUse(enableMenu=False))
         self.plot.setObjectName("benchPlot")
         yield
         self.plot.setLabel("left", "samples/s")
@@ -131,16 +133,16 @@ class CompareView(MadeInParts, QWidget):
         # Short titles and axis labels: a plot is never narrower than its title, two share the
         # width, and a longer label runs into its neighbour's; what they mean is in the caption.
         self._speed_plot = self.bars.addPlot(title="Throughput", axisItems={"bottom": SpacedAxis("bottom")},
-                                             enableMenu=False)
+                                             enableMenu=False, viewBox=MenuOnFirstUse(enableMenu=False))
         yield
         self._memory_plot = self.bars.addPlot(title="Memory", axisItems={"bottom": SpacedAxis("bottom")},
-                                              enableMenu=False)
+                                              enableMenu=False, viewBox=MenuOnFirstUse(enableMenu=False))
         yield
         # Each step split into the GPU's busy time and the rest (the interpreter launching
         # kernels, waits): at a glance, where half precision's faster kernels went. In the
         # layout only when the document has busy times (a GPU's).
         self._time_plot = pg.PlotItem(title="Time per call", axisItems={"bottom": SpacedAxis("bottom")},
-                                      enableMenu=False)
+                                      enableMenu=False, viewBox=MenuOnFirstUse(enableMenu=False))
         self._speed_plot.setLabel("bottom", "samples/s")
         self._memory_plot.setLabel("bottom", "MiB")
         self._time_plot.setLabel("bottom", "ms per call")

@@ -14,12 +14,13 @@ from __future__ import annotations
 import pyqtgraph as pg
 
 from .axis_titles import FittedTitleAxis
+from .plot_style import MenuOnFirstUse
 
 
 class LightPlot:
     def __init__(self, layout: pg.GraphicsLayout, row: int):
         """In `layout`'s rows `row` (the axis and the view box) and `row + 1` (the bottom axis)."""
-        self.vb = pg.ViewBox(enableMenu=False)
+        self.vb = MenuOnFirstUse(enableMenu=False)   # its menu made when first opened
         self._axes = {side: FittedTitleAxis(side) for side in ("left", "bottom")}
         for axis in self._axes.values():
             axis.linkToView(self.vb)

@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 
 import pyqtgraph as pg
+from pyqtgraph.graphicsItems.ViewBox.ViewBoxMenu import ViewBoxMenu
 from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtGui import QFontMetricsF, QPalette
+from PySide6.QtWidgets import QGraphicsItem
 
 _RESTYLE_ON = (QEvent.Type.PaletteChange, QEvent.Type.StyleChange)
 
@@ -58,21 +60,47 @@ def follow_palette(view: pg.GraphicsView):
 
 
 def menus_in_parts(*plots: pg.PlotItem):
-    """Give `plots`, made with `enableMenu=False`, pyqtgraph's context menus, a plot per part of
-    a page made in parts (it yields before each): a plot's menus are a third of its making, 5 of
-    15 ms of CPU, and each part of a page is kept to about 10 (issue 31)."""
+    """Give `plots`, made with `enableMenu=False` on a MenuOnFirstUse view box, pyqtgraph's
+    context menus, in a part of its own of a page made in parts (it yields before): the menus
+    themselves are made on first use."""
+    yield
     for plot in plots:
-        yield
         plot.setMenuEnabled(True)
 
 
+class MenuOnFirstUse(pg.ViewBox):
+    """A view box whose context menu is made the first time it is asked for: a ViewBoxMenu is
+    about 40 widgets (an axis form each for x and y), 7-15 ms of the GUI thread to make and as
+    much again to polish under the style sheet, a part of its own per plot of a page made in
+    parts (issue 43), for a menu most sessions never open. Make it with `enableMenu=False`."""
+
+    def _applyMenuEnabled(self):
+        if not self.menuEnabled():   # enabling makes nothing yet; disabling drops a made menu
+            super()._applyMenuEnabled()
+
+    def getMenu(self, ev):
+        if self.menu is None and self.menuEnabled():
+            self.menu = ViewBoxMenu(self)
+            self.updateViewLists()
+        return self.menu
+
+    def getContextMenus(self, event):
+        return self.getMenu(event).actions() if self.menuEnabled() else []
+
+
 def restyle(view: pg.GraphicsView):
-    """`view`'s axes, titles and legend in its palette's colours, its background drawn anew."""
+    """`view`'s axes, titles and legend in its palette's colours, its background drawn anew;
+    its axes drawn from a cache."""
     palette = view.palette()
     text = palette.color(QPalette.ColorRole.Text)
     muted = palette.color(QPalette.ColorRole.PlaceholderText)
     for item in view.scene().items():
         if isinstance(item, pg.AxisItem):
+            # An axis with a grid spans its plot: each repaint of a curve replayed its ticks,
+            # labels and grid lines (about 3 ms an axis, most of the live plot's repaint). Its
+            # pixmap is drawn anew only when the axis changes (range, pens, size: each calls
+            # update()).
+            item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             item.setPen(muted)
             item.setTextPen(text)
         elif isinstance(item, pg.LegendItem):

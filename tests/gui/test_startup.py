@@ -166,30 +166,24 @@ def test_the_windows_start_up_is_kept_out_of_collections_once_its_pages_are_made
 
 
 @pytest.mark.parametrize("view_class", ["CompareView", "DriftView"])
-def test_a_chart_pages_plots_get_their_context_menus_in_parts_of_their_own_at_the_end(qtbot, view_class):
-    """A plot's context menus are a third of its making (issue 31): the page's plots are made
-    without them, and each gets them in a part of its own after the rest; every plot of the
-    page made has them."""
+def test_a_chart_pages_plots_make_their_context_menus_when_first_opened(qtbot, view_class):
+    """A plot's context menu is about 40 widgets, once a part of its page's making each (issues
+    31, 43): every plot of a made page has its menu enabled and none made; each is made the first
+    time it is asked for, with its entries, and kept."""
     import importlib
 
     import pyqtgraph as pg
 
     module = "compare" if view_class == "CompareView" else "drift_view"
-    cls = getattr(importlib.import_module(f"fp16studio.gui.{module}"), view_class)
-    view = cls(begun=True)
+    view = getattr(importlib.import_module(f"fp16studio.gui.{module}"), view_class)()
     qtbot.addWidget(view)
-
-    def plots():   # each plot's view box (a PlotItem's, or a light_plot's own)
-        return [item for chart in view.findChildren(pg.GraphicsView) for item in chart.scene().items()
-                if isinstance(item, pg.ViewBox)]
-
-    with_menus = []   # after each part, how many plots have their menus
-    for _ in view._make():
-        with_menus.append(sum(p.menuEnabled() and p.menu is not None for p in plots()))
-    made = plots()
-    assert made and all(p.menuEnabled() and p.menu is not None for p in made)
-    last_without = len(with_menus) - with_menus[::-1].index(0)
-    assert with_menus[last_without:] == list(range(1, len(with_menus) - last_without + 1))
+    made = [item for chart in view.findChildren(pg.GraphicsView) for item in chart.scene().items()
+            if isinstance(item, pg.ViewBox)]   # each plot's view box (a PlotItem's, a LightPlot's)
+    assert made and all(box.menuEnabled() and box.menu is None for box in made)
+    for box in made:
+        menu = box.getMenu(None)
+        assert menu is not None and menu.actions() and box.getContextMenus(None)
+        assert box.getMenu(None) is menu
 
 
 def test_the_status_bar_samples_memory_once_psutil_is_imported_on_a_thread(qtbot, monkeypatch):

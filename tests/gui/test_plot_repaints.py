@@ -1,0 +1,44 @@
+"""What a plot's repaint redraws: a curve's new samples within the range repaint the curve, not
+the axes beside it (an axis with a grid spans its plot, and drawing its ticks, labels and grid
+again was most of the live plot's repaint during a benchmark)."""
+
+from fp16studio.gui.compare import CompareView
+
+
+class _CountedPicture:
+    """An axis's drawing (its QPicture), counting how often it is played onto the screen."""
+
+    def __init__(self, picture, played):
+        self._picture, self._played = picture, played
+
+    def play(self, painter):
+        self._played.append(self)
+        return self._picture.play(painter)
+
+
+def test_new_samples_in_range_repaint_no_axis(qtbot):
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.resize(1000, 800)
+    view.show()
+    qtbot.waitExposed(view)
+    for i in range(1, 20):
+        view.add_sample({"variant": "float32", "iteration": i, "samples_per_s": 400.0 + i})
+    qtbot.waitUntil(lambda: not view._timer.isActive(), timeout=2000)
+    plot = view.plot.getPlotItem()
+    plot.disableAutoRange()
+    plot.setRange(xRange=(0, 100), yRange=(0, 1000), padding=0)
+    view.plot.grab()   # the axes drawn once, at this range
+    played = []
+    axes = [plot.getAxis(side) for side in ("left", "bottom")]
+    for axis in axes:
+        axis.picture = _CountedPicture(axis.picture, played)
+    for i in range(20, 40):
+        view.add_sample({"variant": "float32", "iteration": i, "samples_per_s": 400.0 + i})
+    qtbot.waitUntil(lambda: not view._timer.isActive(), timeout=2000)   # drawn, then idle
+    view.plot.grab()
+    assert played == []
+    axes[0].picture = None   # as a change of the axis does: drawn anew
+    axes[0].update()
+    view.plot.grab()
+    assert axes[0].picture is not None and not isinstance(axes[0].picture, _CountedPicture)
