@@ -653,7 +653,7 @@ def test_the_exported_fp8_training_converts_exactly_the_specs_layers(demo_dir, f
         next(line for line in lines if "fp8_converted" in line))
     steps = lines[-1]["steps"]
     assert [s["loss"] for s in steps] == pytest.approx(
-        [s["loss"] for s in diagnose(spec).steps], rel=1e-4)
+        [s.loss for s in diagnose(spec).steps], rel=1e-4)
 
 
 class _WeighedRows(torch.nn.Module):
