@@ -168,7 +168,7 @@ class FrozenDict(dict):
     def __hash__(self):
         return hash(frozenset(self.items()))
 
-    def __reduce__(self):  # pickle without __setitem__ (the engine process receives specs)
+    def __reduce__(self):  # copy.deepcopy rebuilds it whole: its default refills with __setitem__
         return (FrozenDict, (dict(self),))
 
 
