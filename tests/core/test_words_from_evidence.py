@@ -14,6 +14,7 @@ import torch
 from fix_code import parses
 
 from fp16studio.core.data.columns import ColumnFacts
+from fp16studio.core.diagnostics.report import RunError
 from fp16studio.core.diagnostics.rules import Evidence, run_rules
 from fp16studio.core.diagnostics.rules.edits import Batch, Names
 from fp16studio.core.diagnostics.rules.training import training_findings
@@ -108,13 +109,13 @@ def bf16_step() -> Step:
 
 
 def test_a_gradscaler_crashing_on_bfloat16_weights_is_an_error_that_says_so():
-    error = {"type": "NotImplementedError",
-             "message": "\"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for "
-                        "'BFloat16'", "source": {"file": "train.py", "line": 22}}
+    error = RunError("NotImplementedError",
+                     "\"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for "
+                     "'BFloat16'", source={"file": "train.py", "line": 22})
     findings = training_findings([bf16_step()], "bfloat16", error=error)
     (finding,) = [f for f in findings if f.code == "scaler-misuse"]
     assert finding.severity == "error" and "only adds work" not in finding.message
-    assert "needs no loss scaling" in finding.message and finding.source == error["source"]
+    assert "needs no loss scaling" in finding.message and finding.source == error.source
     assert finding.fixes[0].id == "drop-grad-scaler"
     # Without the crash, the same scaler is the warning it was.
     (quiet,) = training_findings([bf16_step()], "bfloat16")
