@@ -25,11 +25,11 @@ class SessionFiles:
         engine, or here while the engine runs on a box (which has its own files); a demo is
         made by the engine (it imports torch). A session made with another engine than this
         one is adopted once `engine_for` agreed (its paths are that machine's)."""
-        def done(opened):
+        def done(opened) -> bool:
             demo = str(path).startswith("demo:")
             if not demo and not self._engine_agreed(opened, Path(path).name):
                 self._say("")
-                return
+                return False
             local = None if demo else Path(path).absolute()
             self.start_with(opened.spec, opened.diagnosis, opened.bench, local)
             if self.state.dropped:   # a crafted or damaged file: its spec opens all the same
@@ -38,6 +38,7 @@ class SessionFiles:
                 self._say(note)
             else:
                 self.logged.emit("info", f"Opened {path}")
+            return True
         self._say(f"Opening {path}…")
         if self.engine_host is not None and not str(path).startswith("demo:"):
             from fp16studio.core.spec.session import open_session
@@ -46,8 +47,7 @@ class SessionFiles:
                 session = open_session(path)
             except InputError as exc:
                 return self._on_open_error(str(exc), "")
-            done(session)
-            if session.host is None and self.state.path == session.path:
+            if done(session) and session.host is None:
                 self._warn_files_here(session.spec, Path(path).name)
             return
         self.worker.submit(Job("open", "open", (path,), on_result=done, on_error=self._on_open_error))
