@@ -3,6 +3,8 @@ during a full session on the built-in demo (open, run, apply the first fix, run 
 
 A 5 ms heartbeat timer runs on the GUI thread; any gap between beats beyond that is time the
 event loop could not serve the user. Targets: window ready in under 1.5 s, no stall over 50 ms.
+The window is ready when its first paint is done (the user sees it from then on), and the
+heartbeat starts then: its making, showing and first paint are its time to be ready, not stalls.
 Stalls are reported per phase: "startup" is while the engine process loads torch and builds the
 demo after the window is shown (see the engine's warm-up task), "run" is from Run to the clean result,
 "bench" (with --bench) from then to the end of the benchmark; with --large, "open" is opening a
@@ -129,17 +131,27 @@ def _session(args) -> int:
 
     window._ask_unsaved = lambda title, text: DISCARD   # closing at the end drops the applied fix
     window.show()
-    ready = {}
-    QTimer.singleShot(0, lambda: ready.update(s=time.perf_counter() - START, cpu=time.thread_time()))
-    torch_at_ready = {}
-    QTimer.singleShot(0, lambda: torch_at_ready.setdefault("loaded", "torch" in sys.modules))
-
     profile = _PhaseProfile(args.profile, args.profile_phase)
     gaps: list[tuple[str, float, float, float]] = []   # (phase, gap ms, its CPU ms, its end)
     phase = ["startup"]
     clock = QElapsedTimer()
-    clock.start()
-    last = [clock.nsecsElapsed(), time.thread_time()]
+    last = [0, 0.0]
+    ready = {}
+    torch_at_ready = {}
+
+    def on_screen():
+        """The window is ready once its first paint is done (the event after its first expose):
+        the user sees it from then on, and from then on a gap between beats is a stall. Before
+        it, the window's making, showing and first paint are its time to be ready."""
+        ready.update(s=time.perf_counter() - START, cpu=time.thread_time())
+        torch_at_ready.setdefault("loaded", "torch" in sys.modules)
+        clock.start()
+        last[:] = [clock.nsecsElapsed(), time.thread_time()]
+        heartbeat.start()
+        profile.start("startup")   # the window shown: the later pages' parts, the engine's start
+
+    first_expose = _first_expose_filter(on_screen)
+    window.windowHandle().installEventFilter(first_expose)
 
     def beat():
         now, cpu = clock.nsecsElapsed(), time.thread_time()
@@ -147,8 +159,6 @@ def _session(args) -> int:
         last[:] = [now, cpu]
 
     heartbeat = QTimer(interval=HEARTBEAT_MS, timeout=beat)
-    heartbeat.start()
-    profile.start("startup")   # the window shown: the later pages' parts, the engine's start
     steps: list[tuple[str, float]] = []
     step_start = [time.perf_counter()]
 
@@ -269,6 +279,21 @@ def _session(args) -> int:
         for key, value in result.items():
             print(f"{key:>24}: {value}")
     return 0
+
+
+def _first_expose_filter(then):
+    """An event filter for a window's QWindow that calls `then` in the event after the window's
+    first expose (the expose paints the window)."""
+    from PySide6.QtCore import QEvent, QObject, QTimer
+
+    class FirstExpose(QObject):
+        def eventFilter(self, watched, event):
+            if event.type() == QEvent.Type.Expose and watched.isExposed():
+                watched.removeEventFilter(self)
+                QTimer.singleShot(0, then)
+            return False
+
+    return FirstExpose()
 
 
 class _PhaseProfile:
