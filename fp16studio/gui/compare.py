@@ -146,14 +146,17 @@ class CompareView(MadeInParts, QWidget):
         yield
 
         # The charts are LightPlots: a PlotItem's "Plot Options" form, made in its constructor,
-        # was 20-35 ms of the GUI thread a chart (issue 43). Their context menus are enabled
-        # in a part of their own, at the end, and made when first opened (menus_in_parts).
+        # was 20-35 ms of the GUI thread a chart (issue 43). Each is made, then placed in its
+        # layout (which lays the layout out again at each item), a part each. Their context
+        # menus are enabled in a part of their own, at the end, and made when first opened
+        # (menus_in_parts).
         self.plot = pg.GraphicsLayoutWidget()
         self.plot.setObjectName("benchPlot")
         self.charts.addTab(self.plot, "Live throughput")
         yield
-        self.live = LightPlot(self.plot.ci, row=0, title="Throughput while measuring")
+        self.live = LightPlot(self.plot.ci, row=0, title="Throughput while measuring", placed=False)
         yield
+        self.live.place(True)
         self.live.setLabel("left", "samples/s")
         self.live.setLabel("bottom", "timed call")
         self.live.showGrid(x=True, y=True, alpha=0.3)
@@ -179,9 +182,13 @@ class CompareView(MadeInParts, QWidget):
                                       "light: weights, the rest of a step", objectName="muted"))
         self.charts.addTab(self.results, "Results")
         yield
-        self._speed_plot = LightPlot(self.bars.ci, row=0, col=0, title="Throughput")
+        self._speed_plot = LightPlot(self.bars.ci, row=0, col=0, title="Throughput", placed=False)
         yield
-        self._memory_plot = LightPlot(self.bars.ci, row=0, col=2, title="Memory")
+        self._speed_plot.place(True)
+        yield
+        self._memory_plot = LightPlot(self.bars.ci, row=0, col=2, title="Memory", placed=False)
+        yield
+        self._memory_plot.place(True)
         yield
         # Each step split into the GPU's busy time and the rest (the interpreter launching
         # kernels, waits): at a glance, where half precision's faster kernels went. In the
