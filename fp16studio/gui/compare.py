@@ -391,7 +391,9 @@ class CompareView(MadeInParts, QWidget):
         self._spread.setData(x=speeds, y=y, left=np.minimum(half, speeds), right=half,   # in the text's colour
                              pen=pg.mkPen(self.bars.palette().color(QPalette.ColorRole.Text), width=1.5))
         batch = doc.batch.size if doc.batch is not None else None
-        self._speed_plot.setLabel("bottom", f"samples/s, batch of {batch}" if batch else "samples/s")
+        # Where the batch does not fit (1024 wide), the unit alone: the whole in its tooltip.
+        self._speed_plot.setLabel("bottom", f"samples/s, batch of {batch}" if batch else "samples/s",
+                                  short="samples/s")
         self._peak_bars.setOpts(y=y - 0.2, width=[(v.peak_memory_bytes or 0) / mib for v in ok],
                                 brushes=[_brush(n) for n in names], pens=pens)
         self._weight_bars.setOpts(y=y + 0.2, width=[(v.weights_bytes or 0) / mib for v in ok],
