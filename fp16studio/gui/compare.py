@@ -185,20 +185,20 @@ class CompareView(MadeInParts, QWidget):
         self._speed_plot = LightPlot(self.bars.ci, row=0, col=0, title="Throughput", placed=False)
         yield
         self._speed_plot.place(True)
+        self._speed_plot.setLabel("bottom", "samples/s")
         yield
         self._memory_plot = LightPlot(self.bars.ci, row=0, col=2, title="Memory", placed=False)
         yield
         self._memory_plot.place(True)
+        self._memory_plot.setLabel("bottom", "MiB")
+        # MiB as they are (0.05 MiB), not rescaled with a "(x0.001)" appended to a long label.
+        self._memory_plot.getAxis("bottom").enableAutoSIPrefix(False)
         yield
         # Each step split into the GPU's busy time and the rest (the interpreter launching
         # kernels, waits): at a glance, where half precision's faster kernels went. In the
         # layout only when the document has busy times (a GPU's).
         self._time_plot = LightPlot(self.bars.ci, row=0, col=4, title="Time per call", placed=False)
-        self._speed_plot.setLabel("bottom", "samples/s")
-        self._memory_plot.setLabel("bottom", "MiB")
         self._time_plot.setLabel("bottom", "ms per call")
-        # MiB as they are (0.05 MiB), not rescaled with a "(x0.001)" appended to a long label.
-        self._memory_plot.getAxis("bottom").enableAutoSIPrefix(False)
         yield
         self._speed_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.6)
         self._peak_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.38)
@@ -250,6 +250,7 @@ class CompareView(MadeInParts, QWidget):
 
         self.table = BenchTable()
         self.model = self.table.figures
+        yield
         split.addWidget(self.table)
         yield
 
