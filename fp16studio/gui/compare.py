@@ -30,13 +30,17 @@ from fp16studio.core.present.vocabulary import bench_notes, stability, status
 from .bench_table import BenchTable
 from .fit import ElidedLabel, VerticalScrollArea
 from .later_pages import MadeInParts, all_parts
+from .light_plot import LightPlot
 from .palette import DTYPE_COLORS, OKABE_ITO
-from .plot_style import MenuOnFirstUse, SpacedAxis, follow_palette, menus_in_parts, restyle, show_values
+from .plot_style import follow_palette, menus_in_parts, restyle, show_values
 from .turns import Turns
 
 REDRAW_MS = 66  # ~15 Hz: smooth enough to watch, cheap enough for the GUI thread
 EXPORT_WIDTH = 1600
 BAR_ROW_PX = 26     # the height of one variant's bars: its name stays readable
+# A live curve draws only what is in view, at most a sample per pixel column (its peaks kept):
+# thousands of calls stay a cheap repaint.
+LIVE_CURVE = {"clipToView": True, "autoDownsample": True, "downsampleMethod": "peak"}
 
 
 def variant_color(name: str) -> str:
@@ -87,7 +91,8 @@ class _Series:
 # -- the view -----------------------------------------------------------------------------------
 
 class CompareView(MadeInParts, QWidget):
-    """Live throughput plot (`plot`), result bars (`bars`), figures table (`table`)."""
+    """Live throughput chart (`plot`, its LightPlot `live`), result bars (`bars`: the
+    LightPlots `_result_plots`), figures table (`table`)."""
 
     def __init__(self, parent=None, *, begun: bool = False):
         """Made whole; `begun` only for `in_parts`, which makes the rest."""
@@ -107,47 +112,94 @@ class CompareView(MadeInParts, QWidget):
             all_parts(self._make())
 
     def _make(self):
-        # The plots' context menus are enabled in a part of their own, at the end, and made when
-        # first opened (menus_in_parts, MenuOnFirstUse).
-        # The live plot's axes in a part before it: the window's first rich text (an axis
-        # label's) and the plot at once were one 15-20 ms part (issue 31). Only the two shown:
-        # an axis given to a plot is shown.
-        axes = {side: pg.AxisItem(side) for side in ("left", "bottom")}
+        # A part per event, each some milliseconds (more than 10 held the window under load,
+        # issue 43). The page's frame first, then each widget made into its place: a subtree
+        # of widgets moved into another widget is restyled whole under the style sheet (the
+        # finished body moved into its scroll area, 10-13 ms).
+        body = QWidget()
+        layout = QVBoxLayout(body)
+        self.scroller = VerticalScrollArea(body, fit_content=True)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(self.scroller)
+        # The verdict in one sentence; what the figures mean, the device, the batch and the
+        # caveats a click away (Details), so the charts are what the tab opens on.
+        headline = QHBoxLayout()
+        layout.addLayout(headline)
+        self._details_box = QWidget()
+        layout.addWidget(self._details_box)
+        self._details_box.hide()
+        self.stale = QLabel("These figures are from an earlier version of the spec: "
+                            "Benchmark to measure the current one.", objectName="staleNote",
+                            wordWrap=True)
+        self.stale.hide()
+        layout.addWidget(self.stale)
+        # The live plot while measuring, the result bars after: one at a time, each with the
+        # height to be read at 1280x800, and the table below shows every variant.
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.setChildrenCollapsible(False)
+        layout.addWidget(split, 1)
+        self.charts = QTabWidget(documentMode=True)
+        split.addWidget(self.charts)
+        buttons = QHBoxLayout()
+        layout.addLayout(buttons)
         yield
-        self.plot = pg.PlotWidget(title="Throughput while measuring", enableMenu=False, axisItems=axes,
-                                 viewBox=MenuOnFirstUse(enableMenu=False))
+
+        # The charts are LightPlots: a PlotItem's "Plot Options" form, made in its constructor,
+        # was 20-35 ms of the GUI thread a chart (issue 43). Each is made, then placed in its
+        # layout (which lays the layout out again at each item), a part each. Their context
+        # menus are enabled in a part of their own, at the end, and made when first opened
+        # (menus_in_parts).
+        self.plot = pg.GraphicsLayoutWidget()
         self.plot.setObjectName("benchPlot")
+        self.charts.addTab(self.plot, "Live throughput")
         yield
-        self.plot.setLabel("left", "samples/s")
-        self.plot.setLabel("bottom", "timed call")
-        self.plot.showGrid(x=True, y=True, alpha=0.3)
-        self.plot.setClipToView(True)
-        self.plot.setDownsampling(auto=True, mode="peak")
-        # The legend beside the plot, not over the curves it names.
-        self.legend = pg.LegendItem()
-        self.plot.getPlotItem().layout.addItem(self.legend, 2, 3)
+        self.live = LightPlot(self.plot.ci, row=0, title="Throughput while measuring", placed=False)
+        yield
+        self.live.place(True)
+        self.live.setLabel("left", "samples/s")
+        self.live.setLabel("bottom", "timed call")
+        self.live.showGrid(x=True, y=True, alpha=0.3)
+        self.legend = self.live.legend_beside()   # beside the plot, not over the curves it names
+        yield
 
         # Horizontal bars: the variant names sit on the left axis, one per line, so long names
-        # (autocast-bfloat16) never run into each other.
+        # (autocast-bfloat16) never run into each other. Short titles and axis labels: a plot
+        # is never narrower than its title, and what they mean is in the key below.
+        self.results = QWidget()
+        results = QVBoxLayout(self.results)
+        results.setContentsMargins(0, 0, 0, 0)
         self.bars = pg.GraphicsLayoutWidget()
-        # Short titles and axis labels: a plot is never narrower than its title, two share the
-        # width, and a longer label runs into its neighbour's; what they mean is in the caption.
-        self._speed_plot = self.bars.addPlot(title="Throughput", axisItems={"bottom": SpacedAxis("bottom")},
-                                             enableMenu=False, viewBox=MenuOnFirstUse(enableMenu=False))
+        # As tall as the most variants' bars, as the table is for their rows: a result never
+        # changes the page's size hints (issue 31).
+        self.bars.setMinimumHeight(BAR_ROW_PX * len(VARIANTS) + 90)
+        results.addWidget(self.bars, 1)
+        # The key to the bars on one line (a wrapped label's least height is one line, and a
+        # short page drew its other lines over the axes), whole on hover: what each chart
+        # measures is on its axis.
+        results.addWidget(ElidedLabel("Whiskers: how far a figure moved between rounds · "
+                                      "(noisy): too far to rank · solid: peak memory, GPU busy · "
+                                      "light: weights, the rest of a step", objectName="muted"))
+        self.charts.addTab(self.results, "Results")
         yield
-        self._memory_plot = self.bars.addPlot(title="Memory", axisItems={"bottom": SpacedAxis("bottom")},
-                                              enableMenu=False, viewBox=MenuOnFirstUse(enableMenu=False))
+        self._speed_plot = LightPlot(self.bars.ci, row=0, col=0, title="Throughput", placed=False)
+        yield
+        self._speed_plot.place(True)
+        self._speed_plot.setLabel("bottom", "samples/s")
+        yield
+        self._memory_plot = LightPlot(self.bars.ci, row=0, col=2, title="Memory", placed=False)
+        yield
+        self._memory_plot.place(True)
+        self._memory_plot.setLabel("bottom", "MiB")
+        # MiB as they are (0.05 MiB), not rescaled with a "(x0.001)" appended to a long label.
+        self._memory_plot.getAxis("bottom").enableAutoSIPrefix(False)
         yield
         # Each step split into the GPU's busy time and the rest (the interpreter launching
         # kernels, waits): at a glance, where half precision's faster kernels went. In the
         # layout only when the document has busy times (a GPU's).
-        self._time_plot = pg.PlotItem(title="Time per call", axisItems={"bottom": SpacedAxis("bottom")},
-                                      enableMenu=False, viewBox=MenuOnFirstUse(enableMenu=False))
-        self._speed_plot.setLabel("bottom", "samples/s")
-        self._memory_plot.setLabel("bottom", "MiB")
+        self._time_plot = LightPlot(self.bars.ci, row=0, col=4, title="Time per call", placed=False)
         self._time_plot.setLabel("bottom", "ms per call")
-        # MiB as they are (0.05 MiB), not rescaled with a "(x0.001)" appended to a long label.
-        self._memory_plot.getAxis("bottom").enableAutoSIPrefix(False)
+        yield
         self._speed_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.6)
         self._peak_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.38)
         self._weight_bars = pg.BarGraphItem(x0=0, y=[], width=[], height=0.38)
@@ -173,40 +225,35 @@ class CompareView(MadeInParts, QWidget):
         yield
         for widget in (self.plot, self.bars):
             follow_palette(widget)
+        yield
 
-        # The verdict in one sentence; what the figures mean, the device, the batch and the
-        # caveats a click away (Details), so the charts are what the tab opens on.
         self.summary = QLabel()
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        headline.addWidget(self.summary, 1)
         self.details_button = QToolButton(text="Details", checkable=True,
                                           toolButtonStyle=Qt.ToolButtonStyle.ToolButtonTextBesideIcon,
                                           arrowType=Qt.ArrowType.RightArrow, autoRaise=True)
         self.details_button.toggled.connect(self._show_details)
+        headline.addWidget(self.details_button, 0, Qt.AlignmentFlag.AlignTop)
         self.details = QLabel(objectName="muted", wordWrap=True)
         self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.note = QLabel()
         self.note.setWordWrap(True)
         self.note.setObjectName("benchNote")
         self.note.setStyleSheet(f"color: {OKABE_ITO['vermillion']}; font-weight: bold;")
-        details = QWidget()
-        self._details_box = details
-        box = QVBoxLayout(details)
+        box = QVBoxLayout(self._details_box)
         box.setContentsMargins(16, 0, 0, 0)
         box.addWidget(self.details)
         box.addWidget(self.note)
-        details.hide()
-
-        self.stale = QLabel("These figures are from an earlier version of the spec: "
-                            "Benchmark to measure the current one.", objectName="staleNote",
-                            wordWrap=True)
-        self.stale.hide()
+        yield
 
         self.table = BenchTable()
         self.model = self.table.figures
+        yield
+        split.addWidget(self.table)
+        yield
 
-        self.status = ElidedLabel()
-        buttons = QHBoxLayout()
         buttons.addWidget(QLabel("Save:"))
         self._export_buttons = []
         for text, tip, slot in (("Charts (PNG)…", "Save the charts as PNG images", self._ask_png),
@@ -217,63 +264,33 @@ class CompareView(MadeInParts, QWidget):
             button.setEnabled(False)
             buttons.addWidget(button)
             self._export_buttons.append(button)
+        self.status = ElidedLabel()
         buttons.addWidget(self.status, 1)
-
-        # The live plot while measuring, the result bars after: one at a time, each with the
-        # height to be read at 1280x800, and the table below shows every variant.
-        self.charts = QTabWidget(documentMode=True)
-        self.charts.addTab(self.plot, "Live throughput")
-        self.results = QWidget()
-        results = QVBoxLayout(self.results)
-        results.setContentsMargins(0, 0, 0, 0)
-        # As tall as the most variants' bars, as the table is for their rows: a result never
-        # changes the page's size hints (issue 31).
-        self.bars.setMinimumHeight(BAR_ROW_PX * len(VARIANTS) + 90)
-        results.addWidget(self.bars, 1)
-        # The key to the bars on one line (a wrapped label's least height is one line, and a
-        # short page drew its other lines over the axes), whole on hover: what each chart
-        # measures is on its axis.
-        results.addWidget(ElidedLabel("Whiskers: how far a figure moved between rounds · "
-                                      "(noisy): too far to rank · solid: peak memory, GPU busy · "
-                                      "light: weights, the rest of a step", objectName="muted"))
-        self.charts.addTab(self.results, "Results")
         yield
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(self.charts)
-        split.addWidget(self.table)
-        split.setChildrenCollapsible(False)
-        body = QWidget()
-        layout = QVBoxLayout(body)
-        headline = QHBoxLayout()
-        headline.addWidget(self.summary, 1)
-        headline.addWidget(self.details_button, 0, Qt.AlignmentFlag.AlignTop)
-        layout.addLayout(headline)
-        layout.addWidget(details)
-        layout.addWidget(self.stale)
-        layout.addWidget(split, 1)
-        layout.addLayout(buttons)
-        self.scroller = VerticalScrollArea(body, fit_content=True)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(self.scroller)
-        self.clear()
-        yield from menus_in_parts(self.plot.getPlotItem(), *self._result_plots)
+        self._forget()
+        yield
+        self._empty_bars()
+        yield from menus_in_parts(self.live, *self._result_plots)
 
     # -- slots --------------------------------------------------------------------------------
     def clear(self):
         """Forget samples and results: a new benchmark starts."""
+        self._forget()
+        self._empty_bars()
+
+    def _forget(self):
+        """All of `clear` but the bars: no samples, figures or words of a run."""
         self._timer.stop()
         self._turns.drop()
         for curve in self._curves.values():
-            self.plot.removeItem(curve)
+            self.live.removeItem(curve)
             self.legend.removeItem(curve)
         self._curves.clear()
         self._series.clear()
-        show_values(self.plot.getPlotItem(), False)
+        show_values(self.live, False)
         self._dirty.clear()
         self._doc = None
         self.model.set_doc(None)
-        self._empty_bars()
         self.charts.setCurrentWidget(self.plot)
         self.summary.setText("Run a benchmark to compare float32, float16 and bfloat16 on this "
                              "pipeline's own model and batch.")
@@ -299,12 +316,12 @@ class CompareView(MadeInParts, QWidget):
         if name not in self._series:
             if not self._series:
                 self.charts.setCurrentWidget(self.plot)
-                show_values(self.plot.getPlotItem(), True)
+                show_values(self.live, True)
             self._series[name] = _Series()
             # Created once per variant; the timer only feeds it new data.
             # One pixel wide: five noisy curves of 700 calls each repainted in 43 ms of the GUI
             # thread with two-pixel (dashed) lines, in 4 ms with these (issue 31).
-            self._curves[name] = self.plot.plot([], [], pen=_pen(name, width=1), name=name)
+            self._curves[name] = self.live.plot([], [], pen=_pen(name, width=1), name=name, **LIVE_CURVE)
             self.legend.addItem(self._curves[name], name)
         self._series[name].append(float(sample.get("iteration", self._series[name].n + 1)),
                                   float(value))
@@ -375,7 +392,9 @@ class CompareView(MadeInParts, QWidget):
         self._spread.setData(x=speeds, y=y, left=np.minimum(half, speeds), right=half,   # in the text's colour
                              pen=pg.mkPen(self.bars.palette().color(QPalette.ColorRole.Text), width=1.5))
         batch = doc.batch.size if doc.batch is not None else None
-        self._speed_plot.setLabel("bottom", f"samples/s, batch of {batch}" if batch else "samples/s")
+        # Where the batch does not fit (1024 wide), the unit alone: the whole in its tooltip.
+        self._speed_plot.setLabel("bottom", f"samples/s, batch of {batch}" if batch else "samples/s",
+                                  short="samples/s")
         self._peak_bars.setOpts(y=y - 0.2, width=[(v.peak_memory_bytes or 0) / mib for v in ok],
                                 brushes=[_brush(n) for n in names], pens=pens)
         self._weight_bars.setOpts(y=y + 0.2, width=[(v.weights_bytes or 0) / mib for v in ok],
@@ -405,21 +424,20 @@ class CompareView(MadeInParts, QWidget):
         return (self._speed_plot, self._memory_plot, self._time_plot)
 
     def _show_time_plot(self, show: bool):
-        layout = self.bars.ci
-        if show and self._time_plot not in layout.items:
-            layout.addItem(self._time_plot, row=0, col=2)
-            restyle(self.bars)  # in the palette, as the plots already there
-        elif not show and self._time_plot in layout.items:
-            layout.removeItem(self._time_plot)
+        if show != self._time_plot.placed:
+            self._time_plot.place(show)
+            if show:
+                restyle(self.bars)  # in the palette, as the plots already there
 
     # -- export -------------------------------------------------------------------------------
     def export_png(self, path) -> list[Path]:
-        """The result bars at `path` and the live plot beside it (`<name>-live.png`)."""
+        """The result bars at `path` and the live plot beside it (`<name>-live.png`), each
+        chart whole: its title, axes and legend."""
         path = Path(path)
         self.finish_drawing()
         live = path.with_name(f"{path.stem}-live{path.suffix or '.png'}")
-        for item, target in ((self.bars.scene(), path), (self.plot.getPlotItem(), live)):
-            exporter = ImageExporter(item)
+        for view, target in ((self.bars, path), (self.plot, live)):
+            exporter = ImageExporter(view.scene())
             # At least EXPORT_WIDTH pixels wide, whatever size the tab has on screen.
             exporter.parameters()["width"] = max(EXPORT_WIDTH, int(exporter.parameters()["width"]))
             exporter.export(str(target))

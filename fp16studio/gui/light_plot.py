@@ -1,12 +1,15 @@
-"""A chart of a view box and its left and bottom axes: what the Drift tab draws with, without
-pyqtgraph's PlotItem.
+"""A chart of a view box and its left and bottom axes, with a title over it where it has one:
+what the Drift and Compare tabs draw with, without pyqtgraph's PlotItem.
 
 A PlotItem makes its "Plot Options" form in its constructor, about 40 widgets (group boxes,
 spin boxes, a list) that the window's style sheet then polishes: 20-35 ms of the GUI thread per
-plot (half the Drift page's making, issue 43's start-up stalls), for a form shown only from a
-context menu. A LightPlot is the view box and axes alone, with the few PlotItem methods the tab
-uses: its axes' titles fitted to their length (axis_titles), curves and lines in the view box,
-log y, x linked to another plot, the view box's own context menu (range, mouse mode, export).
+plot (most of a chart page's making, issue 43's start-up stalls), for a form shown only from a
+context menu. A LightPlot is the view box, axes and title alone, placed in the cells of a
+GraphicsLayout it is given, with the few PlotItem methods the tabs use: its axes' titles fitted
+to their length (axis_titles) and their tick labels kept apart (SpacedAxis), curves and items in
+the view box, a grid, log y, axes linked to another plot, a legend beside the view, the view
+box's own context menu (range, mouse mode, export). A PlotDataItem's own options (clip to view,
+downsampling) are given to `plot` as a PlotItem's `plot` takes them.
 """
 
 from __future__ import annotations
@@ -14,44 +17,91 @@ from __future__ import annotations
 import pyqtgraph as pg
 
 from .axis_titles import FittedTitleAxis
-from .plot_style import MenuOnFirstUse
+from .plot_style import MenuOnFirstUse, SpacedAxis
+
+TITLE_SIZE = "11pt"   # a PlotItem's title's
+
+
+class ChartAxis(FittedTitleAxis, SpacedAxis):
+    """Its title fitted to its length; along a horizontal axis, its tick labels kept apart."""
 
 
 class LightPlot:
-    def __init__(self, layout: pg.GraphicsLayout, row: int):
-        """In `layout`'s rows `row` (the axis and the view box) and `row + 1` (the bottom axis)."""
+    # What a PlotItem forwards to its view box, as it does.
+    _VIEW_METHODS = frozenset({"setRange", "enableAutoRange", "disableAutoRange", "viewRange",
+                               "invertY", "setMouseEnabled"})
+
+    def __init__(self, layout: pg.GraphicsLayout, row: int, col: int = 0, *, title: str = "",
+                 placed: bool = True):
+        """In `layout` from cell (`row`, `col`): the title over the view box's column where
+        there is one, then the left axis and the view box, then the bottom axis, in the rows
+        below; `placed=False` keeps it out of the layout until `place(True)`."""
+        self.layout = layout
         self.vb = MenuOnFirstUse(enableMenu=False)   # its menu made when first opened
-        self._axes = {side: FittedTitleAxis(side) for side in ("left", "bottom")}
+        self._axes = {side: ChartAxis(side) for side in ("left", "bottom")}
         for axis in self._axes.values():
             axis.linkToView(self.vb)
-        layout.addItem(self._axes["left"], row=row, col=0)
-        layout.addItem(self.vb, row=row, col=1)
-        layout.addItem(self._axes["bottom"], row=row + 1, col=1)
+        cells = []
+        self.title = pg.LabelItem(title, size=TITLE_SIZE) if title else None
+        if self.title is not None:
+            cells.append((self.title, row, col + 1))
+            row += 1
+        self.view_row, self.view_col = row, col + 1
+        cells += [(self._axes["left"], row, col), (self.vb, row, col + 1),
+                  (self._axes["bottom"], row + 1, col + 1)]
+        self._cells = cells
         self._log_y = False
+        self.placed = False
+        self.place(placed)
 
-    def getAxis(self, side: str) -> FittedTitleAxis:
+    def place(self, placed: bool):
+        """Put its items in the layout's cells, or take them out (the layout closes up)."""
+        if placed == self.placed:
+            return
+        for item, row, col in self._cells:
+            if placed:
+                self.layout.addItem(item, row=row, col=col)
+            else:
+                self.layout.removeItem(item)
+        self.placed = placed
+
+    def items(self) -> list:
+        """What it draws, title to axes: each a QGraphicsItem of its layout's scene when placed."""
+        return [item for item, _, _ in self._cells]
+
+    def getAxis(self, side: str) -> ChartAxis:
         return self._axes[side]
 
     def setLabel(self, side: str, text: str, short: str = ""):
         """`short`: what the axis says where `text` does not fit (axis_titles)."""
         self._axes[side].setLabel(text, short=short)
 
+    def showGrid(self, x: bool = False, y: bool = False, alpha: float = 0.3):
+        for side, shown in (("bottom", x), ("left", y)):
+            self._axes[side].setGrid(int(alpha * 255) if shown else False)
+
     def setLogMode(self, y: bool):
         """The y axis in powers of ten: curves plot log10 of their values (as a PlotItem's)."""
         self._log_y = y
         self._axes["left"].setLogMode(y)
-        for item in self.vb.addedItems:
-            if isinstance(item, pg.PlotDataItem):
-                item.setLogMode(False, y)
+        for item in self.listDataItems():
+            item.setLogMode(False, y)
 
     def plot(self, *args, **kwargs) -> pg.PlotDataItem:
+        """A curve in the view (PlotDataItem's arguments: data, pen, name, clipToView, ...)."""
         curve = pg.PlotDataItem(*args, **kwargs)
         curve.setLogMode(False, self._log_y)
         self.vb.addItem(curve)
         return curve
 
+    def listDataItems(self) -> list[pg.PlotDataItem]:
+        return [item for item in self.vb.addedItems if isinstance(item, pg.PlotDataItem)]
+
     def addItem(self, item):
         self.vb.addItem(item)
+
+    def removeItem(self, item):
+        self.vb.removeItem(item)
 
     def addLine(self, x=None, y=None, pen=None) -> pg.InfiniteLine:
         """A line across the view at `x` or at `y` (in view coordinates: log10 on a log axis)."""
@@ -59,8 +109,25 @@ class LightPlot:
         self.vb.addItem(line)
         return line
 
+    def legend_beside(self) -> pg.LegendItem:
+        """A legend in the cell right of the view box, not over the curves it names (its
+        entries added with its `addItem(curve, name)`)."""
+        legend = pg.LegendItem()
+        self._cells.append((legend, self.view_row, self.view_col + 1))
+        if self.placed:
+            self.layout.addItem(legend, row=self.view_row, col=self.view_col + 1)
+        return legend
+
     def setXLink(self, other: LightPlot):
         self.vb.setXLink(other.vb)
 
+    def setYLink(self, other: LightPlot):
+        self.vb.setYLink(other.vb)
+
     def setMenuEnabled(self, enabled: bool = True):
         self.vb.setMenuEnabled(enabled)
+
+    def __getattr__(self, name):
+        if name in LightPlot._VIEW_METHODS:
+            return getattr(self.vb, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

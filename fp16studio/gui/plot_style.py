@@ -40,9 +40,10 @@ class _PaletteFollower(QObject):
         restyle(self.parent())
 
 
-def show_values(plot: pg.PlotItem, shown: bool):
-    """Tick values only on a chart that has figures: an empty one is drawn empty (no 0.2 ... 0.8
-    of nothing), the line over it saying what fills it."""
+def show_values(plot, shown: bool):
+    """Tick values only on a chart (`plot`: a LightPlot, anything with `getAxis`) that has
+    figures: an empty one is drawn empty (no 0.2 ... 0.8 of nothing), the line over it saying
+    what fills it."""
     for side in ("left", "bottom"):
         axis = plot.getAxis(side)
         if not hasattr(axis, "values_shown"):   # as the chart was made: a shared axis shows none
@@ -51,16 +52,16 @@ def show_values(plot: pg.PlotItem, shown: bool):
 
 
 def follow_palette(view: pg.GraphicsView):
-    """Draw `view` (a PlotWidget, a GraphicsLayoutWidget) in the palette, now and after every
-    theme switch."""
+    """Draw `view` (a GraphicsLayoutWidget, any pyqtgraph GraphicsView) in the palette, now and
+    after every theme switch."""
     view.setBackground(None)
     follower = _PaletteFollower(view)   # parented: it lives as long as the view, and its timer
     view.installEventFilter(follower)
     restyle(view)
 
 
-def menus_in_parts(*plots: pg.PlotItem):
-    """Give `plots`, made with `enableMenu=False` on a MenuOnFirstUse view box, pyqtgraph's
+def menus_in_parts(*plots):
+    """Give `plots` (LightPlots: a MenuOnFirstUse view box made with `enableMenu=False`) pyqtgraph's
     context menus, in a part of its own of a page made in parts (it yields before): the menus
     themselves are made on first use."""
     yield

@@ -1,5 +1,6 @@
-"""The Drift tab's strip plot on a short screen (issue 43): each axis's title keeps to its axis,
-so the two plots' rotated titles never run into each other; the whole title on hover."""
+"""The chart pages on a small screen (issue 43): each axis's title keeps to its axis, so the
+Drift tab's two rotated titles and the Compare bars' titles never run into each other; the
+whole title on hover."""
 
 from PySide6.QtWidgets import QApplication
 
@@ -60,3 +61,30 @@ def test_with_room_the_titles_are_whole(qtbot):
     for plot in (view.sqnr_plot, view.headroom_plot):
         axis = plot.getAxis("left")
         assert axis.labelText == axis.whole_title and axis.toolTip() == ""
+
+
+def test_the_compare_bars_titles_keep_to_their_axes_with_the_unit_where_the_batch_does_not_fit(qtbot):
+    """The throughput chart's title names the unit and the batch; where that does not fit (the
+    tab at 1024 wide), the unit alone, the whole on hover, never a title cut mid-word nor one
+    running into its neighbour's."""
+    from fp16studio.core.precision.bench import BenchResult
+    from fp16studio.gui.compare import CompareView
+
+    figures = {"ok": True, "samples_per_s": 900.0, "peak_memory_bytes": 2**20, "weights_bytes": 2**19}
+    doc = {"device": "cpu", "batch": {"size": 4},
+           "variants": [dict(figures, name="float32"), dict(figures, name="autocast-bfloat16")]}
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.set_result(BenchResult.from_json(doc))
+    view.finish_drawing()
+    view.show()
+    for width, whole in ((330, False), (1100, True)):
+        view.resize(width, 700)
+        for _ in range(3):
+            QApplication.processEvents()
+        axis = view._speed_plot.getAxis("bottom")
+        assert axis.whole_title == "samples/s, batch of 4"
+        assert axis.labelText == (axis.whole_title if whole else "samples/s"), width
+        assert axis.toolTip() == ("" if whole else axis.whole_title)
+        titles = [plot.getAxis("bottom").label.sceneBoundingRect() for plot in view._result_plots[:2]]
+        assert not titles[0].intersects(titles[1])

@@ -25,7 +25,7 @@ def test_new_samples_in_range_repaint_no_axis(qtbot):
     for i in range(1, 20):
         view.add_sample({"variant": "float32", "iteration": i, "samples_per_s": 400.0 + i})
     qtbot.waitUntil(lambda: not view._timer.isActive(), timeout=2000)
-    plot = view.plot.getPlotItem()
+    plot = view.live
     plot.disableAutoRange()
     plot.setRange(xRange=(0, 100), yRange=(0, 1000), padding=0)
     view.plot.grab()   # the axes drawn once, at this range

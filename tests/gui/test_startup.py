@@ -166,6 +166,29 @@ def test_the_windows_start_up_is_kept_out_of_collections_once_its_pages_are_made
 
 
 @pytest.mark.parametrize("view_class", ["CompareView", "DriftView"])
+def test_a_chart_page_makes_no_plot_item_nor_any_widget_outside_itself(qtbot, view_class):
+    """A pyqtgraph PlotItem makes its "Plot Options" form, some 40 widgets out of any window, in
+    its constructor: 20-35 ms of a chart page's making each (issue 43). The chart pages draw
+    with light_plot.LightPlot: their scenes hold no PlotItem, and making a page makes no form
+    nor menu out of it (Qt's graphics views leave an empty widget or two of their own)."""
+    import importlib
+
+    import pyqtgraph as pg
+    from PySide6.QtWidgets import QApplication, QMenu, QWidget
+
+    module = "compare" if view_class == "CompareView" else "drift_view"
+    cls = getattr(importlib.import_module(f"fp16studio.gui.{module}"), view_class)
+    before = set(QApplication.topLevelWidgets())
+    view = cls()
+    qtbot.addWidget(view)
+    made = set(QApplication.topLevelWidgets()) - before
+    assert view in made
+    assert not [widget for widget in made - {view} if isinstance(widget, QMenu) or widget.findChildren(QWidget)]
+    charts = view.findChildren(pg.GraphicsView)
+    assert charts and not any(isinstance(item, pg.PlotItem) for chart in charts for item in chart.scene().items())
+
+
+@pytest.mark.parametrize("view_class", ["CompareView", "DriftView"])
 def test_a_chart_pages_plots_make_their_context_menus_when_first_opened(qtbot, view_class):
     """A plot's context menu is about 40 widgets, once a part of its page's making each (issues
     31, 43): every plot of a made page has its menu enabled and none made; each is made the first
