@@ -276,6 +276,7 @@ class VerticalScrollArea(QScrollArea):
 
     def setWidget(self, widget):
         widget.setMinimumWidth(1)   # never set the area's width: it is sized to the viewport
+        widget.setAttribute(Qt.WidgetAttribute.WA_StaticContents)
         super().setWidget(widget)
         widget.installEventFilter(self)
         self.fit_widget()
