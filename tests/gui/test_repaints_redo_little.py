@@ -10,7 +10,7 @@ from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from fp16studio.core.diagnostics.tree_index import TreeIndex
-from fp16studio.gui.fit import VerticalScrollArea
+from fp16studio.gui.fit import MeasuredLabel, VerticalScrollArea
 from fp16studio.gui.tree_model import DTYPE, NAME, TensorTreeModel
 from fp16studio.gui.tree_panel import TensorPanel
 
@@ -105,3 +105,30 @@ def test_a_panel_whose_body_grows_repaints_what_moved_not_what_stayed(qtbot):
     qtbot.waitUntil(lambda: body.height() > height)
     qtbot.wait(20)
     assert counter.paints == 0
+
+
+def test_a_wrapped_label_lays_its_text_out_once_per_width(qtbot, monkeypatch):
+    """A layout asks a word-wrapped label's height for its width several times per change (the
+    finding's detail: QLabel lays its rich text out anew each time); the label answers from
+    what it measured until its text or font changes."""
+    measured = counting(monkeypatch, MeasuredLabel, "measure")
+    label = MeasuredLabel("<b>evidence</b> " + "words " * 40, wordWrap=True)
+    qtbot.addWidget(label)
+    height = label.heightForWidth(200)
+    assert label.heightForWidth(200) == height and label.heightForWidth(200) == height
+    assert measured == [(200,)]
+    label.setText("<b>evidence</b> " + "words " * 80)
+    assert label.heightForWidth(200) > height
+    font = label.font()
+    font.setPointSizeF(font.pointSizeF() * 2)
+    label.setFont(font)
+    label.heightForWidth(200)
+    assert measured == [(200,)] * 3
+
+
+def test_the_finding_detail_measures_its_wrapped_labels_once_per_width(qtbot):
+    from fp16studio.gui.findings_panel import FindingDetail
+
+    detail = FindingDetail()
+    qtbot.addWidget(detail)
+    assert all(isinstance(label, MeasuredLabel) for label in (detail.title, detail.evidence, detail.fixes_label))
