@@ -132,3 +132,39 @@ def test_the_finding_detail_measures_its_wrapped_labels_once_per_width(qtbot):
     detail = FindingDetail()
     qtbot.addWidget(detail)
     assert all(isinstance(label, MeasuredLabel) for label in (detail.title, detail.evidence, detail.fixes_label))
+
+
+class BarsAtPaint(QObject):
+    """Whether the tree's sideways scroll bar was shown at each paint of its viewport."""
+
+    def __init__(self, tree):
+        super().__init__(tree)
+        self.tree, self.sideways = tree, []
+        tree.viewport().installEventFilter(self)
+
+    def eventFilter(self, watched, event):
+        if event.type() == QEvent.Type.Paint:
+            self.sideways.append(self.tree.horizontalScrollBar().isVisible())
+        return False
+
+
+def test_rows_that_need_a_vertical_bar_leave_no_sideways_bar_painted_for_a_moment(qtbot, make_tree):
+    """The columns fill the tree's width; rows past its height bring the vertical scroll bar,
+    which takes some of that width: the columns are fitted again and the scroll bars follow in
+    the same event, so the tree is never laid out and painted with a sideways bar that goes
+    again in the next one."""
+    panel = TensorPanel()
+    qtbot.addWidget(panel)
+    panel.resize(700, 330)
+    panel.show()
+    qtbot.waitExposed(panel)
+    tree = make_tree(modules=4)
+    panel.set_tree(tree, TreeIndex(tree))
+    qtbot.wait(50)
+    assert not panel.tree.verticalScrollBar().isVisible()
+    bars = BarsAtPaint(panel.tree)
+    panel.tree.expandAll()
+    qtbot.waitUntil(lambda: panel.tree.verticalScrollBar().isVisible())
+    qtbot.wait(50)
+    assert bars.sideways and not any(bars.sideways)
+    assert not panel.tree.horizontalScrollBar().isVisible()
