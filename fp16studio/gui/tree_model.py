@@ -28,6 +28,9 @@ RIGHT_ALIGNED = (SIZE, ABSMAX)
 # Python, whenever rows are added: fetching a screenful or two at a time keeps an expand or a
 # scroll to the end of a 10 000-row module cheap on the GUI thread.
 CHUNK = 64
+# Cells kept for the next repaint: many screens of rows; a scroll through a 30 000-tensor model
+# starts again rather than holding (and having the garbage collector walk) all of them.
+CELLS_KEPT = 16_384
 COLOUR_BY = ("dtype", "device", "headroom", "drift", "fp8")
 SCALED = ("headroom", "drift", "fp8")   # coloured by a value per module
 
@@ -299,6 +302,8 @@ class TensorTreeModel(QAbstractItemModel):
             item = self._items.get(uid)
             if item is None:
                 return Cell("", None, False)
+            if len(self._cells) >= CELLS_KEPT:
+                self._cells.clear()
             cell = self._cells[uid, column] = Cell(self._text(item, column), self._color(item, column),
                                                    self._bolded(item))
         return cell

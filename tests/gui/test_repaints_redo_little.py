@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from fp16studio.core.diagnostics.tree_index import TreeIndex
 from fp16studio.gui.fit import MeasuredLabel, VerticalScrollArea
+from fp16studio.gui import tree_model
 from fp16studio.gui.tree_model import DTYPE, NAME, TensorTreeModel
 from fp16studio.gui.tree_panel import TensorPanel
 
@@ -168,3 +169,19 @@ def test_rows_that_need_a_vertical_bar_leave_no_sideways_bar_painted_for_a_momen
     qtbot.wait(50)
     assert bars.sideways and not any(bars.sideways)
     assert not panel.tree.horizontalScrollBar().isVisible()
+
+
+def test_the_cells_kept_are_bounded(make_tree, monkeypatch):
+    """A scroll through a large model keeps a few screens of cells, not all of them."""
+    monkeypatch.setattr(tree_model, "CELLS_KEPT", 10)
+    model = TensorTreeModel()
+    model.set_tree(make_tree(wide=40))
+    top = model.index(0, 0)
+    while model.canFetchMore(top):
+        model.fetchMore(top)
+    big = next(model.index(r, 0, top) for r in range(model.rowCount(top)) if model.index(r, 0, top).data() == "big")
+    model.fetchMore(big)
+    for row in range(40):
+        model.cell(model.index(row, NAME, big))
+        assert len(model._cells) <= 10
+    assert model.cell(model.index(39, NAME, big)).text == "p39"
