@@ -306,6 +306,8 @@ class VerticalScrollArea(QScrollArea):
 
     def setWidget(self, widget):
         widget.setMinimumWidth(1)   # never set the area's width: it is sized to the viewport
+        # Its contents stay where they are when it grows or shrinks (fit_widget): the children
+        # that moved repaint, not the whole panel (a note's new height repainted the whole form).
         widget.setAttribute(Qt.WidgetAttribute.WA_StaticContents)
         super().setWidget(widget)
         widget.installEventFilter(self)
