@@ -7,6 +7,7 @@ model (TensorTreeModel.cell), not one per role the default painter asks for.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 from PySide6.QtCore import QModelIndex, QRect, QRectF, QSize, Qt
@@ -24,34 +25,59 @@ CHIP_TEXT_AT = 16   # a chip's text starts past the chip (10 px) and a gap
 
 
 class TensorCellDelegate(QStyledItemDelegate):
-    """`cell_of(index)`: the Cell of a view's index (through the view's proxy)."""
+    """`cell_of(index)`: the Cell of a view's index (through the view's proxy).
+
+    A repaint draws every cell in view, each through Python: what depends only on the view's
+    font, a text and its room (the bold and the badge's fonts, the text as elided) is worked
+    out once and kept, and an empty cell draws nothing past the style's background."""
 
     def __init__(self, cell_of: Callable[[QModelIndex], Cell], parent=None):
         super().__init__(parent)
         self._cell_of = cell_of
+        self._view_font = QFont()
+        self._fonts = _fonts(self._view_font)
+        self._elided: dict[tuple, str] = {}   # (text, room, elide mode, font) -> the text drawn
 
     def paint(self, painter: QPainter, option, index):
         cell = self._cell_of(index)
         if option.state & _STYLED:
             option.widget.style().drawControl(QStyle.ControlElement.CE_ItemViewItem, option, painter,
                                               option.widget)
+        if not cell.text:
+            return   # nothing to write, and so no chip and no badge either
+        if option.font != self._view_font:
+            self._view_font, self._fonts = QFont(option.font), _fonts(option.font)
+            self._elided.clear()
         column = index.column()
-        font = QFont(option.font)
-        font.setBold(cell.bold)
         painter.save()
         # The stylesheet's selection is a pale tint, so selected rows keep the normal text colour.
         painter.setPen(option.palette.color(QPalette.ColorRole.Text))
         if column == DEVICE:
-            _badge(painter, option, font, cell.text)
-        elif cell.color is not None and cell.text:
-            _chip(painter, option, font, cell)
+            font = BADGE + cell.bold
+            painter.setFont(self._fonts[font])
+            width = min(painter.fontMetrics().horizontalAdvance(cell.text) + 12, option.rect.width() - 8)
+            _badge(painter, option, width, cell.text,
+                   self.elided(painter, cell.text, _ELIDE_RIGHT, int(width) - 8, font))
+        elif cell.color is not None:
+            painter.setFont(self._fonts[cell.bold])
+            _chip(painter, option, cell, self.elided(painter, cell.text, _ELIDE_RIGHT,
+                                                     text_rect(cell, option.rect, NAME).width(), cell.bold))
         else:
-            painter.setFont(font)
+            painter.setFont(self._fonts[cell.bold])
             rect = text_rect(cell, option.rect, column)
-            align = Qt.AlignmentFlag.AlignRight if column in RIGHT_ALIGNED else Qt.AlignmentFlag.AlignLeft
-            painter.drawText(rect, align | Qt.AlignmentFlag.AlignVCenter,
-                             painter.fontMetrics().elidedText(cell.text, option.textElideMode, rect.width()))
+            painter.drawText(rect, _RIGHT if column in RIGHT_ALIGNED else _LEFT,
+                             self.elided(painter, cell.text, option.textElideMode, rect.width(), cell.bold))
         painter.restore()
+
+    def elided(self, painter: QPainter, text: str, mode, room: int, font: int) -> str:
+        """`text` as it fits `room` in the painter's font, which is `self._fonts[font]`."""
+        key = (text, room, mode, font)
+        shown = self._elided.get(key)
+        if shown is None:
+            if len(self._elided) >= ELIDED_KEPT:
+                self._elided.clear()
+            shown = self._elided[key] = painter.fontMetrics().elidedText(text, mode, room)
+        return shown
 
     def sizeHint(self, option, index):
         """As wide as the painter needs (cell_width)."""
@@ -60,6 +86,27 @@ class TensorCellDelegate(QStyledItemDelegate):
         font.setBold(cell.bold)
         return QSize(cell_width(cell, index.column(), QFontMetrics(font)),
                      super().sizeHint(option, index).height())
+
+
+ELIDED_KEPT = 4096   # elided texts kept: a few screens of cells at a few column widths
+BADGE = 2   # _fonts' index of the badge's (plain; bold next)
+_LEFT = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+_RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+_ELIDE_RIGHT = Qt.TextElideMode.ElideRight
+
+
+def _fonts(view_font: QFont) -> tuple[QFont, ...]:
+    """The view's font plain and bold (a row a finding names), and the device badge's (a point
+    smaller) plain and bold."""
+    fonts = []
+    for badge in (False, True):
+        for bold in (False, True):
+            font = QFont(view_font)
+            font.setBold(bold)
+            if badge:
+                font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
+            fonts.append(font)
+    return tuple(fonts)
 
 
 def cell_width(cell: Cell, column: int, metrics: QFontMetrics) -> int:
@@ -82,8 +129,9 @@ def text_rect(cell: Cell, rect: QRect, column: int) -> QRect:
     return rect.adjusted(TEXT_MARGIN, 0, -TEXT_MARGIN, 0)
 
 
-def _chip(painter: QPainter, option, font: QFont, cell: Cell):
-    """A rounded chip of the cell's colour, then its text."""
+def _chip(painter: QPainter, option, cell: Cell, text: str):
+    """A rounded chip of the cell's colour, then `text` (the cell's, elided to its room) in the
+    painter's pen and font."""
     rect = option.rect.adjusted(6, 0, -4, 0)
     painter.setRenderHint(QPainter.RenderHint.Antialiasing)
     text_pen = painter.pen()
@@ -91,30 +139,28 @@ def _chip(painter: QPainter, option, font: QFont, cell: Cell):
     painter.setBrush(cell.color)
     painter.drawRoundedRect(QRectF(rect.left(), rect.center().y() - 5, 10, 10), 3, 3)
     rect = text_rect(cell, option.rect, NAME)
-    painter.setPen(text_pen)
-    painter.setFont(font)
-    metrics = painter.fontMetrics()
-    text = metrics.elidedText(cell.text, Qt.TextElideMode.ElideRight, rect.width())
-    if text != cell.text and rect.width() < metrics.horizontalAdvance("xxx…"):
+    if text != cell.text and rect.width() < painter.fontMetrics().horizontalAdvance("xxx…"):
         return   # the chip alone: a letter and an ellipsis would say less (the word is on hover)
+    painter.setPen(text_pen)
     painter.drawText(rect, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
 
 
-def _badge(painter: QPainter, option, font: QFont, text: str):
-    """The device as a small pill: colour by device kind, the name written inside."""
-    if not text:
-        return
+def _badge(painter: QPainter, option, width: int, device: str, text: str):
+    """The device as a small pill `width` wide: colour by device kind, `text` (the device,
+    elided to the pill) inside, in the painter's font."""
     painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-    font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
-    painter.setFont(font)
-    metrics = painter.fontMetrics()
-    width = min(metrics.horizontalAdvance(text) + 12, option.rect.width() - 8)
-    height = metrics.height() + 2
+    height = painter.fontMetrics().height() + 2
     badge = QRectF(option.rect.left() + 6, option.rect.center().y() - height / 2 + 0.5, width, height)
-    color = device_color(text)
+    fill, ink = _badge_colors(device)
     painter.setPen(Qt.PenStyle.NoPen)
-    painter.setBrush(QColor(color))
+    painter.setBrush(fill)
     painter.drawRoundedRect(badge, height / 2, height / 2)
-    painter.setPen(QColor(text_on(color)))
-    painter.drawText(badge, Qt.AlignmentFlag.AlignCenter,
-                     metrics.elidedText(text, Qt.TextElideMode.ElideRight, int(width) - 8))
+    painter.setPen(ink)
+    painter.drawText(badge, Qt.AlignmentFlag.AlignCenter, text)
+
+
+@functools.lru_cache(maxsize=64)
+def _badge_colors(device: str) -> tuple[QColor, QColor]:
+    """A device's pill colour and the text colour that reads on it."""
+    color = device_color(device)
+    return QColor(color), QColor(text_on(color))

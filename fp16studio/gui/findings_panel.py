@@ -22,7 +22,7 @@ from fp16studio.core.present.evidence_words import evidence_rows
 from fp16studio.core.present.vocabulary import severity_counts, steps_summary
 from .code_text import CodeText
 from .shadow_sketch import ShadowSketch
-from .fit import ElidedLabel, VerticalScrollArea, WrappedText, stale_note, whole_cell_tips
+from .fit import ElidedLabel, MeasuredLabel, VerticalScrollArea, WrappedText, stale_note, whole_cell_tips
 from .roles import NODE_ROLE, RAW_ROLE
 from .theme import icon, set_icon
 
@@ -85,11 +85,11 @@ class FindingDetail(QFrame):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("findingDetail")
-        self.title = QLabel(objectName="panelTitle", textFormat=PLAIN, wordWrap=True)
+        self.title = MeasuredLabel(objectName="panelTitle", textFormat=PLAIN, wordWrap=True)
         # The message, the script's lines and the fixes' code break inside a word too (a module
         # path, a line of code) rather than run past the panel's edge.
         self.message = WrappedText("", PLAIN)
-        self.evidence = QLabel(wordWrap=True, textFormat=Qt.TextFormat.RichText,
+        self.evidence = MeasuredLabel(wordWrap=True, textFormat=Qt.TextFormat.RichText,
                                textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
         self.source = CodeText(objectName="sourceExcerpt")
         self.sketch = ShadowSketch()    # a quiet value against its float32 shadow
@@ -105,7 +105,7 @@ class FindingDetail(QFrame):
         layout.addWidget(self.message)
         layout.addWidget(self.sketch)
         layout.addWidget(self.source)
-        self.fixes_label = QLabel("Fixes", objectName="muted", wordWrap=True)
+        self.fixes_label = MeasuredLabel("Fixes", objectName="muted", wordWrap=True)
         layout.addWidget(self.fixes_label)
         layout.addLayout(self.fixes_box)
         layout.addWidget(self.evidence)

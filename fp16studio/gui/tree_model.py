@@ -28,6 +28,9 @@ RIGHT_ALIGNED = (SIZE, ABSMAX)
 # Python, whenever rows are added: fetching a screenful or two at a time keeps an expand or a
 # scroll to the end of a 10 000-row module cheap on the GUI thread.
 CHUNK = 64
+# Cells kept for the next repaint: many screens of rows; a scroll through a 30 000-tensor model
+# starts again rather than holding (and having the garbage collector walk) all of them.
+CELLS_KEPT = 16_384
 COLOUR_BY = ("dtype", "device", "headroom", "drift", "fp8")
 SCALED = ("headroom", "drift", "fp8")   # coloured by a value per module
 
@@ -84,11 +87,16 @@ class TensorTreeModel(QAbstractItemModel):
         self._bold.setBold(True)
         self.colour_by = "dtype"
         self._module_values: dict = {}   # module path -> headroom or drift, rolled up
+        # (row uid, column) -> Cell: a repaint asks for every cell in view, a scroll or a hover
+        # for the same ones again. Emptied by whatever changes what a cell shows (set_tree,
+        # set_highlighted, set_colour_by); a row's uid is never reused.
+        self._cells: dict[tuple[int, int], Cell] = {}
 
     # -- content --------------------------------------------------------------------------------
     def set_tree(self, root, tree_index: TreeIndex | None = None):
         """Show `root`; refresh by diff when a tree is already shown."""
         tree_index = tree_index or (TreeIndex(root) if root is not None else None)
+        self._cells.clear()
         if self._root is None or root is None:
             self.beginResetModel()
             if self._root is not None:
@@ -112,6 +120,7 @@ class TensorTreeModel(QAbstractItemModel):
         paths = set(paths)
         changed = self._highlighted ^ paths
         self._highlighted = paths
+        self._cells.clear()
         for item in list(self._items.values()):
             if any(n.path in changed for n in item.chain) and item.parent is not None:
                 left = self.createIndex(item.row, 0, item.uid)
@@ -123,6 +132,7 @@ class TensorTreeModel(QAbstractItemModel):
         `module_values` (path -> value, rolled up: a collapsed parent shows its children's
         worst); "dtype" leaves it to the Dtype column, as by default."""
         self.colour_by, self._module_values = kind, dict(module_values or {})
+        self._cells.clear()
         for item in list(self._items.values()):
             if item.parent is not None:
                 left = self.createIndex(item.row, 0, item.uid)
@@ -279,20 +289,24 @@ class TensorTreeModel(QAbstractItemModel):
         """All the tree's painter draws of a cell, in one call: through the proxy each role
         asked for is two calls into Python, and a cell's roles one by one took a repaint of
         the tree 9-11 ms of CPU where this takes 5 (issue 31)."""
-        item = self._items.get(index.internalId()) if index.isValid() else None
-        if item is None:
-            return Cell("", None, False)
-        column = index.column()
-        return Cell(self._text(item, column), self._color(item, column), self._bolded(item))
+        return self._cell(index.internalId(), index.column())   # an invalid index's id is 0: no row
 
     def row_cells(self, index: QModelIndex) -> list[Cell]:
         """The cells of `index`'s whole row, in one call (the tree measures its columns so)."""
-        item = self._items.get(index.internalId()) if index.isValid() else None
-        if item is None:
-            return [Cell("", None, False)] * len(COLUMNS)
-        bold = self._bolded(item)
-        return [Cell(self._text(item, column), self._color(item, column), bold)
-                for column in range(len(COLUMNS))]
+        uid = index.internalId()
+        return [self._cell(uid, column) for column in range(len(COLUMNS))]
+
+    def _cell(self, uid: int, column: int) -> Cell:
+        cell = self._cells.get((uid, column))
+        if cell is None:
+            item = self._items.get(uid)
+            if item is None:
+                return Cell("", None, False)
+            if len(self._cells) >= CELLS_KEPT:
+                self._cells.clear()
+            cell = self._cells[uid, column] = Cell(self._text(item, column), self._color(item, column),
+                                                   self._bolded(item))
+        return cell
 
     def _text(self, item: _Item, column: int) -> str:
         return _name(item) if column == NAME else self._display(item.head, column)

@@ -140,9 +140,16 @@ class TensorTreeView(QTreeView):
             for column in foldable:
                 if header.isSectionHidden(column) == (column in shown):
                     header.setSectionHidden(column, column not in shown)
+            resized = False
             for column, size in width.items():
                 if (column == NAME or column in shown) and header.sectionSize(column) != size:
                     header.resizeSection(column, size)
+                    resized = True
+            if resized:
+                # The scroll bars follow the new widths now, not in the view's next event: a
+                # sideways bar shown for the old widths would go again there, the tree laid out
+                # and painted once more each time (the first result's vertical bar did that).
+                self.updateGeometries()
         finally:
             self._fitting = False
 

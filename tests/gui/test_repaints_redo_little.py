@@ -1,0 +1,187 @@
+"""What a repaint does again (issue 43: no stall over 50 ms under load): checked as mechanisms,
+never timed (benchmarks/gui_responsiveness.py measures the stalls). A repaint of the tensor tree
+works out no cell and elides no text it did before, until what the cells show changes; a panel
+whose body grows or shrinks repaints what moved, not what stayed where it was."""
+
+import copy
+
+from PySide6.QtCore import QEvent, QObject
+from PySide6.QtGui import QFontMetrics
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from fp16studio.core.diagnostics.tree_index import TreeIndex
+from fp16studio.gui.fit import MeasuredLabel, VerticalScrollArea
+from fp16studio.gui import tree_model
+from fp16studio.gui.tree_model import DTYPE, NAME, TensorTreeModel
+from fp16studio.gui.tree_panel import TensorPanel
+
+
+def shown_panel(qtbot, tree) -> TensorPanel:
+    panel = TensorPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 400)
+    panel.show()
+    qtbot.waitExposed(panel)
+    panel.set_tree(tree, TreeIndex(tree))
+    panel.tree.expandAll()
+    panel.tree.viewport().grab()   # the first paint: every cell in view worked out
+    return panel
+
+
+def counting(monkeypatch, owner, name) -> list:
+    calls = []
+    original = getattr(owner, name)
+    monkeypatch.setattr(owner, name, lambda *args: (calls.append(args[1:]), original(*args))[1])
+    return calls
+
+
+def test_a_repaint_of_unchanged_cells_works_out_none_of_them_again(qtbot, make_tree, monkeypatch):
+    panel = shown_panel(qtbot, make_tree())
+    worked_out = counting(monkeypatch, TensorTreeModel, "_text")
+    panel.tree.viewport().grab()
+    assert worked_out == []
+
+
+def test_what_changes_a_cell_is_shown_at_the_next_repaint(qtbot, make_tree, monkeypatch):
+    """Each change of what a cell shows (a finding's rows bold, a colour mode, a re-run's
+    figures) is in the cells asked for after it, though the cells before it were kept."""
+    tree = make_tree()
+    panel = shown_panel(qtbot, tree)
+    model = panel.model
+    layer0 = next(model.index(r, 0, model.index(0, 0)) for r in range(model.rowCount(model.index(0, 0)))
+                  if model.index(r, 0, model.index(0, 0)).data() == "layer0")
+    w0 = model.index(0, 0, layer0)
+    w0_dtype = w0.siblingAtColumn(DTYPE)
+    assert not model.cell(w0).bold   # each cell asked (and kept) before the change
+    model.set_highlighted({"layer0.w0"})
+    assert model.cell(w0).bold
+
+    assert model.cell(layer0).color is None
+    model.set_colour_by("headroom", {"layer0": 2.0})
+    assert model.cell(layer0).color is not None
+
+    assert model.cell(w0_dtype).text == "float32"
+    rerun = copy.deepcopy(tree)
+    rerun.children[0].children[0].children[0].dtype = "bfloat16"   # Net > layer0 > w0
+    model.set_tree(rerun, TreeIndex(rerun))
+    assert model.cell(w0_dtype).text == "bfloat16"
+
+
+def test_a_repaint_elides_no_text_it_elided_before(qtbot, make_tree, monkeypatch):
+    panel = shown_panel(qtbot, make_tree())
+    panel.tree.setColumnWidth(NAME, 60)   # names cut: each one elided
+    panel.tree.viewport().grab()
+    elided = counting(monkeypatch, QFontMetrics, "elidedText")
+    panel.tree.viewport().grab()
+    assert elided == []
+
+
+class PaintCounter(QObject):
+    def __init__(self, widget):
+        super().__init__(widget)
+        self.paints = 0
+        widget.installEventFilter(self)
+
+    def eventFilter(self, watched, event):
+        self.paints += event.type() == QEvent.Type.Paint
+        return False
+
+
+def test_a_panel_whose_body_grows_repaints_what_moved_not_what_stayed(qtbot):
+    body = QWidget()
+    layout = QVBoxLayout(body)
+    top, bottom = QLabel("stays where it is"), QLabel("grows\n" * 12)   # taller than the area
+    layout.addWidget(top)
+    layout.addWidget(bottom)
+    layout.addStretch(1)
+    area = VerticalScrollArea(body)
+    qtbot.addWidget(area)
+    area.resize(300, 150)
+    area.show()
+    qtbot.waitExposed(area)
+    qtbot.wait(20)
+    counter = PaintCounter(top)
+    height = body.height()
+    bottom.setText("grows\n" * 24)
+    qtbot.waitUntil(lambda: body.height() > height)
+    qtbot.wait(20)
+    assert counter.paints == 0
+
+
+def test_a_wrapped_label_lays_its_text_out_once_per_width(qtbot, monkeypatch):
+    """A layout asks a word-wrapped label's height for its width several times per change (the
+    finding's detail: QLabel lays its rich text out anew each time); the label answers from
+    what it measured until its text or font changes."""
+    measured = counting(monkeypatch, MeasuredLabel, "measure")
+    label = MeasuredLabel("<b>evidence</b> " + "words " * 40, wordWrap=True)
+    qtbot.addWidget(label)
+    height = label.heightForWidth(200)
+    assert label.heightForWidth(200) == height and label.heightForWidth(200) == height
+    assert measured == [(200,)]
+    label.setText("<b>evidence</b> " + "words " * 80)
+    assert label.heightForWidth(200) > height
+    font = label.font()
+    font.setPointSizeF(font.pointSizeF() * 2)
+    label.setFont(font)
+    label.heightForWidth(200)
+    assert measured == [(200,)] * 3
+
+
+def test_the_finding_detail_measures_its_wrapped_labels_once_per_width(qtbot):
+    from fp16studio.gui.findings_panel import FindingDetail
+
+    detail = FindingDetail()
+    qtbot.addWidget(detail)
+    assert all(isinstance(label, MeasuredLabel) for label in (detail.title, detail.evidence, detail.fixes_label))
+
+
+class BarsAtPaint(QObject):
+    """Whether the tree's sideways scroll bar was shown at each paint of its viewport."""
+
+    def __init__(self, tree):
+        super().__init__(tree)
+        self.tree, self.sideways = tree, []
+        tree.viewport().installEventFilter(self)
+
+    def eventFilter(self, watched, event):
+        if event.type() == QEvent.Type.Paint:
+            self.sideways.append(self.tree.horizontalScrollBar().isVisible())
+        return False
+
+
+def test_rows_that_need_a_vertical_bar_leave_no_sideways_bar_painted_for_a_moment(qtbot, make_tree):
+    """The columns fill the tree's width; rows past its height bring the vertical scroll bar,
+    which takes some of that width: the columns are fitted again and the scroll bars follow in
+    the same event, so the tree is never laid out and painted with a sideways bar that goes
+    again in the next one."""
+    panel = TensorPanel()
+    qtbot.addWidget(panel)
+    panel.resize(700, 330)
+    panel.show()
+    qtbot.waitExposed(panel)
+    tree = make_tree(modules=4)
+    panel.set_tree(tree, TreeIndex(tree))
+    qtbot.wait(50)
+    assert not panel.tree.verticalScrollBar().isVisible()
+    bars = BarsAtPaint(panel.tree)
+    panel.tree.expandAll()
+    qtbot.waitUntil(lambda: panel.tree.verticalScrollBar().isVisible())
+    qtbot.wait(50)
+    assert bars.sideways and not any(bars.sideways)
+    assert not panel.tree.horizontalScrollBar().isVisible()
+
+
+def test_the_cells_kept_are_bounded(make_tree, monkeypatch):
+    """A scroll through a large model keeps a few screens of cells, not all of them."""
+    monkeypatch.setattr(tree_model, "CELLS_KEPT", 10)
+    model = TensorTreeModel()
+    model.set_tree(make_tree(wide=40))
+    top = model.index(0, 0)
+    while model.canFetchMore(top):
+        model.fetchMore(top)
+    big = next(model.index(r, 0, top) for r in range(model.rowCount(top)) if model.index(r, 0, top).data() == "big")
+    model.fetchMore(big)
+    for row in range(40):
+        model.cell(model.index(row, NAME, big))
+        assert len(model._cells) <= 10
+    assert model.cell(model.index(39, NAME, big)).text == "p39"
