@@ -15,6 +15,7 @@ from .fit import ElidedLabel
 from .theme import CHOICES, app_theme, set_icon
 
 
+STAGE_MAX_PX = 200   # the stage's label at its widest: longer words are elided, whole on hover
 CONTINUE_TIP = ("Make the pipeline recovered from the traced script the spec, so Run, fixes, "
                 "Benchmark and Export work on it")
 RUN_TIP = "Load the model and dataset and run one traced forward pass (Ctrl+R)"
@@ -141,10 +142,10 @@ class WindowActions:
         # buttons hides them from its end (into its » menu), and this must stay in view.
         self.stage_label = ElidedLabel("", objectName="stageLabel")
         self.stage_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.stage_label.setMaximumWidth(200)
         self.progress = QProgressBar(fixedWidth=140, textVisible=False)
-        tools.addWidget(self.stage_label)
         # A widget in a toolbar is shown and hidden through its action.
+        self._stage_action = tools.addWidget(self.stage_label)
+        self._stage_action.setVisible(False)
         self._progress_action = tools.addWidget(self.progress)
         tools.addSeparator()
         for group in ([self.act_bench, self.act_drift], [self.act_undo, self.act_redo]):
@@ -205,4 +206,16 @@ class WindowActions:
         self.progress.setRange(0, maximum)
         self.progress.setValue(value)
         self.progress.setUpdatesEnabled(True)
-        self.stage_label.setText(label)
+        self._say_stage(label)
+
+    def _say_stage(self, label: str):
+        """The stage's words, in a label as wide as the longest so far (up to STAGE_MAX_PX),
+        shown while it says something: a label following each text's width laid the whole
+        toolbar out again at every stage; this one is laid out when it widens."""
+        stage = self.stage_label
+        stage.setText(label)
+        wanted = min(STAGE_MAX_PX, stage.sizeHint().width()) if label else 0
+        if wanted > stage.minimumWidth() or not label:
+            # Of a fixed size, new words ask no layout at all (QWidget.updateGeometry).
+            stage.setFixedSize(wanted, stage.sizeHint().height())
+        self._stage_action.setVisible(bool(label))

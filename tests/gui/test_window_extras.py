@@ -162,3 +162,38 @@ def test_stage_progress_is_shown_without_a_synchronous_repaint(qtbot, window):
     window._on_busy(False)
     assert Paints.count == 0
     assert window.progress.value() == 0 and window.stage_label.text() == ""
+
+
+def test_a_new_stage_is_drawn_in_place_not_laid_out(qtbot, window):
+    """While a job runs, a stage's words no longer than the longest so far go into the label
+    as it stands: a label that took each text's width laid the whole toolbar out again at
+    every stage. It widens for longer words, never narrows while the job runs, and takes no
+    room when idle."""
+    from PySide6.QtCore import QEvent, QObject
+
+    class Layouts(QObject):
+        count = 0
+
+        def eventFilter(self, obj, event):
+            if event.type() == QEvent.Type.LayoutRequest:
+                Layouts.count += 1
+            return False
+
+    window.show()
+    qtbot.waitExposed(window)
+    window._on_busy(True)
+    window._on_progress(1, 4, "loading the model")
+    qtbot.waitUntil(window.stage_label.isVisible, timeout=5000)
+    widest = window.stage_label.width()
+    qtbot.wait(50)
+    layouts = Layouts()
+    window.toolbar.installEventFilter(layouts)
+    for step, stage in enumerate(("forward", "ok", "tokens"), start=2):
+        window._on_progress(step, 4, stage)
+        qtbot.wait(20)
+        assert window.stage_label.width() == widest
+    assert Layouts.count == 0
+    window._on_progress(4, 4, "loading the model and the dataset's first rows")
+    assert window.stage_label.minimumWidth() > widest   # widened, at most to its cap
+    window._on_busy(False)
+    qtbot.waitUntil(lambda: not window.stage_label.isVisible(), timeout=5000)
