@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -73,12 +74,14 @@ def _brush(name: str, light: bool = False) -> QBrush:
 
 
 class _Series:
-    """A growing pair of NumPy arrays (capacity doubles), so a sample is an O(1) append."""
+    """A growing pair of NumPy arrays (capacity doubles), so a sample is an O(1) append, and
+    their bounds so far."""
 
     def __init__(self):
         self.x = np.empty(64)
         self.y = np.empty(64)
         self.n = 0
+        self.bounds = [math.inf, -math.inf, math.inf, -math.inf]   # x low, high, y low, high
 
     def append(self, x: float, y: float):
         if self.n == len(self.x):
@@ -86,6 +89,8 @@ class _Series:
             self.y = np.resize(self.y, 2 * self.n)
         self.x[self.n], self.y[self.n] = x, y
         self.n += 1
+        b = self.bounds
+        b[:] = min(b[0], x), max(b[1], x), min(b[2], y), max(b[3], y)
 
 
 # -- the view -----------------------------------------------------------------------------------
@@ -157,6 +162,9 @@ class CompareView(MadeInParts, QWidget):
         self.live = LightPlot(self.plot.ci, row=0, title="Throughput while measuring", placed=False)
         yield
         self.live.place(True)
+        # Its view steps with the samples (LightPlot.grow): pyqtgraph's auto range moved it, and
+        # drew its axes and grid anew, at almost every redraw.
+        self.live.disableAutoRange()
         self.live.setLabel("left", "samples/s")
         self.live.setLabel("bottom", "timed call")
         self.live.showGrid(x=True, y=True, alpha=0.3)
@@ -287,6 +295,7 @@ class CompareView(MadeInParts, QWidget):
             self.legend.removeItem(curve)
         self._curves.clear()
         self._series.clear()
+        self.live.regrow()
         show_values(self.live, False)
         self._dirty.clear()
         self._doc = None
@@ -490,6 +499,9 @@ class CompareView(MadeInParts, QWidget):
             series = self._series[name]
             self._curves[name].setData(series.x[:series.n], series.y[:series.n])
         self._dirty.clear()
+        bounds = [series.bounds for series in self._series.values()]
+        self.live.grow(x=(min(b[0] for b in bounds), max(b[1] for b in bounds)),
+                       y=(min(b[2] for b in bounds), max(b[3] for b in bounds)))
 
     @staticmethod
     def _headline(doc: BenchResult) -> str:
