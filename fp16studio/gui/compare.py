@@ -22,8 +22,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QBrush, QColor, QPalette, QPen
-from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QPushButton, QSplitter, QTabWidget,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QPushButton, QSplitter,
+                               QStackedWidget, QTabWidget, QToolButton, QVBoxLayout, QWidget)
 from pyqtgraph.exporters import ImageExporter
 
 from fp16studio.core.precision.bench import VARIANTS, BenchResult
@@ -93,6 +93,12 @@ class _Series:
         b[:] = min(b[0], x), max(b[1], x), min(b[2], y), max(b[3], y)
 
 
+def _page_of(tabs: QTabWidget) -> QStackedWidget:
+    """Where `tabs` keeps its pages: a page made there is not moved (and restyled whole) when
+    added as a tab."""
+    return tabs.findChild(QStackedWidget, "qt_tabwidget_stackedwidget")
+
+
 # -- the view -----------------------------------------------------------------------------------
 
 class CompareView(MadeInParts, QWidget):
@@ -123,7 +129,7 @@ class CompareView(MadeInParts, QWidget):
         # finished body moved into its scroll area, 10-13 ms).
         body = QWidget()
         layout = QVBoxLayout(body)
-        self.scroller = VerticalScrollArea(body, fit_content=True)
+        self.scroller = VerticalScrollArea(body, fit_content=True, parent=self)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(self.scroller)
@@ -144,8 +150,7 @@ class CompareView(MadeInParts, QWidget):
         split = QSplitter(Qt.Orientation.Vertical)
         split.setChildrenCollapsible(False)
         layout.addWidget(split, 1)
-        self.charts = QTabWidget(documentMode=True)
-        split.addWidget(self.charts)
+        self.charts = QTabWidget(split, documentMode=True)
         buttons = QHBoxLayout()
         layout.addLayout(buttons)
         yield
@@ -155,7 +160,7 @@ class CompareView(MadeInParts, QWidget):
         # layout (which lays the layout out again at each item), a part each. Their context
         # menus are enabled in a part of their own, at the end, and made when first opened
         # (menus_in_parts).
-        self.plot = pg.GraphicsLayoutWidget()
+        self.plot = pg.GraphicsLayoutWidget(_page_of(self.charts))
         self.plot.setObjectName("benchPlot")
         self.charts.addTab(self.plot, "Live throughput")
         yield
@@ -174,10 +179,10 @@ class CompareView(MadeInParts, QWidget):
         # Horizontal bars: the variant names sit on the left axis, one per line, so long names
         # (autocast-bfloat16) never run into each other. Short titles and axis labels: a plot
         # is never narrower than its title, and what they mean is in the key below.
-        self.results = QWidget()
+        self.results = QWidget(_page_of(self.charts))
         results = QVBoxLayout(self.results)
         results.setContentsMargins(0, 0, 0, 0)
-        self.bars = pg.GraphicsLayoutWidget()
+        self.bars = pg.GraphicsLayoutWidget(self.results)
         # As tall as the most variants' bars, as the table is for their rows: a result never
         # changes the page's size hints (issue 31).
         self.bars.setMinimumHeight(BAR_ROW_PX * len(VARIANTS) + 90)
@@ -256,10 +261,8 @@ class CompareView(MadeInParts, QWidget):
         box.addWidget(self.note)
         yield
 
-        self.table = BenchTable()
+        self.table = BenchTable(split)
         self.model = self.table.figures
-        yield
-        split.addWidget(self.table)
         yield
 
         buttons.addWidget(QLabel("Save:"))

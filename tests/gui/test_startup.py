@@ -189,6 +189,43 @@ def test_a_chart_page_makes_no_plot_item_nor_any_widget_outside_itself(qtbot, vi
 
 
 @pytest.mark.parametrize("view_class", ["CompareView", "DriftView"])
+def test_a_chart_page_is_made_top_down_each_widget_in_its_place(qtbot, view_class):
+    """A finished group of widgets moved into another widget (a table, a chart, a splitter
+    with them) is restyled whole under the style sheet: the Drift page's last part, its table
+    and plot moved into a splitter and the page, held the GUI thread 11-19 ms under load (issue
+    43). Made in parts, a chart page makes each widget in its place: none that holds widgets
+    changes its parent (a leaf placed in a layout may; Qt moves its scroll areas' own leaves)."""
+    import importlib
+
+    from PySide6.QtCore import QEvent, QObject
+    from PySide6.QtWidgets import QApplication, QWidget
+
+    from fp16studio.gui.later_pages import all_parts
+
+    class Moves(QObject):
+        def __init__(self):
+            super().__init__()
+            self.groups = []
+
+        def eventFilter(self, watched, event):
+            if (event.type() == QEvent.Type.ParentChange and isinstance(watched, QWidget)
+                    and watched.findChildren(QWidget)):
+                self.groups.append(type(watched).__name__)
+            return False
+
+    module = "compare" if view_class == "CompareView" else "drift_view"
+    cls = getattr(importlib.import_module(f"fp16studio.gui.{module}"), view_class)
+    moves = Moves()
+    QApplication.instance().installEventFilter(moves)
+    try:
+        view = all_parts(cls.in_parts())
+    finally:
+        QApplication.instance().removeEventFilter(moves)
+    qtbot.addWidget(view)
+    assert moves.groups == [], moves.groups
+
+
+@pytest.mark.parametrize("view_class", ["CompareView", "DriftView"])
 def test_a_chart_pages_plots_make_their_context_menus_when_first_opened(qtbot, view_class):
     """A plot's context menu is about 40 widgets, once a part of its page's making each (issues
     31, 43): every plot of a made page has its menu enabled and none made; each is made the first
