@@ -24,7 +24,7 @@ import math
 import pyqtgraph as pg
 
 from .axis_titles import FittedTitleAxis
-from .plot_style import MenuOnFirstUse, SpacedAxis
+from .plot_style import MenuOnFirstUse, OpaqueGridAxis, SpacedAxis
 
 TITLE_SIZE = "11pt"   # a PlotItem's title's
 # The ends a growing view steps to, per decade: each at most 1.67 times the one before, so
@@ -45,8 +45,9 @@ def _stepped(low: float, high: float) -> tuple[float, float]:
     return (-step_up(-low) if low < 0 else 0.0), (step_up(high) if high > 0 else 1.0)
 
 
-class ChartAxis(FittedTitleAxis, SpacedAxis):
-    """Its title fitted to its length; along a horizontal axis, its tick labels kept apart."""
+class ChartAxis(FittedTitleAxis, SpacedAxis, OpaqueGridAxis):
+    """Its title fitted to its length; along a horizontal axis, its tick labels kept apart; its
+    grid opaque, beneath the view."""
 
 
 class LightPlot:
