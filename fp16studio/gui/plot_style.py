@@ -154,16 +154,22 @@ class OpaqueGridAxis(pg.AxisItem):
         if specs is None or self.ground is None:
             return specs
         axis, ticks, texts = specs
-        return axis, [(_over(pen, self.ground), start, end) for pen, start, end in ticks], texts
+        return axis, [(self._opaque(pen), start, end) for pen, start, end in ticks], texts
+
+    def _opaque(self, pen: QPen) -> QPen:
+        """`pen` in the opaque colour its translucent one takes over the ground (a few pens, one
+        per grid level and ground: kept)."""
+        color, ground = pen.color(), self.ground
+        if color.alpha() == 255:
+            return pen
+        key = (color.rgba(), ground.rgba(), pen.widthF(), pen.style())
+        made = _OPAQUE.get(key)
+        if made is None:
+            a = color.alphaF()
+            made = _OPAQUE[key] = QPen(pen)
+            made.setColor(QColor(*(round(a * fore + (1 - a) * back) for fore, back in
+                                   zip(color.getRgb()[:3], ground.getRgb()[:3]))))
+        return made
 
 
-def _over(pen: QPen, ground: QColor) -> QPen:
-    """`pen` in the opaque colour its translucent one takes over `ground`."""
-    color = pen.color()
-    alpha = color.alphaF()
-    if alpha >= 1.0:
-        return pen
-    opaque = QPen(pen)
-    opaque.setColor(QColor.fromRgbF(*(alpha * getattr(color, c)() + (1 - alpha) * getattr(ground, c)()
-                                      for c in ("redF", "greenF", "blueF"))))
-    return opaque
+_OPAQUE: dict[tuple, QPen] = {}   # (colour, ground, width, style): the opaque pen
