@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ from fp16studio.core.precision.bench import VARIANTS, BenchResult
 from fp16studio.core.present.vocabulary import bench_notes, stability, status
 from .bench_table import BenchTable
 from .fit import ElidedLabel, VerticalScrollArea
-from .later_pages import MadeInParts, all_parts
+from .later_pages import MadeInParts, all_parts, tab_pages
 from .light_plot import LightPlot
 from .palette import DTYPE_COLORS, OKABE_ITO
 from .plot_style import follow_palette, menus_in_parts, restyle, show_values
@@ -73,12 +74,14 @@ def _brush(name: str, light: bool = False) -> QBrush:
 
 
 class _Series:
-    """A growing pair of NumPy arrays (capacity doubles), so a sample is an O(1) append."""
+    """A growing pair of NumPy arrays (capacity doubles), so a sample is an O(1) append, and
+    their bounds so far."""
 
     def __init__(self):
         self.x = np.empty(64)
         self.y = np.empty(64)
         self.n = 0
+        self.bounds = [math.inf, -math.inf, math.inf, -math.inf]   # x low, high, y low, high
 
     def append(self, x: float, y: float):
         if self.n == len(self.x):
@@ -86,6 +89,8 @@ class _Series:
             self.y = np.resize(self.y, 2 * self.n)
         self.x[self.n], self.y[self.n] = x, y
         self.n += 1
+        b = self.bounds
+        b[:] = min(b[0], x), max(b[1], x), min(b[2], y), max(b[3], y)
 
 
 # -- the view -----------------------------------------------------------------------------------
@@ -118,7 +123,7 @@ class CompareView(MadeInParts, QWidget):
         # finished body moved into its scroll area, 10-13 ms).
         body = QWidget()
         layout = QVBoxLayout(body)
-        self.scroller = VerticalScrollArea(body, fit_content=True)
+        self.scroller = VerticalScrollArea(body, fit_content=True, parent=self)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(self.scroller)
@@ -139,8 +144,7 @@ class CompareView(MadeInParts, QWidget):
         split = QSplitter(Qt.Orientation.Vertical)
         split.setChildrenCollapsible(False)
         layout.addWidget(split, 1)
-        self.charts = QTabWidget(documentMode=True)
-        split.addWidget(self.charts)
+        self.charts = QTabWidget(split, documentMode=True)
         buttons = QHBoxLayout()
         layout.addLayout(buttons)
         yield
@@ -150,13 +154,16 @@ class CompareView(MadeInParts, QWidget):
         # layout (which lays the layout out again at each item), a part each. Their context
         # menus are enabled in a part of their own, at the end, and made when first opened
         # (menus_in_parts).
-        self.plot = pg.GraphicsLayoutWidget()
+        self.plot = pg.GraphicsLayoutWidget(tab_pages(self.charts))
         self.plot.setObjectName("benchPlot")
         self.charts.addTab(self.plot, "Live throughput")
         yield
         self.live = LightPlot(self.plot.ci, row=0, title="Throughput while measuring", placed=False)
         yield
         self.live.place(True)
+        # Its view steps with the samples (LightPlot.grow): pyqtgraph's auto range moved it, and
+        # drew its axes and grid anew, at almost every redraw.
+        self.live.disableAutoRange()
         self.live.setLabel("left", "samples/s")
         self.live.setLabel("bottom", "timed call")
         self.live.showGrid(x=True, y=True, alpha=0.3)
@@ -166,10 +173,10 @@ class CompareView(MadeInParts, QWidget):
         # Horizontal bars: the variant names sit on the left axis, one per line, so long names
         # (autocast-bfloat16) never run into each other. Short titles and axis labels: a plot
         # is never narrower than its title, and what they mean is in the key below.
-        self.results = QWidget()
+        self.results = QWidget(tab_pages(self.charts))
         results = QVBoxLayout(self.results)
         results.setContentsMargins(0, 0, 0, 0)
-        self.bars = pg.GraphicsLayoutWidget()
+        self.bars = pg.GraphicsLayoutWidget(self.results)
         # As tall as the most variants' bars, as the table is for their rows: a result never
         # changes the page's size hints (issue 31).
         self.bars.setMinimumHeight(BAR_ROW_PX * len(VARIANTS) + 90)
@@ -248,10 +255,8 @@ class CompareView(MadeInParts, QWidget):
         box.addWidget(self.note)
         yield
 
-        self.table = BenchTable()
+        self.table = BenchTable(split)
         self.model = self.table.figures
-        yield
-        split.addWidget(self.table)
         yield
 
         buttons.addWidget(QLabel("Save:"))
@@ -287,6 +292,7 @@ class CompareView(MadeInParts, QWidget):
             self.legend.removeItem(curve)
         self._curves.clear()
         self._series.clear()
+        self.live.regrow()
         show_values(self.live, False)
         self._dirty.clear()
         self._doc = None
@@ -490,6 +496,9 @@ class CompareView(MadeInParts, QWidget):
             series = self._series[name]
             self._curves[name].setData(series.x[:series.n], series.y[:series.n])
         self._dirty.clear()
+        bounds = [series.bounds for series in self._series.values()]
+        self.live.grow(x=(min(b[0] for b in bounds), max(b[1] for b in bounds)),
+                       y=(min(b[2] for b in bounds), max(b[3] for b in bounds)))
 
     @staticmethod
     def _headline(doc: BenchResult) -> str:

@@ -10,20 +10,44 @@ to their length (axis_titles) and their tick labels kept apart (SpacedAxis), cur
 the view box, a grid, log y, axes linked to another plot, a legend beside the view, the view
 box's own context menu (range, mouse mode, export). A PlotDataItem's own options (clip to view,
 downsampling) are given to `plot` as a PlotItem's `plot` takes them.
+
+A chart whose data only grows (the live throughput plot) follows it with `grow`: its view in
+round steps, not pyqtgraph's auto range, which moves the view at almost every new sample and so
+draws the axes and their grid anew at each redraw (their ticks and grid lines, 10-20 ms of the
+GUI thread under load, issue 43).
 """
 
 from __future__ import annotations
 
+import math
+
 import pyqtgraph as pg
 
 from .axis_titles import FittedTitleAxis
-from .plot_style import MenuOnFirstUse, SpacedAxis
+from .plot_style import MenuOnFirstUse, OpaqueGridAxis, SpacedAxis
 
 TITLE_SIZE = "11pt"   # a PlotItem's title's
+# The ends a growing view steps to, per decade: each at most 1.67 times the one before, so
+# the data fills at least 60 % of the view, and a view grows a few steps per tenfold growth.
+STEPS = (1.0, 1.5, 2.0, 3.0, 5.0, 7.5)
+HEADROOM = 1.05   # the largest value stays clear of the view's edge
 
 
-class ChartAxis(FittedTitleAxis, SpacedAxis):
-    """Its title fitted to its length; along a horizontal axis, its tick labels kept apart."""
+def step_up(value: float) -> float:
+    """The least of the round ends (STEPS × 10^k) at or above `value` > 0."""
+    decade = 10.0 ** math.floor(math.log10(value))
+    return next((step * decade for step in STEPS if step * decade >= value), 10 * decade)
+
+
+def _stepped(low: float, high: float) -> tuple[float, float]:
+    """From 0, or the round step below a negative `low`, to the round step above `high`."""
+    low, high = low * HEADROOM, high * HEADROOM
+    return (-step_up(-low) if low < 0 else 0.0), (step_up(high) if high > 0 else 1.0)
+
+
+class ChartAxis(FittedTitleAxis, SpacedAxis, OpaqueGridAxis):
+    """Its title fitted to its length; along a horizontal axis, its tick labels kept apart; its
+    grid opaque, beneath the view."""
 
 
 class LightPlot:
@@ -51,6 +75,8 @@ class LightPlot:
                   (self._axes["bottom"], row + 1, col + 1)]
         self._cells = cells
         self._log_y = False
+        self._grown = None   # the view `grow` set, None before or after `regrow`
+        self.vb.sigRangeChangedManually.connect(self._moved_by_hand)
         self.placed = False
         self.place(placed)
 
@@ -93,6 +119,27 @@ class LightPlot:
         curve.setLogMode(False, self._log_y)
         self.vb.addItem(curve)
         return curve
+
+    def grow(self, x: tuple[float, float], y: tuple[float, float]):
+        """Show the data's bounds `x` and `y` (low, high), a chart whose data only grows: the
+        view from 0 (or a round step below a negative low) to the round step above each high,
+        set anew only when the data passes a step (a few times per tenfold growth), so its axes
+        are drawn anew as seldom, not at each redraw. A view moved by hand stays where it was
+        put until `regrow`."""
+        if self._grown is False:
+            return
+        view = (_stepped(*x), _stepped(*y))
+        if view != self._grown:
+            self._grown = view
+            self.vb.setRange(xRange=view[0], yRange=view[1], padding=0)
+
+    def regrow(self):
+        """No data: the view empty (0 to 1), to be grown again."""
+        self._grown = None
+        self.vb.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
+
+    def _moved_by_hand(self, _axes):
+        self._grown = False
 
     def listDataItems(self) -> list[pg.PlotDataItem]:
         return [item for item in self.vb.addedItems if isinstance(item, pg.PlotDataItem)]

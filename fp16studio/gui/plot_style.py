@@ -15,7 +15,7 @@ import math
 import pyqtgraph as pg
 from pyqtgraph.graphicsItems.ViewBox.ViewBoxMenu import ViewBoxMenu
 from PySide6.QtCore import QEvent, QObject, QTimer
-from PySide6.QtGui import QFontMetricsF, QPalette
+from PySide6.QtGui import QColor, QFontMetricsF, QPalette, QPen
 from PySide6.QtWidgets import QGraphicsItem
 
 _RESTYLE_ON = (QEvent.Type.PaletteChange, QEvent.Type.StyleChange)
@@ -102,6 +102,8 @@ def restyle(view: pg.GraphicsView):
             # pixmap is drawn anew only when the axis changes (range, pens, size: each calls
             # update()).
             item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+            if isinstance(item, OpaqueGridAxis):
+                item.ground = palette.color(QPalette.ColorRole.Window)   # what the view shows through
             item.setPen(muted)
             item.setTextPen(text)
         elif isinstance(item, pg.LegendItem):
@@ -132,3 +134,42 @@ class SpacedAxis(pg.AxisItem):
             spacing *= 2
         # When spread out, labelled ticks only: the finer levels would crowd them again.
         return levels if spacing == levels[0][0] else [(spacing, 0)]
+
+
+class OpaqueGridAxis(pg.AxisItem):
+    """An axis whose grid lines are drawn opaque, in the colour pyqtgraph's translucent ones
+    take over the chart's `ground` (the palette's window colour, set by `restyle`), beneath the
+    view box it is linked to: the same pixels where nothing is drawn, at an eighth of the cost (26
+    translucent lines across the live plot took 4-8 ms of the GUI thread each time its axis was
+    drawn anew, opaque ones 0.5 ms); beneath the curves and bars rather than over them."""
+
+    ground: QColor | None = None
+
+    def linkToView(self, view):
+        super().linkToView(view)
+        self.setZValue(view.zValue() - 1)
+
+    def generateDrawSpecs(self, p):
+        specs = super().generateDrawSpecs(p)
+        if specs is None or self.ground is None:
+            return specs
+        axis, ticks, texts = specs
+        return axis, [(self._opaque(pen), start, end) for pen, start, end in ticks], texts
+
+    def _opaque(self, pen: QPen) -> QPen:
+        """`pen` in the opaque colour its translucent one takes over the ground (a few pens, one
+        per grid level and ground: kept)."""
+        color, ground = pen.color(), self.ground
+        if color.alpha() == 255:
+            return pen
+        key = (color.rgba(), ground.rgba(), pen.widthF(), pen.style())
+        made = _OPAQUE.get(key)
+        if made is None:
+            a = color.alphaF()
+            made = _OPAQUE[key] = QPen(pen)
+            made.setColor(QColor(*(round(a * fore + (1 - a) * back) for fore, back in
+                                   zip(color.getRgb()[:3], ground.getRgb()[:3]))))
+        return made
+
+
+_OPAQUE: dict[tuple, QPen] = {}   # (colour, ground, width, style): the opaque pen

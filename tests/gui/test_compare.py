@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pyqtgraph as pg
 import pytest
 from PySide6.QtCore import Qt
@@ -353,3 +354,45 @@ def test_the_spread_is_drawn_as_whiskers_and_an_unstable_bar_is_marked(view):
     view.clear()
     assert len(view._spread.opts["x"]) == 0
     assert view._speed_plot.getAxis("bottom").labelText == "samples/s"
+
+
+def test_a_growing_live_plot_draws_its_axes_anew_a_few_times_per_tenfold_growth(view):
+    """Each redraw whose new samples moved the view drew both axes and their grid anew (10-20 ms
+    of the GUI thread under load, issue 43): the view now steps, so over 400 samples painted
+    one by one the axes are drawn anew a handful of times, not at each sample; and the view
+    holds every sample."""
+    drawn = []
+    for side in ("left", "bottom"):
+        axis = view.live.getAxis(side)
+        specs = axis.generateDrawSpecs
+        axis.generateDrawSpecs = lambda *a, _specs=specs, _side=side: (drawn.append(_side), _specs(*a))[1]
+    ranges = []
+    view.live.vb.sigRangeChanged.connect(lambda *_: ranges.append(view.live.viewRange()))
+    rng = np.random.default_rng(0)
+    for i in range(1, 401):
+        for name, speed in (("float32", 400.0 + 3 * i), ("float16", 200.0)):
+            view.add_sample({"variant": name, "iteration": i, "latency_ms": 5.0,
+                             "samples_per_s": speed * (1 + 0.05 * rng.standard_normal())})
+        view._redraw()   # the timer's tick
+        view.plot.grab()  # and the paint after it
+    assert len(ranges) <= 20 and len(drawn) <= 2 * 20, (len(ranges), len(drawn))
+    (x0, x1), (y0, y1) = view.live.viewRange()
+    xs, ys = zip(*(item.getData() for item in view.live.listDataItems()))
+    assert x0 <= min(map(min, xs)) and max(map(max, xs)) < x1
+    assert y0 <= min(map(min, ys)) and max(map(max, ys)) < y1
+    view.clear()   # a new benchmark: the view empty, then grown anew from its first samples
+    assert view.live.viewRange() == [[0, 1], [0, 1]]
+    view.add_sample({"variant": "float32", "iteration": 1, "latency_ms": 5.0, "samples_per_s": 40.0})
+    view._redraw()
+    (x0, x1), (y0, y1) = view.live.viewRange()
+    assert x1 <= 1.5 and 40 < y1 <= 50
+
+
+def test_a_live_view_moved_by_hand_stays_where_it_was_put(view):
+    view.add_sample({"variant": "float32", "iteration": 1, "latency_ms": 5.0, "samples_per_s": 40.0})
+    view._redraw()
+    view.live.vb.sigRangeChangedManually.emit([True, True])   # as a drag or the wheel does
+    view.live.setRange(xRange=(0, 0.5), yRange=(10, 20), padding=0)
+    view.add_sample({"variant": "float32", "iteration": 2, "latency_ms": 5.0, "samples_per_s": 4000.0})
+    view._redraw()
+    assert view.live.viewRange() == [[0, 0.5], [10, 20]]

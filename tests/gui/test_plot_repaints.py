@@ -42,3 +42,37 @@ def test_new_samples_in_range_repaint_no_axis(qtbot):
     axes[0].update()
     view.plot.grab()
     assert axes[0].picture is not None and not isinstance(axes[0].picture, _CountedPicture)
+
+
+def test_a_charts_grid_is_drawn_opaque_beneath_its_curves_in_the_colour_it_had(qtbot):
+    """Translucent grid lines across a plot were 4-8 ms of the GUI thread each time its axis was
+    drawn anew (issue 43): a chart's grid lines are opaque, in the colour the translucent ones
+    took over the chart's ground, and beneath its view box, so the curves stay over them."""
+    import pyqtgraph as pg
+    from PySide6.QtGui import QPainter, QPalette, QPicture
+
+    view = CompareView()
+    qtbot.addWidget(view)
+    plot = view.live
+    ground = view.plot.palette().color(QPalette.ColorRole.Window)
+
+    def grid(specs):
+        picture = QPicture()
+        painter = QPainter(picture)
+        _, ticks, _ = specs(painter)
+        painter.end()
+        return [pen.color() for pen, _, _ in ticks]
+
+    for side in ("left", "bottom"):
+        axis = plot.getAxis(side)
+        assert axis.zValue() < plot.vb.zValue()
+        drawn = grid(axis.generateDrawSpecs)
+        translucent = grid(lambda painter: pg.AxisItem.generateDrawSpecs(axis, painter))
+        assert len(drawn) == len(translucent) > 3
+        assert all(color.alpha() == 255 for color in drawn)
+        assert any(color.alpha() < 255 for color in translucent)
+        for got, wanted in zip(drawn, translucent):   # over the ground: the same, to rounding
+            a = wanted.alphaF()
+            for part in ("red", "green", "blue"):
+                blend = a * getattr(wanted, part)() + (1 - a) * getattr(ground, part)()
+                assert abs(getattr(got, part)() - blend) <= 1
