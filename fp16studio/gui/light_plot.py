@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 
 import pyqtgraph as pg
+from PySide6.QtCore import Qt
 
 from .axis_titles import FittedTitleAxis
 from .plot_style import MenuOnFirstUse, OpaqueGridAxis, SpacedAxis
@@ -45,6 +46,17 @@ def _stepped(low: float, high: float) -> tuple[float, float]:
     return (-step_up(-low) if low < 0 else 0.0), (step_up(high) if high > 0 else 1.0)
 
 
+class _LegendBeside(pg.LegendItem):
+    """A legend in a layout's cell: at least as wide as its entries, whose names a narrow
+    layout cut ("floa"), and no taller than them, so a sample stays beside its name rather
+    than spread down the view's height."""
+
+    def updateSize(self):   # pyqtgraph's sets a free legend's geometry; a cell's is the layout's
+        size = self.layout.effectiveSizeHint(Qt.SizeHint.PreferredSize)
+        self.setMinimumWidth(size.width())
+        self.setMaximumHeight(size.height())
+
+
 class ChartAxis(FittedTitleAxis, SpacedAxis, OpaqueGridAxis):
     """Its title fitted to its length; along a horizontal axis, its tick labels kept apart; its
     grid opaque, beneath the view."""
@@ -65,16 +77,17 @@ class LightPlot:
         self._axes = {side: ChartAxis(side) for side in ("left", "bottom")}
         for axis in self._axes.values():
             axis.linkToView(self.vb)
-        cells = []
+        cells = []   # (item, row, column, columns spanned)
         self.title = pg.LabelItem(title, size=TITLE_SIZE) if title else None
         if self.title is not None:
-            cells.append((self.title, row, col + 1))
+            cells.append((self.title, row, col + 1, 1))
             row += 1
         self.view_row, self.view_col = row, col + 1
-        cells += [(self._axes["left"], row, col), (self.vb, row, col + 1),
-                  (self._axes["bottom"], row + 1, col + 1)]
+        cells += [(self._axes["left"], row, col, 1), (self.vb, row, col + 1, 1),
+                  (self._axes["bottom"], row + 1, col + 1, 1)]
         self._cells = cells
         self._log_y = False
+        self.legend = None
         self._grown = None   # the view `grow` set, None before or after `regrow`
         self.vb.sigRangeChangedManually.connect(self._moved_by_hand)
         self.placed = False
@@ -84,16 +97,18 @@ class LightPlot:
         """Put its items in the layout's cells, or take them out (the layout closes up)."""
         if placed == self.placed:
             return
-        for item, row, col in self._cells:
+        for item, row, col, span in self._cells:
             if placed:
-                self.layout.addItem(item, row=row, col=col)
+                self.layout.addItem(item, row=row, col=col, colspan=span)
             else:
                 self.layout.removeItem(item)
+        if placed and self.legend is not None:   # at its cell's top, its own height
+            self.layout.layout.setAlignment(self.legend, Qt.AlignmentFlag.AlignTop)
         self.placed = placed
 
     def items(self) -> list:
         """What it draws, title to axes: each a QGraphicsItem of its layout's scene when placed."""
-        return [item for item, _, _ in self._cells]
+        return [item for item, *_ in self._cells]
 
     def getAxis(self, side: str) -> ChartAxis:
         return self._axes[side]
@@ -158,12 +173,17 @@ class LightPlot:
 
     def legend_beside(self) -> pg.LegendItem:
         """A legend in the cell right of the view box, not over the curves it names (its
-        entries added with its `addItem(curve, name)`)."""
-        legend = pg.LegendItem()
-        self._cells.append((legend, self.view_row, self.view_col + 1))
-        if self.placed:
-            self.layout.addItem(legend, row=self.view_row, col=self.view_col + 1)
-        return legend
+        entries added with its `addItem(curve, name)`); the title then spans both, so the
+        view's column is not held as wide as the title with the legend beside it (the chart
+        then ran past a narrow page's edge, cutting the legend's names)."""
+        placed = self.placed
+        self.place(False)
+        self.legend = _LegendBeside()
+        self._cells = [(item, row, col, 2 if item is self.title else span)
+                       for item, row, col, span in self._cells]
+        self._cells.append((self.legend, self.view_row, self.view_col + 1, 1))
+        self.place(placed)
+        return self.legend
 
     def setXLink(self, other: LightPlot):
         self.vb.setXLink(other.vb)

@@ -396,3 +396,25 @@ def test_a_live_view_moved_by_hand_stays_where_it_was_put(view):
     view.add_sample({"variant": "float32", "iteration": 2, "latency_ms": 5.0, "samples_per_s": 4000.0})
     view._redraw()
     assert view.live.viewRange() == [[0, 0.5], [10, 20]]
+
+
+def test_on_a_narrow_page_the_live_legend_names_each_variant_whole_beside_its_line(view, qtbot):
+    """At 1024x700 the Compare page is about 390 pixels wide: the legend beside the live plot
+    was cut ("floa"), the plot held as wide as its title, and each sample line sat far below
+    its name in a legend stretched to the plot's height."""
+    view.resize(390, 560)
+    view.show()
+    qtbot.waitExposed(view)
+    names = ("float32", "bfloat16", "autocast-float16")
+    for i in range(30):
+        for name in names:
+            view.add_sample({"variant": name, "iteration": i + 1, "samples_per_s": 1000.0 + i})
+    view._redraw()
+    qtbot.wait(50)
+    visible = view.plot.mapToScene(view.plot.viewport().rect()).boundingRect()
+    for (sample, label), name in zip(view.legend.items, names):
+        assert label.text == name
+        shown = label.mapRectToScene(label.itemRect())
+        assert visible.contains(shown), (name, shown, visible)   # the whole name in view
+        line = sample.mapRectToScene(sample.boundingRect())
+        assert abs(line.center().y() - shown.center().y()) < shown.height() / 2   # beside it
