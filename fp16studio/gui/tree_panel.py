@@ -390,6 +390,8 @@ class TensorPanel(QWidget):
     def _reset_choices(self, dtypes, devices):
         for combo, everything, values in ((self.dtype_filter, "All dtypes", dtypes),
                                           (self.device_filter, "All devices", devices)):
+            if [combo.itemData(i) for i in range(combo.count())] == ["", *sorted(values)]:
+                continue   # the same choices (a re-run): the chooser and the bar not redone and repainted
             current = combo.currentData()
             combo.blockSignals(True)
             combo.clear()

@@ -209,3 +209,18 @@ def test_columns_fitted_to_a_new_result_are_painted_once(qtbot, make_tree):
     qtbot.waitUntil(lambda: panel.tree.verticalScrollBar().isVisible() and paints.paints > 0)
     qtbot.wait(50)
     assert paints.paints == 1
+
+
+def test_a_result_with_the_same_dtypes_and_devices_leaves_their_choosers_as_they_were(qtbot, make_tree):
+    """A re-run (the fix applied, Run again) lists the dtypes and devices the last run listed:
+    their choosers are not emptied and filled again, and so not repainted."""
+    tree = make_tree()
+    panel = shown_panel(qtbot, tree)
+    panel.dtype_filter.setCurrentIndex(panel.dtype_filter.findData("float16"))
+    qtbot.wait(20)
+    paints = [PaintCounter(panel.dtype_filter), PaintCounter(panel.device_filter)]
+    rerun = copy.deepcopy(tree)
+    panel.set_tree(rerun, TreeIndex(rerun))
+    qtbot.wait(50)
+    assert [counter.paints for counter in paints] == [0, 0]
+    assert panel.dtype_filter.currentData() == "float16"
