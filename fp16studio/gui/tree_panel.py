@@ -7,7 +7,7 @@ wrap, and the tree scrolls sideways."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QItemSelectionModel, QPoint, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QItemSelectionModel, QPoint, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QGridLayout, QHBoxLayout, QHeaderView,
                                QLabel, QLineEdit, QMenu, QTreeView, QVBoxLayout, QWidget)
@@ -69,16 +69,32 @@ class TensorTreeView(QTreeView):
         self.chosen_columns: set[int] = set()   # shown or hidden by the user: never folded
         self.sized_columns: set[int] = set()    # widened or narrowed by the user: kept so
         self._fitting = False
-        # Rows fetched or shown change what the columns hold: measured once per event.
+        # Rows fetched or shown change what the columns hold: measured once per change, before
+        # the window's next paint (its UpdateRequest, watched while a fit is due), so that the
+        # paint showing the rows shows them in their columns; in the next event where no
+        # paint comes (a hidden tab). A timer alone fires after the paint: the tree drawn with
+        # the old widths, then again.
         self._refit = QTimer(self, singleShot=True, interval=0, timeout=self.fit_columns)
-        self.expanded.connect(lambda _index: self._refit.start())
+        self._painted_by = None   # the window watched for its paint while a fit is due
+        self.expanded.connect(lambda _index: self._refit_soon())
         self.header().sectionResized.connect(self._sized)
 
     def setModel(self, model):
         super().setModel(model)
         # dataChanged: a finding's rows turn bold, a colour mode adds chips beside the names.
         for signal in (model.modelReset, model.layoutChanged, model.rowsInserted, model.dataChanged):
-            signal.connect(lambda *_: self._refit.start())
+            signal.connect(lambda *_: self._refit_soon())
+
+    def _refit_soon(self):
+        self._refit.start()
+        if self._painted_by is None:
+            self._painted_by = self.window()
+            self._painted_by.installEventFilter(self)
+
+    def eventFilter(self, watched, event):
+        if watched is self._painted_by and event.type() == QEvent.Type.UpdateRequest:
+            self.fit_columns()
+        return super().eventFilter(watched, event)
 
     def _sized(self, column: int, _old: int, _new: int):
         if not self._fitting:   # the user dragged a column's edge
@@ -116,6 +132,10 @@ class TensorTreeView(QTreeView):
         """Size the columns to their contents within the viewport's width (module docstring)."""
         if self._fitting or self.model() is None:
             return
+        self._refit.stop()
+        if self._painted_by is not None:
+            self._painted_by.removeEventFilter(self)
+            self._painted_by = None
         self._fitting = True
         try:
             header = self.header()
@@ -137,19 +157,28 @@ class TensorTreeView(QTreeView):
             if SHAPE in shown and SHAPE not in self.sized_columns:   # whole while Name keeps its least
                 width[SHAPE] = min(width[SHAPE], max(SHAPE_LEAST_PX, left - NAME_MIN_PX))
             width[NAME] = max(NAME_MIN_PX, left - (width[SHAPE] if SHAPE in shown else 0))
-            for column in foldable:
-                if header.isSectionHidden(column) == (column in shown):
-                    header.setSectionHidden(column, column not in shown)
-            resized = False
-            for column, size in width.items():
-                if (column == NAME or column in shown) and header.sectionSize(column) != size:
-                    header.resizeSection(column, size)
-                    resized = True
+            # The header's signals held: QTreeView answers a section's resize with a repaint of
+            # the columns from it rightwards an event later, after the paint this fitting is
+            # for has drawn them (the whole tree painted twice per result); the one repaint
+            # is asked for below, in this event.
+            resized, blocked = False, header.blockSignals(True)
+            try:
+                for column in foldable:
+                    if header.isSectionHidden(column) == (column in shown):
+                        header.setSectionHidden(column, column not in shown)
+                        resized = True
+                for column, size in width.items():
+                    if (column == NAME or column in shown) and header.sectionSize(column) != size:
+                        header.resizeSection(column, size)
+                        resized = True
+            finally:
+                header.blockSignals(blocked)
             if resized:
                 # The scroll bars follow the new widths now, not in the view's next event: a
                 # sideways bar shown for the old widths would go again there, the tree laid out
                 # and painted once more each time (the first result's vertical bar did that).
                 self.updateGeometries()
+                self.viewport().update()
         finally:
             self._fitting = False
 
@@ -361,6 +390,8 @@ class TensorPanel(QWidget):
     def _reset_choices(self, dtypes, devices):
         for combo, everything, values in ((self.dtype_filter, "All dtypes", dtypes),
                                           (self.device_filter, "All devices", devices)):
+            if [combo.itemData(i) for i in range(combo.count())] == ["", *sorted(values)]:
+                continue   # the same choices (a re-run): the chooser and the bar not redone and repainted
             current = combo.currentData()
             combo.blockSignals(True)
             combo.clear()

@@ -185,3 +185,42 @@ def test_the_cells_kept_are_bounded(make_tree, monkeypatch):
         model.cell(model.index(row, NAME, big))
         assert len(model._cells) <= 10
     assert model.cell(model.index(39, NAME, big)).text == "p39"
+
+
+def test_columns_fitted_to_a_new_result_are_painted_once(qtbot, make_tree):
+    """A result, or rows that bring the vertical scroll bar, change what the columns hold: they
+    are fitted before the paint that shows the rows, and that paint is the only one. (QTreeView
+    repaints a resized column again an event after the resize, by then already painted: the
+    whole tree, the widest part of the window's repaint, drawn twice per result.)"""
+    panel = TensorPanel()
+    qtbot.addWidget(panel)
+    panel.resize(700, 330)
+    panel.show()
+    qtbot.waitExposed(panel)
+    qtbot.wait(20)
+    paints = PaintCounter(panel.tree.viewport())
+    tree = make_tree(modules=4)
+    panel.set_tree(tree, TreeIndex(tree))
+    qtbot.waitUntil(lambda: paints.paints > 0)
+    qtbot.wait(50)
+    assert paints.paints == 1
+    paints.paints = 0
+    panel.tree.expandAll()   # rows past the tree's height: the vertical bar takes some width
+    qtbot.waitUntil(lambda: panel.tree.verticalScrollBar().isVisible() and paints.paints > 0)
+    qtbot.wait(50)
+    assert paints.paints == 1
+
+
+def test_a_result_with_the_same_dtypes_and_devices_leaves_their_choosers_as_they_were(qtbot, make_tree):
+    """A re-run (the fix applied, Run again) lists the dtypes and devices the last run listed:
+    their choosers are not emptied and filled again, and so not repainted."""
+    tree = make_tree()
+    panel = shown_panel(qtbot, tree)
+    panel.dtype_filter.setCurrentIndex(panel.dtype_filter.findData("float16"))
+    qtbot.wait(20)
+    paints = [PaintCounter(panel.dtype_filter), PaintCounter(panel.device_filter)]
+    rerun = copy.deepcopy(tree)
+    panel.set_tree(rerun, TreeIndex(rerun))
+    qtbot.wait(50)
+    assert [counter.paints for counter in paints] == [0, 0]
+    assert panel.dtype_filter.currentData() == "float16"
