@@ -287,6 +287,7 @@ class CompareView(MadeInParts, QWidget):
         """All of `clear` but the bars: no samples, figures or words of a run."""
         self._timer.stop()
         self._turns.drop()
+        self.bars.setUpdatesEnabled(True)   # were its charts' paint among the turns dropped
         for curve in self._curves.values():
             self.live.removeItem(curve)
             self.legend.removeItem(curve)
@@ -344,7 +345,7 @@ class CompareView(MadeInParts, QWidget):
         self.model.set_doc(doc)
         for button in self._export_buttons:
             button.setEnabled(True)
-        self._turns.start(self._draw_bars, self._show_results)
+        self._turns.start(self._draw_bars, self._show_results, self._paint_charts)
 
     def finish_drawing(self):
         """What is left of the result shown now (before an export reads the bars)."""
@@ -425,8 +426,14 @@ class CompareView(MadeInParts, QWidget):
         # axis (issue 43). So the words, which change the page's layout and with it the charts'
         # size, are set in the same event as the page is shown, and laid out with it before it
         # is painted; set while the live plot was shown, they also repainted its curves (15 ms).
+        # The charts themselves are painted in the next event: the page's first paint (its
+        # labels, table, buttons) and theirs were together the heaviest event of a result.
         self._say_result()
+        self.bars.setUpdatesEnabled(False)
         self.charts.setCurrentWidget(self.results)
+
+    def _paint_charts(self):
+        self.bars.setUpdatesEnabled(True)
 
     @property
     def _result_plots(self):

@@ -91,9 +91,9 @@ def test_a_results_arrival_draws_each_charts_axes_once(qtbot):
     computation), and a result's arrival drew each of the four three and four times: when its
     page was shown empty, after the verdict above relaid the page out, when the bars were set,
     and after the first drawing learned how wide the variants' names are (issue 43). Now the
-    bars are set while their page is hidden, the words set with its showing, and an axis given
-    its names is as wide as them before it is drawn: once each, for a first result and for one
-    whose names are wider."""
+    bars are set while their page is hidden, the words set with its showing, the charts painted
+    an event after the page, and an axis given its names is as wide as them before it is drawn:
+    once each, for a first result and for one whose names are wider."""
     from fp16studio.core.precision.bench import BenchResult
 
     from tests.gui.test_compare import DOC
@@ -131,3 +131,9 @@ def test_a_results_arrival_draws_each_charts_axes_once(qtbot):
         names = [text for _, text in view._speed_plot.getAxis("left")._tickLevels[0]]
         assert texts[("Throughput", "left")] == names   # every name, in the one drawing
     assert "autocast-bfloat16 (noisy)" in names
+    # The page is painted an event before its charts: a new benchmark between the two leaves
+    # them painted still.
+    view.set_result(BenchResult.from_json(DOC))
+    qtbot.waitUntil(lambda: view.charts.currentWidget() is view.results and not view.bars.updatesEnabled())
+    view.clear()
+    assert view.bars.updatesEnabled()
