@@ -110,8 +110,8 @@ class CompareView(MadeInParts, QWidget):
         self._timer.setInterval(REDRAW_MS)
         self._timer.timeout.connect(self._redraw)
         # A result is shown in turns, an event each: the table, then the bars on their hidden
-        # page, then the words over it and the page. All in one event held the window 97-113 ms
-        # under load (docs/benchmarks.md).
+        # page, then the words over it and the page, then the page's charts painted. All in one
+        # event held the window 97-113 ms under load (docs/benchmarks.md).
         self._turns = Turns(self)
         if not begun:
             all_parts(self._make())
@@ -339,7 +339,8 @@ class CompareView(MadeInParts, QWidget):
     def set_result(self, doc: BenchResult):
         """Show a finished bench result (CONTRACT §3 `bench --json`): the table now, the bars
         on the result charts' hidden page an event later, the summary and note over them and
-        that page in the next (`finish_drawing` for them at once)."""
+        that page in the next, its charts painted in the one after (`finish_drawing` for them
+        at once)."""
         self._redraw()
         self._doc = doc
         self.model.set_doc(doc)
