@@ -109,9 +109,9 @@ class CompareView(MadeInParts, QWidget):
         self._timer = QTimer(self)
         self._timer.setInterval(REDRAW_MS)
         self._timer.timeout.connect(self._redraw)
-        # A result is shown in turns, an event each: the table, then the words over it (which
-        # relayout the page), then the bars. All in one event held the window 97-113 ms under
-        # load (docs/benchmarks.md).
+        # A result is shown in turns, an event each: the table, then the bars on their hidden
+        # page, then the words over it and the page, then the page's charts painted. All in one
+        # event held the window 97-113 ms under load (docs/benchmarks.md).
         self._turns = Turns(self)
         if not begun:
             all_parts(self._make())
@@ -287,6 +287,7 @@ class CompareView(MadeInParts, QWidget):
         """All of `clear` but the bars: no samples, figures or words of a run."""
         self._timer.stop()
         self._turns.drop()
+        self.bars.setUpdatesEnabled(True)   # were its charts' paint among the turns dropped
         for curve in self._curves.values():
             self.live.removeItem(curve)
             self.legend.removeItem(curve)
@@ -336,15 +337,16 @@ class CompareView(MadeInParts, QWidget):
             self._timer.start()
 
     def set_result(self, doc: BenchResult):
-        """Show a finished bench result (CONTRACT §3 `bench --json`): the table now, the
-        result charts' page an event later, the summary and note over them in the next, their
-        bars in the one after (`finish_drawing` for them at once)."""
+        """Show a finished bench result (CONTRACT §3 `bench --json`): the table now, the bars
+        on the result charts' hidden page an event later, the summary and note over them and
+        that page in the next, its charts painted in the one after (`finish_drawing` for them
+        at once)."""
         self._redraw()
         self._doc = doc
         self.model.set_doc(doc)
         for button in self._export_buttons:
             button.setEnabled(True)
-        self._turns.start(self._show_results, self._say_result, self._draw_bars)
+        self._turns.start(self._draw_bars, self._show_results, self._paint_charts)
 
     def finish_drawing(self):
         """What is left of the result shown now (before an export reads the bars)."""
@@ -420,10 +422,19 @@ class CompareView(MadeInParts, QWidget):
             show_values(item, True)
 
     def _show_results(self):
-        # Shown first: the words over the charts change the page's layout, which with the live
-        # plot still shown repainted its curves (15 ms); and before the bars are set, so the
-        # page's 200 show and layout events and the bars' paint are two waits, not one (issue 31).
+        # The charts drawn once, at their size, with their bars (set in the turn before, while
+        # their page was hidden): each drawing of a chart's axes is 2-3 ms of the GUI thread an
+        # axis (issue 43). So the words, which change the page's layout and with it the charts'
+        # size, are set in the same event as the page is shown, and laid out with it before it
+        # is painted; set while the live plot was shown, they also repainted its curves (15 ms).
+        # The charts themselves are painted in the next event: the page's first paint (its
+        # labels, table, buttons) and theirs were together the heaviest event of a result.
+        self._say_result()
+        self.bars.setUpdatesEnabled(False)
         self.charts.setCurrentWidget(self.results)
+
+    def _paint_charts(self):
+        self.bars.setUpdatesEnabled(True)
 
     @property
     def _result_plots(self):

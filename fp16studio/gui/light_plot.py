@@ -25,7 +25,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 
 from .axis_titles import FittedTitleAxis
-from .plot_style import MenuOnFirstUse, OpaqueGridAxis, SpacedAxis
+from .plot_style import LabelSizedAxis, MenuOnFirstUse, OpaqueGridAxis, SpacedAxis
 
 TITLE_SIZE = "11pt"   # a PlotItem's title's
 # The ends a growing view steps to, per decade: each at most 1.67 times the one before, so
@@ -57,9 +57,9 @@ class _LegendBeside(pg.LegendItem):
         self.setMaximumHeight(size.height())
 
 
-class ChartAxis(FittedTitleAxis, SpacedAxis, OpaqueGridAxis):
-    """Its title fitted to its length; along a horizontal axis, its tick labels kept apart; its
-    grid opaque, beneath the view."""
+class ChartAxis(FittedTitleAxis, SpacedAxis, LabelSizedAxis, OpaqueGridAxis):
+    """Its title fitted to its length; along a horizontal axis, its tick labels kept apart; as
+    wide as the labels it is given before it is drawn; its grid opaque, beneath the view."""
 
 
 class LightPlot:

@@ -14,8 +14,8 @@ import math
 
 import pyqtgraph as pg
 from pyqtgraph.graphicsItems.ViewBox.ViewBoxMenu import ViewBoxMenu
-from PySide6.QtCore import QEvent, QObject, QTimer
-from PySide6.QtGui import QColor, QFontMetricsF, QPalette, QPen
+from PySide6.QtCore import QEvent, QObject, QRectF, Qt, QTimer
+from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPalette, QPen, QPicture
 from PySide6.QtWidgets import QGraphicsItem
 
 _RESTYLE_ON = (QEvent.Type.PaletteChange, QEvent.Type.StyleChange)
@@ -134,6 +134,36 @@ class SpacedAxis(pg.AxisItem):
             spacing *= 2
         # When spread out, labelled ticks only: the finer levels would crowd them again.
         return levels if spacing == levels[0][0] else [(spacing, 0)]
+
+
+class LabelSizedAxis(pg.AxisItem):
+    """An axis given its tick labels (`setTicks`) takes the room they need at once. pyqtgraph
+    learns their size while drawing the axis, then resizes it, which draws it again, with the
+    plots beside it (a vertical axis's names: each chart's four axes drawn twice when a result
+    arrived, 2-3 ms an axis of the GUI thread, issue 43); and that first drawing left out the
+    labels wider than the room it had."""
+
+    def setTicks(self, ticks):
+        super().setTicks(ticks)
+        labels = [text for level in (ticks or ())[:self.style["maxTextLevel"] + 1] for _, text in level]
+        if labels:
+            self._updateMaxTextSize(self._labels_extent(labels))
+
+    def _labels_extent(self, labels: list[str]) -> float:
+        """The labels' extent across the axis, measured as its drawing measures them (a painter
+        on a picture, in the tick font; the height taken at 0.8, as pyqtgraph does)."""
+        picture = QPicture()
+        painter = QPainter(picture)
+        try:
+            if self.style["tickFont"]:
+                painter.setFont(self.style["tickFont"])
+            rects = [painter.boundingRect(QRectF(0, 0, 100, 100), Qt.AlignmentFlag.AlignCenter, text)
+                     for text in labels]
+        finally:
+            painter.end()
+        if self.orientation in ("left", "right"):
+            return max(rect.width() for rect in rects)
+        return max(rect.height() * 0.8 for rect in rects)
 
 
 class OpaqueGridAxis(pg.AxisItem):

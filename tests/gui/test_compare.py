@@ -93,6 +93,7 @@ def test_result_fills_bars_table_and_says_cpu_gives_no_speed_up(view, qtbot, qtm
     view.set_result(BenchResult.from_json(DOC))
     assert len(view._speed_bars.opts["width"]) == 0     # the bars come an event after the table
     qtbot.waitUntil(lambda: len(view._speed_bars.opts["width"]) == 2)
+    qtbot.waitUntil(lambda: view.charts.currentWidget() is view.results)   # then words and page
     qtmodeltester.check(view.model)
     assert view.model.rowCount() == 3
     assert _cell(view, 0, "Variant") == "float32" and _cell(view, 0, "Samples/s") == "400.0"
