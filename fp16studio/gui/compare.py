@@ -22,15 +22,15 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QBrush, QColor, QPalette, QPen
-from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QPushButton, QSplitter, QTabWidget,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QPushButton, QSplitter,
+                               QStackedWidget, QTabWidget, QToolButton, QVBoxLayout, QWidget)
 from pyqtgraph.exporters import ImageExporter
 
 from fp16studio.core.precision.bench import VARIANTS, BenchResult
 from fp16studio.core.present.vocabulary import bench_notes, stability, status
 from .bench_table import BenchTable
 from .fit import ElidedLabel, VerticalScrollArea
-from .later_pages import MadeInParts, all_parts, tab_pages
+from .later_pages import MadeInParts, all_parts
 from .light_plot import LightPlot
 from .palette import DTYPE_COLORS, OKABE_ITO
 from .plot_style import follow_palette, menus_in_parts, restyle, show_values
@@ -91,6 +91,12 @@ class _Series:
         self.n += 1
         b = self.bounds
         b[:] = min(b[0], x), max(b[1], x), min(b[2], y), max(b[3], y)
+
+
+def _page_of(tabs: QTabWidget) -> QStackedWidget:
+    """Where `tabs` keeps its pages: a page made there is not moved (and restyled whole) when
+    added as a tab."""
+    return tabs.findChild(QStackedWidget, "qt_tabwidget_stackedwidget")
 
 
 # -- the view -----------------------------------------------------------------------------------
@@ -154,7 +160,7 @@ class CompareView(MadeInParts, QWidget):
         # layout (which lays the layout out again at each item), a part each. Their context
         # menus are enabled in a part of their own, at the end, and made when first opened
         # (menus_in_parts).
-        self.plot = pg.GraphicsLayoutWidget(tab_pages(self.charts))
+        self.plot = pg.GraphicsLayoutWidget(_page_of(self.charts))
         self.plot.setObjectName("benchPlot")
         self.charts.addTab(self.plot, "Live throughput")
         yield
@@ -173,7 +179,7 @@ class CompareView(MadeInParts, QWidget):
         # Horizontal bars: the variant names sit on the left axis, one per line, so long names
         # (autocast-bfloat16) never run into each other. Short titles and axis labels: a plot
         # is never narrower than its title, and what they mean is in the key below.
-        self.results = QWidget(tab_pages(self.charts))
+        self.results = QWidget(_page_of(self.charts))
         results = QVBoxLayout(self.results)
         results.setContentsMargins(0, 0, 0, 0)
         self.bars = pg.GraphicsLayoutWidget(self.results)

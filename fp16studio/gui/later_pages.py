@@ -15,24 +15,14 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
-from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QStackedWidget, QTabWidget, QWidget
+from PySide6.QtWidgets import QTabWidget, QWidget
 
 from .long_lived import keep_lasting_out_of_collections
 
 IDLE_CHECK_MS = 50   # how often the window looks whether the pages' modules are imported
-
-
-_home: list[QWidget | None] = [None]   # where the page being made is made: its tabs' stack
-
-
-def tab_pages(tabs: QTabWidget) -> QStackedWidget:
-    """Where `tabs` keeps its pages: a widget made there is not moved into another widget (and
-    so not restyled whole under the style sheet) when it becomes a tab's page."""
-    return tabs.findChild(QStackedWidget, "qt_tabwidget_stackedwidget")
 
 
 def all_parts(parts):
@@ -53,7 +43,7 @@ class MadeInParts:
     def in_parts(cls):
         """The view made a part per step: a generator that returns it (the window spreads the
         parts over events). It holds the view; the view never holds it."""
-        view = cls(_home[0], begun=True)   # in its tabs' stack when LaterPages makes it
+        view = cls(begun=True)
         yield from view._make()
         return view
 
@@ -79,8 +69,7 @@ class LaterPages:
         if name not in self._made:
             page = self._whole.pop(name, None)
             if page is None:
-                with self._at_home():
-                    page = all_parts(self._begun.pop(name, None) or self._waiting[name][1]())
+                page = all_parts(self._begun.pop(name, None) or self._waiting[name][1]())
             stand_in, _ = self._waiting.pop(name)
             self._made[name] = page
             index = self._tabs.indexOf(stand_in)
@@ -114,25 +103,13 @@ class LaterPages:
             if parts is None:
                 parts = self._begun[name] = self._waiting[name][1]()
             try:
-                with self._at_home():
-                    next(parts)
+                next(parts)
             except StopIteration as made:
                 del self._begun[name]
                 self._whole[name] = made.value
 
         timer.timeout.connect(next_part)
         timer.start()
-
-    @contextmanager
-    def _at_home(self):
-        """A page made in parts (MadeInParts) is made in the tabs' stack, where it stays as its
-        tab's page: a finished page moved into its tab was restyled whole, 6-15 ms of the GUI
-        thread under load (issue 43)."""
-        _home[0] = tab_pages(self._tabs)
-        try:
-            yield
-        finally:
-            _home[0] = None
 
     def made(self, name: str) -> QWidget | None:
         """The page if it was made: what a page not made yet would be told, it does not need."""

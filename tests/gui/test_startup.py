@@ -5,8 +5,6 @@ import subprocess
 import sys
 
 import pytest
-from PySide6.QtCore import QEvent, QObject
-from PySide6.QtWidgets import QApplication, QTabWidget, QWidget
 
 from fp16studio.gui import MainWindow
 from window_steps import RUN_TIMEOUT_MS
@@ -190,61 +188,40 @@ def test_a_chart_page_makes_no_plot_item_nor_any_widget_outside_itself(qtbot, vi
     assert charts and not any(isinstance(item, pg.PlotItem) for chart in charts for item in chart.scene().items())
 
 
-class _GroupMoves(QObject):
-    """Notes each widget that holds widgets and changes its parent (a group moved), app-wide."""
-
-    def __init__(self):
-        super().__init__()
-        self.groups = []
-
-    def eventFilter(self, watched, event):
-        if (event.type() == QEvent.Type.ParentChange and isinstance(watched, QWidget)
-                and watched.findChildren(QWidget)):
-            self.groups.append(type(watched).__name__)
-        return False
-
-    def __enter__(self):
-        QApplication.instance().installEventFilter(self)
-        return self
-
-    def __exit__(self, *exc):
-        QApplication.instance().removeEventFilter(self)
-
-
 @pytest.mark.parametrize("view_class", ["CompareView", "DriftView"])
-@pytest.mark.parametrize("needed", [False, True])
-def test_a_chart_page_is_made_top_down_each_widget_in_its_place(qtbot, view_class, needed):
+def test_a_chart_page_is_made_top_down_each_widget_in_its_place(qtbot, view_class):
     """A finished group of widgets moved into another widget (a table, a chart, a splitter
-    with them, the page into its tab) is restyled whole under the style sheet: the Drift page's
-    last part, its table and plot moved into a splitter and the page, held the GUI thread 11-19
-    ms under load, the Compare page put in its tab 7-15 ms (issue 43). A chart page is made
-    top-down, each widget in its place, the page in its tabs' stack: from its first part to its
-    tab (a part per event, or at once where `needed` first) none that holds widgets changes its
-    parent (a leaf placed in a layout may; Qt moves its scroll areas' own leaves)."""
+    with them) is restyled whole under the style sheet: the Drift page's last part, its table
+    and plot moved into a splitter and the page, held the GUI thread 11-19 ms under load (issue
+    43). Made in parts, a chart page makes each widget in its place: none that holds widgets
+    changes its parent (a leaf placed in a layout may; Qt moves its scroll areas' own leaves)."""
     import importlib
-    import threading
 
-    from fp16studio.gui.later_pages import LaterPages
+    from PySide6.QtCore import QEvent, QObject
+    from PySide6.QtWidgets import QApplication, QWidget
+
+    from fp16studio.gui.later_pages import all_parts
+
+    class Moves(QObject):
+        def __init__(self):
+            super().__init__()
+            self.groups = []
+
+        def eventFilter(self, watched, event):
+            if (event.type() == QEvent.Type.ParentChange and isinstance(watched, QWidget)
+                    and watched.findChildren(QWidget)):
+                self.groups.append(type(watched).__name__)
+            return False
 
     module = "compare" if view_class == "CompareView" else "drift_view"
     cls = getattr(importlib.import_module(f"fp16studio.gui.{module}"), view_class)
-    tabs = QTabWidget()
-    qtbot.addWidget(tabs)
-    tabs.addTab(QWidget(), "shown")
-    tabs.show()
-    pages = LaterPages(tabs)
-    with _GroupMoves() as moves:
-        pages.add("page", "Page", cls.in_parts)
-        if needed:
-            page = pages.page("page")
-        else:
-            imported = threading.Thread(target=lambda: None)
-            imported.start()
-            imported.join()
-            pages.make_after(imported)
-            qtbot.waitUntil(lambda: pages.made("page") is not None, timeout=10_000)
-            page = pages.made("page")
-    assert tabs.widget(1) is page and isinstance(page, cls)
+    moves = Moves()
+    QApplication.instance().installEventFilter(moves)
+    try:
+        view = all_parts(cls.in_parts())
+    finally:
+        QApplication.instance().removeEventFilter(moves)
+    qtbot.addWidget(view)
     assert moves.groups == [], moves.groups
 
 
