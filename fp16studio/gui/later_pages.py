@@ -36,8 +36,7 @@ def all_parts(parts):
 
 class MadeInParts:
     """A view whose `_make` (a generator: it yields between parts) builds it after a bare
-    `__init__(parent, begun=True)`; its own `__init__` runs all parts unless `begun`. Made by
-    LaterPages, its parent is its tabs' stack from the start."""
+    `__init__(begun=True)`; its own `__init__` runs all parts unless `begun`."""
 
     @classmethod
     def in_parts(cls):
