@@ -147,12 +147,13 @@ def test_a_run_on_the_box_survives_its_link_killed_and_cancel_reaches_it(qtbot, 
     assert list(runs.glob("*/events.jsonl"))   # it ran there
 
     # Cancel crosses the link: the job ends there, the engine stays. A re-run on the box's warm
-    # model may be over before the cancel arrives: a few tries, one must be cancelled there.
+    # model may be over before the cancel arrives (four in a row were, once, in the whole suite):
+    # up to eight tries, one must be cancelled there.
     engine.run = real_run
     window.controller.progressChanged.connect(
         lambda value, _maximum, _label: value > 0 and window.cancel())
     outcomes = []
-    while "cancelled" not in outcomes and len(outcomes) < 4:
+    while "cancelled" not in outcomes and len(outcomes) < 8:
         with qtbot.waitSignal(window.controller.worker.jobDone, timeout=RUN_TIMEOUT_MS,
                               check_params_cb=lambda job, outcome: job.kind == "diagnose") as done:
             assert window.run_diagnosis()
