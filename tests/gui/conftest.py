@@ -65,3 +65,22 @@ def build_tree(modules=3, params=2, wide=0, problem_at=None):
     acts.add(TensorNode("layer0 → output", "activations.0.output", "activation", shape=(2, 4),
                         dtype="float16", device="cpu", bytes=16, absmax=3.5))
     return root
+
+
+@pytest.fixture
+def count_events():
+    """`count_events(widget, kind)`: an object whose `count` is how many events of `kind`
+    (QEvent.Type) `widget` has been sent since (reset it by assigning 0)."""
+    from PySide6.QtCore import QObject
+
+    class Counter(QObject):
+        def __init__(self, widget, kind):
+            super().__init__(widget)
+            self.kind, self.count = kind, 0
+            widget.installEventFilter(self)
+
+        def eventFilter(self, _watched, event):
+            self.count += event.type() == self.kind
+            return False
+
+    return Counter

@@ -76,18 +76,7 @@ def test_a_repaint_elides_no_text_it_elided_before(qtbot, make_tree, monkeypatch
     assert elided == []
 
 
-class PaintCounter(QObject):
-    def __init__(self, widget):
-        super().__init__(widget)
-        self.paints = 0
-        widget.installEventFilter(self)
-
-    def eventFilter(self, watched, event):
-        self.paints += event.type() == QEvent.Type.Paint
-        return False
-
-
-def test_a_panel_whose_body_grows_repaints_what_moved_not_what_stayed(qtbot):
+def test_a_panel_whose_body_grows_repaints_what_moved_not_what_stayed(qtbot, count_events):
     body = QWidget()
     layout = QVBoxLayout(body)
     top, bottom = QLabel("stays where it is"), QLabel("grows\n" * 12)   # taller than the area
@@ -100,12 +89,12 @@ def test_a_panel_whose_body_grows_repaints_what_moved_not_what_stayed(qtbot):
     area.show()
     qtbot.waitExposed(area)
     qtbot.wait(20)
-    counter = PaintCounter(top)
+    counter = count_events(top, QEvent.Type.Paint)
     height = body.height()
     bottom.setText("grows\n" * 24)
     qtbot.waitUntil(lambda: body.height() > height)
     qtbot.wait(20)
-    assert counter.paints == 0
+    assert counter.count == 0
 
 
 def test_a_wrapped_label_lays_its_text_out_once_per_width(qtbot, monkeypatch):
@@ -187,7 +176,7 @@ def test_the_cells_kept_are_bounded(make_tree, monkeypatch):
     assert model.cell(model.index(39, NAME, big)).text == "p39"
 
 
-def test_columns_fitted_to_a_new_result_are_painted_once(qtbot, make_tree):
+def test_columns_fitted_to_a_new_result_are_painted_once(qtbot, make_tree, count_events):
     """A result, or rows that bring the vertical scroll bar, change what the columns hold: they
     are fitted before the paint that shows the rows, and that paint is the only one. (QTreeView
     repaints a resized column again an event after the resize, by then already painted: the
@@ -198,29 +187,30 @@ def test_columns_fitted_to_a_new_result_are_painted_once(qtbot, make_tree):
     panel.show()
     qtbot.waitExposed(panel)
     qtbot.wait(20)
-    paints = PaintCounter(panel.tree.viewport())
+    paints = count_events(panel.tree.viewport(), QEvent.Type.Paint)
     tree = make_tree(modules=4)
     panel.set_tree(tree, TreeIndex(tree))
-    qtbot.waitUntil(lambda: paints.paints > 0)
+    qtbot.waitUntil(lambda: paints.count > 0)
     qtbot.wait(50)
-    assert paints.paints == 1
-    paints.paints = 0
+    assert paints.count == 1
+    paints.count = 0
     panel.tree.expandAll()   # rows past the tree's height: the vertical bar takes some width
-    qtbot.waitUntil(lambda: panel.tree.verticalScrollBar().isVisible() and paints.paints > 0)
+    qtbot.waitUntil(lambda: panel.tree.verticalScrollBar().isVisible() and paints.count > 0)
     qtbot.wait(50)
-    assert paints.paints == 1
+    assert paints.count == 1
 
 
-def test_a_result_with_the_same_dtypes_and_devices_leaves_their_choosers_as_they_were(qtbot, make_tree):
+def test_a_result_with_the_same_dtypes_and_devices_leaves_their_choosers_as_they_were(qtbot, make_tree,
+                                                                                         count_events):
     """A re-run (the fix applied, Run again) lists the dtypes and devices the last run listed:
     their choosers are not emptied and filled again, and so not repainted."""
     tree = make_tree()
     panel = shown_panel(qtbot, tree)
     panel.dtype_filter.setCurrentIndex(panel.dtype_filter.findData("float16"))
     qtbot.wait(20)
-    paints = [PaintCounter(panel.dtype_filter), PaintCounter(panel.device_filter)]
+    paints = [count_events(chooser, QEvent.Type.Paint) for chooser in (panel.dtype_filter, panel.device_filter)]
     rerun = copy.deepcopy(tree)
     panel.set_tree(rerun, TreeIndex(rerun))
     qtbot.wait(50)
-    assert [counter.paints for counter in paints] == [0, 0]
+    assert [counter.count for counter in paints] == [0, 0]
     assert panel.dtype_filter.currentData() == "float16"

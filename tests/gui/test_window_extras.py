@@ -132,52 +132,35 @@ def test_app_main_opens_a_spec_and_exits_cleanly():
     assert "opened models/tiny-resnet True" in out.stdout
 
 
-def test_stage_progress_is_shown_without_a_synchronous_repaint(qtbot, window):
+def test_stage_progress_is_shown_without_a_synchronous_repaint(qtbot, window, count_events):
     """QProgressBar.setValue repaints at once, flushing the whole window's dirty regions with
     it; the window's progress only schedules a paint."""
-    from PySide6.QtCore import QEvent, QObject
-
-    class Paints(QObject):
-        count = 0
-
-        def eventFilter(self, obj, event):
-            if event.type() == QEvent.Type.Paint:
-                Paints.count += 1
-            return False
+    from PySide6.QtCore import QEvent
 
     window.show()
     window._on_busy(True)
     qtbot.waitExposed(window)
     qtbot.wait(50)
-    paints = Paints()
-    window.progress.installEventFilter(paints)
+    paints = count_events(window.progress, QEvent.Type.Paint)
     window._on_progress(2, 4, "forward")
-    assert Paints.count == 0
+    assert paints.count == 0
     assert (window.progress.value(), window.progress.maximum()) == (2, 4)
     assert window.stage_label.text() == "forward"
-    qtbot.waitUntil(lambda: Paints.count > 0, timeout=5000)  # painted with the next update
+    qtbot.waitUntil(lambda: paints.count > 0, timeout=5000)  # painted with the next update
     # A run's end resets it the same way: inside the result's handler, a repaint there painted
     # the new tree with it (13-18 ms of one event, issue 31).
-    Paints.count = 0
+    paints.count = 0
     window._on_busy(False)
-    assert Paints.count == 0
+    assert paints.count == 0
     assert window.progress.value() == 0 and window.stage_label.text() == ""
 
 
-def test_a_new_stage_is_drawn_in_place_not_laid_out(qtbot, window):
+def test_a_new_stage_is_drawn_in_place_not_laid_out(qtbot, window, count_events):
     """While a job runs, a stage's words no longer than the longest so far go into the label
     as it stands: a label that took each text's width laid the whole toolbar out again at
     every stage. It widens for longer words, never narrows while the job runs, and takes no
     room when idle."""
-    from PySide6.QtCore import QEvent, QObject
-
-    class Layouts(QObject):
-        count = 0
-
-        def eventFilter(self, obj, event):
-            if event.type() == QEvent.Type.LayoutRequest:
-                Layouts.count += 1
-            return False
+    from PySide6.QtCore import QEvent
 
     window.show()
     qtbot.waitExposed(window)
@@ -186,13 +169,12 @@ def test_a_new_stage_is_drawn_in_place_not_laid_out(qtbot, window):
     qtbot.waitUntil(window.stage_label.isVisible, timeout=5000)
     widest = window.stage_label.width()
     qtbot.wait(50)
-    layouts = Layouts()
-    window.toolbar.installEventFilter(layouts)
+    layouts = count_events(window.toolbar, QEvent.Type.LayoutRequest)
     for step, stage in enumerate(("forward", "ok", "tokens"), start=2):
         window._on_progress(step, 4, stage)
         qtbot.wait(20)
         assert window.stage_label.width() == widest
-    assert Layouts.count == 0
+    assert layouts.count == 0
     window._on_progress(4, 4, "loading the model and the dataset's first rows")
     assert window.stage_label.minimumWidth() > widest   # widened, at most to its cap
     window._on_busy(False)
