@@ -14,7 +14,7 @@ step an event of its own after a pause: "expand" (show the Tensors tab, expand t
 widest module, scroll to the end), "filter" (a name, only problems, clear) and "rerun" (Run
 again until the tree is refreshed).
 
-With --load N, N busy processes (`while True: pass`) run beside the app for the whole session,
+With --load N, N busy processes (a `while` loop) run beside the app for the whole session,
 as other work on the machine would: the figures then say what a loaded machine's user gets. Each
 stall is reported with the GUI thread's own CPU time in it (`cpu` beside `longest`): a stall
 with little CPU is the thread waiting (the scheduler, the GIL), one with as much CPU as time is
@@ -89,7 +89,9 @@ def main(argv=None) -> int:
                         help="with --host: the Python there (default python3)")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
+    # Busy until this process is gone: killed rather than ended, it runs no `finally`.
+    busy_while_parent = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"
+    load = [subprocess.Popen([sys.executable, "-c", busy_while_parent]) for _ in range(args.load)]
     try:
         if args.remote:
             return _on_loopback_box(args)
