@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from PySide6.QtCore import QModelIndex, QRect, QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette
+from PySide6.QtCore import QModelIndex, QPointF, QRect, QRectF, QSize, Qt
+from PySide6.QtGui import (QColor, QFont, QFontMetrics, QFontMetricsF, QPainter, QPalette, QStaticText,
+                           QTransform)
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate
 
 from .palette import device_color, text_on
@@ -28,15 +29,17 @@ class TensorCellDelegate(QStyledItemDelegate):
     """`cell_of(index)`: the Cell of a view's index (through the view's proxy).
 
     A repaint draws every cell in view, each through Python: what depends only on the view's
-    font, a text and its room (the bold and the badge's fonts, the text as elided) is worked
-    out once and kept, and an empty cell draws nothing past the style's background."""
+    font, a text and its room (the bold and the badge's fonts, the text as elided and laid out)
+    is worked out once and kept, and an empty cell draws nothing past the style's background.
+    A text is drawn laid out (Text, a QStaticText): drawText lays a string out again at each
+    call. The cells come from the view (TensorTreeView.cell_of), a row's once per paint."""
 
     def __init__(self, cell_of: Callable[[QModelIndex], Cell], parent=None):
         super().__init__(parent)
         self._cell_of = cell_of
         self._view_font = QFont()
         self._fonts = _fonts(self._view_font)
-        self._elided: dict[tuple, str] = {}   # (text, room, elide mode, font) -> the text drawn
+        self._texts: dict[tuple, Text] = {}   # (text, room, elide mode, font) -> the text drawn
 
     def paint(self, painter: QPainter, option, index):
         cell = self._cell_of(index)
@@ -47,7 +50,7 @@ class TensorCellDelegate(QStyledItemDelegate):
             return   # nothing to write, and so no chip and no badge either
         if option.font != self._view_font:
             self._view_font, self._fonts = QFont(option.font), _fonts(option.font)
-            self._elided.clear()
+            self._texts.clear()
         column = index.column()
         painter.save()
         # The stylesheet's selection is a pale tint, so selected rows keep the normal text colour.
@@ -57,26 +60,27 @@ class TensorCellDelegate(QStyledItemDelegate):
             painter.setFont(self._fonts[font])
             width = min(painter.fontMetrics().horizontalAdvance(cell.text) + 12, option.rect.width() - 8)
             _badge(painter, option, width, cell.text,
-                   self.elided(painter, cell.text, _ELIDE_RIGHT, int(width) - 8, font))
+                   self.laid_out(painter, cell.text, _ELIDE_RIGHT, int(width) - 8, font))
         elif cell.color is not None:
             painter.setFont(self._fonts[cell.bold])
-            _chip(painter, option, cell, self.elided(painter, cell.text, _ELIDE_RIGHT,
-                                                     text_rect(cell, option.rect, NAME).width(), cell.bold))
+            _chip(painter, option, cell, self.laid_out(painter, cell.text, _ELIDE_RIGHT,
+                                                       text_rect(cell, option.rect, NAME).width(), cell.bold))
         else:
             painter.setFont(self._fonts[cell.bold])
             rect = text_rect(cell, option.rect, column)
-            painter.drawText(rect, _RIGHT if column in RIGHT_ALIGNED else _LEFT,
-                             self.elided(painter, cell.text, option.textElideMode, rect.width(), cell.bold))
+            self.laid_out(painter, cell.text, option.textElideMode, rect.width(), cell.bold).draw(
+                painter, rect, right=column in RIGHT_ALIGNED)
         painter.restore()
 
-    def elided(self, painter: QPainter, text: str, mode, room: int, font: int) -> str:
+    def laid_out(self, painter: QPainter, text: str, mode, room: int, font: int) -> Text:
         """`text` as it fits `room` in the painter's font, which is `self._fonts[font]`."""
         key = (text, room, mode, font)
-        shown = self._elided.get(key)
+        shown = self._texts.get(key)
         if shown is None:
-            if len(self._elided) >= ELIDED_KEPT:
-                self._elided.clear()
-            shown = self._elided[key] = painter.fontMetrics().elidedText(text, mode, room)
+            if len(self._texts) >= TEXTS_KEPT:
+                self._texts.clear()
+            shown = self._texts[key] = Text(painter.fontMetrics().elidedText(text, mode, room),
+                                            self._fonts[font])
         return shown
 
     def sizeHint(self, option, index):
@@ -88,10 +92,39 @@ class TensorCellDelegate(QStyledItemDelegate):
                      super().sizeHint(option, index).height())
 
 
-ELIDED_KEPT = 4096   # elided texts kept: a few screens of cells at a few column widths
+TEXTS_KEPT = 4096   # texts kept: a few screens of cells at a few column widths
+
+
+class Text:
+    """A cell's text (`shown`, as elided) laid out once in `font`, drawn where QPainter.drawText
+    would put it in a rect: vertically centred, at the rect's left, right or middle."""
+
+    def __init__(self, shown: str, font: QFont):
+        self.shown = shown
+        self._static = QStaticText(shown)
+        self._static.setTextFormat(Qt.TextFormat.PlainText)   # a name like `<b>` is text
+        self._static.prepare(QTransform(), font)
+        # Placed by the font's unrounded measures, as drawText places a line (the static text's
+        # own size, and a text layout's line height, are rounded to whole pixels: one off).
+        metrics = QFontMetricsF(font)
+        self._width, self._height = metrics.horizontalAdvance(shown), metrics.height()
+
+    def draw(self, painter: QPainter, rect: QRect | QRectF, right: bool = False, centred: bool = False):
+        if centred:
+            x = rect.x() + (rect.width() - self._width) / 2
+        else:
+            x = rect.x() + (rect.width() - self._width if right else 0)
+        at = QPointF(x, rect.y() + (rect.height() - self._height) / 2)
+        if self._width <= rect.width():
+            painter.drawStaticText(at, self._static)
+            return
+        painter.save()   # cut at the rect's edges, as drawText cuts a text wider than its rect
+        painter.setClipRect(rect, Qt.ClipOperation.IntersectClip)
+        painter.drawStaticText(at, self._static)
+        painter.restore()
+
+
 BADGE = 2   # _fonts' index of the badge's (plain; bold next)
-_LEFT = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
-_RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
 _ELIDE_RIGHT = Qt.TextElideMode.ElideRight
 
 
@@ -129,7 +162,7 @@ def text_rect(cell: Cell, rect: QRect, column: int) -> QRect:
     return rect.adjusted(TEXT_MARGIN, 0, -TEXT_MARGIN, 0)
 
 
-def _chip(painter: QPainter, option, cell: Cell, text: str):
+def _chip(painter: QPainter, option, cell: Cell, text: Text):
     """A rounded chip of the cell's colour, then `text` (the cell's, elided to its room) in the
     painter's pen and font."""
     rect = option.rect.adjusted(6, 0, -4, 0)
@@ -139,13 +172,13 @@ def _chip(painter: QPainter, option, cell: Cell, text: str):
     painter.setBrush(cell.color)
     painter.drawRoundedRect(QRectF(rect.left(), rect.center().y() - 5, 10, 10), 3, 3)
     rect = text_rect(cell, option.rect, NAME)
-    if text != cell.text and rect.width() < painter.fontMetrics().horizontalAdvance("xxx…"):
+    if text.shown != cell.text and rect.width() < painter.fontMetrics().horizontalAdvance("xxx…"):
         return   # the chip alone: a letter and an ellipsis would say less (the word is on hover)
     painter.setPen(text_pen)
-    painter.drawText(rect, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
+    text.draw(painter, rect)
 
 
-def _badge(painter: QPainter, option, width: int, device: str, text: str):
+def _badge(painter: QPainter, option, width: int, device: str, text: Text):
     """The device as a small pill `width` wide: colour by device kind, `text` (the device,
     elided to the pill) inside, in the painter's font."""
     painter.setRenderHint(QPainter.RenderHint.Antialiasing)
@@ -156,7 +189,7 @@ def _badge(painter: QPainter, option, width: int, device: str, text: str):
     painter.setBrush(fill)
     painter.drawRoundedRect(badge, height / 2, height / 2)
     painter.setPen(ink)
-    painter.drawText(badge, Qt.AlignmentFlag.AlignCenter, text)
+    text.draw(painter, badge, centred=True)
 
 
 @functools.lru_cache(maxsize=64)

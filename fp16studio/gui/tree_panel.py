@@ -17,8 +17,8 @@ from .delegates import TensorCellDelegate, cell_width, text_rect
 from .fit import ShrinkingComboBox, WholeCellTips, stale_note
 from .palette import colour_key
 from .roles import NODE_ROLE
-from .tree_model import (ABSMAX, COLOUR_BY, DEVICE, KIND, NAME, SHAPE, SIZE, STATUS, TensorFilterProxy,
-                         TensorTreeModel)
+from .tree_model import (ABSMAX, COLOUR_BY, DEVICE, KIND, NAME, SHAPE, SIZE, STATUS, Cell,
+                         TensorFilterProxy, TensorTreeModel)
 
 # Expanding every match of a filter is only friendly while the matches are few.
 AUTO_EXPAND_LIMIT = 200
@@ -56,6 +56,7 @@ class TensorTreeView(QTreeView):
     def __init__(self, row_cells, parent=None):
         super().__init__(parent)
         self._row_cells = row_cells
+        self._rows_in_paint: dict | None = None   # a paint's rows, looked up once each (cell_of)
         self.setObjectName("tensorTree")
         self.setUniformRowHeights(True)  # lets the view skip measuring 10 000 rows
         self.setAlternatingRowColors(True)
@@ -101,6 +102,26 @@ class TensorTreeView(QTreeView):
             if column != NAME:
                 self.sized_columns.add(column)
             self.fit_columns()
+
+    def cell_of(self, index) -> Cell:
+        """The Cell at a view's index. A paint looks each row's cells up once: each look-up
+        through the proxy is a call into the model's Python for the source index, and the
+        painter asks for every cell in view."""
+        rows = self._rows_in_paint
+        if rows is None:
+            return self._row_cells(index)[index.column()]
+        key = (index.row(), index.internalId())   # a proxy index's id: its parent's rows
+        cells = rows.get(key)
+        if cells is None:
+            cells = rows[key] = self._row_cells(index)
+        return cells[index.column()]
+
+    def paintEvent(self, event):
+        self._rows_in_paint = {}
+        try:
+            super().paintEvent(event)
+        finally:
+            self._rows_in_paint = None
 
     def content_width(self, column: int) -> int:
         """The width `column` (not Name) needs for its title and the rows in view."""
@@ -219,10 +240,9 @@ class TensorPanel(QWidget):
         self.tree = TensorTreeView(
             lambda index: self.model.row_cells(self.proxy.mapToSource(index)), self)
         self.tree.setModel(self.proxy)
-        self.tree.setItemDelegate(TensorCellDelegate(
-            lambda index: self.model.cell(self.proxy.mapToSource(index)), self.tree))
+        self.tree.setItemDelegate(TensorCellDelegate(self.tree.cell_of, self.tree))
         self.tree.sortByColumn(-1, Qt.SortOrder.AscendingOrder)  # model order until a click
-        self.tips = TreeCellTips(self.tree, lambda index: self.model.cell(self.proxy.mapToSource(index)))
+        self.tips = TreeCellTips(self.tree, self.tree.cell_of)
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setMinimumSectionSize(40)

@@ -2,6 +2,7 @@
 
 import copy
 
+import pytest
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
 
 from fp16studio.gui.roles import NODE_ROLE, PATH_ROLE
@@ -340,19 +341,22 @@ def test_the_footer_shows_the_inventory_it_is_given_and_counts_nothing_itself(qt
     assert panel.summary.text() == ""
 
 
-def test_the_painter_draws_chips_and_badges_asking_the_model_once_per_cell(qtbot, make_tree, monkeypatch):
-    """Each cell is one `cell()` call: no role asked one by one (through the proxy, two calls
-    into Python each), and what it returns is drawn: the dtype's chip, the device's badge."""
+def test_the_painter_draws_chips_and_badges_asking_the_model_once_per_row(qtbot, make_tree, monkeypatch):
+    """A paint asks the model once per row in view (`row_cells()`): no role asked one by one
+    (through the proxy, two calls into Python each), no row asked once per cell, and what it
+    returns is drawn: the dtype's chip, the device's badge."""
+    from PySide6.QtCore import QPoint
     from PySide6.QtGui import QColor
 
     from fp16studio.gui.palette import device_color, dtype_color
     from fp16studio.gui.tree_model import DEVICE, TensorTreeModel
 
     asked = []
-    data, cell = TensorTreeModel.data, TensorTreeModel.cell
+    data, row_cells = TensorTreeModel.data, TensorTreeModel.row_cells
     monkeypatch.setattr(TensorTreeModel, "data", lambda self, index, role=Qt.ItemDataRole.DisplayRole: (
         asked.append(role), data(self, index, role))[1])
-    monkeypatch.setattr(TensorTreeModel, "cell", lambda self, index: (asked.append("cell"), cell(self, index))[1])
+    monkeypatch.setattr(TensorTreeModel, "row_cells",
+                        lambda self, index: (asked.append("row"), row_cells(self, index))[1])
     panel = TensorPanel()
     qtbot.addWidget(panel)
     panel.resize(900, 400)
@@ -364,10 +368,12 @@ def test_the_painter_draws_chips_and_badges_asking_the_model_once_per_cell(qtbot
     qtbot.wait(20)
     layer0 = proxy.mapFromSource(child(panel.model, panel.model.index(0, 0), "layer0"))
     w1 = proxy.index(1, 0, layer0)                    # a float16 parameter on the CPU
+    rows_in_view, index = 0, tree.indexAt(QPoint(0, 0))
+    while index.isValid() and tree.visualRect(index).top() < tree.viewport().height():
+        rows_in_view, index = rows_in_view + 1, tree.indexBelow(index)
     asked.clear()
     image = tree.viewport().grab().toImage()
-    shown_cells = asked.count("cell")
-    assert shown_cells > 0 and [role for role in asked if role != "cell"] == []
+    assert rows_in_view > 3 and asked == ["row"] * rows_in_view
 
     def centre_of(column, dx):
         rect = tree.visualRect(w1.siblingAtColumn(column))
@@ -375,3 +381,39 @@ def test_the_painter_draws_chips_and_badges_asking_the_model_once_per_cell(qtbot
 
     assert centre_of(DTYPE, 6 + 5) == QColor(dtype_color("float16"))    # the chip, 10 px wide
     assert centre_of(DEVICE, 6 + 4) == QColor(device_color("cpu"))      # inside the badge
+
+
+@pytest.mark.parametrize("point_size", [8.5, 10, 13])
+def test_a_laid_out_text_is_drawn_where_drawtext_draws_it(qapp, point_size):
+    """The tree's painter draws each text laid out once (delegates.Text); it lands on the very
+    pixels QPainter.drawText would give it, left, right and centred, plain and bold, and cut at
+    the rect's edges where it is wider."""
+    from PySide6.QtCore import QRect, QRectF
+    from PySide6.QtGui import QFont, QImage, QPainter
+
+    from fp16studio.gui.delegates import Text
+
+    def drawn(paint, font):
+        image = QImage(160, 24, QImage.Format.Format_ARGB32)
+        image.fill(Qt.GlobalColor.white)
+        painter = QPainter(image)
+        painter.setFont(font)
+        paint(painter)
+        painter.end()
+        return image
+
+    rect, pill, narrow = QRect(3, 1, 150, 21), QRectF(20.0, 3.5, 90.0, 17.0), QRect(3, 1, 30, 21)
+    left = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+    right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+    for bold in (False, True):
+        font = QFont()
+        font.setPointSizeF(point_size)
+        font.setBold(bold)
+        text = Text("float16 <b>", font)
+        assert drawn(lambda p: text.draw(p, rect), font) == drawn(lambda p: p.drawText(rect, left, "float16 <b>"), font)
+        assert drawn(lambda p: text.draw(p, rect, right=True), font) == \
+            drawn(lambda p: p.drawText(rect, right, "float16 <b>"), font)
+        assert drawn(lambda p: text.draw(p, pill, centred=True), font) == \
+            drawn(lambda p: p.drawText(pill, Qt.AlignmentFlag.AlignCenter, "float16 <b>"), font)
+        assert drawn(lambda p: text.draw(p, narrow), font) == \
+            drawn(lambda p: p.drawText(narrow, left, "float16 <b>"), font)
