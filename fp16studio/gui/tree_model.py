@@ -285,15 +285,12 @@ class TensorTreeModel(QAbstractItemModel):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
-    def cell(self, index: QModelIndex) -> Cell:
-        """All the tree's painter draws of a cell, in one call: through the proxy each role
-        asked for is two calls into Python, and a cell's roles one by one took a repaint of
-        the tree 9-11 ms of CPU where this takes 5 (issue 31)."""
-        return self._cell(index.internalId(), index.column())   # an invalid index's id is 0: no row
-
     def row_cells(self, index: QModelIndex) -> list[Cell]:
-        """The cells of `index`'s whole row, in one call (the tree measures its columns so)."""
-        uid = index.internalId()
+        """All the tree's painter draws of `index`'s row, in one call: through the proxy each
+        role asked for is two calls into Python, and a cell's roles one by one took a repaint
+        of the tree 9-11 ms of CPU where a call per cell took 5 (issue 31). The tree measures
+        its columns from them too."""
+        uid = index.internalId()   # an invalid index's id is 0: no row
         return [self._cell(uid, column) for column in range(len(COLUMNS))]
 
     def _cell(self, uid: int, column: int) -> Cell:

@@ -296,7 +296,7 @@ def test_colour_by_device_headroom_and_drift_with_parents_showing_their_worst(qt
 
     panel.set_module_values("drift", rolled_up({"layer0": 45.0, "layer1": 12.0}, min))
     panel.colour_by.setCurrentIndex(panel.colour_by.findData("drift"))
-    assert model.cell(layer0).color == QColor(OKABE_ITO["bluish_green"])   # what the painter draws
+    assert model.row_cells(layer0)[layer0.column()].color == QColor(OKABE_ITO["bluish_green"])  # the painter's
     assert layer0.data(COLOR_ROLE) == QColor(OKABE_ITO["bluish_green"])
     assert layer1.data(COLOR_ROLE) == QColor(OKABE_ITO["vermillion"])
     assert layer2.data(COLOR_ROLE) is None                              # not compared
