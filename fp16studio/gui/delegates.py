@@ -1,8 +1,9 @@
 """The tensor tree's cell painter: a colour chip beside a dtype, a status or (coloured by
 something else) a name, a device badge, plain text elsewhere.
 
-The text is always drawn: colour adds to it, never replaces it. Each cell is one call into the
-model (TensorTreeModel.cell), not one per role the default painter asks for.
+The text is always drawn: colour adds to it, never replaces it. A paint asks the model once per
+row (TensorTreeModel.row_cells, through TensorTreeView.cell_of), not once per role of each cell
+as the default painter does.
 """
 
 from __future__ import annotations
