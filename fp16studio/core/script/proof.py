@@ -60,25 +60,34 @@ def apply_edits(text: str, edits) -> str:
 def fixed_script(script: str | Path, findings, wanted: list[str]) -> tuple[str, list[dict]]:
     """The traced script's text with the fixes asked for applied (`ID`: every finding's fix of
     that id; `ID:LINE`: the one at that line), and what was applied; InputError for a fix that
-    is not there or has no code in the script."""
+    is not there or has no code in the script. A "replace" edit takes its lines' place, an
+    "insert" goes in right before its line, which stays."""
     script = Path(script)
+
+    def in_script(fix) -> bool:
+        return (fix.code is not None and fix.code.kind in ("replace", "insert") and
+                bool(fix.code.source) and
+                Path(fix.code.source.get("file") or "").resolve() == script.resolve())
+
     blocks, applied = {}, []
     for ask in wanted:
         fix_id, _, line = ask.partition(":")
-        found = [(f, x) for f in findings for x in f.fixes
-                 if x.id == fix_id and (not line or (f.source or {}).get("line") == _int(line))]
-        usable = [(f, x) for f, x in found if x.code is not None and x.code.source and
-                  Path(x.code.source.get("file", "")).resolve() == script.resolve()]
+        usable = [(f, x) for f in findings for x in f.fixes if x.id == fix_id and in_script(x)
+                  and (not line or (f.source or {}).get("line") == _int(line))]
         if not usable:
             offered = sorted({f"{x.id}:{(f.source or {}).get('line')}" for f in findings
-                              for x in f.fixes if x.code is not None and f.source})
+                              for x in f.fixes if in_script(x) and f.source})
             raise InputError(f"--apply {ask}: no such fix with code in {script.name}" +
                              (f" (offered: {', '.join(offered)})" if offered else
                               " (this trace offers none)"))
         for finding, fix in usable:
-            source = fix.code.source
-            blocks[(source["line"], source.get("end_line", source["line"]))] = fix.code.render()
-            applied.append({"id": fix.id, "line": source["line"], "code": finding.code})
+            source, kind = fix.code.source, fix.code.kind
+            # An insert keeps its line: its place is the gap before it (first > last).
+            first = source["line"]
+            last = source.get("end_line", first) if kind == "replace" else first - 1
+            if (first, last) not in blocks:
+                blocks[(first, last)] = fix.code.render()
+                applied.append({"id": fix.id, "line": first, "code": finding.code})
     lines = script.read_text().splitlines(keepends=True)
     for (first, last), block in sorted(blocks.items(), reverse=True):
         lines[first - 1:last] = [block + "\n"]

@@ -78,12 +78,14 @@ def rule_integer_cast(ev: Evidence) -> list[Finding]:
         (k for k in cast if k in ev.message), cast[0])
     dtype = ev.facts[location].final
     s = ev.spec
+    origin = input_origin(ev, dtype, location)
     fixes = []
     if s.format_dtype and is_floating_name(s.format_dtype):
         fixes.append(edits.format_without_dtype(s, ev.sources.get("format")))
     if s.input_cast == "all":
-        fixes.append(edits.cast_floating_only(s.input_dtype or dtype, ev.names,
-                                              ev.sources.get("cast")))
+        # At the line that cast the batch (sources["cast"] is the model's cast).
+        cast_at = origin.get("source") if origin and origin.get("from") == "cast" else None
+        fixes.append(edits.cast_floating_only(s.input_dtype or dtype, ev.names, cast_at))
     cause = ("with_format('torch', dtype=...) casts every column" if s.format_dtype
              else "the cast applies to every tensor of the batch")
     return [Finding(
@@ -92,7 +94,7 @@ def rule_integer_cast(ev: Evidence) -> list[Finding]:
         "masks and class labels must stay integer (embeddings need Long indices; float labels "
         "switch classifiers to a different loss).",
         with_origin({"columns": {k: {"stored": ev.facts[k].stored, "fed": ev.facts[k].final}
-                                 for k in cast}}, input_origin(ev, dtype, location)),
+                                 for k in cast}}, origin),
         tuple(fixes))]
 
 
