@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace = sub.add_parser("trace", help="run your own script with the tracer on and diagnose "
                                          "the models it runs",
                            usage="fp16studio trace SCRIPT [--json] [--timeout S] [--steps N] "
-                                 "[--python PATH] [--apply FIX_ID -o FIXED.py] "
+                                 "[--python PATH] [--apply FIX_ID[:LINE] -o FIXED.py] "
                                  "[--launch LAUNCHER [--rank-wait S]] [-- ARGS...]",
                            epilog="Everything after -- is passed to the script as its arguments; "
                                   "options go before --.")
@@ -143,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = sub.add_parser("schema", help="print the JSON Schema of a --json document or file")
     schema.add_argument("name", metavar="NAME",
-                        help="diagnose, fix, trace, bench, drift, fp8, inspect, session or spec")
+                        help="diagnose, fix, trace, trace-launch, bench, drift, fp8, inspect, session "
+                             "or spec")
     engine = sub.add_parser("engine", help="serve the window's engine protocol (over ssh: the "
                                            "window or --host on another machine drives it)")
     serving = engine.add_mutually_exclusive_group(required=True)
