@@ -177,3 +177,24 @@ def test_a_script_observes_the_same_state_reads_draws_and_warnings(tmp_path):
     said = next(line for line in plain if line.startswith("reads"))
     assert "'state.py', 60)" in said and "'state.py', 61)" in said   # torch's warnings, placed
     assert plain == traced
+
+
+def test_a_traced_map_function_keeps_one_fingerprint(tmp_path):
+    """datasets fingerprints a map's function with dill, which pickles a module by its name; the
+    tracer's watched torch module pickles the same way, so a traced map keeps its fingerprint
+    (no warning, no new cache file at each trace)."""
+    script = tmp_path / "hashes.py"
+    script.write_text(textwrap.dedent("""\
+        import torch
+        from datasets.fingerprint import Hasher
+
+        def prepare(example):
+            return {"x": torch.zeros(1).to(torch.float16)}
+
+        print("fingerprint", Hasher.hash(prepare))
+        """))
+    lines = []
+    for _ in range(2):
+        trace_script(script, output=lambda stream, line: lines.append(line))
+    printed = [line for line in lines if line.startswith("fingerprint")]
+    assert len(printed) == 2 and printed[0] == printed[1], lines

@@ -20,6 +20,7 @@ before `capture()` (a spec run has no script) nor in a nested entry.
 from __future__ import annotations
 
 import functools
+import importlib
 import types
 
 # The namespaces whose attributes fp16studio's code reaches while a script runs.
@@ -55,6 +56,12 @@ class _Watched(types.ModuleType):
         global _assigned
         _assigned += 1
         super().__delattr__(name)
+
+    def __reduce__(self):
+        # Pickled by name, as pickle-by-reference libraries pickle a module (dill, which
+        # datasets' map fingerprint uses, knows the module type only, not this subclass: a map
+        # whose function uses torch was fingerprinted at random, a new cache file each run).
+        return importlib.import_module, (self.__name__,)
 
 
 def _is_own(value) -> bool:
