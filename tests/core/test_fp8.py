@@ -530,6 +530,39 @@ def test_a_specs_training_steps_convert_the_layers_fp8_takes_and_put_them_back(f
 
 
 @needs_torchao
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_a_native_fp8_step_takes_a_batch_of_any_token_count(fp8_models, monkeypatch, recipe):
+    # The weights' gradients multiply over the batch's tokens, and a GPU's torch._scaled_mm
+    # takes an inner dimension only in multiples of 16 (a step of 4 tokens failed on an H200).
+    # Here the CPU runs the native path (not emulated) under the GPU's rule.
+    from transformers import AutoModelForCausalLM
+
+    from fp16studio.core.common.float8 import recipe_support, supported_recipe
+    from fp16studio.core.run import float8
+    from fp16studio.core.run.train_steps import run_train_steps
+
+    monkeypatch.setattr(float8, "fp8_support", lambda recipe, device: (
+        (9, 0), recipe_support(recipe, "cuda", (9, 0)), supported_recipe("cuda", (9, 0))))
+    scaled_mm, calls = torch._scaled_mm, []
+
+    def as_a_gpu(mat1, mat2, *args, **kwargs):
+        calls.append(mat1.shape[1])
+        if mat1.shape[1] % 16:
+            raise RuntimeError("Expected trailing dimension of mat1 to be divisible by 16 but "
+                               f"got mat1 shape: ({mat1.shape[0]}x{mat1.shape[1]}).")
+        return scaled_mm(mat1, mat2, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "_scaled_mm", as_a_gpu)
+    model = AutoModelForCausalLM.from_pretrained(fp8_models["llama-sensitive"],
+                                                 dtype=torch.bfloat16)
+    ids = torch.randint(0, 100, (1, 5))
+    run = run_train_steps(_train_spec(fp8=recipe), model, {"input_ids": ids, "labels": ids},
+                          torch.device("cpu"), {})
+    assert run.exception is None and run.steps[0].finite
+    assert calls and all(k % 16 == 0 for k in calls)   # the three matmuls of every layer
+
+
+@needs_torchao
 def test_a_spec_fp8_training_that_cannot_convert_is_one_line(fp8_models, monkeypatch):
     from transformers import BertForSequenceClassification
 

@@ -186,7 +186,10 @@ def _fp8_conversion() -> list[str]:
             'native = device.type == "cuda" and torch.cuda.get_device_capability(device) >= '
             "FP8_CAPABILITY",
             "config = Float8LinearConfig.from_recipe_name(FP8_RECIPE)",
-            "config = dataclasses.replace(config, emulate=not native)",
+            "# pad_inner_dim: the weights' gradients multiply over the batch's tokens, which "
+            "the GPU's",
+            "# FP8 matmul takes only in multiples of 16.",
+            "config = dataclasses.replace(config, emulate=not native, pad_inner_dim=True)",
             "convert_to_float8_training(model, config=config,",
             "                           module_filter_fn=lambda module, fqn: fqn in FP8_LAYERS)",
             'converted = [name for name, m in model.named_modules() if type(m).__name__ == '

@@ -40,11 +40,14 @@ def torchao_float8():
 
 
 def float8_config(float8, recipe: str, emulate: bool):
-    """torchao's Float8LinearConfig of the recipe, emulated (no FP8 hardware) or not."""
+    """torchao's Float8LinearConfig of the recipe, emulated (no FP8 hardware) or not, its
+    matmuls' inner dimension padded to 16: the weight's gradient multiplies over the batch's
+    tokens, which torch._scaled_mm on a GPU refuses unless they are a multiple of 16 (a
+    training step of 4 tokens failed on an H200)."""
     import dataclasses
 
     return dataclasses.replace(float8.Float8LinearConfig.from_recipe_name(recipe),
-                               emulate=emulate)
+                               emulate=emulate, pad_inner_dim=True)
 
 
 def fp8_layers(model, keep=()) -> list[str]:
