@@ -8,6 +8,13 @@ parts and returns the page: each part some milliseconds of widgets, which the wi
 a time, never all at once while the user waits), unless one was needed first (shown, or asked
 for). The generator holds its page, never the reverse: a cycle of the two would be freed only by
 a garbage collection, on whatever thread runs it, and Qt objects must go on the GUI thread.
+
+PySide6 makes a module's Qt types on their first use, and two threads making the same type at
+once crash the process (shiboken's table of types still to make is changed under the other's
+feet while one runs Python, an enum's making). pyqtgraph's import makes every type of QtCore,
+QtGui and QtWidgets, and crashed a CI run while the GUI thread used one for the first time. So
+the GUI thread first makes every type not made yet, some milliseconds per event, and only then
+does the import thread start.
 """
 
 from __future__ import annotations
@@ -15,14 +22,22 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
-from typing import Callable, Iterator
+import time
+from typing import Callable, Iterator, Protocol
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QTabWidget, QWidget
 
 from .long_lived import keep_lasting_out_of_collections
 
 IDLE_CHECK_MS = 50   # how often the window looks whether the pages' modules are imported
+TYPES_SLICE_S = 0.004   # the GUI thread's time per event making Qt types before the imports
+
+
+class Loading(Protocol):
+    """What the pages wait for: modules imported meanwhile (ImportsMeanwhile)."""
+
+    def is_alive(self) -> bool: ...
 
 
 def all_parts(parts):
@@ -80,7 +95,7 @@ class LaterPages:
             stand_in.deleteLater()
         return self._made[name]
 
-    def make_after(self, loading: threading.Thread, then: Callable[[], None] = lambda: None):
+    def make_after(self, loading: Loading, then: Callable[[], None] = lambda: None):
         """Make the pages not made yet once `loading` (their modules' import) is done, a part
         per event: what the first click on Benchmark or Compare with float32 would otherwise
         wait for, and a page at once would hold the window longer than a stall. `then()` once
@@ -121,17 +136,45 @@ class LaterPages:
                 self.page(name)
 
 
-def import_meanwhile(*modules: str) -> threading.Thread:
-    """Import `modules` on a thread of its own (the GUI thread then finds them imported); what
-    the imports made is then frozen out of the collector's passes, when there were any (a
-    second window finds its modules imported)."""
-    def load():
+def qt_types_not_made():
+    """(module, name) of every Qt type PySide6 has not made yet in the Qt modules loaded now: a
+    name its module lists but does not hold yet."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("PySide6.Qt"):
+            held = vars(module)
+            yield from ((module, attr) for attr in dir(module) if attr not in held)
+
+
+class ImportsMeanwhile:
+    """`modules` imported on a thread of its own (the GUI thread then finds them imported), once
+    the GUI thread has made every Qt type not made yet, a slice per event (the module's
+    docstring says why); what the imports made is then frozen out of the collector's passes,
+    when there were any (a second window finds its modules imported)."""
+
+    def __init__(self, modules: tuple[str, ...], parent: QObject):
+        self._thread = threading.Thread(target=self._load, args=(modules,), daemon=True,
+                                        name="fp16studio-import")
+        self._types = qt_types_not_made()
+        self._making = QTimer(parent, interval=0, timeout=self._make_types)
+        self._making.start()
+
+    def is_alive(self) -> bool:
+        """Whether the imports are still to come or under way."""
+        return self._making.isActive() or self._thread.is_alive()
+
+    def _make_types(self):
+        until = time.perf_counter() + TYPES_SLICE_S
+        for module, name in self._types:
+            getattr(module, name)
+            if time.perf_counter() > until:
+                return
+        self._making.stop()
+        self._thread.start()
+
+    @staticmethod
+    def _load(modules):
         fresh = [module for module in modules if module not in sys.modules]
         for module in fresh:
             importlib.import_module(module)
         if fresh:
             keep_lasting_out_of_collections()
-
-    loading = threading.Thread(target=load, daemon=True, name="fp16studio-import")
-    loading.start()
-    return loading

@@ -37,7 +37,7 @@ def keep_out_of_collections(inventory):
 def keep_lasting_out_of_collections():
     """Freeze what is alive now, at a moment when what was just made lives as long as the
     window: its start-up once the window and its pages are made, and the modules its import
-    thread loaded (later_pages.import_meanwhile), whose objects the GUI thread's next pass
+    thread loaded (later_pages.ImportsMeanwhile), whose objects the GUI thread's next pass
     would otherwise walk (22-38 ms, measured). Any garbage alive at that moment is frozen with
     them."""
     gc.freeze()

@@ -25,7 +25,7 @@ from .file_actions import FileActions
 from .findings_panel import FindingsPanel
 from .fit import stale_note
 from .history import HistoryPanel
-from .later_pages import LaterPages, import_meanwhile
+from .later_pages import ImportsMeanwhile, LaterPages
 from .long_lived import keep_lasting_out_of_collections
 from .log_panel import LogPanel
 from .placement import place, remember
@@ -102,7 +102,8 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
             return
         self.lookups.start()
         # One thread for the imports: two at once held the GIL from the window longer.
-        loading = import_meanwhile(f"{__package__}.compare", f"{__package__}.drift_view", "psutil")
+        loading = ImportsMeanwhile((f"{__package__}.compare", f"{__package__}.drift_view", "psutil"),
+                                   parent=self)
         self.status.start_sampling(loading)
         self.pages.make_after(loading, then=keep_lasting_out_of_collections)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 
 from PySide6.QtCore import QSize, QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar
@@ -23,6 +22,7 @@ from PySide6.QtWidgets import QLabel, QStatusBar
 from fp16studio.core.diagnostics.report import Environment
 from fp16studio.core.present import vocabulary
 from .fit import ElidedLabel
+from .later_pages import Loading
 
 MEMORY_INTERVAL_MS = 2000
 THIS_COMPUTER = "This computer"
@@ -91,12 +91,12 @@ class StatusInfo:
         self._host: str | None = None     # the engine's host; None: this computer
         self._selector_says_host = False   # an Engine selector beside the label names the host
         self._psutil = self._process = None
-        self._loading: threading.Thread | None = None   # psutil's import (start_sampling)
+        self._loading: Loading | None = None   # psutil's import (start_sampling)
         self._timer = QTimer(bar, interval=MEMORY_INTERVAL_MS, timeout=self._sample)
 
-    def start_sampling(self, loading: threading.Thread):
+    def start_sampling(self, loading: Loading):
         """Show the memory from now on, every few seconds, from the first tick after `loading`
-        (a thread that imports psutil, import_meanwhile: the window's start does without it)."""
+        (psutil's import, later_pages.ImportsMeanwhile: the window's start does without it)."""
         self._loading = loading
         self._timer.start()
 

@@ -144,6 +144,29 @@ def test_a_page_is_made_a_part_per_event_or_all_at_once_when_needed(qtbot):
     spinner.stop()
 
 
+def test_the_import_thread_starts_once_every_qt_type_is_made(qtbot, tmp_path, monkeypatch):
+    """PySide6 makes a Qt type on its first use, and two threads making one at once crashed a
+    CI run (pyqtgraph's import makes them all): the import thread finds none left to make in
+    the Qt modules loaded when it was asked for."""
+    from PySide6 import QtXml   # no other test loads it: none of its types made yet
+    from PySide6.QtCore import QObject
+
+    from fp16studio.gui.later_pages import ImportsMeanwhile, qt_types_not_made
+
+    assert any(module is QtXml for module, _ in qt_types_not_made())
+    (tmp_path / "types_spy.py").write_text("from fp16studio.gui.later_pages import "
+                                           "qt_types_not_made\nLEFT = list(qt_types_not_made())\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    parent = QObject()
+    try:
+        loading = ImportsMeanwhile(("types_spy",), parent)
+        assert loading.is_alive()
+        qtbot.waitUntil(lambda: not loading.is_alive(), timeout=10_000)
+        assert sys.modules["types_spy"].LEFT == []
+    finally:
+        sys.modules.pop("types_spy", None)
+
+
 def test_the_windows_start_up_is_kept_out_of_collections_once_its_pages_are_made(qtbot):
     """A full pass of the collector over the window's long-lived objects held it 154 ms under
     load: what the import thread made is frozen when it is done, the pages once the last is
