@@ -190,6 +190,22 @@ def test_fp8_runs_on_the_gpus_own_fp8_matmul(demo_dir, tmp_path, recipe):
     assert not plan.emulated and plan.runs_here and plan.preflight[0]["ok"]
     assert len(plan.converted) == 13  # q, k, v, two dense and intermediate per layer; pooler
     assert all(layer.sqnr_db > 20 for layer in plan.layers if layer.eligible)
-    report = diagnose(spec.replace(with_labels=True, model_dtype="bfloat16",
-                                   train={"steps": 2, "fp8": recipe}))
+    train = spec.replace(with_labels=True, model_dtype="bfloat16",
+                         train={"steps": 2, "fp8": recipe})
+    report = diagnose(train)
     assert report.ok and [s.finite for s in report.steps] == [True, True]
+    # The exported script trains the same steps on the GPU's FP8 matmul, compiled.
+    import json
+    import subprocess
+    import sys
+
+    from fp16studio.core import export_script
+
+    script = tmp_path / "fp8_train.py"
+    export_script(train, script)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=240, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert len(next(line["fp8_converted"] for line in lines if "fp8_converted" in line)) == 13
+    assert [s["finite"] for s in lines[-1]["steps"]] == [True, True]
