@@ -153,7 +153,8 @@ def test_the_import_thread_starts_once_every_qt_type_is_made(qtbot, tmp_path, mo
 
     from fp16studio.gui.later_pages import ImportsMeanwhile, qt_types_not_made
 
-    assert any(module is QtXml for module, _ in qt_types_not_made())
+    if not any(module is QtXml for module, _ in qt_types_not_made()):
+        pytest.skip("this PySide6 makes a module's types when it is imported")
     (tmp_path / "types_spy.py").write_text("from fp16studio.gui.later_pages import "
                                            "qt_types_not_made\nLEFT = list(qt_types_not_made())\n")
     monkeypatch.syspath_prepend(str(tmp_path))
