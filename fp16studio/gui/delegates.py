@@ -47,30 +47,34 @@ class TensorCellDelegate(QStyledItemDelegate):
         if option.state & _STYLED:
             option.widget.style().drawControl(QStyle.ControlElement.CE_ItemViewItem, option, painter,
                                               option.widget)
+        self.draw(painter, option, option.rect, cell, index.column())
+
+    def draw(self, painter: QPainter, option, rect: QRect, cell: Cell, column: int):
+        """`cell`'s text (and its chip or badge) in `rect`, in the option's font, palette and
+        elide mode: all a cell is past its background."""
         if not cell.text:
             return   # nothing to write, and so no chip and no badge either
         if option.font != self._view_font:
             self._view_font, self._fonts = QFont(option.font), _fonts(option.font)
             self._texts.clear()
-        column = index.column()
         painter.save()
         # The stylesheet's selection is a pale tint, so selected rows keep the normal text colour.
         painter.setPen(option.palette.color(QPalette.ColorRole.Text))
         if column == DEVICE:
             font = BADGE + cell.bold
             painter.setFont(self._fonts[font])
-            width = min(painter.fontMetrics().horizontalAdvance(cell.text) + 12, option.rect.width() - 8)
-            _badge(painter, option, width, cell.text,
+            width = min(painter.fontMetrics().horizontalAdvance(cell.text) + 12, rect.width() - 8)
+            _badge(painter, rect, width, cell.text,
                    self.laid_out(painter, cell.text, _ELIDE_RIGHT, int(width) - 8, font))
         elif cell.color is not None:
             painter.setFont(self._fonts[cell.bold])
-            _chip(painter, option, cell, self.laid_out(painter, cell.text, _ELIDE_RIGHT,
-                                                       text_rect(cell, option.rect, NAME).width(), cell.bold))
+            _chip(painter, rect, cell, self.laid_out(painter, cell.text, _ELIDE_RIGHT,
+                                                     text_rect(cell, rect, NAME).width(), cell.bold))
         else:
             painter.setFont(self._fonts[cell.bold])
-            rect = text_rect(cell, option.rect, column)
-            self.laid_out(painter, cell.text, option.textElideMode, rect.width(), cell.bold).draw(
-                painter, rect, right=column in RIGHT_ALIGNED)
+            where = text_rect(cell, rect, column)
+            self.laid_out(painter, cell.text, option.textElideMode, where.width(), cell.bold).draw(
+                painter, where, right=column in RIGHT_ALIGNED)
         painter.restore()
 
     def laid_out(self, painter: QPainter, text: str, mode, room: int, font: int) -> Text:
@@ -163,28 +167,28 @@ def text_rect(cell: Cell, rect: QRect, column: int) -> QRect:
     return rect.adjusted(TEXT_MARGIN, 0, -TEXT_MARGIN, 0)
 
 
-def _chip(painter: QPainter, option, cell: Cell, text: Text):
+def _chip(painter: QPainter, cell_rect: QRect, cell: Cell, text: Text):
     """A rounded chip of the cell's colour, then `text` (the cell's, elided to its room) in the
     painter's pen and font."""
-    rect = option.rect.adjusted(6, 0, -4, 0)
+    rect = cell_rect.adjusted(6, 0, -4, 0)
     painter.setRenderHint(QPainter.RenderHint.Antialiasing)
     text_pen = painter.pen()
     painter.setPen(Qt.PenStyle.NoPen)
     painter.setBrush(cell.color)
     painter.drawRoundedRect(QRectF(rect.left(), rect.center().y() - 5, 10, 10), 3, 3)
-    rect = text_rect(cell, option.rect, NAME)
+    rect = text_rect(cell, cell_rect, NAME)
     if text.shown != cell.text and rect.width() < painter.fontMetrics().horizontalAdvance("xxx…"):
         return   # the chip alone: a letter and an ellipsis would say less (the word is on hover)
     painter.setPen(text_pen)
     text.draw(painter, rect)
 
 
-def _badge(painter: QPainter, option, width: int, device: str, text: Text):
+def _badge(painter: QPainter, rect: QRect, width: int, device: str, text: Text):
     """The device as a small pill `width` wide: colour by device kind, `text` (the device,
     elided to the pill) inside, in the painter's font."""
     painter.setRenderHint(QPainter.RenderHint.Antialiasing)
     height = painter.fontMetrics().height() + 2
-    badge = QRectF(option.rect.left() + 6, option.rect.center().y() - height / 2 + 0.5, width, height)
+    badge = QRectF(rect.left() + 6, rect.center().y() - height / 2 + 0.5, width, height)
     fill, ink = _badge_colors(device)
     painter.setPen(Qt.PenStyle.NoPen)
     painter.setBrush(fill)
