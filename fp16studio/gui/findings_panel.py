@@ -116,8 +116,9 @@ class FindingDetail(QFrame):
         layout.addStretch(1)
         self._location = ""
         self.revealable: set[str] = set()   # the locations the tensor tree shows
-        self.fix_buttons: list[QCommandLinkButton] = []
+        self.fix_buttons: list[QCommandLinkButton] = []   # the finding's, shown
         self.fix_codes: list[WrappedText] = []
+        self._fix_links: list[QCommandLinkButton] = []   # made so far (_fix_link)
         self.code_fixes = False   # a trace's fixes: code to write in the script, not buttons
         self.show_text("Run the pipeline to see findings.")
 
@@ -151,42 +152,55 @@ class FindingDetail(QFrame):
         self._set_fixes(finding.fixes, enabled)
 
     def _set_fixes(self, fixes, enabled: bool = True):
-        for widget in self.fix_buttons + self.fix_codes:
+        for widget in self.fix_codes + [b for b in self.fix_buttons if b not in self._fix_links]:
             self.fixes_box.removeWidget(widget)
             widget.hide()   # gone at once, not when the event loop gets to deleting it
             widget.deleteLater()
         self.fix_buttons, self.fix_codes = [], []
         self.fixes_label.setText("Fixes: write in the script" if self.code_fixes and fixes else "Fixes")
         self.fixes_label.setVisible(bool(fixes))
-        if self.code_fixes:
-            for fix in fixes:
-                code = FixCode(fix.title, fix.code_text())
-                self.fixes_box.addWidget(code)
-                self.fix_codes.append(code)
-                source = fix.code.source if fix.code is not None else None
-                if source and source.get("line"):
-                    # The script is never written: a fixed copy beside it is, then traced.
-                    button = QPushButton("Trace a fixed copy", objectName="fixButton")
-                    button.setToolTip(f"Write a copy of the script with this fix at line "
-                                      f"{source['line']} and trace it: {fix.explain or fix.title}")
-                    button.setEnabled(enabled)
-                    ask = f"{fix.id}:{source['line']}"
-                    button.clicked.connect(lambda _=False, ask=ask: self.fixRequested.emit(ask))
-                    self.fixes_box.addWidget(button)
-                    self.fix_buttons.append(button)
-            return
-        for i, fix in enumerate(fixes):
+        links = () if self.code_fixes else fixes
+        for i, fix in enumerate(links):
             # The title goes in the command link's description, which wraps, so a long title
             # stays whole in a narrow panel; the short heading says which fix is recommended.
-            heading = "Recommended fix" if i == 0 else f"Alternative {i}"
-            button = QCommandLinkButton(heading, fix.title, objectName="fixButton")
-            set_icon(button, "fix")
+            button = self._fix_link(i)
+            button.setText("Recommended fix" if i == 0 else f"Alternative {i}")
+            button.setDescription(fix.title)
             button.setProperty("fixId", fix.id)
             button.setToolTip(fix.explain or fix.title)
             _enable_fix(button, enabled, i == 0)
-            button.clicked.connect(lambda _=False, fix_id=fix.id: self.fixRequested.emit(fix_id))
-            self.fixes_box.addWidget(button)
+            button.show()
             self.fix_buttons.append(button)
+        for button in self._fix_links[len(links):]:
+            button.hide()
+        if not self.code_fixes:
+            return
+        for fix in fixes:
+            code = FixCode(fix.title, fix.code_text())
+            self.fixes_box.addWidget(code)
+            self.fix_codes.append(code)
+            source = fix.code.source if fix.code is not None else None
+            if source and source.get("line"):
+                # The script is never written: a fixed copy beside it is, then traced.
+                button = QPushButton("Trace a fixed copy", objectName="fixButton")
+                button.setToolTip(f"Write a copy of the script with this fix at line "
+                                  f"{source['line']} and trace it: {fix.explain or fix.title}")
+                button.setEnabled(enabled)
+                ask = f"{fix.id}:{source['line']}"
+                button.clicked.connect(lambda _=False, ask=ask: self.fixRequested.emit(ask))
+                self.fixes_box.addWidget(button)
+                self.fix_buttons.append(button)
+
+    def _fix_link(self, i: int) -> QCommandLinkButton:
+        """The i-th one-click fix button, made once and kept for the findings after: a button
+        made under the stylesheet is styled whole, and each finding chosen made two or three."""
+        while len(self._fix_links) <= i:
+            button = QCommandLinkButton(objectName="fixButton")
+            set_icon(button, "fix")
+            button.clicked.connect(lambda _=False, b=button: self.fixRequested.emit(b.property("fixId")))
+            self.fixes_box.insertWidget(len(self._fix_links), button)
+            self._fix_links.append(button)
+        return self._fix_links[i]
 
     def set_fixes_enabled(self, enabled: bool):
         for i, button in enumerate(self.fix_buttons):
