@@ -351,12 +351,23 @@ def test_the_painter_draws_chips_and_badges_asking_the_model_once_per_row(qtbot,
     from fp16studio.gui.palette import device_color, dtype_color
     from fp16studio.gui.tree_model import DEVICE, TensorTreeModel
 
+    from fp16studio.gui import tree_panel
+
     asked = []
-    data, row_cells = TensorTreeModel.data, TensorTreeModel.row_cells
-    monkeypatch.setattr(TensorTreeModel, "data", lambda self, index, role=Qt.ItemDataRole.DisplayRole: (
-        asked.append(role), data(self, index, role))[1])
-    monkeypatch.setattr(TensorTreeModel, "row_cells",
-                        lambda self, index: (asked.append("row"), row_cells(self, index))[1])
+
+    # A subclass, not the model's methods swapped: PySide keeps the Python method it found for
+    # a C++ virtual (`data`), and a swapped one, once put back, left it calling a freed function
+    # (a later test's theme switch crashed the process).
+    class Counting(TensorTreeModel):
+        def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+            asked.append(role)
+            return super().data(index, role)
+
+        def row_cells(self, index):
+            asked.append("row")
+            return super().row_cells(index)
+
+    monkeypatch.setattr(tree_panel, "TensorTreeModel", Counting)
     panel = TensorPanel()
     qtbot.addWidget(panel)
     panel.resize(900, 400)
