@@ -23,6 +23,33 @@ def _no_modal_dialogs(monkeypatch):
     monkeypatch.setattr(main_window.MainWindow, "_ask_unsaved", lambda self, title, text: DISCARD)
 
 
+@pytest.fixture
+def monkeypatch(monkeypatch):
+    """pytest's monkeypatch, refusing to swap at a class a method of ours that overrides a Qt
+    method (`TensorTreeModel.data`): PySide keeps the Python method it found for a C++ virtual,
+    and once the swap is undone it called a freed function (a later test's theme switch crashed
+    the process). Count or change such a method through a subclass instead."""
+    swap = monkeypatch.setattr
+
+    def setattr(target, *args, **kwargs):
+        if isinstance(target, type) and args and isinstance(args[0], str):
+            _refuse_an_override_of_qt(target, args[0])
+        return swap(target, *args, **kwargs)
+
+    monkeypatch.setattr = setattr
+    return monkeypatch
+
+
+def _refuse_an_override_of_qt(cls: type, name: str):
+    ours = [base for base in cls.__mro__ if not base.__module__.startswith("PySide6.")
+            and base is not object and name in vars(base)]
+    overridden = [base for base in cls.__mro__
+                  if base.__module__.startswith("PySide6.") and name in vars(base)]
+    if ours and overridden:
+        raise AssertionError(f"{cls.__name__}.{name} overrides {overridden[0].__name__}.{name}: "
+                             "swap it through a subclass, not at the class (conftest.monkeypatch)")
+
+
 _cache = {}
 
 
