@@ -20,6 +20,7 @@ from fp16studio.gui import MainWindow
 from fp16studio.gui.fit import ShrinkingComboBox
 from fp16studio.gui.roles import COLOR_ROLE
 from fp16studio.gui.status_bar import MESSAGE_WHOLE_PX
+from fp16studio.gui.theme import Theme
 from fp16studio.gui.tree_model import SHAPE
 from fp16studio.gui.tree_panel import NOTHING_YET
 
@@ -141,6 +142,7 @@ def assert_fix_code_broken_at_tokens(window, when):
 
 def test_the_loop_as_a_person_sees_it(qtbot):
     screen = QGuiApplication.primaryScreen().size()
+    Theme(QApplication.instance(), "light")   # styled as the app styles itself (app.main)
     window = MainWindow()
     qtbot.addWidget(window)
     window.show()
