@@ -10,8 +10,8 @@ from __future__ import annotations
 from PySide6.QtCore import QEvent, QItemSelectionModel, QPoint, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QCursor, QFont, QFontMetrics, QPalette
 from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QGridLayout, QHBoxLayout, QHeaderView,
-                               QStyle, QStyleOptionViewItem,
-                               QLabel, QLineEdit, QMenu, QTreeView, QVBoxLayout, QWidget)
+                               QLabel, QLineEdit, QMenu, QStyle, QStyleOptionViewItem, QTreeView,
+                               QVBoxLayout, QWidget)
 
 from fp16studio.core.present import vocabulary
 from .delegates import TensorCellDelegate, cell_width, text_rect
@@ -57,7 +57,7 @@ class TensorTreeView(QTreeView):
     def __init__(self, row_cells, parent=None):
         super().__init__(parent)
         self._row_cells = row_cells
-        self._rows_in_paint: dict | None = None   # a paint's rows, looked up once each (cell_of)
+        self._painting: _Painting | None = None   # what the rows of the paint under way share
         self.setObjectName("tensorTree")
         self.setUniformRowHeights(True)  # lets the view skip measuring 10 000 rows
         self.setAlternatingRowColors(True)
@@ -108,9 +108,9 @@ class TensorTreeView(QTreeView):
         """The Cell at a view's index. A paint looks each row's cells up once: each look-up
         through the proxy is a call into the model's Python for the source index, and the
         painter asks for every cell in view."""
-        rows = self._rows_in_paint
-        if rows is None:
+        if self._painting is None:
             return self._row_cells(index)[index.column()]
+        rows = self._painting.rows
         key = (index.row(), index.internalId())   # a proxy index's id: its parent's rows
         cells = rows.get(key)
         if cells is None:
@@ -118,12 +118,11 @@ class TensorTreeView(QTreeView):
         return cells[index.column()]
 
     def paintEvent(self, event):
-        self._rows_in_paint = {}
         self._painting = _Painting(self)
         try:
             super().paintEvent(event)
         finally:
-            self._rows_in_paint = self._painting = None
+            self._painting = None
 
     def drawRow(self, painter, option, index):
         """A row no state is drawn on, in one call into Python: its background, branches and
@@ -240,15 +239,17 @@ class TensorTreeView(QTreeView):
 
 
 class _Painting:
-    """What every row of one paint of the tree shares (TensorTreeView.drawRow): the columns in
-    view, the row states the style draws, the rows' depths."""
+    """What every row of one paint of the tree shares: the columns in view, the row states the
+    style draws, the rows' depths (TensorTreeView.drawRow), and the rows' cells looked up once
+    each (TensorTreeView.cell_of)."""
 
     def __init__(self, view: TensorTreeView):
         header, width = view.header(), view.viewport().width()
         columns = [(header.sectionViewportPosition(column), header.sectionSize(column), column)
                    for column in map(header.logicalIndex, range(header.count()))
                    if not header.isSectionHidden(column)]
-        # None in a right-to-left layout: the view's drawRow mirrors every rect.
+        # No columns in a right-to-left layout: every row goes to the view's own drawRow, which
+        # mirrors each rect.
         self.sections = [] if view.isRightToLeft() else [
             section for section in columns if section[0] + section[1] > 0 and section[0] < width]
         self._view = view
@@ -257,6 +258,7 @@ class _Painting:
         self._selection, self._current = view.selectionModel(), view.currentIndex()
         viewport = view.viewport()
         self._mouse_y = viewport.mapFromGlobal(QCursor.pos()).y() if viewport.underMouse() else None
+        self.rows: dict[tuple, list[Cell]] = {}   # (row, proxy index id) -> the row's cells
         self._levels: dict[tuple, int] = {}
         self._palettes: dict[bool, QPalette] = {}
 
