@@ -83,19 +83,20 @@ class Consent:
 
 
 def arrived(diagnosis, gpu_memory: int | None = None) -> tuple:
-    """(diagnosis, its tree's TreeIndex or None, gpu_memory) for `took_diagnosis`, with the
-    diagnosis's inventory summarised by core (`tree.summary`, what `diagnose --json` reports):
-    the walks of the tree, done where the result arrives (the worker thread) rather than on the
-    GUI thread."""
-    if diagnosis.tree is None:
-        return diagnosis, None, gpu_memory
-    from fp16studio.core.diagnostics.tree_index import TreeIndex
+    """(diagnosis, its tree's TreeIndex or None, gpu_memory, its --json document) for
+    `took_diagnosis`, with the diagnosis's inventory summarised by core (`tree.summary`, what
+    `diagnose --json` reports): the walks of the tree and the document's encoding, done where
+    the result arrives (the worker thread) rather than on the GUI thread."""
+    index = None
+    if diagnosis.tree is not None:
+        from fp16studio.core.diagnostics.tree_index import TreeIndex
 
-    if diagnosis.inventory is None:
-        from fp16studio.core.diagnostics.tree import summary
+        if diagnosis.inventory is None:
+            from fp16studio.core.diagnostics.tree import summary
 
-        diagnosis.inventory = summary(diagnosis.tree)
-    return diagnosis, TreeIndex(diagnosis.tree), gpu_memory
+            diagnosis.inventory = summary(diagnosis.tree)
+        index = TreeIndex(diagnosis.tree)
+    return diagnosis, index, gpu_memory, diagnosis.to_json()
 
 
 # The result slots, each of the spec it was made from, and how the Log names them.
@@ -417,12 +418,15 @@ class SessionState(Evented):
         was, self.tracing = self.tracing is not None, None
         return was
 
-    def took_diagnosis(self, spec: PipelineSpec | None, diagnosis, tree_index=None, gpu_memory=None):
-        """A run of `spec`, or (`spec` None) a trace of a user's script."""
+    def took_diagnosis(self, spec: PipelineSpec | None, diagnosis, tree_index=None, gpu_memory=None,
+                       doc: dict | None = None):
+        """A run of `spec`, or (`spec` None) a trace of a user's script; `doc`: its --json
+        document when `arrived` made it already."""
         located = tree_index.locate(diagnosis.findings) if tree_index is not None else {}
         with self.events.blocker():
             self.findings = Findings(diagnosis, spec, TRACE if spec is None else RUN,
-                                     diagnosis.to_json(), tree_index, located, gpu_memory)
+                                     diagnosis.to_json() if doc is None else doc, tree_index,
+                                     located, gpu_memory)
             self.tracing = None
             self.device = diagnosis.device
 

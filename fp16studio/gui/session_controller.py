@@ -58,8 +58,8 @@ def _state(name):
 
 def _arrived(result):
     """A run's Diagnosed or a ScriptTrace where it arrives (the worker thread): (diagnosis,
-    tree index, gpu memory), its inventory summarised, a large tree kept out of the garbage
-    collector's passes."""
+    tree index, gpu memory, document), its inventory summarised, a large tree kept out of the
+    garbage collector's passes."""
     if isinstance(result, Diagnosed):
         result = arrived(result.diagnosis, result.gpu_memory)
     else:
@@ -439,9 +439,9 @@ class SessionController(SessionFiles, QObject):
             self.progressChanged.emit(0, 0, "Cancelling…")
 
     # -- results --------------------------------------------------------------------------------
-    def _on_diagnosis(self, spec, diagnosis, tree_index, gpu_memory):
+    def _on_diagnosis(self, spec, diagnosis, tree_index, gpu_memory, doc=None):
         """A run's result, or a script's trace (`spec` None: its fixes are code, not edits)."""
-        self.state.took_diagnosis(spec, diagnosis, tree_index, gpu_memory)
+        self.state.took_diagnosis(spec, diagnosis, tree_index, gpu_memory, doc)
         verdict = "clean" if diagnosis.ok else f"{len(diagnosis.errors)} error finding(s)"
         total = sum(diagnosis.timings.values()) if diagnosis.timings else 0
         self.logged.emit("info" if diagnosis.ok else "warning",

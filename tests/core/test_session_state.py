@@ -360,6 +360,17 @@ def test_the_inventory_is_cores_summary_of_the_tree():
                                "dtypes": {"float32": 1, "float16": 1}, "devices": {"cpu": 2}}
 
 
+def test_the_document_is_made_where_the_result_arrives():
+    """The --json document of a result is encoded with the rest of its arrival (the worker
+    thread), not again on the GUI thread: the state keeps the one made then."""
+    result = arrived(diagnosis(tree=tree()))
+    state = SessionState()
+    state.start(SPEC)
+    state.took_diagnosis(SPEC, *result)
+    assert result[3] == result[0].to_json()
+    assert state.diagnosis_doc is result[3]
+
+
 def test_a_blank_pipeline_says_what_is_missing_and_titles_follow_the_file():
     state = SessionState()
     assert state.missing() is None and state.title(dirty=False) == "fp16studio"
