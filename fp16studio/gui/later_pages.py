@@ -25,8 +25,8 @@ import threading
 import time
 from typing import Callable, Iterator, Protocol
 
-from PySide6.QtCore import QObject, QTimer
-from PySide6.QtWidgets import QTabWidget, QWidget
+from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtWidgets import QStackedWidget, QTabWidget, QWidget
 
 from .long_lived import keep_lasting_out_of_collections
 
@@ -54,26 +54,40 @@ class MadeInParts:
     `__init__(begun=True)`; its own `__init__` runs all parts unless `begun`."""
 
     @classmethod
-    def in_parts(cls):
-        """The view made a part per step: a generator that returns it (the window spreads the
-        parts over events). It holds the view; the view never holds it."""
-        view = cls(begun=True)
-        yield from view._make()
+    def in_parts(cls, parent: QWidget):
+        """The view made a part per step as a child of `parent`: a generator that returns it
+        (the window spreads the parts over events). It holds the view; the view never holds it."""
+        view = cls(parent, begun=True)
+        view.hide()   # until its tab is chosen, also if the window is shown again meanwhile
+        for _ in view._make():
+            _polish(view)
+            yield
+        _polish(view)
         return view
+
+
+def _polish(view: QWidget):
+    """The style sheet's rules worked out for the widgets of `view` made since the last call
+    (a polished one returns at once)."""
+    view.ensurePolished()
+    for widget in view.findChildren(QWidget):
+        widget.ensurePolished()
 
 
 class LaterPages:
     def __init__(self, tabs: QTabWidget):
         self._tabs = tabs
-        self._waiting: dict[str, tuple[QWidget, Callable[[], Iterator]]] = {}
+        # Where a tab's page lives (the tab widget's own, not one of a page's).
+        self._stack = tabs.findChild(QStackedWidget, options=Qt.FindChildOption.FindDirectChildrenOnly)
+        self._waiting: dict[str, tuple[QWidget, Callable[[QWidget], Iterator]]] = {}
         self._begun: dict[str, Iterator] = {}   # the pages being made: their parts left
         self._whole: dict[str, QWidget] = {}     # made, not in their tab yet
         self._made: dict[str, QWidget] = {}
         tabs.currentChanged.connect(self._on_current)
 
-    def add(self, name: str, title: str, make: Callable[[], Iterator]):
-        """A tab titled `title` whose page `make()` makes, a part per step (a generator that
-        returns the page), when first needed."""
+    def add(self, name: str, title: str, make: Callable[[QWidget], Iterator]):
+        """A tab titled `title` whose page `make(parent)` makes as a child of `parent`, a part
+        per step (a generator that returns the page), when first needed."""
         stand_in = QWidget()
         self._waiting[name] = (stand_in, make)
         self._tabs.addTab(stand_in, title)
@@ -83,7 +97,7 @@ class LaterPages:
         if name not in self._made:
             page = self._whole.pop(name, None)
             if page is None:
-                page = all_parts(self._begun.pop(name, None) or self._waiting[name][1]())
+                page = all_parts(self._begun.pop(name, None) or self._parts(name))
             stand_in, _ = self._waiting.pop(name)
             self._made[name] = page
             index = self._tabs.indexOf(stand_in)
@@ -115,7 +129,7 @@ class LaterPages:
                 return
             parts = self._begun.get(name)
             if parts is None:
-                parts = self._begun[name] = self._waiting[name][1]()
+                parts = self._begun[name] = self._parts(name)
             try:
                 next(parts)
             except StopIteration as made:
@@ -124,6 +138,10 @@ class LaterPages:
 
         timer.timeout.connect(next_part)
         timer.start()
+
+    def _parts(self, name: str) -> Iterator:
+        """The page's parts, made in the tabs' own stack."""
+        return self._waiting[name][1](self._stack)
 
     def made(self, name: str) -> QWidget | None:
         """The page if it was made: what a page not made yet would be told, it does not need."""

@@ -341,16 +341,16 @@ class MainWindow(WindowActions, FileActions, QMainWindow):
         super().closeEvent(event)
 
 
-def _compare_view():
+def _compare_view(parent):
     from .compare import CompareView
 
-    return CompareView.in_parts()
+    return CompareView.in_parts(parent)
 
 
-def _drift_view():
+def _drift_view(parent):
     from .drift_view import DriftView
 
-    return DriftView.in_parts()
+    return DriftView.in_parts(parent)
 
 
 def _warm_up_job(log):

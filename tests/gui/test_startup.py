@@ -114,8 +114,9 @@ def test_a_page_is_made_a_part_per_event_or_all_at_once_when_needed(qtbot):
     spinner.timeout.connect(lambda: spins.__setitem__(0, spins[0] + 1))
     spinner.start()
 
-    def in_parts():   # a page made in three parts, the loop's turn at each noted
-        page = QWidget()
+    def in_parts(parent):   # a page made in three parts, the loop's turn at each noted
+        page = QWidget(parent)
+        page.made_in = parent
         page.times = []
         for more in (True, True, False):
             page.times.append(spins[0])
@@ -138,6 +139,8 @@ def test_a_page_is_made_a_part_per_event_or_all_at_once_when_needed(qtbot):
     assert len(times) == 3
     assert all(b > a for a, b in zip(times, times[1:])), times
     assert tabs.widget(1) is pages.made("a") and tabs.tabText(1) == "A"
+    # Made where it stays (the tabs' own stack): a page moved into its tab is restyled whole.
+    assert pages.made("a").made_in is tabs.widget(0).parentWidget() is pages.made("a").parentWidget()
     page_b = pages.page("b")               # needed before its turn: every part made now
     assert len(page_b.times) == 3 and tabs.widget(2) is page_b and tabs.tabText(2) == "B"
     assert len(set(page_b.times)) == 1     # in this one event
@@ -240,13 +243,46 @@ def test_a_chart_page_is_made_top_down_each_widget_in_its_place(qtbot, view_clas
     module = "compare" if view_class == "CompareView" else "drift_view"
     cls = getattr(importlib.import_module(f"fp16studio.gui.{module}"), view_class)
     moves = Moves()
+    host = QWidget()
+    qtbot.addWidget(host)
     QApplication.instance().installEventFilter(moves)
     try:
-        view = all_parts(cls.in_parts())
+        all_parts(cls.in_parts(host))
     finally:
         QApplication.instance().removeEventFilter(moves)
-    qtbot.addWidget(view)
     assert moves.groups == [], moves.groups
+
+
+@pytest.mark.parametrize("view_class", ["CompareView", "DriftView"])
+def test_a_chart_page_polishes_each_part_in_its_own_event(qtbot, view_class):
+    """A page never shown is polished whole under the style sheet at its tab's first show (the
+    Compare tab as Benchmark is pressed): made in parts, each part's widgets are polished in
+    that part's event, so the page is polished when made and the tab's first show has none of
+    it; and the page stays hidden in its parent until its tab shows it."""
+    import importlib
+
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QWidget
+
+    module = "compare" if view_class == "CompareView" else "drift_view"
+    cls = getattr(importlib.import_module(f"fp16studio.gui.{module}"), view_class)
+    host = QWidget()
+    qtbot.addWidget(host)
+    host.show()
+    parts = cls.in_parts(host)
+    made = 0
+    while True:
+        try:
+            next(parts)
+        except StopIteration as done:
+            view = done.value
+            break
+        made += 1
+        unpolished = [type(w).__name__ for w in host.findChildren(QWidget)
+                      if not w.testAttribute(Qt.WidgetAttribute.WA_WState_Polished)]
+        assert unpolished == [], (made, unpolished)
+    assert made > 3 and view.parentWidget() is host and view.isHidden()
+    assert all(w.testAttribute(Qt.WidgetAttribute.WA_WState_Polished) for w in view.findChildren(QWidget))
 
 
 @pytest.mark.parametrize("view_class", ["CompareView", "DriftView"])
