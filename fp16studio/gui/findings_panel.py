@@ -17,7 +17,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSize, Qt, QTimer, 
 from PySide6.QtWidgets import (QAbstractItemView, QCommandLinkButton, QFrame, QHBoxLayout, QHeaderView, QLabel,
                                QPushButton, QSplitter, QToolButton, QTreeView, QVBoxLayout, QWidget)
 
-from fp16studio.core.diagnostics.findings import by_severity, severity_rank
+from fp16studio.core.diagnostics.findings import SEVERITIES, by_severity, severity_rank
 from fp16studio.core.present.evidence_words import evidence_rows
 from fp16studio.core.present.vocabulary import severity_counts, steps_summary
 from .code_text import CodeText
@@ -38,6 +38,8 @@ class FindingsModel(QAbstractTableModel):
     def __init__(self, parent=None):
         super().__init__(parent)
         self._findings: list = []
+        for severity in SEVERITIES:   # drawn now: the first result's list drew them (2 ms)
+            icon(f"status-{severity}")
 
     def set_findings(self, findings):
         self.beginResetModel()
@@ -120,6 +122,7 @@ class FindingDetail(QFrame):
         self.fix_codes: list[WrappedText] = []
         self._fix_links: list[QCommandLinkButton] = []   # made so far (_fix_link)
         self.code_fixes = False   # a trace's fixes: code to write in the script, not buttons
+        self._fix_link(1)   # made with the panel, hidden by show_text: the first finding made them
         self.show_text("Run the pipeline to see findings.")
 
     def show_text(self, text: str, title: str = ""):

@@ -67,6 +67,29 @@ def test_choosing_findings_in_turn_reuses_the_fix_buttons_made(qtbot):
         assert fixed.args == [FINDINGS[1 - row].fixes[-1].id]
 
 
+def test_the_first_finding_shown_makes_nothing(qtbot, monkeypatch):
+    """What the first result's list and detail need is made with the panel: the status icons
+    drawn (2 ms of the list's first layout) and two fix buttons (1-2 ms, styled whole)."""
+    from PySide6.QtWidgets import QCommandLinkButton
+
+    from fp16studio.gui import theme
+
+    panel = FindingsPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    made = panel.detail.findChildren(QCommandLinkButton)
+    assert len(made) == 2 and not any(b.isVisible() for b in made)
+
+    def draw(*_):
+        raise AssertionError("an icon drawn as the findings came")
+    monkeypatch.setattr(theme, "QSvgRenderer", draw)
+    panel.set_findings(FINDINGS, ok=False)
+    for row in range(panel.model.rowCount()):
+        assert panel.model.index(row, 0).data(Qt.ItemDataRole.DecorationRole) is not None
+    assert panel.detail.findChildren(QCommandLinkButton) == made
+    assert [b for b in made if b.isVisible()] == panel.detail.fix_buttons
+
+
 def test_selecting_a_finding_asks_to_reveal_its_location(qtbot):
     panel = FindingsPanel()
     qtbot.addWidget(panel)
