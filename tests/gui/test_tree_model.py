@@ -183,8 +183,9 @@ def test_a_tree_and_its_index_survive_the_trip_from_the_engine_process(make_tree
     sent = Diagnosed(Diagnosis(spec, "cpu", tree=tree), 1024)
     types = types_of("diagnose")   # what the engine sends, and the window reads, for a run
     came = types.decode_result(json.loads(json.dumps(types.encode_result(sent))))
-    diagnosis, arrived, gpu_memory = on_arrival(came.diagnosis, came.gpu_memory)
+    diagnosis, arrived, gpu_memory, doc = on_arrival(came.diagnosis, came.gpu_memory)
     assert arrived.root == tree and arrived.root is not tree and gpu_memory == 1024
+    assert doc == diagnosis.to_json() and doc["device"] == "cpu"
     node = arrived.by_path["layer1.w0"]
     # The identity-keyed tables were built for the objects that arrived.
     assert [n.path for n in arrived.ancestors(node)] == ["model", "layer1", "layer1.w0"]
