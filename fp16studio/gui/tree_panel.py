@@ -67,6 +67,9 @@ class TensorTreeView(QTreeView):
         # Deep names keep both ends (`encoder…layer.0.attention`); the tooltip has the path.
         self.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.setIndentation(14)
+        # A scroll bar that came with a result's rows narrowed the rows already drawn: the tree
+        # was drawn whole again, its columns fitted again (a flat track where rows fit).
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
 
         self.chosen_columns: set[int] = set()   # shown or hidden by the user: never folded
         self.sized_columns: set[int] = set()    # widened or narrowed by the user: kept so
