@@ -2,7 +2,7 @@
 as wide as its contents within the tab's width, Name and Shape first; what does not fit folds
 (Abs-max, Device, Size) or is cut with its whole text on hover; a column the user sized stays."""
 
-from PySide6.QtCore import QEvent, QModelIndex, QObject
+from PySide6.QtCore import QEvent, QModelIndex
 from PySide6.QtWidgets import QApplication
 
 from fp16studio.core.diagnostics.tree import TensorNode
@@ -109,7 +109,7 @@ def test_fitting_the_columns_asks_the_delegate_nothing(qtbot, make_tree):
     assert 0 < len(rows) <= panel.tree.viewport().height() // panel.tree.visualRect(rows[0]).height() + 1
 
 
-def test_rows_that_overflow_the_tree_leave_its_width_as_it_was(qtbot, make_tree):
+def test_rows_that_overflow_the_tree_leave_its_width_as_it_was(qtbot, make_tree, count_events):
     """A result's rows that overflow the tree brought its scroll bar after they were drawn: the
     rows narrower, the tree drawn whole again and its columns fitted again (issue 43's stalls).
     The scroll bar's track is always there, so the rows keep the width they were drawn at."""
@@ -120,23 +120,9 @@ def test_rows_that_overflow_the_tree_leave_its_width_as_it_was(qtbot, make_tree)
     panel.set_tree(make_tree(modules=1, params=1))
     QApplication.processEvents()
     viewport = panel.tree.viewport()
-    width, resizes = viewport.width(), _Resizes()
-    viewport.installEventFilter(resizes)
+    width, resizes = viewport.width(), count_events(viewport, QEvent.Type.Resize)
     panel.set_tree(make_tree(modules=40, params=2))
     for _ in range(3):
         QApplication.processEvents()
     assert viewport.height() < panel.tree.visualRect(panel.proxy.index(0, 0)).height() * 40
-    assert viewport.width() == width and resizes.widths == []
-
-
-class _Resizes(QObject):
-    """The widths a widget was resized to (an event filter)."""
-
-    def __init__(self):
-        super().__init__()
-        self.widths = []
-
-    def eventFilter(self, watched, event):
-        if event.type() == QEvent.Type.Resize:
-            self.widths.append(event.size().width())
-        return False
+    assert viewport.width() == width and resizes.count == 0
