@@ -1,5 +1,8 @@
 """Picker look-ups: safetensors headers, model info, the cache scan, offline Hub search."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
@@ -64,6 +67,35 @@ def test_cache_scan_lists_models_and_datasets(tmp_path):
     assert lookups.scan_cache(str(tmp_path)) == {"models": ["org/another", "org/Tiny"],
                                                  "datasets": ["org/images"]}
     assert lookups.scan_cache(str(tmp_path / "missing")) == {"models": [], "datasets": []}
+
+
+def test_cache_scan_lists_what_huggingface_hub_lists(tmp_path):
+    """The folder names read as huggingface_hub's own scan reads them: a repo with snapshots,
+    not its lock folder, a stray file, a repo whose download never made a snapshot, a space."""
+    from huggingface_hub import scan_cache_dir
+
+    fake_cached_repo(tmp_path, "model", "org/Tiny")
+    fake_cached_repo(tmp_path, "dataset", "someone/rows")
+    fake_cached_repo(tmp_path, "space", "org/demo")
+    (tmp_path / ".locks" / "models--org--Tiny").mkdir(parents=True)
+    (tmp_path / "models--org--unfinished" / "blobs").mkdir(parents=True)
+    (tmp_path / "version.txt").write_text("1")
+    listed = {"models": [], "datasets": []}
+    for repo in scan_cache_dir(tmp_path).repos:
+        if repo.repo_type in ("model", "dataset"):
+            listed[repo.repo_type + "s"].append(repo.repo_id)
+    assert lookups.scan_cache(str(tmp_path)) == listed == {"models": ["org/Tiny"], "datasets": ["someone/rows"]}
+
+
+def test_the_cache_scan_leaves_huggingface_hubs_scanner_unimported(tmp_path):
+    """The scan runs on a thread of the window's process at start-up: huggingface_hub's
+    scanner's import alone held the GIL for 100 ms of CPU there."""
+    fake_cached_repo(tmp_path, "model", "org/Tiny")
+    code = ("import sys; from fp16studio.engine import lookups; "
+            f"print(lookups.scan_cache({str(tmp_path)!r})['models'], "
+            "'huggingface_hub.utils._cache_manager' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["['org/Tiny']", "False"]
 
 
 def test_hub_search_is_empty_offline():
