@@ -349,7 +349,7 @@ class SessionState(Evented):
         return notice
 
     def tree_notice(self) -> str | None:
-        """What the Tensors tab says over its tree when the tree is not of the current spec."""
+        """What the Tensors tab says under its tree when the tree is not of the current spec."""
         if self.tracing is not None and self.tree_index is not None:
             return f"Tracing {self.tracing}: this tree is the last run's until its trace arrives."
         if self.stale and self.tree_index is not None:

@@ -13,6 +13,8 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from fp16studio.core.diagnostics.findings import by_severity
+
 from .findings_panel import FindingsPanel
 from .session_controller import SessionController
 from .status_bar import StatusInfo
@@ -50,6 +52,12 @@ class DiagnosisInTurns(QObject):
             return
         self._tensors.set_tree(diagnosis.tree, index)
         self._tensors.model.set_highlighted(node.path for node in state.located.values())
+        # The module the first finding names, shown now: choosing that finding in a later turn
+        # reveals it, which then only selects its row (expanded and scrolled to then, the whole
+        # tree was painted a second time).
+        first = _first_located(state)
+        if first is not None:
+            self._tensors.show_node(first)
         if diagnosis.tree is not None:
             self._status.set_environment(diagnosis.environment, diagnosis.device, state.gpu_memory)
         self._turns.start(self._show_result_findings, self._findings.choose_first)
@@ -109,3 +117,12 @@ class DiagnosisInTurns(QObject):
         doc, self._finished_doc = self._finished_doc, None
         if doc is not None:
             self.finished.emit(doc)
+
+
+def _first_located(state):
+    """The tree node of the finding the Findings panel chooses first (its first row, findings
+    in severity order) when a result is shown, or None."""
+    if state.tracing is not None:
+        return None
+    findings = by_severity(state.findings_shown())
+    return state.located.get(findings[0].location) if findings else None

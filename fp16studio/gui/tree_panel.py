@@ -7,7 +7,7 @@ wrap, and the tree scrolls sideways."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QItemSelectionModel, QPoint, QRect, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QPoint, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QCursor, QFont, QFontMetrics, QPalette
 from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QGridLayout, QHBoxLayout, QHeaderView,
                                QLabel, QLineEdit, QMenu, QStyle, QStyleOptionViewItem, QTreeView,
@@ -70,6 +70,9 @@ class TensorTreeView(QTreeView):
         # A scroll bar that came with a result's rows narrowed the rows already drawn: the tree
         # was drawn whole again, its columns fitted again (a flat track where rows fit).
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
+        # The rows stay where they are drawn when the view's foot moves (the stale note under
+        # it comes and goes): nothing is drawn again, or only the rows a taller view uncovers.
+        self.viewport().setAttribute(Qt.WidgetAttribute.WA_StaticContents)
 
         self.chosen_columns: set[int] = set()   # shown or hidden by the user: never folded
         self.sized_columns: set[int] = set()    # widened or narrowed by the user: kept so
@@ -379,8 +382,10 @@ class TensorPanel(QWidget):
         layout.setContentsMargins(8, 8, 8, 6)
         layout.setSpacing(6)
         layout.addLayout(self._filter_bar)
-        layout.addWidget(self.notice)
+        # Under the tree, not over it: a note that comes with an edit and goes with the next run
+        # moved every row, and the whole tree was drawn again each time (see TensorTreeView).
         layout.addWidget(self.tree, 1)
+        layout.addWidget(self.notice)
         # The legend and the inventory each wrap to the width there is.
         footer = QHBoxLayout()
         self.legend = ColourKey(self)
@@ -447,7 +452,7 @@ class TensorPanel(QWidget):
         self.summary.setText(inventory_text(inventory) if inventory else "")
 
     def set_notice(self, text: str | None):
-        """A note over the tree when it is not of the current spec (None: none)."""
+        """A note under the tree when it is not of the current spec (None: none)."""
         self.notice.setText(text or "")
         self.notice.setVisible(bool(text))
 
@@ -465,22 +470,33 @@ class TensorPanel(QWidget):
         self.tree.viewport().update()
 
     def reveal(self, node) -> bool:
-        """Select and scroll to `node` (a finding's module); False when it is filtered out."""
+        """Select `node` (a finding's module) and show it (`show_node`); False when it cannot be."""
+        index = self.show_node(node)
+        if not index.isValid():
+            return False
+        self.tree.selectionModel().setCurrentIndex(
+            index, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
+        return True
+
+    def show_node(self, node) -> QModelIndex:
+        """`node`'s row in view: fetched, its parents expanded (the filters cleared if they hide
+        it) and the tree scrolled to put it in the middle, unless it is in view already (the
+        tree does not move under the user for nothing, nor paint itself whole again). Its index
+        in the view, invalid when it is not in the tree."""
         source = self.model.index_for_node(node)
         index = self.proxy.mapFromSource(source)
         if not index.isValid() and self.proxy.active:
             self.clear_filters()
             index = self.proxy.mapFromSource(self.model.index_for_node(node))
         if not index.isValid():
-            return False
+            return index
         parent = index.parent()
         while parent.isValid():
             self.tree.expand(parent)
             parent = parent.parent()
-        self.tree.selectionModel().setCurrentIndex(
-            index, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
-        self.tree.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
-        return True
+        if not self.tree.viewport().rect().contains(self.tree.visualRect(index)):
+            self.tree.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
+        return index
 
     def clear_filters(self):
         for widget in (self.search, self.dtype_filter, self.device_filter, self.only_problems):

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 from fp16studio.core.diagnostics.tree_index import TreeIndex
 from fp16studio.gui.fit import MeasuredLabel, VerticalScrollArea
 from fp16studio.gui import tree_model
-from fp16studio.gui.tree_model import DTYPE, NAME, TensorTreeModel
+from fp16studio.gui.tree_model import DTYPE, NAME, PATH_ROLE, TensorTreeModel
 from fp16studio.gui.tree_panel import TensorPanel
 
 
@@ -218,3 +218,61 @@ def test_a_result_with_the_same_dtypes_and_devices_leaves_their_choosers_as_they
     qtbot.wait(50)
     assert [counter.count for counter in paints] == [0, 0]
     assert panel.dtype_filter.currentData() == "float16"
+
+
+def paints_of(viewport):
+    """An object whose `rects` are the rects of the paints `viewport` is sent from now on."""
+
+    class Paints(QObject):
+        def __init__(self):
+            super().__init__(viewport)
+            self.rects = []
+            viewport.installEventFilter(self)
+
+        def eventFilter(self, _watched, event):
+            if event.type() == QEvent.Type.Paint:
+                self.rects.append(event.rect())
+            return False
+
+    return Paints()
+
+
+def test_a_stale_note_coming_and_going_draws_no_row_of_the_tree_again(qtbot, make_tree):
+    """An edit makes the tree stale and the next run current again: the note that says so
+    moves none of the rows drawn, so none is drawn again (the rows a taller view uncovers are)."""
+    panel = shown_panel(qtbot, make_tree())
+    qtbot.wait(50)   # the paints its showing asked for
+    viewport = panel.tree.viewport()
+    height = viewport.height()
+    paints = paints_of(viewport)
+    panel.set_notice("This tree is of another version of the spec: Run to see the current one's.")
+    qtbot.waitUntil(lambda: viewport.height() < height)
+    qtbot.wait(20)
+    assert paints.rects == []
+    shorter = viewport.height()
+    panel.set_notice(None)
+    qtbot.waitUntil(lambda: viewport.height() == height)
+    qtbot.wait(20)
+    assert paints.rects and all(rect.top() >= shorter for rect in paints.rects)
+
+
+def test_a_result_draws_its_tree_once_though_its_first_finding_is_revealed(qtbot):
+    """Choosing the first finding (a turn after the tree) reveals its module in the tree: the
+    tree came expanded and scrolled to it, so only its row is drawn again, selected."""
+    from fp16studio.gui import MainWindow
+    from window_steps import run
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.resize(1280, 800)
+    window.show()
+    qtbot.waitUntil(lambda: window.spec is not None and not window.worker.pending(), timeout=180_000)
+    viewport = window.tensors.tree.viewport()
+    paints = paints_of(viewport)
+    run(qtbot, window)
+    qtbot.wait(50)
+    current = window.tensors.tree.currentIndex()
+    first = window.controller.state.located[window.findings.model.findings()[0].location]
+    assert current.isValid() and current.data(PATH_ROLE) == first.path
+    whole = [rect for rect in paints.rects if rect.height() >= viewport.height() - 1]
+    assert len(whole) == 1, [rect.getRect() for rect in paints.rects]
