@@ -276,3 +276,33 @@ def test_a_result_draws_its_tree_once_though_its_first_finding_is_revealed(qtbot
     assert current.isValid() and current.data(PATH_ROLE) == first.path
     whole = [rect for rect in paints.rects if rect.height() >= viewport.height() - 1]
     assert len(whole) == 1, [rect.getRect() for rect in paints.rects]
+
+
+def test_the_rows_height_is_asked_of_the_style_once_per_font(qtbot, make_tree):
+    """Every cell's size hint has the row's height, which the style works out from every role
+    of the cell (a dozen calls through the proxy): asked once for plain rows and once for bold
+    ones (a finding's), not for each cell the view measures."""
+    from PySide6.QtWidgets import QStyledItemDelegate
+
+    from fp16studio.gui.delegates import TensorCellDelegate
+
+    asked = []
+
+    class CountingStyle(QStyledItemDelegate):   # the style's answer, under the painter's
+        def sizeHint(self, option, index):
+            asked.append(index)
+            return super().sizeHint(option, index)
+
+    class Counted(TensorCellDelegate, CountingStyle):
+        pass
+
+    tree = make_tree()
+    panel = TensorPanel()
+    qtbot.addWidget(panel)
+    panel.tree.setItemDelegate(Counted(panel.tree.cell_of, panel.tree))
+    panel.set_tree(tree, TreeIndex(tree))
+    panel.model.set_highlighted({"layer0.w0"})
+    panel.tree.expandAll()
+    for column in range(panel.proxy.columnCount()):
+        panel.tree.resizeColumnToContents(column)
+    assert 1 <= len(asked) <= 2
