@@ -1,4 +1,7 @@
-"""Qt-free look-ups behind the model and dataset pickers; all run on the worker thread.
+"""Qt-free look-ups behind the model and dataset pickers. The cache scan, model info and Hub
+search run on the window's look-up pool (gui/lookup_pool.py, a thread of the window's process:
+what they import and hold the GIL for, the window waits for), or in the engine on a remote box;
+the dataset preview runs in the engine process.
 
 They read local files and the Hugging Face cache, and touch the network only when the Hub is
 reachable (fp16studio.core.hf.hub decides), so a picker never hangs a machine that is offline.
