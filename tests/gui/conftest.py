@@ -97,17 +97,21 @@ def build_tree(modules=3, params=2, wide=0, problem_at=None):
 @pytest.fixture
 def count_events():
     """`count_events(widget, kind)`: an object whose `count` is how many events of `kind`
-    (QEvent.Type) `widget` has been sent since (reset it by assigning 0)."""
+    (QEvent.Type) `widget` has been sent since (reset it by assigning 0), and `rects` the rect
+    of each that has one (a paint's)."""
     from PySide6.QtCore import QObject
 
     class Counter(QObject):
         def __init__(self, widget, kind):
             super().__init__(widget)
-            self.kind, self.count = kind, 0
+            self.kind, self.count, self.rects = kind, 0, []
             widget.installEventFilter(self)
 
         def eventFilter(self, _watched, event):
-            self.count += event.type() == self.kind
+            if event.type() == self.kind:
+                self.count += 1
+                if hasattr(event, "rect"):
+                    self.rects.append(event.rect())
             return False
 
     return Counter

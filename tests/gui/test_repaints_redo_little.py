@@ -220,31 +220,14 @@ def test_a_result_with_the_same_dtypes_and_devices_leaves_their_choosers_as_they
     assert panel.dtype_filter.currentData() == "float16"
 
 
-def paints_of(viewport):
-    """An object whose `rects` are the rects of the paints `viewport` is sent from now on."""
-
-    class Paints(QObject):
-        def __init__(self):
-            super().__init__(viewport)
-            self.rects = []
-            viewport.installEventFilter(self)
-
-        def eventFilter(self, _watched, event):
-            if event.type() == QEvent.Type.Paint:
-                self.rects.append(event.rect())
-            return False
-
-    return Paints()
-
-
-def test_a_stale_note_coming_and_going_draws_no_row_of_the_tree_again(qtbot, make_tree):
+def test_a_stale_note_coming_and_going_draws_no_row_of_the_tree_again(qtbot, make_tree, count_events):
     """An edit makes the tree stale and the next run current again: the note that says so
     moves none of the rows drawn, so none is drawn again (the rows a taller view uncovers are)."""
     panel = shown_panel(qtbot, make_tree())
     qtbot.wait(50)   # the paints its showing asked for
     viewport = panel.tree.viewport()
     height = viewport.height()
-    paints = paints_of(viewport)
+    paints = count_events(viewport, QEvent.Type.Paint)
     panel.set_notice("This tree is of another version of the spec: Run to see the current one's.")
     qtbot.waitUntil(lambda: viewport.height() < height)
     qtbot.wait(20)
@@ -256,7 +239,7 @@ def test_a_stale_note_coming_and_going_draws_no_row_of_the_tree_again(qtbot, mak
     assert paints.rects and all(rect.top() >= shorter for rect in paints.rects)
 
 
-def test_a_result_draws_its_tree_once_though_its_first_finding_is_revealed(qtbot):
+def test_a_result_draws_its_tree_once_though_its_first_finding_is_revealed(qtbot, count_events):
     """Choosing the first finding (a turn after the tree) reveals its module in the tree: the
     tree came expanded and scrolled to it, so only its row is drawn again, selected."""
     from fp16studio.gui import MainWindow
@@ -268,7 +251,7 @@ def test_a_result_draws_its_tree_once_though_its_first_finding_is_revealed(qtbot
     window.show()
     qtbot.waitUntil(lambda: window.spec is not None and not window.worker.pending(), timeout=180_000)
     viewport = window.tensors.tree.viewport()
-    paints = paints_of(viewport)
+    paints = count_events(viewport, QEvent.Type.Paint)
     run(qtbot, window)
     qtbot.wait(50)
     current = window.tensors.tree.currentIndex()
