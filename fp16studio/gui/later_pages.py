@@ -29,6 +29,7 @@ from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QStackedWidget, QTabWidget, QWidget
 
 from .long_lived import keep_lasting_out_of_collections
+from .unseen_layout import LaidOutUnseen
 
 IDLE_CHECK_MS = 50   # how often the window looks whether the pages' modules are imported
 TYPES_SLICE_S = 0.004   # the GUI thread's time per event making Qt types before the imports
@@ -83,6 +84,7 @@ class LaterPages:
         self._begun: dict[str, Iterator] = {}   # the pages being made: their parts left
         self._whole: dict[str, QWidget] = {}     # made, not in their tab yet
         self._made: dict[str, QWidget] = {}
+        self._unseen = LaidOutUnseen(self._stack)
         tabs.currentChanged.connect(self._on_current)
 
     def add(self, name: str, title: str, make: Callable[[QWidget], Iterator]):
@@ -124,8 +126,8 @@ class LaterPages:
                 then()
                 return
             name = next(iter(self._waiting))
-            if name in self._whole:
-                self.page(name)   # into its tab, in an event of its own too
+            if name in self._whole:   # into its tab, then laid out, each in an event of its own
+                self._unseen.add(self.page(name))
                 return
             parts = self._begun.get(name)
             if parts is None:

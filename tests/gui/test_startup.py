@@ -99,6 +99,68 @@ def test_the_charts_pages_are_made_soon_after_the_window_shows(qtbot, fresh):
     assert window.main_tabs.indexOf(window.compare) == 2 and window.main_tabs.tabText(3) == "Drift"
 
 
+@pytest.mark.parametrize("view_class", ["CompareView", "DriftView"])
+def test_a_page_made_meanwhile_is_laid_out_before_its_tab_first_shows(qtbot, view_class):
+    """A page's widgets are laid out only once it shows: the Compare tab's first show, as
+    Benchmark is pressed, resized every widget of the page and its charts' ranges (8 ms of the
+    press's 20). A chart page made meanwhile is laid out unseen at its tab's size, again once
+    the window is resized: its tab's first show resizes none of its widgets."""
+    import importlib
+    import threading
+
+    from PySide6.QtCore import QEvent, QObject
+    from PySide6.QtWidgets import QTabWidget, QWidget
+
+    from fp16studio.gui.later_pages import LaterPages
+
+    class Resizes(QObject):
+        def __init__(self, page):
+            super().__init__()
+            self.widgets = []
+            for widget in [page, *page.findChildren(QWidget)]:
+                widget.installEventFilter(self)
+
+        def eventFilter(self, watched, event):
+            if event.type() == QEvent.Type.Resize:
+                self.widgets.append((type(watched).__name__, event.size().toTuple()))
+            return False
+
+    module = "compare" if view_class == "CompareView" else "drift_view"
+    cls = getattr(importlib.import_module(f"fp16studio.gui.{module}"), view_class)
+    imported = threading.Thread(target=lambda: None)
+    imported.start()
+    imported.join()
+
+    def page_made_meanwhile():
+        tabs = QTabWidget()
+        qtbot.addWidget(tabs)
+        tabs.addTab(QWidget(), "shown")
+        tabs.resize(640, 520)
+        tabs.show()
+        pages = LaterPages(tabs)
+        pages.add("charts", "Charts", cls.in_parts)
+        pages.make_after(imported)
+        qtbot.waitUntil(lambda: pages.made("charts") is not None, timeout=10_000)
+        page = pages.made("charts")
+        qtbot.waitUntil(lambda: page.geometry() == tabs.currentWidget().geometry(), timeout=5_000)
+        return tabs, page
+
+    tabs, page = page_made_meanwhile()
+    resizes = Resizes(page)
+    tabs.setCurrentWidget(page)
+    qtbot.wait(50)
+    assert page.isVisible() and resizes.widgets == [], resizes.widgets
+
+    tabs, page = page_made_meanwhile()
+    tabs.resize(900, 700)   # the user makes the window larger before the tab is first shown
+    assert page.isHidden() and page.size() != tabs.currentWidget().size()
+    qtbot.waitUntil(lambda: page.size() == tabs.currentWidget().size(), timeout=5_000)
+    resizes = Resizes(page)
+    tabs.setCurrentWidget(page)
+    qtbot.wait(50)
+    assert page.isVisible() and resizes.widgets == [], resizes.widgets
+
+
 def test_a_page_is_made_a_part_per_event_or_all_at_once_when_needed(qtbot):
     """Each part of a page in an event of its own, never all of them in one (the Compare page
     held the window 87 ms under load); a page needed before that is finished at once."""
