@@ -171,7 +171,7 @@ class FindingDetail(QFrame):
             button.setDescription(fix.title)
             button.setProperty("fixId", fix.id)
             button.setToolTip(fix.explain or fix.title)
-            _enable_fix(button, enabled, i == 0)
+            button.setEnabled(enabled)
             button.show()
             self.fix_buttons.append(button)
         for button in self._fix_links[len(links):]:
@@ -199,6 +199,9 @@ class FindingDetail(QFrame):
         made under the stylesheet is styled whole, and each finding chosen made two or three."""
         while len(self._fix_links) <= i:
             button = QCommandLinkButton(objectName="fixButton")
+            # The first card is the recommended fix's, accented while it can be clicked (the
+            # style sheet's `:disabled` rule takes its colours, never its bold type: its size).
+            button.setProperty("primary", not self._fix_links)
             set_icon(button, "fix")
             button.clicked.connect(lambda _=False, b=button: self.fixRequested.emit(b.property("fixId")))
             self.fixes_box.insertWidget(len(self._fix_links), button)
@@ -206,8 +209,8 @@ class FindingDetail(QFrame):
         return self._fix_links[i]
 
     def set_fixes_enabled(self, enabled: bool):
-        for i, button in enumerate(self.fix_buttons):
-            _enable_fix(button, enabled, i == 0)
+        for button in self.fix_buttons:
+            button.setEnabled(enabled)
 
 
 class FixCode(CodeText):
@@ -373,16 +376,6 @@ class FindingsPanel(QWidget):
         finding = current.data(NODE_ROLE) if current.isValid() else None
         if finding is not None and finding.location in self.detail.revealable:
             self.revealRequested.emit(finding.location)
-
-
-def _enable_fix(button, enabled: bool, primary: bool):
-    """A fix that cannot be clicked does not look like one that can: the recommended fix loses
-    its accent colour while it is off (the style sheet gives disabled buttons no colours)."""
-    button.setEnabled(enabled)
-    if bool(button.property("primary")) != (primary and enabled):
-        button.setProperty("primary", primary and enabled)
-        button.style().unpolish(button)
-        button.style().polish(button)
 
 
 def _evidence_html(location: str, evidence: dict) -> str:

@@ -1,5 +1,6 @@
 """The findings list and the selected finding's detail with one button per fix."""
 
+import pytest
 from PySide6.QtCore import Qt
 
 from fp16studio.core.diagnostics.findings import Finding, Fix
@@ -135,6 +136,49 @@ def test_disabled_fixes_cannot_be_clicked(qtbot):
         qtbot.mouseClick(panel.detail.fix_buttons[0], Qt.MouseButton.LeftButton)
     panel.view.setCurrentIndex(panel.model.index(1, 0))   # a newly shown finding stays disabled
     assert not any(b.isEnabled() for b in panel.detail.fix_buttons)
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_fixes_switched_off_and_on_keep_their_size_and_the_recommended_one_its_accent_only_on(qtbot, qapp, scheme):
+    """Every job's start switches the fixes off and its end on again. The recommended fix lost
+    its bold type with its accent, so a card whose title wrapped changed height and the detail
+    panel jumped twice a run (laid out and drawn again): off, a fix keeps its size at every
+    width, and the recommended one loses only its colours."""
+    from PySide6.QtGui import QPalette
+
+    from fp16studio.gui import theme
+
+    accent = "#0072b2"
+    long_title = [Finding("dtype-mismatch", "error", "resnet.embedder", "A float32 input met float16 weights.",
+                          {"input": "float32", "weights": "float16"},
+                          (Fix("cast-inputs-float16", "Cast the floating inputs to float16 before the "
+                               "model's forward pass", {"input_dtype": "float16"}),
+                           Fix("model-float32", "Load the model in float32", {"model_dtype": "float32"})))]
+
+    def ground(button):   # inside the border, beside the text: the card's own colours
+        image = button.grab().toImage()
+        return {image.pixelColor(button.width() - 4, y).name() for y in range(4, button.height() - 4)}
+
+    try:
+        theme.Theme(qapp, scheme)
+        panel = FindingsPanel()
+        qtbot.addWidget(panel)
+        panel.show()
+        panel.set_findings(long_title, ok=False)
+        buttons = panel.detail.fix_buttons
+        assert ground(buttons[0]) == {accent} and accent not in ground(buttons[1])
+        for width in range(240, 480, 10):
+            panel.resize(width, 700)
+            panel.set_fixes_enabled(True)
+            qtbot.wait(1)
+            sizes = [b.size() for b in buttons]
+            panel.set_fixes_enabled(False)
+            qtbot.wait(1)
+            assert [b.size() for b in buttons] == sizes, width
+        assert not any(b.isEnabled() for b in buttons) and accent not in ground(buttons[0])
+    finally:
+        qapp.setStyleSheet("")
+        qapp.setPalette(QPalette())
 
 
 def test_new_findings_listed_first_their_detail_when_chosen(qtbot):
