@@ -100,7 +100,7 @@ def test_the_charts_pages_are_made_soon_after_the_window_shows(qtbot, fresh):
 
 
 @pytest.mark.parametrize("view_class", ["CompareView", "DriftView"])
-def test_a_page_made_meanwhile_is_laid_out_before_its_tab_first_shows(qtbot, view_class):
+def test_a_page_made_meanwhile_is_laid_out_before_its_tab_first_shows(qtbot, count_events, view_class):
     """A page's widgets are laid out only once it shows: the Compare tab's first show, as
     Benchmark is pressed, resized every widget of the page and its charts' ranges (8 ms of the
     press's 20). A chart page made meanwhile is laid out unseen at its tab's size, again once
@@ -108,22 +108,18 @@ def test_a_page_made_meanwhile_is_laid_out_before_its_tab_first_shows(qtbot, vie
     import importlib
     import threading
 
-    from PySide6.QtCore import QEvent, QObject
+    from PySide6.QtCore import QEvent
     from PySide6.QtWidgets import QTabWidget, QWidget
 
     from fp16studio.gui.later_pages import LaterPages
 
-    class Resizes(QObject):
-        def __init__(self, page):
-            super().__init__()
-            self.widgets = []
-            for widget in [page, *page.findChildren(QWidget)]:
-                widget.installEventFilter(self)
-
-        def eventFilter(self, watched, event):
-            if event.type() == QEvent.Type.Resize:
-                self.widgets.append((type(watched).__name__, event.size().toTuple()))
-            return False
+    def first_show_resizes(tabs, page):
+        """The widgets of `page` resized as its tab first shows it."""
+        counters = [count_events(w, QEvent.Type.Resize) for w in [page, *page.findChildren(QWidget)]]
+        tabs.setCurrentWidget(page)
+        qtbot.wait(50)
+        assert page.isVisible()
+        return [type(counter.parent()).__name__ for counter in counters if counter.count]
 
     module = "compare" if view_class == "CompareView" else "drift_view"
     cls = getattr(importlib.import_module(f"fp16studio.gui.{module}"), view_class)
@@ -146,19 +142,13 @@ def test_a_page_made_meanwhile_is_laid_out_before_its_tab_first_shows(qtbot, vie
         return tabs, page
 
     tabs, page = page_made_meanwhile()
-    resizes = Resizes(page)
-    tabs.setCurrentWidget(page)
-    qtbot.wait(50)
-    assert page.isVisible() and resizes.widgets == [], resizes.widgets
+    assert first_show_resizes(tabs, page) == []
 
     tabs, page = page_made_meanwhile()
     tabs.resize(900, 700)   # the user makes the window larger before the tab is first shown
     assert page.isHidden() and page.size() != tabs.currentWidget().size()
     qtbot.waitUntil(lambda: page.size() == tabs.currentWidget().size(), timeout=5_000)
-    resizes = Resizes(page)
-    tabs.setCurrentWidget(page)
-    qtbot.wait(50)
-    assert page.isVisible() and resizes.widgets == [], resizes.widgets
+    assert first_show_resizes(tabs, page) == []
 
 
 def test_a_page_is_made_a_part_per_event_or_all_at_once_when_needed(qtbot):
