@@ -365,10 +365,15 @@ def _read_events(stream, inbox: queue.SimpleQueue):
 
 def _own_group() -> dict:
     """Popen keywords: the engine in a process group of its own, so that Ctrl+C in the
-    terminal reaches the window (which then ends it), not the engine mid-task."""
+    terminal reaches the window (which then ends it), not the engine mid-task. In the window's
+    session all the same: under Linux's autogroup scheduling a session is a scheduling group of
+    its own, where the engine's niceness would rank it against nothing but itself, and its
+    torch threads would take the cores from the window as an equal."""
     if sys.platform == "win32":
         return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
-    return {"start_new_session": True}
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"preexec_fn": os.setpgrp}
 
 
 class _SampleBatch:

@@ -25,7 +25,7 @@ from fp16studio.core.spec import trust
 from . import messages as m
 from .tasks import resolve, takes, types_of
 
-ENGINE_NICENESS = 10       # scheduling priority below the window's (POSIX)
+ENGINE_NICENESS = 5        # scheduling priority below the window's (POSIX), as browsers' background tabs
 # py.warnings: Python warnings, through logging.captureWarnings.
 FORWARDED_LOGGERS = ("fp16studio", "transformers", "datasets", "py.warnings")
 
@@ -71,7 +71,9 @@ def serve(commands, events):
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl+C in the terminal is for the window
     if hasattr(os, "nice"):
         # Below the window: when torch keeps every core busy (a CPU benchmark), the GUI thread
-        # still gets the CPU at once. An otherwise idle machine gives the engine the same time.
+        # still gets the CPU at once. An otherwise idle machine gives the engine the same time;
+        # beside busy work of the window's session a third of its share (at 10: a tenth, and
+        # the demo took a minute to load instead of seconds).
         os.nice(ENGINE_NICENESS)
     quiet_library_logs()
     outbox = _Outbox(events)
