@@ -267,7 +267,8 @@ class EngineClient:
         # A fresh inbox: nothing the last process said (its end) reaches the next one's jobs.
         self._inbox = queue.SimpleQueue()
         process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, env=env, **_own_group())
+                                   stderr=subprocess.PIPE, env=env,
+                                   **_own_group(window_session=self._engine is None))
         self._process = process
         self._commands = FrameWriter(process.stdin)
         self._said = _Said(process.stderr)
@@ -363,14 +364,20 @@ def _read_events(stream, inbox: queue.SimpleQueue):
             inbox.put(message)
 
 
-def _own_group() -> dict:
+def _own_group(window_session: bool) -> dict:
     """Popen keywords: the engine in a process group of its own, so that Ctrl+C in the
-    terminal reaches the window (which then ends it), not the engine mid-task. In the window's
-    session all the same: under Linux's autogroup scheduling a session is a scheduling group of
-    its own, where the engine's niceness would rank it against nothing but itself, and its
-    torch threads would take the cores from the window as an equal."""
+    terminal reaches the window (which then ends it), not the engine mid-task.
+
+    This computer's engine stays in the window's session: under Linux's autogroup scheduling a
+    session is a scheduling group of its own, where the engine's niceness would rank it against
+    nothing but itself, and its torch threads would take the cores from the window as an equal.
+    A transport (ssh) gets a session of its own, with no terminal: asking for a password on
+    the window's terminal from a background process group, it would stop (SIGTTIN) and the
+    window wait for ever; without one it asks through SSH_ASKPASS or fails in a line."""
     if sys.platform == "win32":
         return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
+    if not window_session:
+        return {"start_new_session": True}
     if sys.version_info >= (3, 11):
         return {"process_group": 0}
     return {"preexec_fn": os.setpgrp}

@@ -135,6 +135,18 @@ def test_an_engine_that_does_not_speak_frames_fails_the_job_in_one_line(says, tm
         os.kill(int(pid_file.read_text()), 0)
 
 
+@pytest.mark.skipif(not hasattr(os, "getsid"), reason="POSIX sessions")
+def test_a_transport_runs_in_a_session_of_its_own_with_no_terminal_to_stop_on():
+    # ssh asking for a password on the window's terminal from a background process group
+    # would stop (SIGTTIN), and the window would wait for it for ever.
+    command, env = local_engine()
+    env["PYTHONPATH"] = os.pathsep.join([TESTS, env["PYTHONPATH"]])
+    client = EngineClient(engine=(command, env))
+    ending = client.run("engine_jobs:pid", (), {}, CancelToken(), lambda event: None)
+    client.close()
+    assert os.getsid(ending.value) == ending.value != os.getsid(0)
+
+
 def test_a_bad_frame_from_the_engine_is_refused_in_the_reader_not_unpickled():
     with pytest.raises(FrameError, match="does not travel here"):
         m.from_frame(read_frame(io.BytesIO(encode_frame({"$": "Popen", "args": ["rm"]}))))
