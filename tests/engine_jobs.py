@@ -70,6 +70,15 @@ def niceness():
     return os.nice(0)
 
 
+def terminal():
+    """Whether this process has a terminal it could read a password from."""
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR))
+    except OSError:
+        return "none"
+    return "a terminal"
+
+
 def warn(progress, cancel):
     import warnings
 

@@ -66,9 +66,32 @@ def serve_stdio() -> int:
     return 0
 
 
+def _let_go_of_the_terminal() -> None:
+    """The window's engine shares its session (client.py: its scheduling group), and so its
+    terminal: whatever would read from it there (getpass, a library's prompt, a tool a task
+    starts) would stop on SIGTTIN in a background process group and the window wait for ever.
+    Without one, it fails instead, as in a session of its own."""
+    if os.name != "posix" or os.getsid(0) == os.getpid():
+        return   # no controlling terminals; a session leader's letting go would hang up its session
+    import fcntl
+    import termios
+
+    try:
+        tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        return   # none to let go of
+    try:
+        fcntl.ioctl(tty, termios.TIOCNOTTY)
+    except OSError:
+        pass     # a system that keeps it: the engine never reads it itself
+    finally:
+        os.close(tty)
+
+
 def serve(commands, events):
     """The engine's main loop: commands and events are binary streams of frames."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl+C in the terminal is for the window
+    _let_go_of_the_terminal()
     if hasattr(os, "nice"):
         # Below the window: when torch keeps every core busy (a CPU benchmark), the GUI thread
         # still gets the CPU at once. An otherwise idle machine gives the engine the same time;

@@ -1,6 +1,7 @@
 """The engine protocol: JSON frames of the codec's documents on any byte stream, and nothing
 else. No pickle crosses a process boundary: not in the code, not on the wire."""
 
+import contextlib
 import io
 import json
 import os
@@ -145,6 +146,37 @@ def test_a_transport_runs_in_a_session_of_its_own_with_no_terminal_to_stop_on():
     ending = client.run("engine_jobs:pid", (), {}, CancelToken(), lambda event: None)
     client.close()
     assert os.getsid(ending.value) == ending.value != os.getsid(0)
+
+
+_WINDOW_ON_A_TERMINAL = f"""
+import sys
+sys.path.insert(0, {TESTS!r})
+import engine_jobs
+from fp16studio.core.common.errors import CancelToken
+from fp16studio.engine.client import EngineClient
+client = EngineClient()
+ending = client.run("engine_jobs:terminal", (), {{}}, CancelToken(), lambda event: None)
+client.close()
+print("window:", engine_jobs.terminal(), "engine:", ending.value, flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "getsid"), reason="POSIX terminals")
+def test_the_engine_has_no_terminal_to_stop_on_though_in_the_windows_session():
+    # A window started from a terminal (a pseudo-terminal here, leading its session): its
+    # engine, in a background process group, would stop reading that terminal (SIGTTIN).
+    import pty
+
+    pid, terminal = pty.fork()
+    if pid == 0:
+        os.execv(sys.executable, [sys.executable, "-c", _WINDOW_ON_A_TERMINAL])
+    said = b""
+    with contextlib.suppress(OSError):   # EIO once the window's side has closed it
+        while chunk := os.read(terminal, 4096):
+            said += chunk
+    os.close(terminal)
+    assert os.waitpid(pid, 0)[1] == 0, said
+    assert b"window: a terminal engine: none" in said, said
 
 
 def test_a_bad_frame_from_the_engine_is_refused_in_the_reader_not_unpickled():
