@@ -136,15 +136,22 @@ def test_an_engine_that_does_not_speak_frames_fails_the_job_in_one_line(says, tm
         os.kill(int(pid_file.read_text()), 0)
 
 
+def _through_a_transport(task: str):
+    """`task` run by this computer's engine given as a transport (its command and environment,
+    as ssh_engine gives a box's), with the tests' jobs importable; its ending."""
+    command, env = local_engine()
+    env["PYTHONPATH"] = os.pathsep.join([TESTS, env["PYTHONPATH"]])
+    client = EngineClient(engine=(command, env))
+    ending = client.run(task, (), {}, CancelToken(), lambda event: None)
+    client.close()
+    return ending
+
+
 @pytest.mark.skipif(not hasattr(os, "getsid"), reason="POSIX sessions")
 def test_a_transport_runs_in_a_session_of_its_own_with_no_terminal_to_stop_on():
     # ssh asking for a password on the window's terminal from a background process group
     # would stop (SIGTTIN), and the window would wait for it for ever.
-    command, env = local_engine()
-    env["PYTHONPATH"] = os.pathsep.join([TESTS, env["PYTHONPATH"]])
-    client = EngineClient(engine=(command, env))
-    ending = client.run("engine_jobs:pid", (), {}, CancelToken(), lambda event: None)
-    client.close()
+    ending = _through_a_transport("engine_jobs:pid")
     assert os.getsid(ending.value) == ending.value != os.getsid(0)
 
 
@@ -187,9 +194,5 @@ def test_a_bad_frame_from_the_engine_is_refused_in_the_reader_not_unpickled():
 def test_a_file_in_the_working_folder_shadows_nothing_the_engine_imports(tmp_path, monkeypatch):
     (tmp_path / "json.py").write_text("raise SystemExit('the working folder was imported from')\n")
     monkeypatch.chdir(tmp_path)
-    command, env = local_engine()
-    env["PYTHONPATH"] = os.pathsep.join([TESTS, env["PYTHONPATH"]])
-    client = EngineClient(engine=(command, env))
-    ending = client.run("engine_jobs:pid", (), {}, CancelToken(), lambda event: None)
-    client.close()
+    ending = _through_a_transport("engine_jobs:pid")
     assert isinstance(ending, m.Result), ending
